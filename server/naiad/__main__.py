@@ -1,0 +1,5 @@
+import sys
+
+from naiad.cli import main
+
+sys.exit(main())

@@ -1,0 +1,71 @@
+"""The contract between the scheduler and a framework backend.
+
+Modelled on Triton's python_backend: an instance receives a list of requests and returns one result per
+request, in order; a per-request error fails only that request.  ``execute`` is synchronous and is
+always called on the instance's own thread (or process), never on the event loop, so a backend may
+block, and frameworks that release the GIL (ONNX Runtime, torch) run instances truly in parallel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from naiad.core.errors import InferenceServerError
+from naiad.core.request import InferRequest, InferResponse
+from naiad.core.signature import ModelSignature
+
+ExecuteResult = InferResponse | InferenceServerError
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceContext:
+    """Everything one model instance needs to load.
+
+    ``config`` is the normalized ``ModelConfig`` protobuf; ``kind`` is ``CPU``, ``GPU`` or ``MODEL``
+    (Triton's ``model_instance_kind`` strings).
+    """
+
+    model_name: str
+    model_version: int
+    model_dir: Path
+    version_dir: Path
+    model_file: Path
+    config: Any
+    signature: ModelSignature
+    instance_name: str
+    kind: str
+    device_id: int
+
+
+class ModelInstance(Protocol):
+    """One loaded copy of a model version."""
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
+        """Run ``requests`` together; return exactly one result per request, in order.
+
+        Each response carries every output the model produced (or the subset the request asked for);
+        the data plane orders and filters them for the client.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the instance (``finalize()`` for Python models); called once, on unload."""
+        ...
+
+
+class Backend(Protocol):
+    """A framework: completes configs and creates instances."""
+
+    name: str
+
+    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+        """Fill missing config fields from the model file (in place); ``version_dir`` is the
+        highest version on disk, or ``None`` when there is none."""
+        ...
+
+    def create_instance(self, context: InstanceContext) -> ModelInstance:
+        """Load one instance; raise :class:`InferenceServerError` with the reason on failure."""
+        ...

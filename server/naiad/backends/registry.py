@@ -1,0 +1,42 @@
+"""Backend name -> implementation, imported only when a model needs it.
+
+Frameworks are optional extras: importing ``onnxruntime`` or ``torch`` costs memory and start-up time,
+and a missing one must make only its models UNAVAILABLE (with a reason saying which extra to install),
+never the server fail.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from naiad.backends.base import Backend
+from naiad.core.errors import UnavailableError
+
+#: backend name -> (module, class, the pip extra that provides the framework)
+_BACKENDS: dict[str, tuple[str, str, str]] = {
+    "python": ("naiad.backends.python.backend", "PythonBackend", ""),
+    "onnxruntime": ("naiad.backends.onnxruntime", "OnnxRuntimeBackend", "naiad"),
+}
+
+_loaded: dict[str, Backend] = {}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``; UNAVAILABLE with the reason when it cannot be used here."""
+    backend = _loaded.get(name)
+    if backend is not None:
+        return backend
+    entry = _BACKENDS.get(name)
+    if entry is None:
+        raise UnavailableError(f"unable to find backend '{name}': it is not supported by this server")
+    module_name, class_name, extra = entry
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"; install it with: pip install '{extra}'" if extra else ""
+        raise UnavailableError(
+            f"backend '{name}' is not available: {exc.name or exc} is not installed{hint}"
+        ) from exc
+    backend = getattr(module, class_name)()
+    _loaded[name] = backend
+    return backend

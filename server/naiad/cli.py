@@ -1,0 +1,139 @@
+"""``naiad`` command line.  ``naiad serve`` takes tritonserver's flag names, forms and defaults.
+
+tritonserver accepts ``--flag=value`` and ``--flag value`` and spells booleans ``true``/``false``
+(also ``1``/``0``, ``on``/``off``); argparse does the same here.  An unknown or malformed flag is a usage
+error (exit status 2) that names it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from naiad.settings import ModelControlMode, ServerSettings
+
+_TRUE = {"true", "1", "on", "yes"}
+_FALSE = {"false", "0", "off", "no"}
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got '{text}'") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be between 0 and 65535, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a positive integer, got 0")
+    return value
+
+
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="serve a Triton model repository over HTTP and gRPC")
+    d = ServerSettings()
+    p.add_argument("--model-repository", "--model-store", dest="model_repositories", action="append",
+                   required=True, metavar="PATH", help="model repository folder (repeatable)")
+    p.add_argument("--http-port", type=_port, default=d.http_port)
+    p.add_argument("--grpc-port", type=_port, default=d.grpc_port)
+    p.add_argument("--metrics-port", type=_port, default=d.metrics_port)
+    p.add_argument("--http-address", default=d.http_address)
+    p.add_argument("--grpc-address", default=d.grpc_address)
+    p.add_argument("--metrics-address", default=d.metrics_address)
+    p.add_argument("--allow-http", type=_bool, default=d.allow_http, metavar="BOOL")
+    p.add_argument("--allow-grpc", type=_bool, default=d.allow_grpc, metavar="BOOL")
+    p.add_argument("--allow-metrics", type=_bool, default=d.allow_metrics, metavar="BOOL")
+    p.add_argument("--model-control-mode", type=str.lower, default=d.model_control_mode.value,
+                   choices=[m.value for m in ModelControlMode])
+    p.add_argument("--load-model", dest="load_models", action="append", default=[], metavar="NAME")
+    p.add_argument("--strict-readiness", type=_bool, default=d.strict_readiness, metavar="BOOL")
+    p.add_argument("--exit-timeout-secs", type=_non_negative, default=d.exit_timeout_secs)
+    p.add_argument("--disable-auto-complete-config", action="store_true")
+    p.add_argument("--log-verbose", type=_non_negative, default=d.log_verbose)
+    p.add_argument("--http-max-input-size", type=_positive, default=d.http_max_input_size)
+    p.add_argument("--model-load-thread-count", type=_positive, default=d.model_load_thread_count)
+
+
+def parse_settings(argv: list[str]) -> ServerSettings:
+    """Parse ``serve`` arguments (without the subcommand) into settings; exits 2 on a usage error."""
+    parser = _parser()
+    args = parser.parse_args(["serve", *argv])
+    return _settings(parser, args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="naiad", description="Naiad: a Triton-compatible inference server")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    return parser
+
+
+def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerSettings:
+    mode = ModelControlMode(args.model_control_mode)
+    if mode is not ModelControlMode.NONE:
+        parser.error(
+            f"--model-control-mode={mode.value} is not supported yet: this server supports only 'none' "
+            "(every model is loaded at start)"
+        )
+    if args.load_models:
+        parser.error("--load-model is only valid with --model-control-mode=explicit, which is not supported yet")
+    return ServerSettings(
+        model_repositories=[Path(p) for p in args.model_repositories],
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        http_address=args.http_address,
+        grpc_address=args.grpc_address,
+        metrics_address=args.metrics_address,
+        allow_http=args.allow_http,
+        allow_grpc=args.allow_grpc,
+        allow_metrics=args.allow_metrics,
+        model_control_mode=mode,
+        load_models=args.load_models,
+        strict_readiness=args.strict_readiness,
+        exit_timeout_secs=args.exit_timeout_secs,
+        disable_auto_complete_config=args.disable_auto_complete_config,
+        log_verbose=args.log_verbose,
+        http_max_input_size=args.http_max_input_size,
+        model_load_thread_count=args.model_load_thread_count,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "serve":
+        settings = _settings(parser, args)
+        from naiad.app import run
+
+        return run(settings)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""KServe v2 JSON bodies with Triton's binary tensor extension <-> core requests and responses.
+
+A body is a JSON header optionally followed by raw tensor bytes (``Inference-Header-Content-Length``
+says where the JSON ends).  Binary inputs become zero-copy ``np.frombuffer`` views of the body.
+
+Every size a client declares (shapes, ``binary_data_size``, BYTES length prefixes) is checked against
+the bytes actually received before anything is allocated, so a lying or huge declaration costs an
+error message, not memory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import orjson
+
+from naiad.codecs import bytes_tensor
+from naiad.core import datatypes
+from naiad.core.errors import InvalidArgumentError, UnsupportedError
+from naiad.core.request import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
+
+#: Request parameters Triton parses itself; they are not forwarded to the model.
+_RESERVED = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
+)
+_MAX_DIM = 2**63 - 1
+_INT_KINDS = frozenset("iu")
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryview, memoryview]:
+    """Split a body into its JSON header and binary section, checking the declared header length."""
+    if header_length is None:
+        return body, memoryview(b"")
+    try:
+        length = int(header_length.strip())
+    except ValueError:
+        raise InvalidArgumentError(
+            f"Unable to parse Inference-Header-Content-Length: '{header_length[:64]}'"
+        ) from None
+    if length < 0 or length > len(body):
+        raise InvalidArgumentError(
+            f"inference header size should be in range (0, {len(body) + 1}), got: {length}"
+        )
+    view = memoryview(body)
+    return view[:length], view[length:]
+
+
+def _load_json(header: bytes | memoryview) -> dict[str, Any]:
+    try:
+        document = orjson.loads(header)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidArgumentError("failed to parse the request JSON buffer: expected a JSON object")
+    return document
+
+
+def _parameters(raw: Any, where: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError(f"Unable to parse 'parameters' of {where}: expected a JSON object")
+    return raw
+
+
+def _custom_parameter(key: str, value: Any) -> bool | int | float | str:
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    raise InvalidArgumentError(
+        f"parameter '{key}' has a value of unsupported type: expected bool, number or string"
+    )
+
+
+def decode_request(
+    header: bytes | memoryview, binary: memoryview, model_name: str, model_version: str
+) -> tuple[InferRequest, bool]:
+    """Decode a request body.  Returns the request and the request-level ``binary_data_output``."""
+    document = _load_json(header)
+    request = InferRequest(model_name=model_name, model_version=model_version)
+    request_id = document.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidArgumentError("Unable to parse 'id': expected a string")
+    request.id = request_id
+    binary_output = False
+    for key, value in _parameters(document.get("parameters"), "the request").items():
+        if key.startswith("triton_"):
+            raise InvalidArgumentError(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and should "
+                "not be specified."
+            )
+        if key in _RESERVED:
+            binary_output = _reserved_parameter(request, key, value) or binary_output
+        else:
+            request.parameters[key] = _custom_parameter(key, value)
+
+    inputs = document.get("inputs")
+    if not isinstance(inputs, list):
+        raise InvalidArgumentError("Unable to parse 'inputs': expected an array")
+    offset = 0
+    for item in inputs:
+        tensor, offset = _decode_input(item, binary, offset, model_name)
+        request.inputs.append(tensor)
+    if offset != len(binary):
+        raise InvalidArgumentError(
+            f"unexpected additional input data for model '{model_name}': {len(binary) - offset} "
+            "bytes after the last binary input"
+        )
+
+    outputs = document.get("outputs")
+    if outputs is not None:
+        if not isinstance(outputs, list):
+            raise InvalidArgumentError("Unable to parse 'outputs': expected an array")
+        request.outputs = []
+        for item in outputs:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise InvalidArgumentError("Unable to parse 'outputs': each needs a string 'name'")
+            params = _parameters(item.get("parameters"), f"output '{item['name']}'")
+            request.outputs.append(RequestedOutput(item["name"], _output_parameters(item["name"], params)))
+    return request, binary_output
+
+
+def _reserved_parameter(request: InferRequest, key: str, value: Any) -> bool:
+    """Apply one of Triton's reserved parameters; returns True for ``binary_data_output: true``."""
+    if key == "binary_data_output":
+        if not isinstance(value, bool):
+            raise InvalidArgumentError("Unable to parse 'binary_data_output': expected a boolean")
+        return value
+    if key in ("sequence_start", "sequence_end"):
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"Unable to parse '{key}': expected a boolean")
+        setattr(request, key, value)
+    elif key == "sequence_id":
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+            isinstance(value, int) and not 0 <= value < 2**64
+        ):
+            raise InvalidArgumentError("Unable to parse 'sequence_id': expected an unsigned integer or a string")
+        request.sequence_id = value
+    elif key == "priority":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+            raise InvalidArgumentError("Unable to parse 'priority': expected an unsigned integer")
+        request.priority = value
+    elif key == "timeout":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+            raise InvalidArgumentError("Unable to parse 'timeout': expected an unsigned integer")
+        request.timeout_us = value
+    elif key == "headers":
+        raise InvalidArgumentError("parameter 'headers' is reserved for Triton usage and should not be specified.")
+    return False
+
+
+def _output_parameters(name: str, params: dict[str, Any]) -> Parameters:
+    result: Parameters = {}
+    for key, value in params.items():
+        if key == "binary_data":
+            if not isinstance(value, bool):
+                raise InvalidArgumentError(f"Unable to parse 'binary_data' of output '{name}': expected a boolean")
+        elif key == "classification":
+            raise UnsupportedError("the classification extension is not supported by this server yet")
+        elif key.startswith("shared_memory_"):
+            raise InvalidArgumentError(
+                f"Unable to find system shared memory region: '{params.get('shared_memory_region')}'"
+            )
+        result[key] = _custom_parameter(key, value)
+    return result
+
+
+def _element_count(shape: Any, name: str) -> tuple[tuple[int, ...], int]:
+    if not isinstance(shape, list):
+        raise InvalidArgumentError(f"Unable to parse 'shape' of input '{name}': expected an array")
+    dims: list[int] = []
+    for dim in shape:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0 or dim > _MAX_DIM:
+            raise InvalidArgumentError(
+                f"Unable to parse 'shape' of input '{name}': each dimension must be a non-negative integer"
+            )
+        dims.append(dim)
+    count = math.prod(dims)
+    if count > _MAX_DIM:
+        raise InvalidArgumentError(f"the shape of input '{name}' has too many elements: {dims}")
+    return tuple(dims), count
+
+
+def _decode_input(item: Any, binary: memoryview, offset: int, model_name: str) -> tuple[Tensor, int]:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise InvalidArgumentError("Unable to parse 'inputs': each needs a string 'name'")
+    name: str = item["name"]
+    datatype = item.get("datatype")
+    if not isinstance(datatype, str) or not datatypes.is_valid(datatype):
+        raise InvalidArgumentError(f"invalid datatype for input {name}")
+    shape, count = _element_count(item.get("shape"), name)
+    params = _parameters(item.get("parameters"), f"input '{name}'")
+    binary_size = params.get("binary_data_size")
+    shm = params.get("shared_memory_region")
+    sources = ("data" in item) + (binary_size is not None) + (shm is not None)
+    if sources != 1:
+        state = "But no field is set" if sources == 0 else "But multiple fields are set"
+        raise InvalidArgumentError(
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+            f"'parameters', 'shared_memory_region' in 'parameters'. {state}"
+        )
+    if shm is not None:
+        raise InvalidArgumentError(f"Unable to find system shared memory region: '{shm}'")
+    tensor_params = {k: v for k, v in params.items() if k != "binary_data_size"}
+    if binary_size is not None:
+        if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
+            raise InvalidArgumentError(f"Unable to parse 'binary_data_size' of input '{name}'")
+        end = offset + binary_size
+        if end > len(binary):
+            raise InvalidArgumentError(
+                f"unexpected size for input '{name}', expecting {binary_size} additional bytes for "
+                f"model '{model_name}'"
+            )
+        array = _from_binary(binary[offset:end], datatype, shape, count, name)
+        return Tensor(name, datatype, array, tensor_params), end
+    return Tensor(name, datatype, _from_json(item["data"], datatype, shape, count, name), tensor_params), offset
+
+
+def _from_binary(chunk: memoryview, datatype: str, shape: tuple[int, ...], count: int, name: str) -> np.ndarray[Any, Any]:
+    if datatype == "BYTES":
+        return bytes_tensor.deserialize(chunk, count, name).reshape(shape)
+    expected = count * datatypes.ELEMENT_SIZE[datatype]
+    if expected != len(chunk):
+        raise InvalidArgumentError(
+            f"input byte size mismatch for input '{name}': expected {expected} bytes for shape "
+            f"{list(shape)} of {datatype}, got {len(chunk)}"
+        )
+    array = np.frombuffer(chunk, dtype=datatypes.WIRE_DTYPE[datatype], count=count)
+    return array.reshape(shape)
+
+
+def _shape_mismatch() -> InvalidArgumentError:
+    return InvalidArgumentError("Unable to parse 'data': Shape does not match true shape of 'data' field")
+
+
+def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, name: str) -> np.ndarray[Any, Any]:
+    if datatype in ("FP16", "BF16"):
+        raise InvalidArgumentError(
+            f"receiving {datatype} data via JSON is not supported. Please use the binary data format "
+            f"for input {name}"
+        )
+    if not isinstance(data, list):
+        data = [data]
+    if datatype == "BYTES":
+        flat: list[Any] = []
+        _flatten_strings(data, flat, count)
+        if len(flat) != count:
+            raise _shape_mismatch()
+        array = np.empty(count, dtype=np.object_)
+        array[:] = flat
+        return array.reshape(shape)
+    try:
+        raw = np.asarray(data)
+    except (ValueError, OverflowError):
+        raise _shape_mismatch() from None
+    if raw.size != count:
+        raise _shape_mismatch()
+    kind = raw.dtype.kind
+    target = datatypes.NUMPY_DTYPE[datatype]
+    if datatype == "BOOL":
+        if kind != "b" and count:
+            raise InvalidArgumentError(f"Unable to parse 'data' of input '{name}': expected booleans")
+    elif target.kind in _INT_KINDS:
+        if kind not in _INT_KINDS and count:
+            raise InvalidArgumentError(f"Unable to parse 'data' of input '{name}': expected integers")
+        if count:
+            info = np.iinfo(target)
+            if int(raw.min()) < info.min or int(raw.max()) > info.max:
+                raise InvalidArgumentError(
+                    f"Unable to parse 'data' of input '{name}': a value is out of range for {datatype}"
+                )
+    elif kind not in "iuf" and count:
+        raise InvalidArgumentError(f"Unable to parse 'data' of input '{name}': expected numbers")
+    return raw.astype(target, copy=False).reshape(shape)
+
+
+def _flatten_strings(data: list[Any], out: list[Any], limit: int) -> None:
+    for item in data:
+        if isinstance(item, list):
+            _flatten_strings(item, out, limit)
+        elif isinstance(item, str):
+            out.append(item.encode("utf-8"))
+        else:
+            raise InvalidArgumentError("Unable to parse 'data': expected strings for a BYTES input")
+        if len(out) > limit:
+            raise _shape_mismatch()
+
+
+def encode_response(
+    response: InferResponse, request: InferRequest, binary_output: bool
+) -> tuple[bytes, list[bytes]]:
+    """Encode a response: the JSON header and the binary chunks that follow it (may be none)."""
+    wanted: dict[str, Parameters] = {}
+    if request.outputs is not None:
+        wanted = {o.name: o.parameters for o in request.outputs}
+    chunks: list[bytes] = []
+    outputs: list[dict[str, Any]] = []
+    for tensor in response.outputs:
+        as_binary = wanted.get(tensor.name, {}).get("binary_data", binary_output)
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.data.shape)}
+        params = dict(tensor.parameters)
+        if as_binary:
+            raw = _to_bytes(tensor)
+            params["binary_data_size"] = len(raw)
+            chunks.append(raw)
+        else:
+            entry["data"] = _to_json_data(tensor)
+        if params:
+            entry["parameters"] = params
+        outputs.append(entry)
+    document: dict[str, Any] = {}
+    if response.id:
+        document["id"] = response.id
+    document["model_name"] = response.model_name
+    document["model_version"] = response.model_version
+    if response.parameters:
+        document["parameters"] = response.parameters
+    document["outputs"] = outputs
+    return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY), chunks
+
+
+def _to_bytes(tensor: Tensor) -> bytes:
+    if tensor.datatype == "BYTES":
+        return bytes_tensor.serialize(tensor.data)
+    data = tensor.data
+    wire = datatypes.WIRE_DTYPE[tensor.datatype]
+    if data.dtype != wire:
+        data = data.astype(wire)
+    return data.tobytes()
+
+
+def _to_json_data(tensor: Tensor) -> Any:
+    if tensor.datatype in ("FP16", "BF16"):
+        raise InvalidArgumentError(
+            f"sending {tensor.datatype} data via JSON is not supported. Please use the binary data "
+            f"format for output {tensor.name}"
+        )
+    flat = tensor.data.reshape(-1)
+    if tensor.datatype == "BYTES":
+        try:
+            return [
+                item.decode("utf-8") if isinstance(item, (bytes, bytearray)) else str(item) for item in flat
+            ]
+        except UnicodeDecodeError:
+            raise InvalidArgumentError(
+                f"output '{tensor.name}' holds bytes that are not UTF-8 text: request it with "
+                "binary_data"
+            ) from None
+    if not flat.flags.c_contiguous:
+        flat = np.ascontiguousarray(flat)
+    return flat

@@ -1,0 +1,68 @@
+"""Tensor datatypes: protocol names ("FP32"), config enums ("TYPE_FP32") and numpy dtypes.
+
+The core is numpy-native, so every protocol datatype has exactly one numpy representation.  BYTES is a
+numpy ``object_`` array of ``bytes`` (never ``np.bytes_``, which drops trailing NULs).  BF16 has no numpy
+dtype; it travels as raw 2-byte words in a ``uint16`` array so that it can pass through the server
+untouched (only binary transports carry it, as in Triton).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Protocol datatype -> numpy dtype.  BF16 rides as uint16 words.
+NUMPY_DTYPE: dict[str, np.dtype[np.generic]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(np.object_),
+    "BF16": np.dtype(np.uint16),
+}
+
+#: Little-endian wire dtypes (the binary protocols are little-endian whatever the host).
+WIRE_DTYPE: dict[str, np.dtype[np.generic]] = {
+    k: v.newbyteorder("<") for k, v in NUMPY_DTYPE.items() if k != "BYTES"
+}
+
+#: Size in bytes of one element, for fixed-size datatypes.
+ELEMENT_SIZE: dict[str, int] = {k: v.itemsize for k, v in NUMPY_DTYPE.items() if k != "BYTES"}
+
+#: Protocol datatype -> ``ModelConfig`` DataType enum name.
+CONFIG_TYPE: dict[str, str] = {k: f"TYPE_{k}" for k in NUMPY_DTYPE if k != "BYTES"}
+CONFIG_TYPE["BYTES"] = "TYPE_STRING"
+
+#: ``ModelConfig`` DataType enum name -> protocol datatype.
+PROTOCOL_TYPE: dict[str, str] = {v: k for k, v in CONFIG_TYPE.items()}
+
+_FROM_NUMPY: dict[np.dtype[np.generic], str] = {
+    v: k for k, v in NUMPY_DTYPE.items() if k not in ("BF16",)
+}
+
+
+def is_valid(datatype: str) -> bool:
+    return datatype in NUMPY_DTYPE
+
+
+def from_numpy(dtype: np.dtype[np.generic]) -> str:
+    """The protocol datatype for a numpy dtype; bytes/str arrays are BYTES."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in ("S", "U", "O"):
+        return "BYTES"
+    found = _FROM_NUMPY.get(dtype.newbyteorder("="))
+    if found is None:
+        raise ValueError(f"numpy dtype {dtype} has no Triton datatype")
+    return found
+
+
+def config_to_protocol(config_type: str) -> str:
+    """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``."""
+    return PROTOCOL_TYPE[config_type]

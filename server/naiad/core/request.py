@@ -1,0 +1,87 @@
+"""Transport-free inference request and response.
+
+Both frontends decode their wire format into these types and encode the answer from them, so the data
+plane, schedulers and backends see one shape whatever the client spoke.  Tensors are numpy arrays; the
+binary transports hand in zero-copy ``np.frombuffer`` views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Parameter values the protocols can carry (bool, int, float, str).
+ParameterValue = bool | int | float | str
+Parameters = dict[str, ParameterValue]
+
+
+@dataclass(slots=True)
+class Tensor:
+    """A named tensor.  ``datatype`` is the protocol name (``FP32``, ``BYTES``...)."""
+
+    name: str
+    datatype: str
+    data: np.ndarray[Any, Any]
+    parameters: Parameters = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output the client asked for, with its per-output parameters (``binary_data``...)."""
+
+    name: str
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferRequest:
+    """One client request for one model.
+
+    ``model_version`` is ``""`` when the client named none (the highest ready version serves it).
+    ``outputs`` is ``None`` when the client asked for all outputs.
+    ``parameters`` holds the custom parameters backends see; Triton's reserved keys (``priority``,
+    ``timeout``, ``sequence_*``, ``binary_data_output``) are parsed into their own fields by the codecs.
+    """
+
+    model_name: str
+    model_version: str = ""
+    id: str = ""
+    inputs: list[Tensor] = field(default_factory=list)
+    outputs: list[RequestedOutput] | None = None
+    parameters: Parameters = field(default_factory=dict)
+    priority: int = 0
+    timeout_us: int = 0
+    sequence_id: int | str = 0
+    sequence_start: bool = False
+    sequence_end: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def input(self, name: str) -> Tensor | None:
+        for tensor in self.inputs:
+            if tensor.name == name:
+                return tensor
+        return None
+
+    @property
+    def batch_size(self) -> int:
+        """Size of the first dimension of the first input (1 for an empty request)."""
+        if not self.inputs or not self.inputs[0].data.shape:
+            return 1
+        return int(self.inputs[0].data.shape[0])
+
+
+@dataclass(slots=True)
+class InferResponse:
+    """The answer to one request: output tensors in the order the client should see them."""
+
+    model_name: str
+    model_version: str
+    id: str = ""
+    outputs: list[Tensor] = field(default_factory=list)
+    parameters: Parameters = field(default_factory=dict)

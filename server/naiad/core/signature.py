@@ -1,0 +1,141 @@
+"""A model's tensor signature and the request checks Triton makes against it.
+
+The repository builds a :class:`ModelSignature` from the normalized model configuration; the data plane
+checks every request against it before anything reaches a scheduler, so backends only ever see inputs
+of the declared names, datatypes and shapes.  Messages are Triton's, word for word, because clients and
+their tests match on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from naiad.core.errors import InvalidArgumentError
+from naiad.core.request import InferRequest
+
+_BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
+    "prepended to each input shape. If you want to specify the full shape including the batch dim in "
+    "your input dims config, try setting max_batch_size to zero. See the model configuration docs for "
+    "more info on max_batch_size."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One configured input or output.  ``dims`` excludes the batch dimension; -1 is any size."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None = None
+    optional: bool = False
+    is_shape_tensor: bool = False
+    allow_ragged_batch: bool = False
+    label_filename: str = ""
+
+
+def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _prefix(request: InferRequest) -> str:
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+def _matches(dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    if len(dims) != len(shape):
+        return False
+    return all(d == -1 or d == s for d, s in zip(dims, shape))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSignature:
+    """What a model accepts and produces; ``max_batch_size`` 0 means the model does not batch."""
+
+    name: str
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def full_shape(self, spec: TensorSpec) -> list[int]:
+        """The shape clients see in metadata: ``-1`` prepended when the model batches."""
+        return ([-1] if self.max_batch_size > 0 else []) + list(spec.dims)
+
+    def input_spec(self, name: str) -> TensorSpec | None:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        return None
+
+    def output_spec(self, name: str) -> TensorSpec | None:
+        for spec in self.outputs:
+            if spec.name == name:
+                return spec
+        return None
+
+    def validate(self, request: InferRequest) -> int:
+        """Check ``request`` against the signature; return its batch size (1 when not batching).
+
+        Raises :class:`InvalidArgumentError` with Triton's message for the first problem found.
+        """
+        seen: set[str] = set()
+        batch: int | None = None
+        for tensor in request.inputs:
+            if tensor.name in seen:
+                raise InvalidArgumentError(
+                    f"{_prefix(request)}input '{tensor.name}' already exists in request"
+                )
+            seen.add(tensor.name)
+            spec = self.input_spec(tensor.name)
+            if spec is None:
+                raise InvalidArgumentError(
+                    f"unexpected inference input '{tensor.name}' for model '{self.name}'"
+                )
+            if tensor.datatype != spec.datatype:
+                raise InvalidArgumentError(
+                    f"{_prefix(request)}inference input '{tensor.name}' data-type is "
+                    f"'{tensor.datatype}', but model '{self.name}' expects '{spec.datatype}'"
+                )
+            shape = tensor.shape
+            if self.max_batch_size > 0 and not spec.is_shape_tensor:
+                if len(shape) != len(spec.dims) + 1 or shape[0] < 1 or not _matches(spec.dims, shape[1:]):
+                    raise InvalidArgumentError(
+                        f"{_prefix(request)}unexpected shape for input '{tensor.name}' for model "
+                        f"'{self.name}'. Expected {_shape_text(self.full_shape(spec))}, got "
+                        f"{_shape_text(shape)}. {_BATCH_NOTE}"
+                    )
+                if batch is None:
+                    batch = shape[0]
+                elif shape[0] != batch:
+                    raise InvalidArgumentError(
+                        f"{_prefix(request)}input '{tensor.name}' batch size does not match other "
+                        f"inputs for '{self.name}'"
+                    )
+            elif not _matches(spec.dims, shape):
+                raise InvalidArgumentError(
+                    f"{_prefix(request)}unexpected shape for input '{tensor.name}' for model "
+                    f"'{self.name}'. Expected {_shape_text(spec.dims)}, got {_shape_text(shape)}. "
+                )
+        required = [s.name for s in self.inputs if not s.optional]
+        missing = [n for n in required if n not in seen]
+        if missing:
+            got = ", ".join(f"'{n}'" for n in seen)
+            want = ", ".join(f"'{n}'" for n in missing)
+            raise InvalidArgumentError(
+                f"{_prefix(request)}expected {len(required)} inputs but got {len(request.inputs)} "
+                f"inputs for model '{self.name}'. Got input(s) [{got}], but missing required "
+                f"input(s) [{want}]. Please provide all required input(s)."
+            )
+        if batch is not None and batch > self.max_batch_size:
+            raise InvalidArgumentError(
+                f"{_prefix(request)}inference request batch-size must be <= {self.max_batch_size} "
+                f"for '{self.name}'"
+            )
+        if request.outputs is not None:
+            for output in request.outputs:
+                if self.output_spec(output.name) is None:
+                    raise InvalidArgumentError(
+                        f"unexpected inference output '{output.name}' for model '{self.name}'"
+                    )
+        return batch if batch is not None else 1

@@ -1,0 +1,250 @@
+"""The KServe v2 HTTP/REST frontend, as a plain ASGI application.
+
+Routing is a split of the raw path, not a framework: the inference endpoint is the hot path (thousands
+of requests a second on one core), and each layer of middleware costs there.  Every handler decodes,
+calls the :class:`~naiad.dataplane.DataPlane`, and encodes; errors become Triton's ``{"error": ...}``
+body with the status from :mod:`naiad.frontends.http.errors`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import orjson
+
+from naiad.codecs import json_v2
+from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnavailableError, UnsupportedError
+from naiad.dataplane import DataPlane
+from naiad.frontends.http.asgi import Receive, Scope, Send
+from naiad.frontends.http.body import compress, decompress, read_body
+from naiad.frontends.http.errors import error_body, status_of
+
+log = logging.getLogger("naiad.http")
+
+_JSON = (b"content-type", b"application/json")
+_OCTET = (b"content-type", b"application/octet-stream")
+_TEXT = (b"content-type", b"text/plain")
+
+
+@dataclass(slots=True)
+class _Call:
+    """What a handler needs from one HTTP request."""
+
+    method: str
+    segments: list[str]
+    headers: dict[bytes, bytes]
+    receive: Receive
+
+
+class HttpFrontend:
+    """ASGI app: ``HttpFrontend(dataplane, max_input_size)``."""
+
+    def __init__(self, dataplane: DataPlane, *, max_input_size: int = 64 * 1024 * 1024) -> None:
+        self.dataplane = dataplane
+        self.max_input_size = max_input_size
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await _lifespan(receive, send)
+            return
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        query = raw_path.find(b"?")
+        if query >= 0:
+            raw_path = raw_path[:query]
+        try:
+            segments = _segments(raw_path)
+        except InvalidArgumentError as exc:
+            await _send(send, 400, error_body(exc.message))
+            return
+        headers = dict(scope["headers"])
+        call = _Call(scope["method"], segments, headers, receive)
+        try:
+            status, body, extra = await self._route(call)
+        except InferenceServerError as exc:
+            status, body, extra = status_of(exc), error_body(exc.message), []
+        except Exception as exc:  # a bug must cost one request, never the server
+            log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
+            status, body, extra = 500, error_body(f"internal error: {type(exc).__name__}: {exc}"), []
+        await _send(send, status, body, extra, headers.get(b"accept-encoding"))
+
+    async def _route(self, call: _Call) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        s = call.segments
+        if not s or s[0] != "v2":
+            return _not_found()
+        n = len(s)
+        if n >= 3 and s[1] == "models":
+            if s[2] == "stats" and n == 3:
+                return _not_found()
+            name = s[2]
+            version = ""
+            rest = s[3:]
+            if len(rest) >= 2 and rest[0] == "versions":
+                version = rest[1]
+                if not version.isdigit():
+                    return _not_found()
+                rest = rest[2:]
+            action = rest[0] if rest else ""
+            if len(rest) > 1:
+                return _not_found()
+            handler = self._model_routes.get(action)
+            if handler is None:
+                return _not_found()
+            method, fn = handler
+            if call.method != method:
+                return _not_allowed()
+            return await fn(self, call, name, version)
+        if n == 1:
+            if call.method != "GET":
+                return _not_allowed()
+            return 200, orjson.dumps(self.dataplane.server_metadata()), [_JSON]
+        if n == 3 and s[1] == "health" and s[2] in ("live", "ready"):
+            if call.method != "GET":
+                return _not_allowed()
+            ok = self.dataplane.live() if s[2] == "live" else self.dataplane.ready()
+            return (200 if ok else 400), b"", [_TEXT]
+        if n >= 3 and s[1] == "repository":
+            if call.method != "POST":
+                return _not_allowed()
+            return await self._repository(call, s[2:])
+        return _not_found()
+
+    # ---- model endpoints -------------------------------------------------------------------------
+
+    async def _metadata(self, call: _Call, name: str, version: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        meta = self.dataplane.model_metadata(name, version)
+        document = {
+            "name": meta.name,
+            "versions": meta.versions,
+            "platform": meta.platform,
+            "inputs": [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in meta.inputs],
+            "outputs": [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in meta.outputs],
+        }
+        return 200, orjson.dumps(document), [_JSON]
+
+    async def _ready(self, call: _Call, name: str, version: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        if self.dataplane.model_ready(name, version):
+            return 200, b"", [_TEXT]
+        return 400, error_body("Model version not ready"), [_JSON]
+
+    async def _config(self, call: _Call, name: str, version: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        return 200, orjson.dumps(self.dataplane.model_config(name, version)), [_JSON]
+
+    async def _infer(self, call: _Call, name: str, version: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        headers = call.headers
+        length = headers.get(b"content-length")
+        try:
+            declared = int(length) if length is not None else None
+        except ValueError:
+            raise InvalidArgumentError("invalid Content-Length header") from None
+        body = await read_body(call.receive, declared, self.max_input_size)
+        encoding = headers.get(b"content-encoding")
+        if encoding is not None:
+            body = decompress(body, encoding.decode("latin-1"), self.max_input_size)
+        if self.dataplane.is_decoupled(name, version):
+            raise UnsupportedError("HTTP end point doesn't support models with decoupled transaction policy")
+        header_length = headers.get(b"inference-header-content-length")
+        header, binary = json_v2.split_body(
+            body, header_length.decode("latin-1") if header_length is not None else None
+        )
+        request, binary_output = json_v2.decode_request(header, binary, name, version)
+        response = await self.dataplane.infer(request)
+        document, chunks = json_v2.encode_response(response, request, binary_output)
+        if not chunks:
+            return 200, document, [_JSON]
+        return (
+            200,
+            b"".join([document, *chunks]),
+            [_OCTET, (b"inference-header-content-length", str(len(document)).encode())],
+        )
+
+    _model_routes: dict[str, tuple[str, Callable[..., Awaitable[tuple[int, bytes, list[tuple[bytes, bytes]]]]]]] = {
+        "": ("GET", _metadata),
+        "ready": ("GET", _ready),
+        "config": ("GET", _config),
+        "infer": ("POST", _infer),
+    }
+
+    # ---- repository extension --------------------------------------------------------------------
+
+    async def _repository(self, call: _Call, rest: list[str]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        if rest == ["index"]:
+            body = await read_body(call.receive, None, self.max_input_size)
+            ready_only = False
+            if body.strip():
+                try:
+                    document = orjson.loads(body)
+                except orjson.JSONDecodeError as exc:
+                    raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+                ready = document.get("ready", False) if isinstance(document, dict) else None
+                if not isinstance(ready, bool):
+                    raise InvalidArgumentError("Unable to parse 'ready': expected a boolean")
+                ready_only = ready
+            entries = []
+            for entry in self.dataplane.repository_index(ready_only):
+                item: dict[str, Any] = {"name": entry.name}
+                if entry.version:
+                    item["version"] = entry.version
+                if entry.state:
+                    item["state"] = entry.state
+                if entry.reason:
+                    item["reason"] = entry.reason
+                entries.append(item)
+            return 200, orjson.dumps(entries), [_JSON]
+        if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
+            raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
+        if len(rest) >= 2 and rest[0] not in ("models", "index"):
+            raise UnsupportedError("'repository_name' specification is not supported")
+        return _not_found()
+
+
+def _segments(raw_path: bytes) -> list[str]:
+    parts = raw_path.strip(b"/").split(b"/")
+    out: list[str] = []
+    for part in parts:
+        if b"%" in part:
+            part = unquote_to_bytes(part)
+        try:
+            out.append(part.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise InvalidArgumentError("the request path is not valid UTF-8") from None
+    return out
+
+
+def _not_found() -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    return 404, error_body("Not Found"), [_JSON]
+
+
+def _not_allowed() -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    return 405, error_body("Method Not Allowed"), [_JSON]
+
+
+async def _send(
+    send: Send,
+    status: int,
+    body: bytes,
+    extra: list[tuple[bytes, bytes]] | None = None,
+    accept_encoding: bytes | None = None,
+) -> None:
+    headers = list(extra) if extra else [_JSON]
+    if accept_encoding is not None and body:
+        body, encoding = compress(body, accept_encoding.decode("latin-1"))
+        if encoding is not None:
+            headers.append((b"content-encoding", encoding.encode()))
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

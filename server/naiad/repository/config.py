@@ -1,0 +1,250 @@
+"""``config.pbtxt``: parsing into Triton's ``ModelConfig`` message, normalization, JSON.
+
+The schema is Triton's own protobuf (``tritonclient.grpc.model_config_pb2``), so every field a Triton
+user writes parses exactly as Triton parses it.  Normalization fills the defaults Triton fills (platform
+from backend, version policy, instance groups, optimization), so ``/config`` shows what Triton shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format, text_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+from tritonclient.grpc import model_config_pb2 as mc
+
+from naiad.core import datatypes
+from naiad.core.errors import InvalidArgumentError
+from naiad.core.signature import ModelSignature, TensorSpec
+from naiad.repository.layout import CONFIG_FILE
+
+ModelConfig = mc.ModelConfig
+
+#: platform -> backend, for configs that name only a platform.
+PLATFORM_BACKEND = {
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "torch_aoti": "pytorch",
+    "tensorrt_plan": "tensorrt",
+}
+#: backend -> the platform Triton reports for it.
+BACKEND_PLATFORM = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "tensorrt": "tensorrt_plan"}
+#: backend -> default model file name (``default_model_filename``).
+DEFAULT_FILENAME = {
+    "onnxruntime": "model.onnx",
+    "pytorch": "model.pt",
+    "tensorrt": "model.plan",
+    "python": "model.py",
+}
+#: Discovery order when the config names neither backend nor platform (Triton's order).
+_DISCOVERY = [("model.plan", "tensorrt"), ("model.onnx", "onnxruntime"), ("model.pt", "pytorch"), ("model.py", "python")]
+
+_INT64_TYPES = {
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+}
+
+
+def parse_text(text: str, source: str = CONFIG_FILE) -> Any:
+    """Parse protobuf text format; errors name the file and Triton's parser position."""
+    try:
+        return text_format.Parse(text, ModelConfig())
+    except text_format.ParseError as exc:
+        raise InvalidArgumentError(f"failed to parse {source}: {exc}") from exc
+
+
+def parse_json(text: str | bytes) -> Any:
+    """Parse a ModelConfig JSON override (proto JSON: int64 as numbers or strings)."""
+    try:
+        return json_format.Parse(text, ModelConfig())
+    except json_format.ParseError as exc:
+        raise InvalidArgumentError(f"Invalid config override: {exc}") from exc
+
+
+def read_config(model_dir: Path) -> Any:
+    """The model's ``config.pbtxt`` if present, else an empty config (auto-complete may fill it)."""
+    path = model_dir / CONFIG_FILE
+    if not path.exists():
+        return ModelConfig()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgumentError(f"failed to read {path}: {exc}") from exc
+    return parse_text(text, str(path))
+
+
+def resolve_backend(config: Any, model_dir: Path, versions: list[int]) -> None:
+    """Fill ``backend`` (and ``platform``) from the config or, failing that, the model files."""
+    if config.platform == "ensemble":
+        return
+    if not config.backend and config.platform:
+        backend = PLATFORM_BACKEND.get(config.platform)
+        if backend is None:
+            raise InvalidArgumentError(f"unexpected platform type '{config.platform}' for {config.name}")
+        config.backend = backend
+    if not config.backend:
+        for version in reversed(versions):
+            for filename, backend in _DISCOVERY:
+                if (model_dir / str(version) / filename).exists():
+                    config.backend = backend
+                    break
+            if config.backend:
+                break
+    if not config.backend:
+        raise InvalidArgumentError(
+            f"unable to determine backend for model '{config.name}': set 'backend' or 'platform' "
+            "in config.pbtxt"
+        )
+    if not config.platform and config.backend in BACKEND_PLATFORM:
+        config.platform = BACKEND_PLATFORM[config.backend]
+
+
+def normalize(config: Any, name: str, gpu_count: int = 0) -> None:
+    """Fill Triton's defaults in place and check the fields every backend relies on."""
+    if config.name and config.name != name:
+        raise InvalidArgumentError(
+            f"model name in config.pbtxt '{config.name}' does not match the directory name '{name}'"
+        )
+    config.name = name
+    if config.max_batch_size < 0:
+        raise InvalidArgumentError(f"max_batch_size must be non-negative for model '{name}'")
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    elif config.version_policy.HasField("latest") and config.version_policy.latest.num_versions < 1:
+        raise InvalidArgumentError(f"version_policy latest num_versions must be >= 1 for '{name}'")
+    if not config.default_model_filename and config.backend in DEFAULT_FILENAME:
+        config.default_model_filename = DEFAULT_FILENAME[config.backend]
+    if not config.HasField("optimization"):
+        config.optimization.input_pinned_memory.enable = True
+        config.optimization.output_pinned_memory.enable = True
+    _normalize_io(config)
+    if config.platform != "ensemble":
+        _normalize_instance_groups(config, gpu_count)
+
+
+def _normalize_io(config: Any) -> None:
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        names: set[str] = set()
+        for tensor in tensors:
+            if not tensor.name:
+                raise InvalidArgumentError(f"model '{config.name}' has an {kind} with no name")
+            if tensor.name in names:
+                raise InvalidArgumentError(
+                    f"model '{config.name}' declares {kind} '{tensor.name}' more than once"
+                )
+            names.add(tensor.name)
+            if tensor.data_type == mc.TYPE_INVALID:
+                raise InvalidArgumentError(
+                    f"model '{config.name}' {kind} '{tensor.name}' has no data_type"
+                )
+            if any(d < -1 or d == 0 for d in tensor.dims) and not tensor.is_shape_tensor:
+                raise InvalidArgumentError(
+                    f"model '{config.name}' {kind} '{tensor.name}' has invalid dims "
+                    f"{list(tensor.dims)}: each must be -1 or positive"
+                )
+
+
+def _normalize_instance_groups(config: Any, gpu_count: int) -> None:
+    if not config.instance_group:
+        group = config.instance_group.add()
+        group.name = config.name
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.count < 1:
+            group.count = 1
+        if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
+            if gpu_count > 0 and all(g < gpu_count for g in group.gpus):
+                group.kind = mc.ModelInstanceGroup.KIND_GPU
+            else:
+                group.kind = mc.ModelInstanceGroup.KIND_CPU
+                del group.gpus[:]
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU:
+            if gpu_count == 0:
+                raise InvalidArgumentError(
+                    f"instance group {group.name} of model {config.name} has kind KIND_GPU but no "
+                    "GPUs are available"
+                )
+            for gpu in group.gpus:
+                if gpu < 0 or gpu >= gpu_count:
+                    raise InvalidArgumentError(
+                        f"instance group {group.name} of model {config.name} specifies invalid or "
+                        f"unsupported gpu id {gpu}. GPUs with at least the minimum required CUDA "
+                        "compute compatibility are: " + ", ".join(str(i) for i in range(gpu_count))
+                    )
+            if not group.gpus:
+                group.gpus.extend(range(gpu_count))
+
+
+def selected_versions(config: Any, available: list[int]) -> list[int]:
+    """The versions the version policy selects among those on disk, ascending."""
+    policy = config.version_policy
+    if policy.HasField("all"):
+        return list(available)
+    if policy.HasField("specific"):
+        wanted = set(policy.specific.versions)
+        return [v for v in available if v in wanted]
+    count = policy.latest.num_versions or 1
+    return available[-count:]
+
+
+def signature_of(config: Any) -> ModelSignature:
+    """The tensor signature the data plane checks requests against."""
+
+    def spec(tensor: Any, is_input: bool) -> TensorSpec:
+        reshape = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None
+        return TensorSpec(
+            name=tensor.name,
+            datatype=datatypes.config_to_protocol(mc.DataType.Name(tensor.data_type)),
+            dims=tuple(tensor.dims),
+            reshape=reshape,
+            optional=bool(tensor.optional) if is_input else False,
+            is_shape_tensor=tensor.is_shape_tensor,
+            allow_ragged_batch=bool(tensor.allow_ragged_batch) if is_input else False,
+            label_filename="" if is_input else tensor.label_filename,
+        )
+
+    return ModelSignature(
+        name=config.name,
+        max_batch_size=config.max_batch_size,
+        inputs=tuple(spec(t, True) for t in config.input),
+        outputs=tuple(spec(t, False) for t in config.output),
+    )
+
+
+def to_json(config: Message) -> dict[str, Any]:
+    """Triton's JSON rendering: proto field names, every field printed, int64 as numbers."""
+    raw = json_format.MessageToDict(
+        config,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    return _ints(raw, config.DESCRIPTOR)
+
+
+def _ints(value: dict[str, Any], descriptor: Descriptor) -> dict[str, Any]:
+    for key, item in value.items():
+        field = descriptor.fields_by_name.get(key)
+        if field is None:
+            continue
+        if field.message_type is not None:
+            if field.message_type.GetOptions().map_entry:
+                value_field = field.message_type.fields_by_name["value"]
+                if value_field.message_type is not None:
+                    for k in item:
+                        item[k] = _ints(item[k], value_field.message_type)
+                elif value_field.type in _INT64_TYPES:
+                    value[key] = {k: int(v) for k, v in item.items()}
+            elif isinstance(item, list):
+                value[key] = [_ints(v, field.message_type) for v in item]
+            elif isinstance(item, Mapping):
+                value[key] = _ints(dict(item), field.message_type)
+        elif field.type in _INT64_TYPES:
+            value[key] = [int(v) for v in item] if isinstance(item, list) else int(item)
+    return value

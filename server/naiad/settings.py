@@ -1,0 +1,76 @@
+"""Server settings: one typed, documented field per ``naiad serve`` flag.
+
+Every field mirrors a ``tritonserver`` flag of the same name (dashes for underscores) and default, so a
+Triton command line works unchanged.  The CLI parses flags into this object; nothing else reads argv or
+the environment.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ModelControlMode(enum.Enum):
+    NONE = "none"
+    POLL = "poll"
+    EXPLICIT = "explicit"
+
+
+@dataclass(slots=True)
+class ServerSettings:
+    model_repositories: list[Path] = field(default_factory=list)
+    """``--model-repository`` (alias ``--model-store``), repeatable: folders holding model folders."""
+
+    http_port: int = 8000
+    """``--http-port``: KServe v2 HTTP/REST."""
+
+    grpc_port: int = 8001
+    """``--grpc-port``: KServe v2 gRPC (``inference.GRPCInferenceService``)."""
+
+    metrics_port: int = 8002
+    """``--metrics-port``: Prometheus ``/metrics``."""
+
+    http_address: str = "0.0.0.0"
+    """``--http-address``: interface the HTTP frontend binds."""
+
+    grpc_address: str = "0.0.0.0"
+    """``--grpc-address``: interface the gRPC frontend binds."""
+
+    metrics_address: str = "0.0.0.0"
+    """``--metrics-address``: interface the metrics endpoint binds."""
+
+    allow_http: bool = True
+    """``--allow-http``: serve HTTP/REST at all."""
+
+    allow_grpc: bool = True
+    """``--allow-grpc``: serve gRPC at all."""
+
+    allow_metrics: bool = True
+    """``--allow-metrics``: serve Prometheus metrics at all."""
+
+    model_control_mode: ModelControlMode = ModelControlMode.NONE
+    """``--model-control-mode``: NONE loads everything at start and ignores later changes."""
+
+    load_models: list[str] = field(default_factory=list)
+    """``--load-model``, repeatable: models to load at start in EXPLICIT mode (``*`` for all)."""
+
+    strict_readiness: bool = True
+    """``--strict-readiness``: ready only while every model that should be loaded is READY; when
+    false, ready as soon as the server has started."""
+
+    exit_timeout_secs: int = 30
+    """``--exit-timeout-secs``: how long SIGTERM waits for in-flight requests before exiting."""
+
+    disable_auto_complete_config: bool = False
+    """``--disable-auto-complete-config``: take config.pbtxt as written; no filling from model files."""
+
+    log_verbose: int = 0
+    """``--log-verbose``: verbose logging level (0 = off)."""
+
+    http_max_input_size: int = 64 * 1024 * 1024
+    """``--http-max-input-size``: largest HTTP request body accepted, in bytes (Triton's 64 MiB)."""
+
+    model_load_thread_count: int = 4
+    """``--model-load-thread-count``: models loaded in parallel."""
