@@ -98,8 +98,12 @@ async def serve(settings: ServerSettings) -> int:
             stop.set()
     log.info(
         "serving HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
-        settings.http_address, settings.http_port, settings.grpc_address, settings.grpc_port,
-        settings.metrics_address, settings.metrics_port,
+        settings.http_address,
+        settings.http_port,
+        settings.grpc_address,
+        settings.grpc_port,
+        settings.metrics_address,
+        settings.metrics_port,
     )
     loader = asyncio.create_task(repository.load_all())
     waiter = asyncio.create_task(stop.wait())

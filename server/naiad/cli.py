@@ -56,8 +56,15 @@ def _positive(text: str) -> int:
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="serve a Triton model repository over HTTP and gRPC")
     d = ServerSettings()
-    p.add_argument("--model-repository", "--model-store", dest="model_repositories", action="append",
-                   required=True, metavar="PATH", help="model repository folder (repeatable)")
+    p.add_argument(
+        "--model-repository",
+        "--model-store",
+        dest="model_repositories",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="model repository folder (repeatable)",
+    )
     p.add_argument("--http-port", type=_port, default=d.http_port)
     p.add_argument("--grpc-port", type=_port, default=d.grpc_port)
     p.add_argument("--metrics-port", type=_port, default=d.metrics_port)
@@ -67,8 +74,12 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--allow-http", type=_bool, default=d.allow_http, metavar="BOOL")
     p.add_argument("--allow-grpc", type=_bool, default=d.allow_grpc, metavar="BOOL")
     p.add_argument("--allow-metrics", type=_bool, default=d.allow_metrics, metavar="BOOL")
-    p.add_argument("--model-control-mode", type=str.lower, default=d.model_control_mode.value,
-                   choices=[m.value for m in ModelControlMode])
+    p.add_argument(
+        "--model-control-mode",
+        type=str.lower,
+        default=d.model_control_mode.value,
+        choices=[m.value for m in ModelControlMode],
+    )
     p.add_argument("--load-model", dest="load_models", action="append", default=[], metavar="NAME")
     p.add_argument("--strict-readiness", type=_bool, default=d.strict_readiness, metavar="BOOL")
     p.add_argument("--exit-timeout-secs", type=_non_negative, default=d.exit_timeout_secs)
@@ -100,7 +111,9 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
             "(every model is loaded at start)"
         )
     if args.load_models:
-        parser.error("--load-model is only valid with --model-control-mode=explicit, which is not supported yet")
+        parser.error(
+            "--load-model is only valid with --model-control-mode=explicit, which is not supported yet"
+        )
     return ServerSettings(
         model_repositories=[Path(p) for p in args.model_repositories],
         http_port=args.http_port,

@@ -81,9 +81,7 @@ class DataPlane:
             versions=versions,
             platform=model.platform,
             inputs=[TensorMetadata(s.name, s.datatype, signature.full_shape(s)) for s in signature.inputs],
-            outputs=[
-                TensorMetadata(s.name, s.datatype, signature.full_shape(s)) for s in signature.outputs
-            ],
+            outputs=[TensorMetadata(s.name, s.datatype, signature.full_shape(s)) for s in signature.outputs],
         )
 
     def model_config(self, name: str, version: str) -> dict[str, Any]:
@@ -144,9 +142,7 @@ class DataPlane:
         return True
 
 
-def _select_outputs(
-    request: InferRequest, signature: ModelSignature, produced: list[Tensor]
-) -> list[Tensor]:
+def _select_outputs(request: InferRequest, signature: ModelSignature, produced: list[Tensor]) -> list[Tensor]:
     """The outputs the client asked for, in the order it asked (config order when it named none)."""
     by_name = {t.name: t for t in produced}
     if request.outputs is None:

@@ -47,9 +47,7 @@ def deserialize(buffer: bytes | memoryview, count: int, name: str) -> np.ndarray
     offset = 0
     for i in range(count):
         if offset + 4 > size:
-            raise InvalidArgumentError(
-                f"incomplete string length for input '{name}' at element {i}"
-            )
+            raise InvalidArgumentError(f"incomplete string length for input '{name}' at element {i}")
         (length,) = _LEN.unpack_from(view, offset)
         offset += 4
         end = offset + length
@@ -62,8 +60,7 @@ def deserialize(buffer: bytes | memoryview, count: int, name: str) -> np.ndarray
         offset = end
     if offset != size:
         raise InvalidArgumentError(
-            f"unexpected trailing {size - offset} bytes after {count} string elements "
-            f"for input '{name}'"
+            f"unexpected trailing {size - offset} bytes after {count} string elements for input '{name}'"
         )
     return out
 

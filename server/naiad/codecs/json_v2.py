@@ -132,10 +132,14 @@ def _reserved_parameter(request: InferRequest, key: str, value: Any) -> bool:
             raise InvalidArgumentError(f"Unable to parse '{key}': expected a boolean")
         setattr(request, key, value)
     elif key == "sequence_id":
-        if isinstance(value, bool) or not isinstance(value, (int, str)) or (
-            isinstance(value, int) and not 0 <= value < 2**64
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, str))
+            or (isinstance(value, int) and not 0 <= value < 2**64)
         ):
-            raise InvalidArgumentError("Unable to parse 'sequence_id': expected an unsigned integer or a string")
+            raise InvalidArgumentError(
+                "Unable to parse 'sequence_id': expected an unsigned integer or a string"
+            )
         request.sequence_id = value
     elif key == "priority":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
@@ -146,7 +150,9 @@ def _reserved_parameter(request: InferRequest, key: str, value: Any) -> bool:
             raise InvalidArgumentError("Unable to parse 'timeout': expected an unsigned integer")
         request.timeout_us = value
     elif key == "headers":
-        raise InvalidArgumentError("parameter 'headers' is reserved for Triton usage and should not be specified.")
+        raise InvalidArgumentError(
+            "parameter 'headers' is reserved for Triton usage and should not be specified."
+        )
     return False
 
 
@@ -155,7 +161,9 @@ def _output_parameters(name: str, params: dict[str, Any]) -> Parameters:
     for key, value in params.items():
         if key == "binary_data":
             if not isinstance(value, bool):
-                raise InvalidArgumentError(f"Unable to parse 'binary_data' of output '{name}': expected a boolean")
+                raise InvalidArgumentError(
+                    f"Unable to parse 'binary_data' of output '{name}': expected a boolean"
+                )
         elif key == "classification":
             raise UnsupportedError("the classification extension is not supported by this server yet")
         elif key.startswith("shared_memory_"):
@@ -214,10 +222,14 @@ def _decode_input(item: Any, binary: memoryview, offset: int, model_name: str) -
             )
         array = _from_binary(binary[offset:end], datatype, shape, count, name)
         return Tensor(name, datatype, array, tensor_params), end
-    return Tensor(name, datatype, _from_json(item["data"], datatype, shape, count, name), tensor_params), offset
+    return Tensor(
+        name, datatype, _from_json(item["data"], datatype, shape, count, name), tensor_params
+    ), offset
 
 
-def _from_binary(chunk: memoryview, datatype: str, shape: tuple[int, ...], count: int, name: str) -> np.ndarray[Any, Any]:
+def _from_binary(
+    chunk: memoryview, datatype: str, shape: tuple[int, ...], count: int, name: str
+) -> np.ndarray[Any, Any]:
     if datatype == "BYTES":
         return bytes_tensor.deserialize(chunk, count, name).reshape(shape)
     expected = count * datatypes.ELEMENT_SIZE[datatype]
@@ -234,7 +246,9 @@ def _shape_mismatch() -> InvalidArgumentError:
     return InvalidArgumentError("Unable to parse 'data': Shape does not match true shape of 'data' field")
 
 
-def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, name: str) -> np.ndarray[Any, Any]:
+def _from_json(
+    data: Any, datatype: str, shape: tuple[int, ...], count: int, name: str
+) -> np.ndarray[Any, Any]:
     if datatype in ("FP16", "BF16"):
         raise InvalidArgumentError(
             f"receiving {datatype} data via JSON is not supported. Please use the binary data format "
@@ -263,7 +277,12 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
             raise InvalidArgumentError(f"Unable to parse 'data' of input '{name}': expected booleans")
     elif target.kind in _INT_KINDS:
         if kind not in _INT_KINDS and count:
-            raise InvalidArgumentError(f"Unable to parse 'data' of input '{name}': expected integers")
+            # numpy types integers past int64 as float64 (losing digits) or object: re-read them exactly
+            try:
+                exact = np.asarray(data, dtype=np.object_)
+            except ValueError:
+                raise _shape_mismatch() from None
+            return _big_integers(exact, target, name).reshape(shape)
         if count:
             info = np.iinfo(target)
             if int(raw.min()) < info.min or int(raw.max()) > info.max:
@@ -273,6 +292,20 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
     elif kind not in "iuf" and count:
         raise InvalidArgumentError(f"Unable to parse 'data' of input '{name}': expected numbers")
     return raw.astype(target, copy=False).reshape(shape)
+
+
+def _big_integers(raw: np.ndarray[Any, Any], target: np.dtype[Any], name: str) -> np.ndarray[Any, Any]:
+    """Integers numpy could not type by itself (beyond int64, e.g. UINT64 maxima), checked one by one."""
+    info = np.iinfo(target)
+    flat = raw.reshape(-1)
+    for value in flat:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgumentError(f"Unable to parse 'data' of input '{name}': expected integers")
+        if not info.min <= value <= info.max:
+            raise InvalidArgumentError(
+                f"Unable to parse 'data' of input '{name}': a value is out of range for {target.name.upper()}"
+            )
+    return np.array(flat.tolist(), dtype=target)
 
 
 def _flatten_strings(data: list[Any], out: list[Any], limit: int) -> None:
@@ -298,7 +331,11 @@ def encode_response(
     outputs: list[dict[str, Any]] = []
     for tensor in response.outputs:
         as_binary = wanted.get(tensor.name, {}).get("binary_data", binary_output)
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.data.shape)}
+        entry: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "shape": list(tensor.data.shape),
+        }
         params = dict(tensor.parameters)
         if as_binary:
             raw = _to_bytes(tensor)
@@ -344,8 +381,7 @@ def _to_json_data(tensor: Tensor) -> Any:
             ]
         except UnicodeDecodeError:
             raise InvalidArgumentError(
-                f"output '{tensor.name}' holds bytes that are not UTF-8 text: request it with "
-                "binary_data"
+                f"output '{tensor.name}' holds bytes that are not UTF-8 text: request it with binary_data"
             ) from None
     if not flat.flags.c_contiguous:
         flat = np.ascontiguousarray(flat)

@@ -1,16 +1,17 @@
 """Tensor datatypes: protocol names ("FP32"), config enums ("TYPE_FP32") and numpy dtypes.
 
 The core is numpy-native, so every protocol datatype has exactly one numpy representation.  BYTES is a
-numpy ``object_`` array of ``bytes`` (never ``np.bytes_``, which drops trailing NULs).  BF16 has no numpy
-dtype; it travels as raw 2-byte words in a ``uint16`` array so that it can pass through the server
-untouched (only binary transports carry it, as in Triton).
+numpy ``object_`` array of ``bytes`` (never ``np.bytes_``, which drops trailing NULs).  BF16 uses
+``ml_dtypes.bfloat16``, the type tritonclient itself uses for it (only binary transports carry it, as in
+Triton).
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
-#: Protocol datatype -> numpy dtype.  BF16 rides as uint16 words.
+#: Protocol datatype -> numpy dtype.
 NUMPY_DTYPE: dict[str, np.dtype[np.generic]] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
@@ -25,7 +26,7 @@ NUMPY_DTYPE: dict[str, np.dtype[np.generic]] = {
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
     "BYTES": np.dtype(np.object_),
-    "BF16": np.dtype(np.uint16),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
 }
 
 #: Little-endian wire dtypes (the binary protocols are little-endian whatever the host).
@@ -43,9 +44,7 @@ CONFIG_TYPE["BYTES"] = "TYPE_STRING"
 #: ``ModelConfig`` DataType enum name -> protocol datatype.
 PROTOCOL_TYPE: dict[str, str] = {v: k for k, v in CONFIG_TYPE.items()}
 
-_FROM_NUMPY: dict[np.dtype[np.generic], str] = {
-    v: k for k, v in NUMPY_DTYPE.items() if k not in ("BF16",)
-}
+_FROM_NUMPY: dict[np.dtype[np.generic], str] = {v: k for k, v in NUMPY_DTYPE.items()}
 
 
 def is_valid(datatype: str) -> bool:

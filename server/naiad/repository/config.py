@@ -7,15 +7,14 @@ from backend, version policy, instance groups, optimization), so ``/config`` sho
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format, text_format
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2 as mc
 
+from naiad.codecs.model_config_json import config_to_dict
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.signature import ModelSignature, TensorSpec
@@ -31,7 +30,11 @@ PLATFORM_BACKEND = {
     "tensorrt_plan": "tensorrt",
 }
 #: backend -> the platform Triton reports for it.
-BACKEND_PLATFORM = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "tensorrt": "tensorrt_plan"}
+BACKEND_PLATFORM = {
+    "onnxruntime": "onnxruntime_onnx",
+    "pytorch": "pytorch_libtorch",
+    "tensorrt": "tensorrt_plan",
+}
 #: backend -> default model file name (``default_model_filename``).
 DEFAULT_FILENAME = {
     "onnxruntime": "model.onnx",
@@ -40,15 +43,12 @@ DEFAULT_FILENAME = {
     "python": "model.py",
 }
 #: Discovery order when the config names neither backend nor platform (Triton's order).
-_DISCOVERY = [("model.plan", "tensorrt"), ("model.onnx", "onnxruntime"), ("model.pt", "pytorch"), ("model.py", "python")]
-
-_INT64_TYPES = {
-    FieldDescriptor.TYPE_INT64,
-    FieldDescriptor.TYPE_UINT64,
-    FieldDescriptor.TYPE_SINT64,
-    FieldDescriptor.TYPE_FIXED64,
-    FieldDescriptor.TYPE_SFIXED64,
-}
+_DISCOVERY = [
+    ("model.plan", "tensorrt"),
+    ("model.onnx", "onnxruntime"),
+    ("model.pt", "pytorch"),
+    ("model.py", "python"),
+]
 
 
 def parse_text(text: str, source: str = CONFIG_FILE) -> Any:
@@ -140,9 +140,7 @@ def _normalize_io(config: Any) -> None:
                 )
             names.add(tensor.name)
             if tensor.data_type == mc.TYPE_INVALID:
-                raise InvalidArgumentError(
-                    f"model '{config.name}' {kind} '{tensor.name}' has no data_type"
-                )
+                raise InvalidArgumentError(f"model '{config.name}' {kind} '{tensor.name}' has no data_type")
             if any(d < -1 or d == 0 for d in tensor.dims) and not tensor.is_shape_tensor:
                 raise InvalidArgumentError(
                     f"model '{config.name}' {kind} '{tensor.name}' has invalid dims "
@@ -220,31 +218,4 @@ def signature_of(config: Any) -> ModelSignature:
 
 def to_json(config: Message) -> dict[str, Any]:
     """Triton's JSON rendering: proto field names, every field printed, int64 as numbers."""
-    raw = json_format.MessageToDict(
-        config,
-        preserving_proto_field_name=True,
-        always_print_fields_with_no_presence=True,
-    )
-    return _ints(raw, config.DESCRIPTOR)
-
-
-def _ints(value: dict[str, Any], descriptor: Descriptor) -> dict[str, Any]:
-    for key, item in value.items():
-        field = descriptor.fields_by_name.get(key)
-        if field is None:
-            continue
-        if field.message_type is not None:
-            if field.message_type.GetOptions().map_entry:
-                value_field = field.message_type.fields_by_name["value"]
-                if value_field.message_type is not None:
-                    for k in item:
-                        item[k] = _ints(item[k], value_field.message_type)
-                elif value_field.type in _INT64_TYPES:
-                    value[key] = {k: int(v) for k, v in item.items()}
-            elif isinstance(item, list):
-                value[key] = [_ints(v, field.message_type) for v in item]
-            elif isinstance(item, Mapping):
-                value[key] = _ints(dict(item), field.message_type)
-        elif field.type in _INT64_TYPES:
-            value[key] = [int(v) for v in item] if isinstance(item, list) else int(item)
-    return value
+    return config_to_dict(config)

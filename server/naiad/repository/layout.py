@@ -16,14 +16,7 @@ CONFIG_FILE = "config.pbtxt"
 
 def check_model_name(name: str) -> str:
     """Reject names that could escape the repository (``..``, ``/``, NUL) or are empty."""
-    if (
-        not name
-        or name in (".", "..")
-        or "/" in name
-        or "\\" in name
-        or "\x00" in name
-        or len(name) > 255
-    ):
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name or len(name) > 255:
         raise InvalidArgumentError(f"invalid model name '{name}'")
     return name
 
@@ -54,9 +47,7 @@ def scan_repositories(roots: list[Path]) -> dict[str, ModelLocation]:
             if previous is None:
                 found[entry.name] = ModelLocation(entry.name, entry)
             else:
-                found[entry.name] = ModelLocation(
-                    entry.name, previous.path, previous.duplicates + (entry,)
-                )
+                found[entry.name] = ModelLocation(entry.name, previous.path, (*previous.duplicates, entry))
     return found
 
 

@@ -163,8 +163,7 @@ class ModelRepository:
             if location.duplicates:
                 others = ", ".join(str(p) for p in location.duplicates)
                 raise UnavailableError(
-                    f"model '{location.name}' appears in more than one repository: "
-                    f"{location.path}, {others}"
+                    f"model '{location.name}' appears in more than one repository: {location.path}, {others}"
                 )
             config = cfg.read_config(location.path)
             versions = available_versions(location.path)

@@ -115,7 +115,9 @@ class HttpFrontend:
 
     # ---- model endpoints -------------------------------------------------------------------------
 
-    async def _metadata(self, call: _Call, name: str, version: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    async def _metadata(
+        self, call: _Call, name: str, version: str
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         meta = self.dataplane.model_metadata(name, version)
         document = {
             "name": meta.name,
@@ -126,15 +128,21 @@ class HttpFrontend:
         }
         return 200, orjson.dumps(document), [_JSON]
 
-    async def _ready(self, call: _Call, name: str, version: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    async def _ready(
+        self, call: _Call, name: str, version: str
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         if self.dataplane.model_ready(name, version):
             return 200, b"", [_TEXT]
         return 400, error_body("Model version not ready"), [_JSON]
 
-    async def _config(self, call: _Call, name: str, version: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    async def _config(
+        self, call: _Call, name: str, version: str
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         return 200, orjson.dumps(self.dataplane.model_config(name, version)), [_JSON]
 
-    async def _infer(self, call: _Call, name: str, version: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    async def _infer(
+        self, call: _Call, name: str, version: str
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         headers = call.headers
         length = headers.get(b"content-length")
         try:
@@ -162,7 +170,9 @@ class HttpFrontend:
             [_OCTET, (b"inference-header-content-length", str(len(document)).encode())],
         )
 
-    _model_routes: dict[str, tuple[str, Callable[..., Awaitable[tuple[int, bytes, list[tuple[bytes, bytes]]]]]]] = {
+    _model_routes: dict[
+        str, tuple[str, Callable[..., Awaitable[tuple[int, bytes, list[tuple[bytes, bytes]]]]]]
+    ] = {
         "": ("GET", _metadata),
         "ready": ("GET", _ready),
         "config": ("GET", _config),

@@ -1,0 +1,60 @@
+"""The ``onnxruntime`` backend object the registry hands out: auto-complete and instance creation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from naiad.backends.base import InstanceContext, ModelInstance
+from naiad.backends.onnxruntime import autocomplete, session
+from naiad.backends.onnxruntime.bindings import bind_inputs, bind_outputs
+from naiad.backends.onnxruntime.instance import OnnxRuntimeInstance
+from naiad.backends.onnxruntime.tensors import model_tensors
+
+
+class OnnxRuntimeBackend:
+    """Serves ``.onnx`` models with ONNX Runtime, one ``InferenceSession`` per instance.
+
+    ``default_max_batch_size`` is Triton's ``--backend-config=onnxruntime,default-max-batch-size``:
+    the ``max_batch_size`` auto-complete gives a model that can batch but whose config says none.
+    """
+
+    name = "onnxruntime"
+
+    def __init__(self, default_max_batch_size: int = autocomplete.DEFAULT_MAX_BATCH_SIZE) -> None:
+        self.default_max_batch_size = default_max_batch_size
+
+    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+        """Fill names, datatypes, dims, ``max_batch_size`` and batching from the highest version."""
+        model_name = config.name or model_dir.name
+        if not autocomplete.needs_model(config) or version_dir is None:
+            autocomplete.fill_platform(config)
+            return
+        filename = config.default_model_filename or session.MODEL_FILENAME
+        path = session.resolve_model_path(version_dir / filename, model_name)
+        reader = session.metadata_session(path, model_name)
+        autocomplete.complete(
+            config,
+            model_tensors(reader.get_inputs()),
+            model_tensors(reader.get_outputs()),
+            model_name,
+            self.default_max_batch_size,
+        )
+
+    def create_instance(self, context: InstanceContext) -> ModelInstance:
+        """Open the session on the instance's device and check the config against the model."""
+        config = context.config
+        path = session.resolve_model_path(context.model_file, context.model_name)
+        loaded = session.open_session(
+            path,
+            session.session_options(config),
+            session.providers(config, context.kind, context.device_id),
+            context.model_name,
+        )
+        inputs = bind_inputs(
+            config,
+            model_tensors(loaded.get_inputs()),
+            model_tensors(loaded.get_overridable_initializers()),
+        )
+        outputs = bind_outputs(config, model_tensors(loaded.get_outputs()))
+        return OnnxRuntimeInstance(context, loaded, session.run_options(config), inputs, outputs)

@@ -1,0 +1,191 @@
+"""How each configured tensor maps onto a tensor of the ONNX model, checked when an instance loads.
+
+A config that disagrees with its model must fail at load with a message naming the tensor, not at
+the first request with an ORT error; the checks and their wording are Triton's onnxruntime backend's
+(``ValidateInputs``/``ValidateOutputs``).  What survives the checks is a :class:`Binding` per tensor,
+which tells ``execute`` the shape the model wants for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from naiad.backends.onnxruntime.tensors import ModelTensor
+from naiad.core import datatypes
+from naiad.core.errors import InternalError, InvalidArgumentError, UnsupportedError
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """One tensor as clients see it (``dims``) and, when different, as the model sees it.
+
+    ``model_dims`` is the config ``reshape``, or ``()`` for a model scalar configured as ``[1]``;
+    ``None`` means the model takes ``dims`` as they are.  A ``ragged`` input is fed flattened.
+    """
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    model_dims: tuple[int, ...] | None = None
+    ragged: bool = False
+
+
+def _shape(dims: tuple[int, ...] | list[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _datatype(data_type: int) -> str:
+    return datatypes.config_to_protocol(mc.DataType.Name(data_type))
+
+
+class _Checker:
+    """The load-time checks for one model; holds what every message needs."""
+
+    def __init__(self, config: Any) -> None:
+        self.name: str = config.name
+        self.max_batch_size: int = config.max_batch_size
+
+    def fail(self, detail: str) -> InvalidArgumentError:
+        return InvalidArgumentError(f"unable to load model '{self.name}', {detail}")
+
+    def check_type(self, kind: str, io_name: str, datatype: str, tensor: ModelTensor) -> None:
+        if tensor.datatype != datatype:
+            raise self.fail(
+                f"configuration expects datatype {datatypes.CONFIG_TYPE[datatype]} for {kind} "
+                f"'{io_name}', model provides {tensor.config_type}"
+            )
+
+    def model_dims(self, tensor: ModelTensor, dims: tuple[int, ...]) -> tuple[int, ...] | None:
+        """Check config ``dims`` (or reshape) against the model; return the scalar reshape if any."""
+        shape = tensor.shape
+        batching = self.max_batch_size > 0
+        if batching and not tensor.can_batch():
+            raise self.fail(
+                "model configuration supports batching but first dimension of tensor "
+                f"'{tensor.name}' expected by framework is not a variable-size batch dimension: "
+                f"{_shape(shape)} whereas model configuration shape is: {_shape(dims)}"
+            )
+        debatched = shape[1:] if batching else shape
+        if not debatched and dims and all(d == 1 for d in dims):
+            return ()
+        if not debatched and not batching:
+            raise self.fail(
+                f"scalar tensor '{tensor.name}', should only provide 1 in the model configuration "
+                "when the model doesn't support batching. Model configuration provided: "
+                f"{_shape(dims)}."
+            )
+        if len(debatched) != len(dims) or any(m not in (-1, d) for m, d in zip(debatched, dims, strict=True)):
+            raise self.fail(
+                f"tensor '{tensor.name}' shape expected by framework {_shape(debatched)} doesn't "
+                f"match model configuration shape {_shape(dims)}"
+            )
+        return None
+
+    def bind(self, kind: str, io: Any, tensor: ModelTensor, ragged: bool = False) -> Binding:
+        datatype = _datatype(io.data_type)
+        self.check_type(kind, io.name, datatype, tensor)
+        dims = tuple(io.dims)
+        reshape = tuple(io.reshape.shape) if io.HasField("reshape") else None
+        if ragged:
+            if tensor.shape != (-1,):
+                raise self.fail(
+                    "configuration expects model provides input with shape [-1]  for ragged input "
+                    f"'{io.name}', model provides {_shape(tensor.shape)}"
+                )
+            return Binding(io.name, datatype, dims, ragged=True)
+        scalar = self.model_dims(tensor, reshape if reshape is not None else dims)
+        return Binding(io.name, datatype, dims, reshape if reshape is not None else scalar)
+
+    def bind_control(self, name: str, datatype: str, tensor: ModelTensor | None) -> Binding:
+        if tensor is None:
+            raise InternalError(
+                f"configuration specified sequence control '{name}', but model does not provide that input"
+            )
+        debatched = tensor.shape[1:] if self.max_batch_size > 0 else tensor.shape
+        if debatched != (1,):
+            raise self.fail(
+                f"sequence control '{name}' in model has dims {_shape(debatched)} but dims [1] is expected"
+            )
+        if tensor.datatype != datatype:
+            raise self.fail(
+                f"sequence control '{name}', the model expects data-type {tensor.ort_type} but the "
+                f"model configuration specifies data-type {datatypes.CONFIG_TYPE[datatype]}"
+            )
+        return Binding(name, datatype, (1,))
+
+
+def _control_datatype(control: Any) -> str:
+    if control.int32_false_true:
+        return "INT32"
+    if control.fp32_false_true:
+        return "FP32"
+    if control.bool_false_true:
+        return "BOOL"
+    return _datatype(control.data_type)
+
+
+def _missing(kind: str, name: str, allowed: dict[str, ModelTensor]) -> InvalidArgumentError:
+    names = ", ".join(sorted(allowed))
+    return InvalidArgumentError(f"unexpected inference {kind} '{name}', allowed {kind}s are: {names}")
+
+
+def bind_inputs(
+    config: Any, inputs: dict[str, ModelTensor], initializers: dict[str, ModelTensor]
+) -> dict[str, Binding]:
+    """Bindings for the config's inputs, sequence controls and states; the checks Triton makes."""
+    checker = _Checker(config)
+    if config.batch_input:
+        raise UnsupportedError(
+            f"unable to load model '{config.name}': batch_input is not supported by this server yet"
+        )
+    sequence = config.sequence_batching
+    controls = [(c.name, _control_datatype(k)) for c in sequence.control_input for k in c.control]
+    expected = sum(not io.optional for io in config.input) + len(controls) + len(sequence.state)
+    if len(inputs) != expected:
+        raise checker.fail(f"configuration expects {expected} inputs, model provides {len(inputs)}")
+    allowed = {**inputs, **initializers}
+    bindings: dict[str, Binding] = {}
+    for io in config.input:
+        if io.optional and config.max_batch_size != 0:
+            raise checker.fail(
+                f"optional input '{io.name}' is not supported for models that support batching"
+            )
+        tensor = allowed.get(io.name)
+        if tensor is None:
+            raise _missing("input", io.name, allowed)
+        bindings[io.name] = checker.bind("input", io, tensor, ragged=io.allow_ragged_batch)
+    for name, datatype in controls:
+        bindings[name] = checker.bind_control(name, datatype, allowed.get(name))
+    for state in sequence.state:
+        tensor = allowed.get(state.input_name)
+        if tensor is None:
+            raise _missing("input", state.input_name, allowed)
+        bindings[state.input_name] = _state_binding(checker, "input", state.input_name, state, tensor)
+    return bindings
+
+
+def bind_outputs(config: Any, outputs: dict[str, ModelTensor]) -> dict[str, Binding]:
+    """Bindings for the config's outputs and sequence state outputs."""
+    checker = _Checker(config)
+    bindings: dict[str, Binding] = {}
+    for io in config.output:
+        tensor = outputs.get(io.name)
+        if tensor is None:
+            raise _missing("output", io.name, outputs)
+        bindings[io.name] = checker.bind("output", io, tensor)
+    for state in config.sequence_batching.state:
+        tensor = outputs.get(state.output_name)
+        if tensor is None:
+            raise _missing("output", state.output_name, outputs)
+        bindings[state.output_name] = _state_binding(checker, "output", state.output_name, state, tensor)
+    return bindings
+
+
+def _state_binding(checker: _Checker, kind: str, name: str, state: Any, tensor: ModelTensor) -> Binding:
+    datatype = _datatype(state.data_type)
+    checker.check_type(kind, name, datatype, tensor)
+    dims = tuple(state.dims)
+    return Binding(name, datatype, dims, checker.model_dims(tensor, dims))

@@ -1,0 +1,103 @@
+"""The ``python`` backend: Triton Python-backend ``model.py`` files, run unchanged, in process.
+
+Triton gives every instance its own stub process; here an instance is a :class:`ModelHost` (the
+model's private module and object) driven by the instance's own thread.  This module is the server
+side of that pair: it turns server requests into ``pb_utils`` requests and the model's responses back
+into server results, so the host can later move into a worker process unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+
+from naiad.backends.base import ExecuteResult, InstanceContext
+from naiad.backends.python.host import ModelHost, auto_complete_config, describe
+from naiad.backends.python.request import ReceivedRequest
+from naiad.backends.python.response import to_results
+from naiad.codecs.model_config_json import config_to_dict
+from naiad.core.errors import InternalError, InvalidArgumentError
+from naiad.core.request import InferRequest
+
+DEFAULT_MODEL_FILE = "model.py"
+
+
+def initialize_args(context: InstanceContext) -> dict[str, str]:
+    """The seven string arguments Triton passes to ``initialize`` (``model_repository`` is the
+    model's own folder, as in Triton)."""
+    return {
+        "model_config": json.dumps(config_to_dict(context.config)),
+        "model_instance_kind": context.kind,
+        "model_instance_name": context.instance_name,
+        "model_instance_device_id": str(context.device_id),
+        "model_repository": str(context.model_dir),
+        "model_version": str(context.model_version),
+        "model_name": context.model_name,
+    }
+
+
+class PythonModelInstance:
+    """One loaded instance; ``execute`` is called only from the instance's own thread."""
+
+    __slots__ = ("_host", "_instance_name", "_model_name", "_model_version", "_outputs")
+
+    def __init__(self, context: InstanceContext) -> None:
+        self._model_name = context.model_name
+        self._model_version = str(context.model_version)
+        self._instance_name = context.instance_name
+        self._outputs = tuple(spec.name for spec in context.signature.outputs)
+        self._host = ModelHost(context.model_file, context.model_name, initialize_args(context))
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
+        outputs = self._outputs
+        try:
+            returned = self._host.execute([ReceivedRequest(request, outputs) for request in requests])
+        except Exception as exc:
+            message = (
+                f"Failed to process the request(s) for model instance '{self._instance_name}', "
+                f"message: {describe(exc)}"
+            )
+            return [InternalError(message) for _ in requests]
+        return to_results(returned, requests, self._model_name, self._model_version)
+
+    def close(self) -> None:
+        self._host.close()
+
+
+class PythonBackend:
+    """Completes configs with ``auto_complete_config`` and creates in-process instances."""
+
+    name = "python"
+
+    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+        """Let ``TritonPythonModel.auto_complete_config`` fill the config, as Triton does.
+
+        The model sees the config as Triton renders it, with its name filled in (the repository may
+        not have normalized it yet), and what it returns replaces the config.
+        """
+        if version_dir is None:
+            return
+        model_file = version_dir / (config.default_model_filename or DEFAULT_MODEL_FILE)
+        if not model_file.is_file():
+            return
+        model_name = config.name or model_dir.name
+        current = config_to_dict(config)
+        current["name"] = model_name
+        completed = auto_complete_config(model_file, model_name, json.dumps(current))
+        if completed is None:
+            return
+        replacement = type(config)()
+        try:
+            json_format.Parse(completed, replacement)
+        except json_format.ParseError as exc:
+            raise InvalidArgumentError(
+                f"auto_complete_config of model '{model_name}' produced an invalid configuration: {exc}"
+            ) from exc
+        config.CopyFrom(replacement)
+
+    def create_instance(self, context: InstanceContext) -> PythonModelInstance:
+        return PythonModelInstance(context)

@@ -1,0 +1,180 @@
+"""Hosting one ``TritonPythonModel``: import, ``initialize``, ``execute``, ``finalize``, auto-complete.
+
+This is the part that runs user code, and it speaks only ``pb_utils`` types and strings (the
+``args`` dict, config JSON), never the server's request types: the same code can then run inside a
+worker process, with the server-side translation on the other end of a pipe.
+
+Any entry point may be ``async def``.  Coroutines run on an event loop owned by the host, created the
+first time one is needed and driven by the thread that calls in (an instance's own thread), so async
+models pay no per-call loop start-up and sync models pay nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Coroutine
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from naiad.backends.python import pb_utils
+from naiad.backends.python.loader import (
+    forget_module,
+    import_model_file,
+    model_folder_importable,
+    unique_module_name,
+)
+from naiad.core.errors import InternalError, InvalidArgumentError
+
+log = logging.getLogger(__name__)
+
+MODEL_CLASS = "TritonPythonModel"
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message``, how Triton shows a Python exception to clients."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _model_class(module: ModuleType, model_name: str, model_file: Path) -> type:
+    cls = getattr(module, MODEL_CLASS, None)
+    if not isinstance(cls, type):
+        raise InvalidArgumentError(
+            f"failed to load model '{model_name}': {model_file} defines no class {MODEL_CLASS}"
+        )
+    return cls
+
+
+class ModelHost:
+    """One model object, the private module it came from, and its event loop."""
+
+    __slots__ = ("_execute", "_loop", "_model", "_model_name", "_module_name")
+
+    def __init__(self, model_file: Path, model_name: str, args: dict[str, str]) -> None:
+        """Import ``model_file`` and call ``initialize(args)``; raise InferenceServerError on failure."""
+        self._model_name = model_name
+        self._module_name = unique_module_name(model_name)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        try:
+            with model_folder_importable(model_file.parent, keep=self._module_name):
+                try:
+                    module = import_model_file(model_file, self._module_name)
+                except Exception as exc:
+                    log.exception("importing %s failed", model_file)
+                    raise InternalError(
+                        f"failed to load model '{model_name}': importing {model_file} raised "
+                        f"{describe(exc)}"
+                    ) from exc
+                cls = _model_class(module, model_name, model_file)
+                execute = getattr(cls, "execute", None)
+                if not callable(execute):
+                    raise InvalidArgumentError(
+                        f"failed to load model '{model_name}': {MODEL_CLASS} in {model_file} has no "
+                        "execute() method"
+                    )
+                self._model = self._call(f"{MODEL_CLASS}()", cls)
+                initialize = getattr(self._model, "initialize", None)
+                if initialize is not None:
+                    self._call("initialize()", initialize, args)
+        except BaseException:
+            self._close_loop()
+            forget_module(self._module_name)
+            raise
+        self._execute = self._model.execute
+
+    def _call(self, what: str, function: Any, *args: Any) -> Any:
+        try:
+            result = function(*args)
+            if inspect.iscoroutine(result):
+                result = self.run(result)
+            return result
+        except Exception as exc:
+            log.exception("%s of model '%s' failed", what, self._model_name)
+            raise InternalError(
+                f"failed to load model '{self._model_name}': {what} raised {describe(exc)}"
+            ) from exc
+
+    def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coroutine`` to completion on this host's loop."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.new_event_loop()
+        return loop.run_until_complete(coroutine)
+
+    def execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
+        """Whatever the model's ``execute`` returned (awaited if it is a coroutine); may raise."""
+        result = self._execute(requests)
+        if type(result) is not list and inspect.iscoroutine(result):
+            result = self.run(result)
+        return result
+
+    def close(self) -> None:
+        """Call ``finalize()`` (errors are logged, not raised), close the loop, forget the module.
+
+        Closing twice does nothing the second time.
+        """
+        model, self._model = self._model, None
+        finalize = getattr(model, "finalize", None)
+        if finalize is not None:
+            try:
+                result = finalize()
+                if inspect.iscoroutine(result):
+                    self.run(result)
+            except Exception:
+                log.exception("finalize() of model '%s' failed", self._model_name)
+        self._close_loop()
+        forget_module(self._module_name)
+
+    def _close_loop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+def auto_complete_config(model_file: Path, model_name: str, config_json: str) -> str | None:
+    """Run the model's ``auto_complete_config`` on ``config_json``; the completed JSON, or None.
+
+    None means the model has no ``auto_complete_config``.  The module is imported under a throwaway
+    name and forgotten afterwards, like Triton's throwaway stub process.
+    """
+    module_name = unique_module_name(model_name)
+    try:
+        with model_folder_importable(model_file.parent, keep=module_name):
+            try:
+                module = import_model_file(model_file, module_name)
+            except Exception as exc:
+                raise InvalidArgumentError(
+                    f"failed to auto-complete the configuration of model '{model_name}': importing "
+                    f"{model_file} raised {describe(exc)}"
+                ) from exc
+            complete = getattr(_model_class(module, model_name, model_file), "auto_complete_config", None)
+            if complete is None:
+                return None
+            try:
+                completed = complete(pb_utils.ModelConfig(config_json))
+            except Exception as exc:
+                raise InvalidArgumentError(
+                    f"failed to auto-complete the configuration of model '{model_name}': "
+                    f"auto_complete_config raised {describe(exc)}"
+                ) from exc
+            if not isinstance(completed, pb_utils.ModelConfig):
+                raise InvalidArgumentError(
+                    f"failed to auto-complete the configuration of model '{model_name}': "
+                    f"auto_complete_config must return the ModelConfig it was given, not "
+                    f"{type(completed).__name__}"
+                )
+            return json.dumps(completed.as_dict())
+    finally:
+        forget_module(module_name)

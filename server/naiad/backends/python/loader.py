@@ -1,0 +1,93 @@
+"""Importing a model's ``model.py`` as Triton does, but without one process per instance.
+
+Triton runs every instance in its own interpreter, with the version folder appended to ``sys.path``.
+Here all instances share one interpreter, so each import of ``model.py`` gets a module name of its own
+(module globals are never shared between instances), and the version folder is importable only while
+the model loads (import and ``initialize``): modules imported from it are then taken out of
+``sys.modules`` again, so that two models that each ship a ``helper.py`` get their own, and nothing of
+one model is visible to another.  The one difference a model can notice: a sibling module first
+imported inside ``execute`` (rather than at module level or in ``initialize``) is not found.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+from naiad.backends.python import pb_utils
+
+#: The name models import; Triton provides it from its backend folder.
+PB_UTILS_MODULE = "triton_python_backend_utils"
+
+# ``sys.path`` and ``sys.modules`` are process-wide: loads that change them must not interleave.
+_load_lock = threading.RLock()
+_serial = itertools.count(1)
+
+
+def unique_module_name(model_name: str) -> str:
+    """A fresh module name that still says which model it is (it shows in tracebacks)."""
+    return f"_naiad_model_{re.sub(r'[^0-9A-Za-z_]', '_', model_name)}_{next(_serial)}"
+
+
+def _is_under(module: ModuleType, folder: str) -> bool:
+    locations = [getattr(module, "__file__", None), *list(getattr(module, "__path__", None) or ())]
+    for location in locations:
+        if isinstance(location, str) and os.path.realpath(location).startswith(folder):
+            return True
+    return False
+
+
+@contextmanager
+def model_folder_importable(version_dir: Path, keep: str) -> Iterator[None]:
+    """Let code run in the block import modules that sit next to ``model.py``.
+
+    Afterwards every module loaded from the folder, except ``keep`` (the model module itself), is
+    dropped from ``sys.modules``; the model keeps the references it took.
+    """
+    entry = str(version_dir)
+    folder = os.path.realpath(version_dir) + os.sep
+    with _load_lock:
+        before = set(sys.modules)
+        sys.path.append(entry)
+        try:
+            yield
+        finally:
+            if entry in sys.path:  # the last copy is the one appended above
+                del sys.path[len(sys.path) - 1 - sys.path[::-1].index(entry)]
+            for name in set(sys.modules) - before:
+                module = sys.modules.get(name)
+                if name != keep and module is not None and _is_under(module, folder):
+                    del sys.modules[name]
+
+
+def import_model_file(model_file: Path, module_name: str) -> ModuleType:
+    """Execute ``model_file`` as a new module registered as ``module_name``.
+
+    The module is registered before it runs, as ``import`` does, because ``dataclasses``, ``pickle``
+    and ``typing`` look classes up in ``sys.modules`` by their ``__module__``.
+    """
+    sys.modules[PB_UTILS_MODULE] = pb_utils
+    spec = importlib.util.spec_from_file_location(module_name, model_file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {model_file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
+
+
+def forget_module(module_name: str) -> None:
+    """Drop a model module from ``sys.modules`` (on unload, or after a throwaway import)."""
+    sys.modules.pop(module_name, None)

@@ -1,0 +1,59 @@
+"""The request a Python model's ``execute`` receives, as a thin view of the server's request.
+
+One is built per request on the hot path, so it holds a reference to the core request and derives
+everything on demand: no tensor is copied and input wrappers are made only when the model asks.
+"""
+
+from __future__ import annotations
+
+import json
+
+from naiad.backends.python import pb_utils
+from naiad.core.request import InferRequest
+
+
+class ReceivedRequest(pb_utils.InferenceRequest):
+    """``pb_utils.InferenceRequest`` over a core :class:`InferRequest`."""
+
+    __slots__ = ("_all_outputs", "_core", "_tensors")
+
+    def __init__(self, core: InferRequest, all_outputs: tuple[str, ...]) -> None:
+        # The base class's fields stay unset: every accessor below reads ``core`` instead.
+        self._core = core
+        self._all_outputs = all_outputs
+        self._tensors: list[pb_utils.Tensor] | None = None
+
+    def inputs(self) -> list[pb_utils.Tensor]:
+        tensors = self._tensors
+        if tensors is None:
+            wrap = pb_utils.Tensor._wrap
+            tensors = self._tensors = [wrap(t.name, t.datatype, t.data) for t in self._core.inputs]
+        return tensors
+
+    def request_id(self) -> str:
+        return self._core.id
+
+    def correlation_id(self) -> int | str:
+        return self._core.sequence_id
+
+    def requested_output_names(self) -> list[str]:
+        """The outputs the client asked for; every configured output when it named none."""
+        outputs = self._core.outputs
+        if outputs is None:
+            return list(self._all_outputs)
+        return [output.name for output in outputs]
+
+    def flags(self) -> int:
+        core = self._core
+        return (pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if core.sequence_start else 0) | (
+            pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if core.sequence_end else 0
+        )
+
+    def timeout(self) -> int:
+        return self._core.timeout_us
+
+    def parameters(self) -> str:
+        return json.dumps(self._core.parameters)
+
+    def model_name(self) -> str:
+        return self._core.model_name

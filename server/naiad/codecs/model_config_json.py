@@ -1,0 +1,56 @@
+"""``ModelConfig`` as Triton renders it in JSON: proto field names, every field printed, int64 as numbers.
+
+The same rendering is read by clients (``/v2/models/{m}/config``) and by Python models
+(``args["model_config"]``, ``auto_complete_config``'s ``as_dict()``), so both must come from one place.
+protobuf's own JSON writes 64-bit integers as strings; Triton writes numbers, and model code does
+arithmetic on ``dims`` and ``max_batch_size``, so every int64 field is turned back into an ``int``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+
+_INT64_TYPES = {
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+}
+
+
+def config_to_dict(config: Message) -> dict[str, Any]:
+    """Triton's JSON rendering of ``config`` as a dict (ready for ``json.dumps``)."""
+    raw = json_format.MessageToDict(
+        config,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    return _ints(raw, config.DESCRIPTOR)
+
+
+def _ints(value: dict[str, Any], descriptor: Descriptor) -> dict[str, Any]:
+    for key, item in value.items():
+        field = descriptor.fields_by_name.get(key)
+        if field is None:
+            continue
+        if field.message_type is not None:
+            if field.message_type.GetOptions().map_entry:
+                value_field = field.message_type.fields_by_name["value"]
+                if value_field.message_type is not None:
+                    for k in item:
+                        item[k] = _ints(item[k], value_field.message_type)
+                elif value_field.type in _INT64_TYPES:
+                    value[key] = {k: int(v) for k, v in item.items()}
+            elif isinstance(item, list):
+                value[key] = [_ints(v, field.message_type) for v in item]
+            elif isinstance(item, Mapping):
+                value[key] = _ints(dict(item), field.message_type)
+        elif field.type in _INT64_TYPES:
+            value[key] = [int(v) for v in item] if isinstance(item, list) else int(item)
+    return value

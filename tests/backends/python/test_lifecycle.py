@@ -1,0 +1,288 @@
+"""Loading, isolating and unloading Python models: initialize args, module privacy, finalize, failures."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+from naiad.backends.python.backend import PythonBackend, PythonModelInstance
+from naiad.core.errors import InferenceServerError
+from naiad.core.request import InferResponse
+
+from tests.backends.python.models import LoadInstance, instance_context, request, write_model
+
+FP32_IO = """
+    backend: "python"
+    input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
+    output [{ name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] }]
+"""
+
+# A model that answers every request with one BYTES element: the JSON of what it wants to report.
+REPORTING_MODEL = """
+    import json
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+    {prelude}
+
+    class TritonPythonModel:
+        {body}
+
+        def execute(self, requests):
+            return [
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUTPUT0", np.array([json.dumps(self.report()).encode()], dtype=object))]
+                )
+                for _ in requests
+            ]
+"""
+
+
+def reporting_model(root: Path, name: str, body: str, prelude: str = "", **files: str) -> Path:
+    indented = textwrap.dedent(body).strip().replace("\n", "\n        ")
+    model_py = REPORTING_MODEL.format(prelude=prelude, body=indented)
+    return write_model(root, name, model_py, FP32_IO, files)
+
+
+def report(instance: PythonModelInstance, count: int = 1) -> list[object]:
+    results = instance.execute([request("m", INPUT0=[1, 2, 3, 4]) for _ in range(count)])
+    reports = []
+    for result in results:
+        assert isinstance(result, InferResponse), result
+        reports.append(json.loads(result.outputs[0].data[0]))
+    return reports
+
+
+def test_initialize_receives_tritons_seven_string_arguments(tmp_path: Path, instances: LoadInstance) -> None:
+    model_dir = reporting_model(
+        tmp_path,
+        "recorder",
+        """
+        def initialize(self, args):
+            self.args = args
+
+        def report(self):
+            return self.args
+        """,
+    )
+    (args,) = report(instances(model_dir, index=2))
+    assert isinstance(args, dict)
+    assert set(args) == {
+        "model_config",
+        "model_instance_kind",
+        "model_instance_name",
+        "model_instance_device_id",
+        "model_repository",
+        "model_version",
+        "model_name",
+    }
+    assert all(isinstance(value, str) for value in args.values())
+    assert args["model_instance_kind"] == "CPU"
+    assert args["model_instance_name"] == "recorder_2"
+    assert args["model_instance_device_id"] == "0"
+    assert args["model_repository"] == str(model_dir)
+    assert args["model_version"] == "1"
+    assert args["model_name"] == "recorder"
+    config = json.loads(args["model_config"])
+    assert config["name"] == "recorder"
+    assert config["backend"] == "python"
+    assert config["max_batch_size"] == 0
+    assert config["input"][0]["name"] == "INPUT0"
+    assert config["input"][0]["data_type"] == "TYPE_FP32"
+    assert config["input"][0]["dims"] == [4]
+    assert config["output"][0]["data_type"] == "TYPE_STRING"
+    assert config["instance_group"][0]["kind"] == "KIND_CPU"
+
+
+def test_two_instances_of_one_model_do_not_share_module_globals(
+    tmp_path: Path, instances: LoadInstance
+) -> None:
+    model_dir = reporting_model(
+        tmp_path,
+        "counter",
+        """
+        def report(self):
+            global CALLS
+            CALLS += 1
+            return CALLS
+        """,
+        prelude="CALLS = 0",
+    )
+    first, second = instances(model_dir, 0), instances(model_dir, 1)
+    assert report(first, 3) == [1, 2, 3]
+    assert report(second, 2) == [1, 2]
+    assert report(first) == [4]
+
+
+def test_modules_next_to_model_py_are_importable_and_private_to_their_model(
+    tmp_path: Path, instances: LoadInstance
+) -> None:
+    body = """
+        def report(self):
+            return VALUE
+    """
+    prelude = "from helper import VALUE"
+    one = reporting_model(tmp_path, "one", body, prelude, **{"helper.py": "VALUE = 1"})
+    two = reporting_model(tmp_path, "two", body, prelude, **{"helper.py": "VALUE = 2"})
+    path_before = list(sys.path)
+    assert report(instances(one)) == [1]
+    assert report(instances(two)) == [2]
+    assert sys.path == path_before
+    assert "helper" not in sys.modules
+
+
+def test_close_calls_finalize_once(tmp_path: Path) -> None:
+    model_dir = reporting_model(
+        tmp_path,
+        "finalizing",
+        """
+        def initialize(self, args):
+            self.marker = args["model_repository"] + "/finalized"
+
+        def finalize(self):
+            with open(self.marker, "a") as f:
+                f.write("x")
+
+        def report(self):
+            return 0
+        """,
+    )
+    instance = PythonBackend().create_instance(instance_context(model_dir))
+    assert not (model_dir / "finalized").exists()
+    instance.close()
+    instance.close()
+    assert (model_dir / "finalized").read_text() == "x"
+
+
+def test_a_failing_finalize_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model_dir = reporting_model(
+        tmp_path,
+        "bad_finalize",
+        """
+        def finalize(self):
+            raise RuntimeError("cleanup went wrong")
+
+        def report(self):
+            return 0
+        """,
+    )
+    instance = PythonBackend().create_instance(instance_context(model_dir))
+    instance.close()
+    assert "cleanup went wrong" in caplog.text
+
+
+def test_async_execute_runs_on_one_loop_per_instance_from_the_instance_thread(
+    tmp_path: Path, instances: LoadInstance
+) -> None:
+    model_dir = write_model(
+        tmp_path,
+        "async_model",
+        """
+        import asyncio
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            async def initialize(self, args):
+                await asyncio.sleep(0)
+
+            async def execute(self, requests):
+                await asyncio.sleep(0)
+                loop = id(asyncio.get_running_loop())
+                return [
+                    pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array([loop], dtype=np.int64))])
+                    for _ in requests
+                ]
+        """,
+        """
+        backend: "python"
+        input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
+        output [{ name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 1 ] }]
+        """,
+    )
+    instance = instances(model_dir)
+    loops: list[int] = []
+
+    def serve() -> None:
+        for _ in range(3):
+            for result in instance.execute([request("m", INPUT0=[1, 2, 3, 4]) for _ in range(2)]):
+                assert isinstance(result, InferResponse)
+                assert result.outputs[0].datatype == "INT64"
+                loops.append(int(result.outputs[0].data[0]))
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    thread.join()
+    assert len(loops) == 6
+    assert len(set(loops)) == 1
+
+
+@pytest.mark.parametrize(
+    ("model_py", "expected"),
+    [
+        ("class TritonPythonModel:\n    def execute(self, requests)\n        return []\n", "SyntaxError"),
+        ("import not_a_module_anywhere\n", "ModuleNotFoundError: No module named 'not_a_module_anywhere'"),
+        ("class SomethingElse:\n    pass\n", "defines no class TritonPythonModel"),
+        ("class TritonPythonModel:\n    pass\n", "has no execute() method"),
+        (
+            "class TritonPythonModel:\n"
+            "    def initialize(self, args):\n"
+            "        raise ValueError('weights missing')\n"
+            "    def execute(self, requests):\n"
+            "        return []\n",
+            "initialize() raised ValueError: weights missing",
+        ),
+    ],
+    ids=["syntax-error", "import-error", "no-class", "no-execute", "initialize-raises"],
+)
+def test_a_model_that_cannot_load_fails_with_a_reason_naming_it(
+    tmp_path: Path, model_py: str, expected: str
+) -> None:
+    model_dir = write_model(tmp_path, "broken", "class TritonPythonModel:\n    pass\n", FP32_IO)
+    context = instance_context(model_dir)
+    (model_dir / "1" / "model.py").write_text(model_py)
+    with pytest.raises(InferenceServerError) as caught:
+        PythonBackend().create_instance(context)
+    assert "model 'broken'" in caught.value.message
+    assert expected in caught.value.message
+    assert not any(name.startswith("_naiad_model_broken") for name in sys.modules)
+
+
+def test_a_model_py_that_cannot_import_fails_auto_complete_naming_it(tmp_path: Path) -> None:
+    model_dir = write_model(tmp_path, "broken", "def oops(:\n", FP32_IO)
+    with pytest.raises(InferenceServerError) as caught:
+        instance_context(model_dir)
+    assert "model 'broken'" in caught.value.message
+    assert "SyntaxError" in caught.value.message
+
+
+def test_execute_sees_the_request_buffers_without_copies(tmp_path: Path, instances: LoadInstance) -> None:
+    model_dir = write_model(
+        tmp_path,
+        "views",
+        """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                responses = []
+                for request in requests:
+                    array = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+                    seen = [array.ctypes.data, int(array.flags.writeable)]
+                    responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array(seen))]))
+                return responses
+        """,
+        """
+        backend: "python"
+        input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
+        output [{ name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 2 ] }]
+        """,
+    )
+    inputs = request("m", INPUT0=[1, 2, 3, 4])
+    (result,) = instances(model_dir).execute([inputs])
+    assert isinstance(result, InferResponse)
+    assert result.outputs[0].data.tolist() == [inputs.inputs[0].data.ctypes.data, 0]

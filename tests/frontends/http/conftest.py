@@ -1,0 +1,117 @@
+"""A server over a repository built for the HTTP tests: example models plus purpose-made ones."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.http import RawClient
+from tests.support.models import write_identity, write_model
+from tests.support.server import ServerProcess
+
+DTYPES = [
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BYTES",
+    "BF16",
+]
+
+PARAMS_ECHO_PY = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = json.dumps(json.loads(request.parameters()), sort_keys=True)
+            names = ",".join(request.requested_output_names())
+            out = pb_utils.Tensor("PARAMS", np.array([text.encode(), names.encode(), request.request_id().encode()], dtype=object))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return responses
+"""
+
+FAILING_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            if x[0] < 0:
+                raise RuntimeError("negative input is not allowed")
+            if x[0] == 0:
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("zero is invalid", pb_utils.TritonError.INVALID_ARG)))
+                continue
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", x)]))
+        return responses
+"""
+
+
+def _dtype_name(dtype: str) -> str:
+    return "TYPE_STRING" if dtype == "BYTES" else f"TYPE_{dtype}"
+
+
+@pytest.fixture(scope="package")
+def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository: Path) -> Path:
+    repo = tmp_path_factory.mktemp("http-repo")
+    for name in ("add_sub", "simple_identity", "simple"):
+        if (example_repository / name).exists():
+            shutil.copytree(example_repository / name, repo / name)
+    for dtype in DTYPES:
+        write_identity(repo, f"identity_{dtype.lower()}", _dtype_name(dtype))
+    write_identity(repo, "batched_identity", "TYPE_INT32", max_batch_size=4)
+    write_model(
+        repo,
+        "params_echo",
+        """
+        backend: "python"
+        input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 3 ] },
+                 { name: "OTHER" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        """,
+        PARAMS_ECHO_PY,
+    )
+    write_model(
+        repo,
+        "failing",
+        """
+        backend: "python"
+        input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        """,
+        FAILING_PY,
+    )
+    return repo
+
+
+@pytest.fixture(scope="package")
+def server(http_repository: Path) -> Iterator[ServerProcess]:
+    with ServerProcess([http_repository]) as process:
+        yield process
+
+
+@pytest.fixture
+def raw(server: ServerProcess) -> Iterator[RawClient]:
+    client = RawClient(server.http_url)
+    yield client
+    client.close()

@@ -1,0 +1,68 @@
+"""Every datatype round-trips through an identity model, in binary and (where allowed) JSON."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.frontends.http.conftest import DTYPES
+from tests.support.server import ServerProcess
+
+
+def _sample(dtype: str) -> np.ndarray:
+    if dtype == "BOOL":
+        return np.array([True, False, True])
+    if dtype == "BYTES":
+        return np.array([b"a", b"\x00b", b"ccc"], dtype=np.object_)
+    if dtype in ("FP16", "FP32", "FP64"):
+        return np.array(
+            [1.5, -2.25, 3.0], dtype={"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}[dtype]
+        )
+    if dtype == "BF16":
+        return np.array([1.5, -2.25, 3.0], dtype=ml_dtypes.bfloat16)
+    np_dtype = np.dtype(dtype.lower().replace("uint", "uint").replace("int", "int"))
+    info = np.iinfo(np_dtype)
+    return np.array([info.min, 0, info.max], dtype=np_dtype)
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(server.http_url)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_binary_round_trip(client: httpclient.InferenceServerClient, dtype: str) -> None:
+    data = _sample(dtype)
+    inp = httpclient.InferInput("INPUT0", [3], dtype)
+    inp.set_data_from_numpy(data, binary_data=True)
+    result = client.infer(
+        f"identity_{dtype.lower()}", [inp], outputs=[httpclient.InferRequestedOutput("OUTPUT0")]
+    )
+    assert result.get_output("OUTPUT0")["datatype"] == dtype
+    got = result.as_numpy("OUTPUT0")
+    assert got.tolist() == data.tolist()
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d not in ("FP16", "BF16")])
+def test_json_round_trip(client: httpclient.InferenceServerClient, dtype: str) -> None:
+    data = _sample(dtype)
+    inp = httpclient.InferInput("INPUT0", [3], dtype)
+    inp.set_data_from_numpy(data, binary_data=False)
+    out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)
+    result = client.infer(f"identity_{dtype.lower()}", [inp], outputs=[out])
+    expected = [b.decode() for b in data.tolist()] if dtype == "BYTES" else data.tolist()
+    assert result.as_numpy("OUTPUT0").tolist() == expected
+
+
+@pytest.mark.parametrize("dtype", ["FP16", "BF16"])
+def test_half_precision_in_json_is_rejected(client: httpclient.InferenceServerClient, dtype: str) -> None:
+    inp = httpclient.InferInput("INPUT0", [3], dtype)
+    inp.set_data_from_numpy(_sample(dtype), binary_data=True)
+    out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)
+    with pytest.raises(InferenceServerException) as info:
+        client.infer(f"identity_{dtype.lower()}", [inp], outputs=[out])
+    assert f"sending {dtype} data via JSON is not supported" in str(info.value)
+    assert info.value.status() == "400"

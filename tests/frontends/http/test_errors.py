@@ -1,0 +1,222 @@
+"""Bad input gets a 4xx with Triton's ``{"error": ...}`` body, and the server keeps serving."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+
+import pytest
+
+from tests.support.http import RawClient
+
+GOOD = {
+    "inputs": [
+        {"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]},
+        {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": [1, 1, 1, 1]},
+    ]
+}
+URL = "/v2/models/add_sub/infer"
+
+
+def _with(index: int, **changes: object) -> dict[str, object]:
+    body = json.loads(json.dumps(GOOD))
+    body["inputs"][index].update(changes)
+    return body
+
+
+def _binary_body(header: dict[str, object], payload: bytes) -> tuple[bytes, dict[str, str]]:
+    text = json.dumps(header).encode()
+    return text + payload, {"Inference-Header-Content-Length": str(len(text))}
+
+
+CASES = [
+    (
+        "shape",
+        _with(0, shape=[3], data=[1, 2, 3]),
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [4], got [3]. ",
+    ),
+    (
+        "dtype",
+        _with(0, datatype="INT32"),
+        "[request id: <id_unknown>] inference input 'INPUT0' data-type is 'INT32', but model 'add_sub' expects 'FP32'",
+    ),
+    (
+        "missing",
+        {"inputs": GOOD["inputs"][:1]},
+        "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'add_sub'. Got input(s) ['INPUT0'], "
+        "but missing required input(s) ['INPUT1']. Please provide all required input(s).",
+    ),
+    ("unknown input", _with(1, name="INPUTX"), "unexpected inference input 'INPUTX' for model 'add_sub'"),
+    (
+        "duplicate",
+        _with(1, name="INPUT0"),
+        "[request id: <id_unknown>] input 'INPUT0' already exists in request",
+    ),
+    (
+        "unknown output",
+        dict(GOOD, outputs=[{"name": "NOPE"}]),
+        "unexpected inference output 'NOPE' for model 'add_sub'",
+    ),
+    (
+        "data vs shape",
+        _with(0, data=[1, 2, 3]),
+        "Unable to parse 'data': Shape does not match true shape of 'data' field",
+    ),
+    (
+        "no data",
+        {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4]}, GOOD["inputs"][1]]},
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+        "'shared_memory_region' in 'parameters'. But no field is set",
+    ),
+    (
+        "fp16 json",
+        _with(0, datatype="FP16"),
+        "receiving FP16 data via JSON is not supported. Please use the binary data format for input INPUT0",
+    ),
+    ("bad datatype", _with(0, datatype="FOO"), "invalid datatype for input INPUT0"),
+    ("string in numbers", _with(0, data=[1, 2, "x", 4]), None),
+    ("negative dim", _with(0, shape=[-4]), None),
+    ("huge shape", _with(0, shape=[4_000_000_000_000, 4_000_000_000]), None),
+    ("overflowing shape", _with(0, shape=[2**62, 2**62, 2**62]), None),
+    ("id not string", dict(GOOD, id=5), None),
+    ("inputs not list", {"inputs": {"INPUT0": 1}}, None),
+    ("ragged data", _with(0, data=[[1, 2], [3]]), None),
+]
+
+
+@pytest.mark.parametrize(("label", "body", "message"), CASES, ids=[c[0] for c in CASES])
+def test_bad_json_request(raw: RawClient, label: str, body: dict[str, object], message: str | None) -> None:
+    response = raw.post_json(URL, body)
+    assert response.status == 400, response.body
+    if message is not None:
+        assert response.error == message
+    assert raw.post_json(URL, GOOD).status == 200
+
+
+@pytest.mark.parametrize("body", [b"notjson", b"[1,2,3]", b"{", b"\xff\xfe", b""])
+def test_malformed_body(raw: RawClient, body: bytes) -> None:
+    response = raw.request("POST", URL, body)
+    assert response.status == 400
+    assert response.error
+
+
+def _binary_request(
+    size_declared: int, payload: bytes, dtype: str = "FP32", shape: list[int] | None = None
+) -> tuple[bytes, dict[str, str]]:
+    header = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "datatype": dtype,
+                "shape": shape or [4],
+                "parameters": {"binary_data_size": size_declared},
+            },
+            {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": [1, 1, 1, 1]},
+        ]
+    }
+    return _binary_body(header, payload)
+
+
+def test_lying_binary_data_size(raw: RawClient) -> None:
+    body, headers = _binary_request(1 << 40, bytes(16))
+    response = raw.request("POST", URL, body, headers)
+    assert response.status == 400
+    assert (
+        response.error
+        == "unexpected size for input 'INPUT0', expecting 1099511627776 additional bytes for model 'add_sub'"
+    )
+
+
+def test_truncated_binary_section(raw: RawClient) -> None:
+    body, headers = _binary_request(16, bytes(10))
+    response = raw.request("POST", URL, body, headers)
+    assert response.status == 400
+    assert "expecting 16 additional bytes" in response.error
+
+
+def test_binary_size_not_matching_shape(raw: RawClient) -> None:
+    body, headers = _binary_request(12, bytes(12))
+    response = raw.request("POST", URL, body, headers)
+    assert response.status == 400
+    assert "input byte size mismatch for input 'INPUT0'" in response.error
+
+
+def test_trailing_binary_bytes(raw: RawClient) -> None:
+    body, headers = _binary_request(16, bytes(20))
+    assert raw.request("POST", URL, body, headers).status == 400
+
+
+def test_header_length_out_of_range(raw: RawClient) -> None:
+    for value in ("9999", "-1", "abc"):
+        response = raw.request("POST", URL, b"{}", {"Inference-Header-Content-Length": value})
+        assert response.status == 400, value
+        assert response.error
+
+
+def test_bytes_length_prefix_past_the_end(raw: RawClient) -> None:
+    payload = struct.pack("<I", 1000) + b"abc"
+    header = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "datatype": "BYTES",
+                "shape": [1, 1],
+                "parameters": {"binary_data_size": len(payload)},
+            }
+        ]
+    }
+    body, headers = _binary_body(header, payload)
+    response = raw.request("POST", "/v2/models/simple_identity/infer", body, headers)
+    assert response.status == 400
+    assert "declares 1000 bytes but only 3 remain" in response.error
+
+
+def test_bytes_count_larger_than_payload_allows(raw: RawClient) -> None:
+    payload = struct.pack("<I", 1) + b"a"
+    header = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "datatype": "BYTES",
+                "shape": [1, 2**40],
+                "parameters": {"binary_data_size": len(payload)},
+            }
+        ]
+    }
+    body, headers = _binary_body(header, payload)
+    response = raw.request("POST", "/v2/models/simple_identity/infer", body, headers)
+    assert response.status == 400
+    assert "unexpected number of string elements" in response.error
+
+
+@pytest.mark.parametrize("name", ["..", "%2E%2E", "a%2Fb", "x%00y", "%2F..%2Fetc"])
+def test_path_tricks_in_model_names(raw: RawClient, name: str) -> None:
+    response = raw.request("GET", f"/v2/models/{name}")
+    assert response.status in (400, 404)
+    assert response.error
+    response = raw.post_json(f"/v2/models/{name}/infer", GOOD)
+    assert response.status in (400, 404)
+
+
+def test_unsupported_content_encoding(raw: RawClient) -> None:
+    response = raw.request("POST", URL, b"xx", {"Content-Encoding": "br"})
+    assert (response.status, response.error) == (501, "Unsupported compression type")
+
+
+def test_corrupt_gzip(raw: RawClient) -> None:
+    response = raw.request("POST", URL, b"\x1f\x8bnot gzip", {"Content-Encoding": "gzip"})
+    assert response.status == 400
+
+
+def test_gzip_bomb_is_bounded(raw: RawClient) -> None:
+    bomb = gzip.compress(b"\x00" * (80 * 1024 * 1024))
+    response = raw.request("POST", URL, bomb, {"Content-Encoding": "gzip"})
+    assert response.status == 400
+    assert "exceeds the maximum allowed value" in response.error
+    assert raw.post_json(URL, GOOD).status == 200
+
+
+def test_unknown_model_infer(raw: RawClient) -> None:
+    response = raw.post_json("/v2/models/nope/infer", GOOD)
+    assert (response.status, response.error) == (404, "Request for unknown model: 'nope' is not found")

@@ -1,0 +1,174 @@
+"""Inference through tritonclient.http in binary (its default) and JSON modes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support.http import RawClient
+from tests.support.server import ServerProcess
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(server.http_url)
+
+
+def _add_sub_inputs(binary: bool) -> list[httpclient.InferInput]:
+    a = np.array([1.5, 2.0, 3.0, 4.0], dtype=np.float32)
+    b = np.array([0.5, 1.0, 1.0, 1.0], dtype=np.float32)
+    inputs = [httpclient.InferInput("INPUT0", [4], "FP32"), httpclient.InferInput("INPUT1", [4], "FP32")]
+    inputs[0].set_data_from_numpy(a, binary_data=binary)
+    inputs[1].set_data_from_numpy(b, binary_data=binary)
+    return inputs
+
+
+@pytest.mark.parametrize("binary_in", [True, False])
+@pytest.mark.parametrize("binary_out", [True, False])
+def test_add_sub(client: httpclient.InferenceServerClient, binary_in: bool, binary_out: bool) -> None:
+    outputs = [
+        httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary_out),
+        httpclient.InferRequestedOutput("OUTPUT1", binary_data=binary_out),
+    ]
+    result = client.infer("add_sub", _add_sub_inputs(binary_in), outputs=outputs, request_id="req-7")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [2.0, 3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), [1.0, 1.0, 2.0, 3.0])
+    response = result.get_response()
+    assert response["id"] == "req-7"
+    assert response["model_name"] == "add_sub"
+    assert response["model_version"] == "1"
+
+
+def test_no_outputs_requested_returns_all(client: httpclient.InferenceServerClient) -> None:
+    result = client.infer("add_sub", _add_sub_inputs(True))
+    assert [o["name"] for o in result.get_response()["outputs"]] == ["OUTPUT0", "OUTPUT1"]
+
+
+def test_requested_output_subset_and_order(client: httpclient.InferenceServerClient) -> None:
+    outputs = [httpclient.InferRequestedOutput("OUTPUT1", binary_data=False)]
+    result = client.infer("add_sub", _add_sub_inputs(False), outputs=outputs, model_version="1")
+    assert [o["name"] for o in result.get_response()["outputs"]] == ["OUTPUT1"]
+    assert result.as_numpy("OUTPUT0") is None
+
+
+def test_json_nested_and_flat_data(raw: RawClient) -> None:
+    body = {
+        "id": "nested",
+        "inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [[1, 2], [3, 4]]},
+            {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": [1, 1, 1, 1]},
+        ],
+    }
+    response = raw.post_json("/v2/models/add_sub/infer", body)
+    assert response.status == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {
+        "id": "nested",
+        "model_name": "add_sub",
+        "model_version": "1",
+        "outputs": [
+            {"name": "OUTPUT0", "datatype": "FP32", "shape": [4], "data": [2.0, 3.0, 4.0, 5.0]},
+            {"name": "OUTPUT1", "datatype": "FP32", "shape": [4], "data": [0.0, 1.0, 2.0, 3.0]},
+        ],
+    }
+
+
+def test_binary_response_layout(raw: RawClient) -> None:
+    body = {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]},
+            {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": [1, 1, 1, 1]},
+        ],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+    }
+    response = raw.post_json("/v2/models/add_sub/infer", body)
+    assert response.status == 200
+    assert response.headers["content-type"] == "application/octet-stream"
+    header_length = int(response.headers["inference-header-content-length"])
+    header = json.loads(response.body[:header_length])
+    assert header["outputs"][0]["parameters"] == {"binary_data_size": 16}
+    np.testing.assert_array_equal(np.frombuffer(response.body[header_length:], "<f4"), [2, 3, 4, 5])
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_bytes_identity_is_nul_safe(client: httpclient.InferenceServerClient, binary: bool) -> None:
+    data = np.array([[b"he\x00llo", b"\x00\x01\x02\x03", b"", "caf\u00e9".encode()]], dtype=np.object_)
+    inp = httpclient.InferInput("INPUT0", [1, 4], "BYTES")
+    inp.set_data_from_numpy(data, binary_data=binary)
+    out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)
+    result = client.infer("simple_identity", [inp], outputs=[out])
+    expected = data.tolist() if binary else [[b.decode() for b in row] for row in data.tolist()]
+    assert result.as_numpy("OUTPUT0").tolist() == expected  # JSON carries BYTES as text
+
+
+def test_custom_parameters_reach_the_model(client: httpclient.InferenceServerClient) -> None:
+    inp = httpclient.InferInput("INPUT0", [1], "INT32")
+    inp.set_data_from_numpy(np.array([3], dtype=np.int32))
+    result = client.infer(
+        "params_echo",
+        [inp],
+        outputs=[httpclient.InferRequestedOutput("PARAMS")],
+        request_id="echo-1",
+        parameters={"temperature": 0.5, "mode": "fast", "n": 3, "flag": True},
+        priority=0,
+        timeout=1000,
+    )
+    text, names, request_id = result.as_numpy("PARAMS").tolist()
+    assert json.loads(text) == {"flag": True, "mode": "fast", "n": 3, "temperature": 0.5}
+    assert names == b"PARAMS"
+    assert request_id == b"echo-1"
+
+
+def test_reserved_parameters_rejected(raw: RawClient) -> None:
+    body = {
+        "parameters": {"triton_enable_empty_final_response": True},
+        "inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1], "data": [1]}],
+    }
+    response = raw.post_json("/v2/models/params_echo/infer", body)
+    assert response.status == 400
+    assert "reserved for Triton usage" in response.error
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_request_and_response(client: httpclient.InferenceServerClient, algorithm: str) -> None:
+    result = client.infer(
+        "add_sub",
+        _add_sub_inputs(True),
+        request_compression_algorithm=algorithm,
+        response_compression_algorithm=algorithm,
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [2.0, 3.0, 4.0, 5.0])
+
+
+def test_python_model_errors_fail_only_that_request(client: httpclient.InferenceServerClient) -> None:
+    def run(value: int) -> httpclient.InferResult:
+        inp = httpclient.InferInput("INPUT0", [1], "INT32")
+        inp.set_data_from_numpy(np.array([value], dtype=np.int32))
+        return client.infer("failing", [inp])
+
+    with pytest.raises(InferenceServerException) as info:
+        run(0)
+    assert "zero is invalid" in str(info.value)
+    assert info.value.status() == "400"
+    with pytest.raises(InferenceServerException) as info:
+        run(-1)
+    assert "negative input is not allowed" in str(info.value)
+    assert info.value.status() == "500"
+    assert run(5).as_numpy("OUTPUT0").tolist() == [5]
+    assert client.is_server_live()
+
+
+def test_batch_size_above_max_is_rejected(raw: RawClient) -> None:
+    body = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [5, 2], "data": list(range(10))}]}
+    response = raw.post_json("/v2/models/batched_identity/infer", body)
+    assert response.status == 400
+    assert response.error == (
+        "[request id: <id_unknown>] inference request batch-size must be <= 4 for 'batched_identity'"
+    )
+    body["inputs"][0]["shape"] = [4, 2]
+    body["inputs"][0]["data"] = list(range(8))
+    assert raw.post_json("/v2/models/batched_identity/infer", body).status == 200

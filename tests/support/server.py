@@ -1,0 +1,124 @@
+"""A real ``naiad serve`` process on free ports, for tests and benchmarks.
+
+Tests talk to the server the way users do (tritonclient over the network), so the server runs as its own
+process, started by the test, and is stopped with SIGTERM like a pod would be.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "model_repository"
+TRITON_EXAMPLES = ROOT.parent / "shared" / "triton-examples" / "model_repository"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """``with ServerProcess([repo]) as server: ... server.http_url ...``"""
+
+    def __init__(
+        self,
+        repositories: Sequence[Path | str],
+        args: Sequence[str] = (),
+        *,
+        wait_ready: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.repositories = [str(r) for r in repositories]
+        self.args = list(args)
+        self.wait_ready = wait_ready
+        self.env = env
+        self._log = tempfile.NamedTemporaryFile(prefix="naiad-server-", suffix=".log", delete=False)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"127.0.0.1:{self.metrics_port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "naiad", "serve"]
+        for repo in self.repositories:
+            cmd.append(f"--model-repository={repo}")
+        cmd += [
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            "--metrics-address=127.0.0.1",
+        ]
+        return cmd + self.args
+
+    def start(self) -> ServerProcess:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
+        self.process = subprocess.Popen(
+            self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        self._wait("/v2/health/ready" if self.wait_ready else "/v2/health/live")
+        return self
+
+    def _wait(self, path: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"server did not answer {path} within {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return Path(self._log.name).read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 40.0) -> int:
+        """Signal the server and wait; returns its exit status."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return int(self.process.returncode)
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        self._log.close()
+        Path(self._log.name).unlink(missing_ok=True)
