@@ -27,7 +27,7 @@ from naiad.core.errors import (
 from naiad.repository import config as cfg
 from naiad.repository.layout import ModelLocation, available_versions, scan_repositories
 from naiad.repository.model import Model, ModelState, ModelVersion
-from naiad.scheduling.direct import DirectScheduler
+from naiad.scheduling.factory import create_scheduler
 from naiad.scheduling.scheduler import Scheduler
 from naiad.scheduling.worker import InstanceWorker
 
@@ -234,7 +234,7 @@ class ModelRepository:
             for worker in workers:
                 worker.close()
             raise
-        return DirectScheduler(workers)
+        return create_scheduler(config, workers)
 
 
 def _close_model(model: Model) -> None:
