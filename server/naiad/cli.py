@@ -53,6 +53,14 @@ def _positive(text: str) -> int:
     return value
 
 
+def _message_size(text: str) -> int:
+    """gRPC takes message limits as a C ``int``: 1 to INT32_MAX bytes."""
+    value = _positive(text)
+    if value > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"expected at most {2**31 - 1} (INT32_MAX), got {value}")
+    return value
+
+
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="serve a Triton model repository over HTTP and gRPC")
     d = ServerSettings()
@@ -87,6 +95,22 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--log-verbose", type=_non_negative, default=d.log_verbose)
     p.add_argument("--http-max-input-size", type=_positive, default=d.http_max_input_size)
     p.add_argument("--model-load-thread-count", type=_positive, default=d.model_load_thread_count)
+    p.add_argument("--grpc-max-message-size", type=_message_size, default=d.grpc_max_message_size)
+    p.add_argument("--grpc-infer-response-compression-level", type=str.lower,
+                   default=d.grpc_infer_response_compression_level, choices=["none", "low", "medium", "high"])
+    p.add_argument("--grpc-keepalive-time", type=_non_negative, default=d.grpc_keepalive_time)
+    p.add_argument("--grpc-keepalive-timeout", type=_non_negative, default=d.grpc_keepalive_timeout)
+    p.add_argument("--grpc-keepalive-permit-without-calls", type=_bool,
+                   default=d.grpc_keepalive_permit_without_calls, metavar="BOOL")
+    p.add_argument("--grpc-http2-max-pings-without-data", type=_non_negative,
+                   default=d.grpc_http2_max_pings_without_data)
+    p.add_argument("--grpc-http2-min-recv-ping-interval-without-data", type=_non_negative,
+                   default=d.grpc_http2_min_recv_ping_interval_without_data)
+    p.add_argument("--grpc-http2-max-ping-strikes", type=_non_negative, default=d.grpc_http2_max_ping_strikes)
+    p.add_argument("--grpc-max-connection-age", type=_non_negative, default=d.grpc_max_connection_age)
+    p.add_argument("--grpc-max-connection-age-grace", type=_non_negative,
+                   default=d.grpc_max_connection_age_grace)
+    p.add_argument("--reuse-grpc-port", type=_bool, default=d.reuse_grpc_port, metavar="BOOL")
 
 
 def parse_settings(argv: list[str]) -> ServerSettings:
@@ -133,6 +157,17 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         log_verbose=args.log_verbose,
         http_max_input_size=args.http_max_input_size,
         model_load_thread_count=args.model_load_thread_count,
+        grpc_max_message_size=args.grpc_max_message_size,
+        grpc_infer_response_compression_level=args.grpc_infer_response_compression_level,
+        grpc_keepalive_time=args.grpc_keepalive_time,
+        grpc_keepalive_timeout=args.grpc_keepalive_timeout,
+        grpc_keepalive_permit_without_calls=args.grpc_keepalive_permit_without_calls,
+        grpc_http2_max_pings_without_data=args.grpc_http2_max_pings_without_data,
+        grpc_http2_min_recv_ping_interval_without_data=args.grpc_http2_min_recv_ping_interval_without_data,
+        grpc_http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
+        grpc_max_connection_age=args.grpc_max_connection_age,
+        grpc_max_connection_age_grace=args.grpc_max_connection_age_grace,
+        reuse_grpc_port=args.reuse_grpc_port,
     )
 
 

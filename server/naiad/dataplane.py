@@ -103,6 +103,14 @@ class DataPlane:
     def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         return self.repository.index(ready_only)
 
+    async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
+        """Repository extension: load or reload ``name`` (model control mode EXPLICIT only)."""
+        raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Repository extension: unload ``name`` (model control mode EXPLICIT only)."""
+        raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
+
     def _ready_model(self, name: str, version: str) -> tuple[Model, ModelSignature]:
         model, _ = self.repository.resolve(name, version)
         assert model.signature is not None

@@ -74,3 +74,41 @@ class ServerSettings:
 
     model_load_thread_count: int = 4
     """``--model-load-thread-count``: models loaded in parallel."""
+
+    grpc_max_message_size: int = 2**31 - 1
+    """``--grpc-max-message-size``: largest gRPC message received or sent, in bytes.  Triton hard-codes
+    INT32_MAX; this flag (not a tritonserver one) makes the limit testable and lowerable."""
+
+    grpc_infer_response_compression_level: str = "none"
+    """``--grpc-infer-response-compression-level``: ``none``, ``low``, ``medium`` or ``high``;
+    compresses ModelInfer/ModelStreamInfer responses (gzip for low, deflate above, as gRPC core ranks
+    them)."""
+
+    grpc_keepalive_time: int = 7_200_000
+    """``--grpc-keepalive-time``: milliseconds between keepalive pings on an idle transport."""
+
+    grpc_keepalive_timeout: int = 20_000
+    """``--grpc-keepalive-timeout``: milliseconds to wait for a ping acknowledgement before closing."""
+
+    grpc_keepalive_permit_without_calls: bool = False
+    """``--grpc-keepalive-permit-without-calls``: allow keepalive pings while no call is in flight."""
+
+    grpc_http2_max_pings_without_data: int = 2
+    """``--grpc-http2-max-pings-without-data``: pings sent without data before pinging stops (0: no
+    limit)."""
+
+    grpc_http2_min_recv_ping_interval_without_data: int = 300_000
+    """``--grpc-http2-min-recv-ping-interval-without-data``: milliseconds below which a client ping
+    without data counts as a ping strike."""
+
+    grpc_http2_max_ping_strikes: int = 2
+    """``--grpc-http2-max-ping-strikes``: bad pings tolerated before GOAWAY (0: any number)."""
+
+    grpc_max_connection_age: int | None = None
+    """``--grpc-max-connection-age``: milliseconds a connection may live (unset: forever)."""
+
+    grpc_max_connection_age_grace: int | None = None
+    """``--grpc-max-connection-age-grace``: milliseconds granted to calls on an aged connection."""
+
+    reuse_grpc_port: bool = False
+    """``--reuse-grpc-port``: let several servers listen on the gRPC port (SO_REUSEPORT)."""

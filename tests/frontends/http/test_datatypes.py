@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -29,8 +31,10 @@ def _sample(dtype: str) -> np.ndarray:
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http_url)
+def client(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    c = httpclient.InferenceServerClient(server.http_url)
+    yield c
+    c.close()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

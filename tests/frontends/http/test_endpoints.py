@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -11,8 +13,10 @@ from tests.support.server import ServerProcess
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http_url)
+def client(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    c = httpclient.InferenceServerClient(server.http_url)
+    yield c
+    c.close()
 
 
 def test_health_is_200_with_empty_body(raw: RawClient) -> None:

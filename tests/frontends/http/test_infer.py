@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import json
 
 import numpy as np
@@ -14,8 +16,10 @@ from tests.support.server import ServerProcess
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http_url)
+def client(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    c = httpclient.InferenceServerClient(server.http_url)
+    yield c
+    c.close()
 
 
 def _add_sub_inputs(binary: bool) -> list[httpclient.InferInput]:

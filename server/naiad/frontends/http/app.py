@@ -17,7 +17,7 @@ from urllib.parse import unquote_to_bytes
 import orjson
 
 from naiad.codecs import json_v2
-from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnavailableError, UnsupportedError
+from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnsupportedError
 from naiad.dataplane import DataPlane
 from naiad.frontends.http.asgi import Receive, Scope, Send
 from naiad.frontends.http.body import compress, decompress, read_body
@@ -206,10 +206,32 @@ class HttpFrontend:
                 entries.append(item)
             return 200, orjson.dumps(entries), [_JSON]
         if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
-            raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
+            parameters = _load_parameters(await read_body(call.receive, None, self.max_input_size))
+            if rest[2] == "load":
+                await self.dataplane.load_model(rest[1], parameters)
+            else:
+                dependents = parameters.get("unload_dependents", False)
+                if not isinstance(dependents, bool):
+                    raise InvalidArgumentError("Unable to parse 'unload_dependents': expected a boolean")
+                await self.dataplane.unload_model(rest[1], dependents)
+            return 200, b"", [_JSON]
         if len(rest) >= 2 and rest[0] not in ("models", "index"):
             raise UnsupportedError("'repository_name' specification is not supported")
         return _not_found()
+
+
+def _load_parameters(body: bytes) -> dict[str, Any]:
+    """The ``parameters`` object of a load/unload body (an empty body means none)."""
+    if not body.strip():
+        return {}
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+    parameters = document.get("parameters", {}) if isinstance(document, dict) else None
+    if not isinstance(parameters, dict):
+        raise InvalidArgumentError("Unable to parse 'parameters': expected a JSON object")
+    return parameters
 
 
 def _segments(raw_path: bytes) -> list[str]:
