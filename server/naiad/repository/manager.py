@@ -108,7 +108,7 @@ class ModelRepository:
                 continue
             if not model.versions:
                 if not ready_only:
-                    entries.append(IndexEntry(name, "", ModelState.UNAVAILABLE.value, model.reason))
+                    entries.append(IndexEntry(name, "", model.state.value, model.reason))
                 continue
             for number in sorted(model.versions):
                 mv = model.versions[number]

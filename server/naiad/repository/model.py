@@ -65,6 +65,8 @@ class Model:
         """READY if any version is; otherwise the state of the model as a whole."""
         if self.ready_versions():
             return ModelState.READY
+        if not self.versions:  # not past its configuration yet, unless that failed
+            return ModelState.UNAVAILABLE if self.reason else ModelState.LOADING
         if any(mv.state is ModelState.LOADING for mv in self.versions.values()):
             return ModelState.LOADING
         return ModelState.UNAVAILABLE

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import json
+from collections.abc import Iterator
 
 import numpy as np
 import pytest

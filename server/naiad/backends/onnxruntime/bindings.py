@@ -97,7 +97,7 @@ class _Checker:
                 )
             return Binding(io.name, datatype, dims, ragged=True)
         scalar = self.model_dims(tensor, reshape if reshape is not None else dims)
-        return Binding(io.name, datatype, dims, reshape if reshape is not None else scalar)
+        return Binding(io.name, datatype, dims, scalar if scalar is not None else reshape)
 
     def bind_control(self, name: str, datatype: str, tensor: ModelTensor | None) -> Binding:
         if tensor is None:

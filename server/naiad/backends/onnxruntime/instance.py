@@ -17,7 +17,7 @@ from naiad.backends import batching
 from naiad.backends.base import ExecuteResult, InstanceContext
 from naiad.backends.onnxruntime import tensors
 from naiad.backends.onnxruntime.bindings import Binding
-from naiad.core.errors import InferenceServerError, InternalError
+from naiad.core.errors import InferenceServerError, InternalError, InvalidArgumentError
 from naiad.core.request import InferRequest, InferResponse, Tensor
 
 Feed = dict[str, tensors.Array]
@@ -74,7 +74,10 @@ class OnnxRuntimeInstance:
                 raise InternalError(f"input '{tensor.name}' is not an input of model '{self.model_name}'")
             array = tensors.to_model(tensor.name, binding.datatype, tensor.data)
             if binding.model_dims is not None:
-                array = batching.reshape_batch(array, binding.dims, binding.model_dims, self.batching)
+                try:
+                    array = batching.reshape_batch(array, binding.dims, binding.model_dims, self.batching)
+                except ValueError as exc:
+                    raise InvalidArgumentError(f"input '{tensor.name}' cannot be reshaped: {exc}") from exc
             feed[tensor.name] = array
         return feed
 

@@ -60,11 +60,23 @@ def resolve_model_path(model_file: Path, model_name: str) -> Path:
 def open_session(
     path: Path, options: ort.SessionOptions, providers: list[Provider], model_name: str
 ) -> ort.InferenceSession:
-    """An ``InferenceSession``; ORT's own message when the file is not a loadable model."""
+    """An ``InferenceSession`` using every provider asked for.
+
+    ORT quietly falls back to the CPU when a provider fails to start (a missing CUDA or cuDNN
+    library), which would serve a GPU instance at CPU speed; that is reported as UNAVAILABLE instead.
+    """
     try:
-        return ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
     except Exception as exc:  # ORT raises its own exception types, none shared but Exception
         raise InternalError(f"unable to load model '{model_name}': {exc}") from exc
+    wanted = [p if isinstance(p, str) else p[0] for p in providers]
+    missing = [name for name in wanted if name not in session.get_providers()]
+    if missing:
+        raise UnavailableError(
+            f"unable to load model '{model_name}': {', '.join(missing)} could not be started "
+            "(usually a CUDA, cuDNN or TensorRT library that cannot be found)"
+        )
+    return session
 
 
 def metadata_session(path: Path, model_name: str) -> ort.InferenceSession:

@@ -1,0 +1,174 @@
+"""A bad model beside healthy ones, strict readiness, and SIGTERM draining in-flight work."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.support.http import RawClient
+from tests.support.models import IDENTITY_PY, write_model
+from tests.support.server import EXAMPLES, ServerProcess
+
+SLOW_PY = """
+import pathlib, time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.dir = pathlib.Path(args["model_repository"])
+
+    def execute(self, requests):
+        (self.dir / "started").write_text("1")
+        time.sleep(1.5)
+        return [pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
+
+    def finalize(self):
+        (self.dir / "finalized").write_text("1")
+"""
+
+IO = """
+    backend: "python"
+    input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+@contextlib.contextmanager
+def _raw(server: ServerProcess) -> Iterator[RawClient]:
+    client = RawClient(server.http_url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _broken_repo(root: Path) -> Path:
+    repo = root / "repo"
+    repo.mkdir()
+    shutil.copytree(EXAMPLES / "add_sub", repo / "add_sub")
+    write_model(
+        repo,
+        "bad_config",
+        "backend: \"python\"\ninput [ { name: 'X' data_type: TYPE_NOPE dims: [1] } ]\n",
+        "",
+    )
+    write_model(repo, "bad_python", IO, "this is not python (\n")
+    write_model(repo, "no_versions", IO)
+    shutil.rmtree(repo / "no_versions" / "1")
+    write_model(repo, "name_mismatch", 'name: "other"\n' + IO, IDENTITY_PY)
+    return repo
+
+
+def _wait_index(raw: RawClient, names: set[str], timeout: float = 30) -> dict[str, dict[str, str]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entries = {e["name"]: e for e in raw.request("POST", "/v2/repository/index").json()}
+        if names <= set(entries) and all(entries[n].get("state") in ("READY", "UNAVAILABLE") for n in names):
+            return entries
+        time.sleep(0.05)
+    raise AssertionError("models did not settle")
+
+
+def test_bad_models_are_unavailable_with_reasons_and_others_serve(tmp_path: Path) -> None:
+    repo = _broken_repo(tmp_path)
+    names = {"add_sub", "bad_config", "bad_python", "no_versions", "name_mismatch"}
+    with ServerProcess([repo], wait_ready=False) as server, _raw(server) as raw:
+        entries = _wait_index(raw, names)
+        assert entries["add_sub"]["state"] == "READY", entries["add_sub"]
+        assert entries["bad_config"]["state"] == "UNAVAILABLE"
+        assert "TYPE_NOPE" in entries["bad_config"]["reason"]
+        assert entries["bad_python"]["state"] == "UNAVAILABLE"
+        assert "SyntaxError" in entries["bad_python"]["reason"]
+        assert "at least one version must be available" in entries["no_versions"]["reason"]
+        assert "does not match the directory name" in entries["name_mismatch"]["reason"]
+        # strict readiness: not ready while a model that should be loaded is not
+        assert raw.request("GET", "/v2/health/ready").status == 400
+        assert raw.request("GET", "/v2/health/live").status == 200
+        body = {
+            "inputs": [
+                {"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]},
+                {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": [1, 1, 1, 1]},
+            ]
+        }
+        assert raw.post_json("/v2/models/add_sub/infer", body).status == 200
+        response = raw.post_json("/v2/models/bad_python/infer", body)
+        assert response.status == 503
+        assert response.error == "Request for unknown model: 'bad_python' has no available versions"
+
+
+def test_readiness_not_strict(tmp_path: Path) -> None:
+    repo = _broken_repo(tmp_path)
+    with ServerProcess([repo], ["--strict-readiness=false"]) as server, _raw(server) as raw:
+        assert raw.request("GET", "/v2/health/ready").status == 200
+
+
+def test_sigterm_drains_in_flight_requests_and_exits_zero(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    model_dir = write_model(repo, "slow", IO, SLOW_PY)
+    with ServerProcess([repo]) as server:
+        _drain_one_request(server, model_dir)
+
+
+def _drain_one_request(server: ServerProcess, model_dir: Path) -> None:
+    result: dict[str, object] = {}
+
+    def infer() -> None:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=30)
+        inp = httpclient.InferInput("INPUT0", [1], "INT32")
+        inp.set_data_from_numpy(np.array([42], dtype=np.int32))
+        try:
+            result["value"] = client.infer("slow", [inp]).as_numpy("OUTPUT0").tolist()
+        except Exception as exc:
+            result["error"] = exc
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=infer)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not (model_dir / "started").exists():
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.02)
+    assert server.process is not None
+    server.process.send_signal(signal.SIGTERM)
+    thread.join(30)
+    code = server.stop()
+    assert result == {"value": [42]}, server.log()
+    assert code == 0
+    assert (model_dir / "finalized").exists()
+    assert "exit requested" in server.log()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--http-port=abc"], "argument --http-port: expected a port number, got 'abc'"),
+        (["--strict-readiness=maybe"], "argument --strict-readiness: expected true or false, got 'maybe'"),
+        (["--model-control-mode=sometimes"], "argument --model-control-mode: invalid choice: 'sometimes'"),
+    ],
+)
+def test_cli_usage_errors_name_the_flag(args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "naiad", "serve", f"--model-repository={EXAMPLES}", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert completed.returncode == 2
+    assert message in completed.stderr
