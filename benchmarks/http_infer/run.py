@@ -102,7 +102,8 @@ def main() -> None:
         for name, runs in results.items()
     }
     print(
-        f"add_sub over HTTP/JSON, wrk -t1 -c{args.connections}, {args.rounds} x {args.duration}s rounds (medians)"
+        f"add_sub over HTTP/JSON, wrk -t1 -c{args.connections}, "
+        f"{args.rounds} x {args.duration}s rounds (medians)"
     )
     print(f"{'server':10} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
     for name, m in med.items():
