@@ -20,6 +20,7 @@ from naiad.codecs import bytes_tensor
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError, UnsupportedError
 from naiad.core.request import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
+from naiad.core.signature import ModelSignature
 
 #: Request parameters Triton parses itself; they are not forwarded to the model.
 _RESERVED = frozenset(
@@ -45,6 +46,52 @@ def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryvi
         )
     view = memoryview(body)
     return view[:length], view[length:]
+
+
+def decode_raw_request(
+    body: bytes, signature: ModelSignature, model_name: str, model_version: str
+) -> InferRequest:
+    """Triton's raw binary request (``Inference-Header-Content-Length: 0``): the whole body is the
+    model's only input, batch 1, and every output is returned binary.
+
+    The shape is deduced from the body size, which only works when the input has at most one
+    variable dimension (BYTES: a single element).
+    """
+    if len(signature.inputs) != 1:
+        raise InvalidArgumentError(
+            f"Raw request must only have 1 input (found 1) to be deduced but got "
+            f"{len(signature.inputs)} inputs in '{model_name}' model configuration"
+        )
+    spec = signature.inputs[0]
+    batch = (1,) if signature.max_batch_size > 0 else ()
+    if spec.datatype == "BYTES":
+        dims = tuple(1 if d == -1 else d for d in spec.dims)
+        if math.prod(dims) != 1:
+            raise InvalidArgumentError(
+                f"Raw request for BYTES input '{spec.name}' needs a single-element shape, "
+                f"got {list(spec.dims)}"
+            )
+        array = np.empty(1, dtype=np.object_)
+        array[0] = bytes(body)
+        return InferRequest(
+            model_name, model_version, inputs=[Tensor(spec.name, "BYTES", array.reshape(batch + dims))]
+        )
+    size = datatypes.ELEMENT_SIZE[spec.datatype]
+    variable = [i for i, d in enumerate(spec.dims) if d == -1]
+    fixed = math.prod(d for d in spec.dims if d != -1)
+    if len(variable) > 1 or len(body) % size or (len(body) // size) % max(fixed, 1):
+        raise InvalidArgumentError(
+            f"Raw request for input '{spec.name}' of shape {list(spec.dims)} cannot be deduced from "
+            f"{len(body)} bytes of {spec.datatype}"
+        )
+    count = len(body) // size
+    dims = tuple(count // max(fixed, 1) if d == -1 else d for d in spec.dims)
+    if math.prod(dims) != count:
+        raise InvalidArgumentError(
+            f"unexpected size {len(body)} bytes for input '{spec.name}' of shape {list(spec.dims)}"
+        )
+    array = np.frombuffer(body, dtype=datatypes.WIRE_DTYPE[spec.datatype], count=count).reshape(batch + dims)
+    return InferRequest(model_name, model_version, inputs=[Tensor(spec.name, spec.datatype, array)])
 
 
 def _load_json(header: bytes | memoryview) -> dict[str, Any]:

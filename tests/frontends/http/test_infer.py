@@ -175,3 +175,30 @@ def test_batch_size_above_max_is_rejected(raw: RawClient) -> None:
     body["inputs"][0]["shape"] = [4, 2]
     body["inputs"][0]["data"] = list(range(8))
     assert raw.post_json("/v2/models/batched_identity/infer", body).status == 200
+
+
+def test_raw_binary_request(raw: RawClient) -> None:
+    """``Inference-Header-Content-Length: 0``: the body is the single input; outputs come back binary."""
+    payload = np.array([[1, 2, 3]], dtype="<i4").tobytes()
+    response = raw.request(
+        "POST", "/v2/models/batched_identity/infer", payload, {"Inference-Header-Content-Length": "0"}
+    )
+    assert response.status == 200, response.body
+    length = int(response.headers["inference-header-content-length"])
+    header = json.loads(response.body[:length])
+    assert header["outputs"][0]["shape"] == [1, 3]
+    assert np.frombuffer(response.body[length:], "<i4").tolist() == [1, 2, 3]
+    text = raw.request(
+        "POST", "/v2/models/simple_identity/infer", b"he\x00llo", {"Inference-Header-Content-Length": "0"}
+    )
+    assert text.status == 200
+    length = int(text.headers["inference-header-content-length"])
+    assert text.body[length:] == b"\x06\x00\x00\x00he\x00llo"
+
+
+def test_raw_binary_request_needs_a_single_input(raw: RawClient) -> None:
+    response = raw.request(
+        "POST", "/v2/models/add_sub/infer", bytes(16), {"Inference-Header-Content-Length": "0"}
+    )
+    assert response.status == 400
+    assert "Raw request must only have 1 input" in response.error

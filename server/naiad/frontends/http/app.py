@@ -156,10 +156,14 @@ class HttpFrontend:
         if self.dataplane.is_decoupled(name, version):
             raise UnsupportedError("HTTP end point doesn't support models with decoupled transaction policy")
         header_length = headers.get(b"inference-header-content-length")
-        header, binary = json_v2.split_body(
-            body, header_length.decode("latin-1") if header_length is not None else None
-        )
-        request, binary_output = json_v2.decode_request(header, binary, name, version)
+        if header_length is not None and header_length.strip() == b"0":
+            signature = self.dataplane.signature(name, version)
+            request, binary_output = json_v2.decode_raw_request(body, signature, name, version), True
+        else:
+            header, binary = json_v2.split_body(
+                body, header_length.decode("latin-1") if header_length is not None else None
+            )
+            request, binary_output = json_v2.decode_request(header, binary, name, version)
         response = await self.dataplane.infer(request)
         document, chunks = json_v2.encode_response(response, request, binary_output)
         if not chunks:
