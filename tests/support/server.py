@@ -80,7 +80,13 @@ class ServerProcess:
         self.process = subprocess.Popen(
             self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
-        self._wait("/v2/health/ready" if self.wait_ready else "/v2/health/live")
+        try:
+            self._wait("/v2/health/ready" if self.wait_ready else "/v2/health/live")
+        except BaseException:
+            self.stop(signal.SIGKILL)
+            self._log.close()
+            Path(self._log.name).unlink(missing_ok=True)
+            raise
         return self
 
     def _wait(self, path: str, timeout: float = 60.0) -> None:

@@ -1,0 +1,505 @@
+"""KServe v2 gRPC messages (``inference.GRPCInferenceService``) <-> core requests and responses.
+
+Tensor bytes dominate large requests, so they never go through the protobuf runtime: the top level of a
+``ModelInferRequest`` is walked by hand, ``raw_input_contents`` become memoryviews of the received
+message (and then zero-copy ``np.frombuffer`` views), and only the small rest is parsed by protobuf.
+Responses are built the same way in reverse: protobuf serializes the metadata and each output tensor is
+appended as a ``raw_output_contents`` field straight from its array, so a tensor is copied once, into
+the outgoing message.
+
+Every size a client declares (shapes, typed element counts, BYTES length prefixes) is checked against
+what was received before anything is allocated.  Messages are Triton's where clients may match on them.
+This module knows protobuf messages only, never the grpc transport.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError, Message
+from tritonclient.grpc import service_pb2 as pb
+
+from naiad.codecs import bytes_tensor
+from naiad.core import datatypes
+from naiad.core.errors import InvalidArgumentError, NotFoundError, UnsupportedError
+from naiad.core.request import (
+    InferRequest,
+    InferResponse,
+    Parameters,
+    ParameterValue,
+    RequestedOutput,
+    Tensor,
+)
+
+_INT64_MAX = 2**63 - 1
+_UINT64 = 2**64 - 1
+_PARSE_ERROR = "Unable to parse request"
+#: ``triton_`` request parameters Triton accepts (and which it parses itself).
+_TRITON_PARAMETERS = ("triton_enable_empty_final_response",)
+_VERSION = re.compile(r"\s*([+-]?\d+)")
+
+_WIRE_VARINT, _WIRE_FIXED64, _WIRE_LEN, _WIRE_FIXED32 = 0, 1, 2, 5
+_RAW_INPUT_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
+_RAW_OUTPUT_FIELD = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number
+_STREAM_RESPONSE_FIELD = pb.ModelStreamInferResponse.DESCRIPTOR.fields_by_name["infer_response"].number
+
+#: Typed ``contents`` fields in the order Triton checks them, with the datatype each one carries.
+_CONTENTS_TYPE = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
+#: The 32-bit typed fields also carry the 8- and 16-bit integer types.
+_NARROW = {"int_contents": ("INT8", "INT16"), "uint_contents": ("UINT8", "UINT16")}
+#: Typed field -> the numpy dtype of its elements on the wire.
+_CONTENTS_DTYPE = {
+    "bool_contents": np.dtype(np.bool_),
+    "int_contents": np.dtype(np.int32),
+    "int64_contents": np.dtype(np.int64),
+    "uint_contents": np.dtype(np.uint32),
+    "uint64_contents": np.dtype(np.uint64),
+    "fp32_contents": np.dtype(np.float32),
+    "fp64_contents": np.dtype(np.float64),
+}
+#: Datatype -> the typed field that may carry it (FP16 and BF16 travel raw only).
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def _key(field: int, wire_type: int) -> bytes:
+    return _varint(field << 3 | wire_type)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_RAW_OUTPUT_KEY = _key(_RAW_OUTPUT_FIELD, _WIRE_LEN)
+_STREAM_RESPONSE_KEY = _key(_STREAM_RESPONSE_FIELD, _WIRE_LEN)
+
+
+# ---- request ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ParsedInferRequest:
+    """A ``ModelInferRequest`` whose ``raw_input_contents`` stayed in the received buffer."""
+
+    message: Any  # pb.ModelInferRequest without raw_input_contents
+    raw: list[memoryview]
+
+
+def parse(message_type: type[Message], data: bytes) -> Any:
+    """A request message from its wire bytes; malformed bytes are the client's error."""
+    try:
+        return message_type.FromString(data)
+    except DecodeError:
+        raise InvalidArgumentError(_PARSE_ERROR) from None
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise InvalidArgumentError(_PARSE_ERROR)
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def parse_infer_request(data: bytes) -> ParsedInferRequest:
+    """Split off ``raw_input_contents`` without copying, and parse the rest with protobuf."""
+    size = len(data)
+    view = memoryview(data)
+    raw: list[memoryview] = []
+    kept: list[memoryview] = []
+    kept_from = pos = 0
+    while pos < size:
+        start = pos
+        key, pos = _read_varint(data, pos)
+        wire_type = key & 7
+        if wire_type == _WIRE_LEN:
+            length, pos = _read_varint(data, pos)
+            end = pos + length
+            if end > size:
+                raise InvalidArgumentError(_PARSE_ERROR)
+            if key >> 3 == _RAW_INPUT_FIELD:
+                raw.append(view[pos:end])
+                if start > kept_from:
+                    kept.append(view[kept_from:start])
+                kept_from = end
+            pos = end
+        elif wire_type == _WIRE_VARINT:
+            pos = _read_varint(data, pos)[1]
+        elif wire_type == _WIRE_FIXED64:
+            pos += 8
+        elif wire_type == _WIRE_FIXED32:
+            pos += 4
+        else:
+            raise InvalidArgumentError(_PARSE_ERROR)
+    if pos > size:
+        raise InvalidArgumentError(_PARSE_ERROR)
+    if not raw:
+        return ParsedInferRequest(parse(pb.ModelInferRequest, data), raw)
+    if kept_from < size:
+        kept.append(view[kept_from:size])
+    header = kept[0] if len(kept) == 1 else b"".join(kept)
+    return ParsedInferRequest(parse(pb.ModelInferRequest, header), raw)
+
+
+def model_version(text: str) -> str:
+    """The version a request names, read as Triton reads it ("" = latest; ``"01"`` is 1)."""
+    if not text:
+        return ""
+    match = _VERSION.match(text)
+    number = int(match.group(1)) if match else None
+    if number is None or not -(2**63) <= number < 2**63:
+        raise InvalidArgumentError(
+            f"failed to get model version from specified version string '{text}' (details: stol), "
+            "version should be an integral value > 0"
+        )
+    if number < 0:
+        raise InvalidArgumentError(
+            f"invalid model version specified '{text}' , version should be an integral value > 0"
+        )
+    return str(number)
+
+
+def to_infer_request(parsed: ParsedInferRequest, headers: dict[str, str]) -> InferRequest:
+    """The core request, in Triton's checking order: parameters, then inputs, then outputs."""
+    message = parsed.message
+    request = InferRequest(
+        model_name=message.model_name,
+        model_version=model_version(message.model_version),
+        id=message.id,
+        headers=headers,
+    )
+    for key, value in message.parameters.items():
+        _request_parameter(request, key, value)
+    raw = parsed.raw
+    used = 0
+    for item in message.inputs:
+        _shared_memory(item)
+        if item.HasField("contents"):
+            if raw:
+                raise InvalidArgumentError(
+                    f"contents field must not be specified when using raw_input_contents for "
+                    f"'{item.name}' for model '{request.model_name}'"
+                )
+            data = _from_contents(item, request)
+        elif used < len(raw):
+            data = _from_raw(item, raw[used], request)
+            used += 1
+        else:
+            raise InvalidArgumentError(
+                f"unable to find data for input tensor '{item.name}' for model '{request.model_name}' "
+                "in request."
+            )
+        request.inputs.append(Tensor(item.name, item.datatype, data, _tensor_parameters(item.parameters)))
+    if used < len(raw):
+        raise InvalidArgumentError(
+            f"unexpected additional raw_input_contents for model '{request.model_name}': {len(raw)} "
+            f"entries for {used} inputs"
+        )
+    if message.outputs:
+        request.outputs = [_requested_output(item) for item in message.outputs]
+    return request
+
+
+def _prefix(request: InferRequest) -> str:
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+def _value(parameter: Any) -> ParameterValue | None:
+    """The value of an ``InferParameter`` (None when no member of its oneof is set)."""
+    kind = parameter.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(parameter, kind)
+
+
+def _request_parameter(request: InferRequest, key: str, parameter: Any) -> None:
+    """Apply one request parameter with Triton's gRPC rules (which differ from its HTTP ones)."""
+    kind = parameter.WhichOneof("parameter_choice")
+    if key == "sequence_id":
+        if kind not in ("int64_param", "string_param"):
+            raise _type_error(key, "int64_param or string_param")
+        value = getattr(parameter, kind)
+        request.sequence_id = value & _UINT64 if isinstance(value, int) else value
+    elif key in ("sequence_start", "sequence_end"):
+        if kind != "bool_param":
+            raise _type_error(key, "bool_param")
+        setattr(request, key, parameter.bool_param)
+    elif key == "priority":
+        if kind == "int64_param":
+            if parameter.int64_param < 0:
+                raise InvalidArgumentError("invalid value for 'priority', expected value >= 0.")
+            request.priority = parameter.int64_param
+        elif kind == "uint64_param":
+            request.priority = parameter.uint64_param
+        else:
+            raise _type_error(key, "int64_param or uint64_param")
+    elif key == "timeout":
+        if kind != "int64_param":
+            raise _type_error(key, "int64_param")
+        request.timeout_us = parameter.int64_param & _UINT64
+    elif key.startswith("triton_"):
+        if key not in _TRITON_PARAMETERS:
+            raise InvalidArgumentError(
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+                f"following keys starting with 'triton_' are allowed: {' '.join(_TRITON_PARAMETERS)}"
+            )
+        if kind != "bool_param":
+            raise _type_error(key, "bool_param")
+    elif kind in ("int64_param", "bool_param", "string_param", "double_param"):
+        request.parameters[key] = getattr(parameter, kind)
+    else:
+        raise _type_error(key, "int64_param, bool_param, or string_param")
+
+
+def _type_error(key: str, expected: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"invalid value type for '{key}' parameter, expected {expected}.")
+
+
+def _tensor_parameters(parameters: Any) -> Parameters:
+    result: Parameters = {}
+    for key, parameter in parameters.items():
+        value = _value(parameter)
+        if value is not None:
+            result[key] = value
+    return result
+
+
+def _shared_memory(item: Any) -> None:
+    """Reject shared-memory tensors: no region can be registered with this server yet.
+
+    The parameter checks and messages are Triton's, so a client learns the same thing it would there.
+    """
+    parameters = item.parameters
+    region = parameters.get("shared_memory_region")
+    if region is None:
+        for key in ("shared_memory_byte_size", "shared_memory_offset"):
+            if key in parameters:
+                raise InvalidArgumentError(
+                    f"'{key}' can not be specified without 'shared_memory_region' parameter for "
+                    f"tensor '{item.name}'"
+                )
+        return
+    if region.WhichOneof("parameter_choice") != "string_param":
+        raise InvalidArgumentError(
+            f"invalid value type for 'shared_memory_region' parameter for tensor '{item.name}', "
+            "expected string_param."
+        )
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidArgumentError(
+            f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter "
+            f"for tensor '{item.name}'"
+        )
+    raise NotFoundError(f"Unable to find shared memory region: '{region.string_param}'")
+
+
+def _shape(item: Any, request: InferRequest) -> tuple[tuple[int, ...], int]:
+    """The declared shape and element count; the count is only ever compared, never allocated."""
+    shape = tuple(item.shape)
+    if any(dim < 0 for dim in shape):
+        raise InvalidArgumentError(
+            f"{_prefix(request)}All input dimensions should be specified for input '{item.name}' for "
+            f"model '{request.model_name}', got [{','.join(str(d) for d in shape)}]"
+        )
+    return shape, math.prod(shape)
+
+
+def _datatype(item: Any, request: InferRequest) -> str:
+    if not datatypes.is_valid(item.datatype):
+        raise InvalidArgumentError(
+            f"{_prefix(request)}invalid datatype '{item.datatype}' for input '{item.name}' of model "
+            f"'{request.model_name}'"
+        )
+    return str(item.datatype)
+
+
+def _size_mismatch(item: Any, request: InferRequest, expected: int, got: int) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{_prefix(request)}input byte size mismatch for input '{item.name}' for model "
+        f"'{request.model_name}'. Expected {expected}, got {got}"
+    )
+
+
+def _from_raw(item: Any, raw: memoryview, request: InferRequest) -> np.ndarray[Any, Any]:
+    datatype = _datatype(item, request)
+    shape, count = _shape(item, request)
+    if datatype == "BYTES":
+        return bytes_tensor.deserialize(raw, count, item.name).reshape(shape)
+    expected = count * datatypes.ELEMENT_SIZE[datatype]
+    if expected != len(raw):
+        raise _size_mismatch(item, request, expected, len(raw))
+    return np.frombuffer(raw, dtype=datatypes.WIRE_DTYPE[datatype], count=count).reshape(shape)
+
+
+def _from_contents(item: Any, request: InferRequest) -> np.ndarray[Any, Any]:
+    datatype = _datatype(item, request)
+    shape, count = _shape(item, request)
+    contents = item.contents
+    field = ""
+    for name, carried in _CONTENTS_TYPE.items():
+        if not getattr(contents, name):
+            continue
+        if datatype in _NARROW.get(name, ()):
+            carried = datatype
+        if name != _CONTENTS_FIELD.get(datatype) or carried != datatype:
+            raise InvalidArgumentError(
+                f"unexpected explicit tensor data for input tensor '{item.name}' for model "
+                f"'{request.model_name}' of type '{carried}', expected datatype '{datatype}'"
+            )
+        field = name
+    values = getattr(contents, field) if field else ()
+    if datatype == "BYTES":
+        return _strings(item, request, values, count).reshape(shape)
+    element = datatypes.ELEMENT_SIZE[datatype]
+    if len(values) != count:
+        raise _size_mismatch(item, request, count * element, len(values) * element)
+    target = datatypes.NUMPY_DTYPE[datatype]
+    array = np.fromiter(values, dtype=_CONTENTS_DTYPE.get(field, target), count=count)
+    if array.dtype != target and count:
+        info = np.iinfo(target)
+        if int(array.min()) < info.min or int(array.max()) > info.max:
+            raise InvalidArgumentError(
+                f"{_prefix(request)}a value of input '{item.name}' is out of range for {datatype}"
+            )
+    return array.astype(target, copy=False).reshape(shape)
+
+
+def _strings(item: Any, request: InferRequest, values: Sequence[bytes], count: int) -> np.ndarray[Any, Any]:
+    if len(values) < count:
+        raise InvalidArgumentError(
+            f"{_prefix(request)}expected {count} string elements for inference input '{item.name}' "
+            f"for model '{request.model_name}', got {len(values)}"
+        )
+    if len(values) > count:
+        raise InvalidArgumentError(
+            f"{_prefix(request)}unexpected number of string elements {len(values)} for inference "
+            f"input '{item.name}' for model '{request.model_name}', expecting {count}"
+        )
+    array = np.empty(count, dtype=np.object_)
+    array[:] = list(values)
+    return array
+
+
+def _requested_output(item: Any) -> RequestedOutput:
+    _shared_memory(item)
+    parameters = _tensor_parameters(item.parameters)
+    if "classification" in parameters:
+        raise UnsupportedError("the classification extension is not supported by this server yet")
+    return RequestedOutput(item.name, parameters)
+
+
+def repository_parameters(parameters: Any) -> dict[str, Any]:
+    """RepositoryModelLoad/Unload parameters as the data plane takes them (``bytes_param`` stays bytes:
+    gRPC carries ``file:`` contents raw, where HTTP carries base64 text)."""
+    values: dict[str, Any] = {}
+    for key, parameter in parameters.items():
+        kind = parameter.WhichOneof("parameter_choice")
+        if kind is None:
+            raise InvalidArgumentError(f"parameter '{key}' has no value")
+        values[key] = getattr(parameter, kind)
+    return values
+
+
+# ---- response --------------------------------------------------------------------------------------
+
+
+def _set_parameters(target: Any, parameters: Parameters) -> None:
+    for key, value in parameters.items():
+        parameter = target[key]
+        if isinstance(value, bool):
+            parameter.bool_param = value
+        elif isinstance(value, int):
+            if value > _INT64_MAX:
+                parameter.uint64_param = value
+            else:
+                parameter.int64_param = value
+        elif isinstance(value, float):
+            parameter.double_param = value
+        else:
+            parameter.string_param = str(value)
+
+
+def _tensor_bytes(tensor: Tensor) -> bytes | np.ndarray[Any, Any]:
+    """The tensor as ``raw_output_contents`` holds it: little-endian, row-major, BYTES length-prefixed."""
+    if tensor.datatype == "BYTES":
+        return bytes_tensor.serialize(tensor.data)
+    data = tensor.data
+    wire = datatypes.WIRE_DTYPE[tensor.datatype]
+    if data.dtype != wire:
+        data = data.astype(wire)
+    if not data.flags.c_contiguous:
+        data = np.ascontiguousarray(data)
+    return data
+
+
+def _response_parts(response: InferResponse, final: bool | None) -> tuple[list[Any], int]:
+    """A ``ModelInferResponse`` as parts to join (metadata first, then one raw field per output)."""
+    message = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id
+    )
+    _set_parameters(message.parameters, response.parameters)
+    if final is not None:
+        message.parameters["triton_final_response"].bool_param = final
+    parts: list[Any] = [b""]
+    size = 0
+    for tensor in response.outputs:
+        output = message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.data.shape)
+        _set_parameters(output.parameters, tensor.parameters)
+        data = _tensor_bytes(tensor)
+        length = data.nbytes if isinstance(data, np.ndarray) else len(data)
+        key = _RAW_OUTPUT_KEY + _varint(length)
+        parts += (key, data)
+        size += len(key) + length
+    parts[0] = message.SerializeToString()
+    return parts, size + len(parts[0])
+
+
+def encode_infer_response(response: InferResponse) -> bytes:
+    """A ``ModelInferResponse``, outputs always in ``raw_output_contents`` (all tritonclient reads)."""
+    return b"".join(_response_parts(response, None)[0])
+
+
+def encode_stream_response(response: InferResponse, final: bool = True) -> bytes:
+    """A ``ModelStreamInferResponse`` carrying ``response`` and its ``triton_final_response`` flag."""
+    parts, size = _response_parts(response, final)
+    return b"".join([_STREAM_RESPONSE_KEY, _varint(size), *parts])
+
+
+def encode_stream_error(message: str, request_id: str) -> bytes:
+    """A ``ModelStreamInferResponse`` reporting one failed request; the stream goes on."""
+    return pb.ModelStreamInferResponse(
+        error_message=message, infer_response=pb.ModelInferResponse(id=request_id)
+    ).SerializeToString()

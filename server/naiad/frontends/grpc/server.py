@@ -1,0 +1,77 @@
+"""The gRPC frontend: grpcio's asyncio server on the app's event loop, configured like tritonserver.
+
+Channel options carry Triton's defaults and flag names: message limits of INT32_MAX both ways,
+keepalive and HTTP/2 ping policy, optional maximum connection age, and no SO_REUSEPORT unless
+``--reuse-grpc-port`` asks for it (grpcio would otherwise let a second server silently share the port).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+
+from naiad.dataplane import DataPlane
+from naiad.frontends.grpc.health import HealthServicer, health_handler
+from naiad.frontends.grpc.servicer import COMPRESSION, InferenceServicer, rpc_handler
+from naiad.settings import ServerSettings
+
+log = logging.getLogger("naiad.grpc")
+
+
+def channel_options(settings: ServerSettings) -> list[tuple[str, Any]]:
+    """grpcio server options from the ``--grpc-*`` flags."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", settings.grpc_max_message_size),
+        ("grpc.max_send_message_length", settings.grpc_max_message_size),
+        ("grpc.keepalive_time_ms", settings.grpc_keepalive_time),
+        ("grpc.keepalive_timeout_ms", settings.grpc_keepalive_timeout),
+        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
+        (
+            "grpc.http2.min_ping_interval_without_data_ms",
+            settings.grpc_http2_min_recv_ping_interval_without_data,
+        ),
+        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+        ("grpc.so_reuseport", int(settings.reuse_grpc_port)),
+    ]
+    if settings.grpc_max_connection_age is not None:
+        options.append(("grpc.max_connection_age_ms", settings.grpc_max_connection_age))
+    if settings.grpc_max_connection_age_grace is not None:
+        options.append(("grpc.max_connection_age_grace_ms", settings.grpc_max_connection_age_grace))
+    return options
+
+
+def listen_address(address: str, port: int) -> str:
+    """``host:port`` as Triton forms it, with IPv6 literals bracketed."""
+    if ":" in address and not address.startswith(("[", "unix:")):
+        address = f"[{address}]"
+    return f"{address}:{port}"
+
+
+class GrpcFrontend:
+    """``GrpcFrontend(dataplane, settings)``; ``await start()``, later ``await stop(grace_seconds)``."""
+
+    def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
+        self.address = listen_address(settings.grpc_address, settings.grpc_port)
+        self.port = 0
+        compression = COMPRESSION[settings.grpc_infer_response_compression_level]
+        self._servicer = InferenceServicer(dataplane, compression)
+        self._server = grpc.aio.server(options=channel_options(settings))
+        self._server.add_generic_rpc_handlers(
+            (rpc_handler(self._servicer), health_handler(HealthServicer(dataplane)))
+        )
+
+    async def start(self) -> None:
+        try:
+            self.port = self._server.add_insecure_port(self.address)
+        except RuntimeError as error:
+            raise RuntimeError(f"gRPC frontend cannot listen on {self.address}: {error}") from error
+        await self._server.start()
+        log.info("gRPC frontend listening on %s", self.address)
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Refuse new calls, end streams, give running calls ``grace_seconds``, then cancel the rest."""
+        self._servicer.close()
+        await self._server.stop(grace_seconds)
