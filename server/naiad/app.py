@@ -19,10 +19,11 @@ from typing import Any
 
 import uvicorn
 
+from naiad.backends.gpus import gpu_count
 from naiad.dataplane import DataPlane
 from naiad.frontends.http.app import HttpFrontend
 from naiad.frontends.metrics import MetricsEndpoint
-from naiad.repository.manager import ModelRepository
+from naiad.repository.manager import ModelRepository, RepositoryUnavailable
 from naiad.settings import ServerSettings
 
 log = logging.getLogger("naiad")
@@ -66,7 +67,12 @@ async def serve(settings: ServerSettings) -> int:
     repository = ModelRepository(
         settings.model_repositories,
         auto_complete=not settings.disable_auto_complete_config,
+        gpu_count=gpu_count(),
         load_threads=settings.model_load_thread_count,
+        mode=settings.model_control_mode,
+        startup_models=settings.load_models,
+        poll_secs=settings.repository_poll_secs,
+        cache_dir=settings.repository_cache_dir,
     )
     dataplane = DataPlane(repository, strict_readiness=settings.strict_readiness)
     servers: list[_Server] = []
@@ -105,10 +111,16 @@ async def serve(settings: ServerSettings) -> int:
         settings.metrics_address,
         settings.metrics_port,
     )
-    loader = asyncio.create_task(repository.load_all())
+    loader = asyncio.create_task(repository.start())
     waiter = asyncio.create_task(stop.wait())
     await asyncio.wait({loader, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    if loader.done():
+    status = 0
+    if loader.done() and isinstance(loader.exception(), RepositoryUnavailable):
+        log.error("%s", loader.exception())
+        status = 1
+        stop.set()
+    elif loader.done():
+        loader.result()
         dataplane.started = True
         log.info("models loaded; ready=%s", dataplane.ready())
     await stop.wait()
@@ -127,7 +139,7 @@ async def serve(settings: ServerSettings) -> int:
         await asyncio.gather(loader, return_exceptions=True)
     await repository.close()
     log.info("stopped")
-    return 0
+    return status
 
 
 def run(settings: ServerSettings) -> int:

@@ -71,8 +71,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="append",
         required=True,
         metavar="PATH",
-        help="model repository folder (repeatable)",
+        help="model repository: a folder, s3://... or gs://... (repeatable)",
     )
+    p.add_argument("--repository-poll-secs", type=_positive, default=d.repository_poll_secs)
+    p.add_argument("--repository-cache-dir", type=Path, default=d.repository_cache_dir, metavar="PATH",
+                   help="where cloud repositories are mirrored (Naiad extension)")
     p.add_argument("--http-port", type=_port, default=d.http_port)
     p.add_argument("--grpc-port", type=_port, default=d.grpc_port)
     p.add_argument("--metrics-port", type=_port, default=d.metrics_port)
@@ -124,22 +127,43 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="naiad", description="Naiad: a Triton-compatible inference server")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    _repo_parser(sub)
     return parser
+
+
+def _repo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    repo = sub.add_parser("repo", help="model repository tools")
+    actions = repo.add_subparsers(dest="repo_command", required=True)
+    p = actions.add_parser(
+        "sync",
+        help="mirror a repository (s3://, gs:// or a folder) into DEST/current, incrementally",
+        description="Content-addressed, incremental, resumable sync: blobs in DEST/.objects, immutable "
+        "snapshots of hard links in DEST/snapshots, DEST/current switched atomically. Exit status: 0 "
+        "done, 1 error, 3 credentials refused, 4 bucket or prefix not found, 5 an object changed or "
+        "vanished mid-sync, 6 not a valid Triton layout, 7 another sync holds DEST.",
+    )
+    p.add_argument("source", metavar="SOURCE",
+                   help="s3://[http[s]://host:port/]bucket/prefix, gs://bucket/prefix or a folder")
+    p.add_argument("dest", metavar="DEST", type=Path, help="destination folder (e.g. a mounted volume)")
+    p.add_argument("--keep", type=_non_negative, default=3, metavar="N",
+                   help="snapshots to keep, current included (0: keep all; default 3)")
+    p.add_argument("--verify", choices=["sha256"],
+                   help="re-hash stored objects instead of trusting ETag/size")
+    p.add_argument("--parallel", type=_positive, default=16, metavar="N",
+                   help="concurrent downloads (default 16)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
 
 
 def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerSettings:
     mode = ModelControlMode(args.model_control_mode)
-    if mode is not ModelControlMode.NONE:
-        parser.error(
-            f"--model-control-mode={mode.value} is not supported yet: this server supports only 'none' "
-            "(every model is loaded at start)"
-        )
-    if args.load_models:
-        parser.error(
-            "--load-model is only valid with --model-control-mode=explicit, which is not supported yet"
-        )
+    if args.load_models and mode is not ModelControlMode.EXPLICIT:
+        parser.error("--load-model is only valid with --model-control-mode=explicit")
+    if "*" in args.load_models and len(args.load_models) > 1:
+        parser.error("--load-model=* loads every model and cannot be combined with other --load-model")
     return ServerSettings(
-        model_repositories=[Path(p) for p in args.model_repositories],
+        model_repositories=list(args.model_repositories),
+        repository_cache_dir=args.repository_cache_dir,
+        repository_poll_secs=args.repository_poll_secs,
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
@@ -179,6 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         from naiad.app import run
 
         return run(settings)
+    if args.command == "repo":
+        from naiad.repository.sync.command import run as sync
+
+        return sync(
+            args.source, args.dest, keep=args.keep, verify=args.verify == "sha256",
+            parallel=args.parallel, as_json=args.json,
+        )
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -11,11 +11,11 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from naiad.core.errors import InvalidArgumentError, UnavailableError
+from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse, Tensor
 from naiad.core.signature import ModelSignature
 from naiad.repository.manager import IndexEntry, ModelRepository
-from naiad.repository.model import Model, ModelState
+from naiad.repository.model import Model
 
 SERVER_NAME = "triton"
 SERVER_VERSION = "2.51.0"
@@ -65,13 +65,14 @@ class DataPlane:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(EXTENSIONS)}
 
     def model_ready(self, name: str, version: str) -> bool:
-        model = self.repository.models().get(name)
-        if model is None or self.exiting:
+        """Whether a request for ``version`` ("" = the default version) would be served now."""
+        if self.exiting:
             return False
-        if not version:
-            return bool(model.ready_versions())
-        mv = model.versions.get(int(version)) if version.isdigit() else None
-        return mv is not None and mv.state is ModelState.READY
+        try:
+            self.repository.resolve(name, version)
+        except InferenceServerError:
+            return False
+        return True
 
     def model_metadata(self, name: str, version: str) -> ModelMetadata:
         model, signature = self._ready_model(name, version)
@@ -104,12 +105,18 @@ class DataPlane:
         return self.repository.index(ready_only)
 
     async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
-        """Repository extension: load or reload ``name`` (model control mode EXPLICIT only)."""
-        raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
+        """Repository extension: load or reload ``name`` (model control mode EXPLICIT only).
+
+        ``parameters``: ``config`` (str), ``file:<version>/<name>`` (``str`` = base64 text as HTTP
+        carries it, ``bytes`` = raw content as gRPC's ``bytes_param`` carries it) and the Naiad
+        extension ``default_version`` (int, or str of digits; "" or -1 unpins): see
+        :mod:`naiad.repository.overrides`.
+        """
+        await self.repository.load_model(name, parameters)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Repository extension: unload ``name`` (model control mode EXPLICIT only)."""
-        raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
+        await self.repository.unload_model(name, unload_dependents)
 
     def _ready_model(self, name: str, version: str) -> tuple[Model, ModelSignature]:
         model, _ = self.repository.resolve(name, version)
@@ -124,12 +131,12 @@ class DataPlane:
             raise UnavailableError("Server is exiting")
         model, version = self.repository.resolve(request.model_name, request.model_version)
         signature = model.signature
-        assert signature is not None and version.scheduler is not None
+        assert signature is not None
         signature.validate(request)
         self._inflight += 1
         self._idle.clear()
         try:
-            response = await version.scheduler.submit(request)
+            response = await version.submit(request)
         finally:
             self._inflight -= 1
             if self._inflight == 0:

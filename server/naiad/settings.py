@@ -20,8 +20,14 @@ class ModelControlMode(enum.Enum):
 
 @dataclass(slots=True)
 class ServerSettings:
-    model_repositories: list[Path] = field(default_factory=list)
-    """``--model-repository`` (alias ``--model-store``), repeatable: folders holding model folders."""
+    model_repositories: list[str] = field(default_factory=list)
+    """``--model-repository`` (alias ``--model-store``), repeatable: folders holding model folders, or
+    cloud repositories ``s3://bucket/prefix``, ``s3://[http[s]://]host:port/bucket/prefix`` (boto3's
+    credential chain) and ``gs://bucket/prefix`` (google-auth's; ``STORAGE_EMULATOR_HOST`` honoured)."""
+
+    repository_cache_dir: Path | None = None
+    """``--repository-cache-dir`` (Naiad): where cloud repositories are mirrored, content-addressed and
+    keyed by ETag/generation (default: ``<tmp>/naiad-repository-cache``)."""
 
     http_port: int = 8000
     """``--http-port``: KServe v2 HTTP/REST."""
@@ -51,10 +57,15 @@ class ServerSettings:
     """``--allow-metrics``: serve Prometheus metrics at all."""
 
     model_control_mode: ModelControlMode = ModelControlMode.NONE
-    """``--model-control-mode``: NONE loads everything at start and ignores later changes."""
+    """``--model-control-mode``: NONE loads everything at start and ignores later changes; POLL also
+    applies repository changes; EXPLICIT loads the ``--load-model`` list, then what the repository
+    API asks."""
 
     load_models: list[str] = field(default_factory=list)
     """``--load-model``, repeatable: models to load at start in EXPLICIT mode (``*`` for all)."""
+
+    repository_poll_secs: int = 15
+    """``--repository-poll-secs``: seconds between repository scans in POLL mode."""
 
     strict_readiness: bool = True
     """``--strict-readiness``: ready only while every model that should be loaded is READY; when

@@ -12,10 +12,16 @@ import importlib
 from naiad.backends.base import Backend
 from naiad.core.errors import UnavailableError
 
-#: backend name -> (module, class, the pip extra that provides the framework)
+#: backend name -> (module, class, how to get the framework when it is missing)
 _BACKENDS: dict[str, tuple[str, str, str]] = {
     "python": ("naiad.backends.python.backend", "PythonBackend", ""),
-    "onnxruntime": ("naiad.backends.onnxruntime", "OnnxRuntimeBackend", "naiad"),
+    "onnxruntime": ("naiad.backends.onnxruntime", "OnnxRuntimeBackend", "install it with: pip install naiad"),
+    "pytorch": ("naiad.backends.pytorch", "PyTorchBackend", "install it with: pip install 'naiad[torch]'"),
+    "tensorrt": (
+        "naiad.backends.tensorrt.backend",
+        "TensorRTBackend",
+        "TensorRT needs an NVIDIA GPU; the GPU server image provides it (with CUDA torch)",
+    ),
 }
 
 _loaded: dict[str, Backend] = {}
@@ -29,11 +35,11 @@ def get_backend(name: str) -> Backend:
     entry = _BACKENDS.get(name)
     if entry is None:
         raise UnavailableError(f"unable to find backend '{name}': it is not supported by this server")
-    module_name, class_name, extra = entry
+    module_name, class_name, remedy = entry
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = f"; install it with: pip install '{extra}'" if extra else ""
+        hint = f"; {remedy}" if remedy else ""
         raise UnavailableError(
             f"backend '{name}' is not available: {exc.name or exc} is not installed{hint}"
         ) from exc

@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.codecs import bytes_tensor
+from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError, NotFoundError, UnsupportedError
 from naiad.core.request import (
@@ -452,19 +453,6 @@ def _set_parameters(target: Any, parameters: Parameters) -> None:
             parameter.string_param = str(value)
 
 
-def _tensor_bytes(tensor: Tensor) -> bytes | np.ndarray[Any, Any]:
-    """The tensor as ``raw_output_contents`` holds it: little-endian, row-major, BYTES length-prefixed."""
-    if tensor.datatype == "BYTES":
-        return bytes_tensor.serialize(tensor.data)
-    data = tensor.data
-    wire = datatypes.WIRE_DTYPE[tensor.datatype]
-    if data.dtype != wire:
-        data = data.astype(wire)
-    if not data.flags.c_contiguous:
-        data = np.ascontiguousarray(data)
-    return data
-
-
 def _response_parts(response: InferResponse, final: bool | None) -> tuple[list[Any], int]:
     """A ``ModelInferResponse`` as parts to join (metadata first, then one raw field per output)."""
     message = pb.ModelInferResponse(
@@ -478,8 +466,8 @@ def _response_parts(response: InferResponse, final: bool | None) -> tuple[list[A
     for tensor in response.outputs:
         output = message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.data.shape)
         _set_parameters(output.parameters, tensor.parameters)
-        data = _tensor_bytes(tensor)
-        length = data.nbytes if isinstance(data, np.ndarray) else len(data)
+        data = wire_data(tensor)
+        length = wire_size(data)
         key = _RAW_OUTPUT_KEY + _varint(length)
         parts += (key, data)
         size += len(key) + length

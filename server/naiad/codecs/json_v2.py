@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from naiad.codecs import bytes_tensor
+from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError, UnsupportedError
 from naiad.core.request import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
@@ -369,12 +370,12 @@ def _flatten_strings(data: list[Any], out: list[Any], limit: int) -> None:
 
 def encode_response(
     response: InferResponse, request: InferRequest, binary_output: bool
-) -> tuple[bytes, list[bytes]]:
+) -> tuple[bytes, list[bytes | np.ndarray[Any, Any]]]:
     """Encode a response: the JSON header and the binary chunks that follow it (may be none)."""
     wanted: dict[str, Parameters] = {}
     if request.outputs is not None:
         wanted = {o.name: o.parameters for o in request.outputs}
-    chunks: list[bytes] = []
+    chunks: list[bytes | np.ndarray[Any, Any]] = []
     outputs: list[dict[str, Any]] = []
     for tensor in response.outputs:
         as_binary = wanted.get(tensor.name, {}).get("binary_data", binary_output)
@@ -385,8 +386,8 @@ def encode_response(
         }
         params = dict(tensor.parameters)
         if as_binary:
-            raw = _to_bytes(tensor)
-            params["binary_data_size"] = len(raw)
+            raw = wire_data(tensor)
+            params["binary_data_size"] = wire_size(raw)
             chunks.append(raw)
         else:
             entry["data"] = _to_json_data(tensor)
@@ -402,16 +403,6 @@ def encode_response(
         document["parameters"] = response.parameters
     document["outputs"] = outputs
     return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY), chunks
-
-
-def _to_bytes(tensor: Tensor) -> bytes:
-    if tensor.datatype == "BYTES":
-        return bytes_tensor.serialize(tensor.data)
-    data = tensor.data
-    wire = datatypes.WIRE_DTYPE[tensor.datatype]
-    if data.dtype != wire:
-        data = data.astype(wire)
-    return data.tobytes()
 
 
 def _to_json_data(tensor: Tensor) -> Any:

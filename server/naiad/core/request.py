@@ -47,6 +47,8 @@ class InferRequest:
     ``outputs`` is ``None`` when the client asked for all outputs.
     ``parameters`` holds the custom parameters backends see; Triton's reserved keys (``priority``,
     ``timeout``, ``sequence_*``, ``binary_data_output``) are parsed into their own fields by the codecs.
+    ``cancelled`` is set by the scheduler when the client gives up (disconnects, cancels) after the
+    request was handed to a model instance, so a backend can stop early (Python ``is_cancelled()``).
     """
 
     model_name: str
@@ -61,6 +63,7 @@ class InferRequest:
     sequence_start: bool = False
     sequence_end: bool = False
     headers: dict[str, str] = field(default_factory=dict)
+    cancelled: bool = False
 
     def input(self, name: str) -> Tensor | None:
         for tensor in self.inputs:

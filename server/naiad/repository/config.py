@@ -7,6 +7,7 @@ from backend, version policy, instance groups, optimization), so ``/config`` sho
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +220,18 @@ def signature_of(config: Any) -> ModelSignature:
 def to_json(config: Message) -> dict[str, Any]:
     """Triton's JSON rendering: proto field names, every field printed, int64 as numbers."""
     return config_to_dict(config)
+
+
+def dependencies(config: Any) -> tuple[str, ...]:
+    """The models this one needs loaded first: an ensemble's step models, once each, in step order."""
+    if config.platform != "ensemble":
+        return ()
+    return tuple(dict.fromkeys(step.model_name for step in config.ensemble_scheduling.step))
+
+
+def fingerprint_text(config: Any) -> str:
+    """The configuration as it matters to a loaded version: everything but the version policy, which
+    decides *which* versions load and so must not force a reload of the ones that stay."""
+    document = config_to_dict(config)
+    document.pop("version_policy", None)
+    return json.dumps(document, sort_keys=True)

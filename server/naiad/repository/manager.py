@@ -1,43 +1,60 @@
-"""Loads models from the repositories and answers "which version serves this request".
+"""The models of one server: loading, unloading, and "which version serves this request".
 
-Loading is blocking work (parsing, reading model files, framework sessions), so it runs on a small
-thread pool (``--model-load-thread-count``) while the event loop keeps serving.  A model that fails
-at any step is kept with state UNAVAILABLE and the reason, so the index and the error messages can
-say what went wrong, and every other model still loads.
+Loads are make-before-break.  A load polls the model, builds the versions that are new or changed on
+the load pool (``--model-load-thread-count``) while the versions already loaded keep serving, and only
+when every one of them is READY publishes the new model in one assignment; then the versions it
+replaces stop taking requests, finish the ones they have, and release their instances.  A load that
+fails anywhere leaves the model exactly as it was, so a failed reload keeps the old version serving.
+Versions whose configuration and files did not change are kept, not reloaded.
+
+One load or unload runs at a time per model (a lock per name); different models load in parallel.
+Requests see a published model or its predecessor, never a half-built one.
+
+The control mode decides who loads: NONE loads everything at start, POLL also follows the
+repository (:mod:`naiad.repository.poller`), EXPLICIT loads the ``--load-model`` list at start and
+then whatever the load/unload API asks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
-from tritonclient.grpc import model_config_pb2 as mc
-
-from naiad.backends.base import InstanceContext
-from naiad.backends.registry import get_backend
 from naiad.core.errors import (
     InferenceServerError,
+    InternalError,
+    InvalidArgumentError,
     NotFoundError,
     UnavailableError,
     unknown_model,
 )
-from naiad.repository import config as cfg
-from naiad.repository.layout import ModelLocation, available_versions, scan_repositories
-from naiad.repository.model import Model, ModelState, ModelVersion
-from naiad.scheduling.factory import create_scheduler
-from naiad.scheduling.scheduler import Scheduler
-from naiad.scheduling.worker import InstanceWorker
+from naiad.repository.layout import ModelLocation, check_model_name, scan_repositories
+from naiad.repository.loader import LoadPlan, ModelLoader, NoVersionsError, PollError
+from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion
+from naiad.repository.overrides import LoadRequest, parse_load_parameters
+from naiad.repository.poller import Poller
+from naiad.repository.roots import CloudRoot, open_root
+from naiad.repository.sync.engine import SyncError
+from naiad.settings import ModelControlMode
 
 log = logging.getLogger("naiad.repository")
 
-_KIND_NAMES = {
-    mc.ModelInstanceGroup.KIND_CPU: "CPU",
-    mc.ModelInstanceGroup.KIND_GPU: "GPU",
-    mc.ModelInstanceGroup.KIND_MODEL: "MODEL",
-}
+T = TypeVar("T")
+
+#: Triton's answer to load/unload outside EXPLICIT mode (the same text in NONE and POLL).
+CONTROL_DISABLED = "explicit model load / unload is not allowed if polling is enabled"
+#: Models being loaded by the current task chain (a dependency cycle would deadlock on the locks).
+_CHAIN: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "naiad_load_chain", default=frozenset()
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,22 +67,41 @@ class IndexEntry:
     reason: str = ""
 
 
+class RepositoryUnavailable(Exception):
+    """A repository could not be read at all (a cloud repository that failed to sync at start)."""
+
+
+def default_cache_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "naiad-repository-cache"
+
+
 class ModelRepository:
-    """The models of one server, from one or more repository folders."""
+    """The models of one server, from one or more repositories (folders, ``s3://``, ``gs://``)."""
 
     def __init__(
         self,
-        roots: list[Path],
+        repositories: Sequence[str | Path],
         *,
         auto_complete: bool = True,
         gpu_count: int = 0,
         load_threads: int = 4,
+        mode: ModelControlMode = ModelControlMode.NONE,
+        startup_models: Sequence[str] = (),
+        poll_secs: float = 15,
+        cache_dir: Path | None = None,
     ) -> None:
-        self.roots = roots
-        self.auto_complete = auto_complete
-        self.gpu_count = gpu_count
+        self.roots = [open_root(str(r), cache_dir or default_cache_dir()) for r in repositories]
+        self.mode = mode
+        self.startup_models = list(startup_models)
+        self.poll_secs = poll_secs
+        self._loader = ModelLoader(auto_complete=auto_complete, gpu_count=gpu_count)
         self._models: dict[str, Model] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._polling: set[str] = set()
+        self._loading: dict[str, set[int]] = {}
+        self._refresh_lock = asyncio.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, load_threads), thread_name_prefix="naiad-load")
+        self._poller: Poller | None = None
 
     # ---- lookup -------------------------------------------------------------------------------
 
@@ -79,9 +115,20 @@ class ModelRepository:
         return model
 
     def resolve(self, name: str, version: str) -> tuple[Model, ModelVersion]:
-        """The model and the version that serves a request for ``version`` ("" = latest ready)."""
+        """The model and the version that serves a request for ``version``.
+
+        ``""`` means the pinned default version if the model has one, else the highest READY one.
+        """
         model = self.get_model(name)
         if not version:
+            pinned = model.default_version
+            if pinned is not None:
+                mv = model.versions.get(pinned)
+                if mv is None or mv.state is not ModelState.READY:
+                    raise UnavailableError(
+                        f"Request for unknown model: '{name}' version {pinned} is not at ready state"
+                    )
+                return model, mv
             ready = model.ready_versions()
             if not ready:
                 raise UnavailableError(f"Request for unknown model: '{name}' has no available versions")
@@ -97,148 +144,370 @@ class ModelRepository:
         return model, model_version
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
-        """Every model in the repositories, loaded or not, one entry per known version."""
-        names = set(scan_repositories(self.roots)) | set(self._models)
+        """Every model in the repositories or ever loaded: one entry per known version.
+
+        Models never loaded are listed by name only; a model that failed before its versions were
+        known has one entry without a version.
+        """
+        names = set(self._scan()) | set(self._models) | set(self._loading)
         entries: list[IndexEntry] = []
         for name in sorted(names):
             model = self._models.get(name)
-            if model is None:
-                if not ready_only:
-                    entries.append(IndexEntry(name))
+            rows: dict[int, tuple[str, str]] = {}
+            if model is not None:
+                rows = {v: (mv.state.value, mv.reason) for v, mv in model.versions.items()}
+            for number in self._loading.get(name, ()):
+                if rows.get(number, ("",))[0] != ModelState.READY.value:
+                    rows[number] = (ModelState.LOADING.value, "")
+            for number in sorted(rows):
+                state, reason = rows[number]
+                if not ready_only or state == ModelState.READY.value:
+                    entries.append(IndexEntry(name, str(number), state, reason))
+            if rows or ready_only:
                 continue
-            if not model.versions:
-                if not ready_only:
-                    entries.append(IndexEntry(name, "", model.state.value, model.reason))
-                continue
-            for number in sorted(model.versions):
-                mv = model.versions[number]
-                if ready_only and mv.state is not ModelState.READY:
-                    continue
-                entries.append(IndexEntry(name, str(number), mv.state.value, mv.reason))
+            if model is not None and model.reason:
+                entries.append(IndexEntry(name, "", ModelState.UNAVAILABLE.value, model.reason))
+            else:
+                entries.append(IndexEntry(name))
         return entries
 
     def all_ready(self) -> bool:
-        """Strict readiness: every model that should be loaded has all its versions READY."""
-        return all(
-            model.versions and all(mv.state is ModelState.READY for mv in model.versions.values())
-            for model in self._models.values()
-        )
+        """Triton's strict readiness: nothing loading that does not serve yet, and every known
+        version READY or unloaded on purpose.  Models never loaded do not count."""
+        for name in self._polling:
+            model = self._models.get(name)
+            if model is None or not model.ready_versions():
+                return False
+        for name, numbers in self._loading.items():
+            model = self._models.get(name)
+            for number in numbers:
+                mv = model.versions.get(number) if model is not None else None
+                if mv is None or mv.state is not ModelState.READY:
+                    return False
+        for model in self._models.values():
+            if not model.versions and model.reason:
+                return False
+            if not all(mv.counts_as_ready for mv in model.versions.values()):
+                return False
+        return True
+
+    # ---- control mode -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load what the control mode loads at start; in POLL mode, start following the repository.
+
+        Raises :class:`RepositoryUnavailable` if a cloud repository cannot be synced.
+        """
+        try:
+            locations = await self.refresh()
+        except SyncError as exc:
+            raise RepositoryUnavailable(f"failed to read the model repository: {exc.message}") from exc
+        if self.mode is ModelControlMode.EXPLICIT:
+            names = sorted(locations) if "*" in self.startup_models else self.startup_models
+        else:
+            names = sorted(locations)
+        if self.mode is ModelControlMode.POLL:
+            self._poller = Poller(self, self.poll_secs)
+            await self._poller.prime(locations)
+        await asyncio.gather(*(self.try_load(name, record_missing=True) for name in names))
+        if self._poller is not None:
+            self._poller.start()
+
+    async def load_model(self, name: str, parameters: Mapping[str, object]) -> None:
+        """The repository API's load (EXPLICIT mode only); ``parameters`` as :mod:`overrides` says."""
+        if self.mode is not ModelControlMode.EXPLICIT:
+            raise UnavailableError(CONTROL_DISABLED)
+        await self.load(name, parse_load_parameters(parameters), fresh=True)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """The repository API's unload (EXPLICIT mode only); unloading an unknown model succeeds."""
+        if self.mode is not ModelControlMode.EXPLICIT:
+            raise UnavailableError(CONTROL_DISABLED)
+        await self.unload(name, unload_dependents)
+
+    async def refresh(self) -> dict[str, ModelLocation]:
+        """Sync cloud repositories (one refresh at a time), then scan every repository."""
+        async with self._refresh_lock:
+            if any(isinstance(root, CloudRoot) for root in self.roots):
+                in_use = {
+                    mv.model_dir
+                    for model in self._models.values()
+                    for mv in model.serving()
+                    if mv.model_dir is not None
+                }
+                for root in self.roots:
+                    await asyncio.to_thread(root.refresh, in_use)
+        return self._scan()
+
+    def _scan(self) -> dict[str, ModelLocation]:
+        return scan_repositories([path for root in self.roots if (path := root.path()) is not None])
 
     # ---- loading ------------------------------------------------------------------------------
 
-    async def load_all(self) -> None:
-        """Load every model in the repositories (model control mode NONE)."""
-        locations = scan_repositories(self.roots)
-        await asyncio.gather(*(self.load(location) for location in locations.values()))
+    async def try_load(self, name: str, *, record_missing: bool = False) -> None:
+        """Load for the server itself (start, POLL): failures are logged and left in the index."""
+        try:
+            await self.load(name, record_missing=record_missing)
+        except InferenceServerError as exc:
+            log.error("%s", exc.message.rstrip())
 
-    async def load(self, location: ModelLocation) -> Model:
-        """Load (or reload) one model; never raises for a bad model: it becomes UNAVAILABLE."""
-        model = Model(location.name, location.path)
-        previous = self._models.get(location.name)
-        if previous is None:
-            self._models[location.name] = model
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._pool, self._load_blocking, location, model)
-        self._models[location.name] = model
-        if previous is not None and previous is not model:
-            await loop.run_in_executor(self._pool, _close_model, previous)
-        state = model.state.value
-        log.info("model '%s' %s%s", model.name, state, f": {model.reason}" if model.reason else "")
+    async def load(
+        self,
+        name: str,
+        request: LoadRequest | None = None,
+        *,
+        fresh: bool = False,
+        record_missing: bool = False,
+    ) -> Model:
+        """Load or reload ``name``; raise Triton's error for the client if it did not load.
+
+        ``fresh`` syncs cloud repositories first; ``record_missing`` lists a model that is in no
+        repository as UNAVAILABLE (for ``--load-model`` names) instead of only failing.
+        """
+        chain = _CHAIN.get()
+        if name in chain:
+            raise InvalidArgumentError(
+                f"load failed for model '{name}': circular dependency through '{name}'\n"
+            )
+        token = _CHAIN.set(chain | {name})
+        try:
+            async with self._lock(name):
+                return await self._load(name, request, fresh, record_missing)
+        finally:
+            _CHAIN.reset(token)
+
+    async def _load(self, name: str, request: LoadRequest | None, fresh: bool, record_missing: bool) -> Model:
+        previous = self._models.get(name)
+        self._polling.add(name)
+        try:
+            plan = await self._poll(name, request, fresh, record_missing, previous)
+        finally:
+            self._polling.discard(name)
+        try:
+            pinned = _pinned_version(name, plan, request, previous)
+            await self._load_dependencies(name, plan)
+        except InferenceServerError:
+            _remove_scratch(plan.scratch)
+            raise
+        reused = _reusable(plan, previous)
+        built, failed = await self._build(plan, [v for v in plan.versions if v not in reused])
+        if failed:
+            await self._unload_versions(list(built.values()))
+            _remove_scratch(plan.scratch)
+            if not _serves(previous):
+                self._models[name] = _failure_record(plan, previous, failed)
+            details = "".join(f"version {v} is at UNAVAILABLE state: {failed[v]};" for v in sorted(failed))
+            raise InvalidArgumentError(f"load failed for model '{name}': {details}\n")
+        return await self._publish(plan, previous, {**reused, **built}, pinned)
+
+    async def _build(
+        self, plan: LoadPlan, numbers: list[int]
+    ) -> tuple[dict[int, ModelVersion], dict[int, str]]:
+        """Build versions on the load pool, in parallel: those that loaded, and why the others did not."""
+        self._loading[plan.name] = set(numbers)
+        try:
+            outcomes = await asyncio.gather(
+                *(self._run(self._loader.build_version, plan, v) for v in numbers), return_exceptions=True
+            )
+        finally:
+            self._loading.pop(plan.name, None)
+        built: dict[int, ModelVersion] = {}
+        failed: dict[int, str] = {}
+        for number, outcome in zip(numbers, outcomes, strict=True):
+            if isinstance(outcome, ModelVersion):
+                built[number] = outcome
+            else:
+                failed[number] = _reason(plan.name, number, outcome)
+        return built, failed
+
+    async def _publish(
+        self, plan: LoadPlan, previous: Model | None, versions: dict[int, ModelVersion], pinned: int | None
+    ) -> Model:
+        """Swap the new model in, then retire the versions it replaces (after their requests)."""
+        replaced = (
+            [] if previous is None else [mv for mv in previous.serving() if mv not in versions.values()]
+        )
+        for number, mv in previous.versions.items() if previous is not None else ():
+            versions.setdefault(number, mv)  # dropped versions stay listed: UNLOADING, then unloaded
+        for mv in replaced:
+            mv.stop()
+        model = Model(
+            plan.name,
+            plan.path,
+            plan.config,
+            plan.signature,
+            dict(sorted(versions.items())),
+            config_json=plan.config_json,
+            default_version=pinned,
+            dependencies=plan.dependencies,
+            source_fingerprint=plan.source_fingerprint,
+        )
+        self._models[plan.name] = model
+        log.info("successfully loaded '%s' version(s) %s", plan.name, ", ".join(map(str, plan.versions)))
+        if plan.scratch not in {mv.scratch for mv in model.serving()}:
+            _remove_scratch(plan.scratch)
+        await self._unload_versions(replaced)
         return model
 
-    async def unload(self, name: str) -> None:
-        model = self._models.pop(name, None)
-        if model is not None:
+    async def _poll(
+        self,
+        name: str,
+        request: LoadRequest | None,
+        fresh: bool,
+        record_missing: bool,
+        previous: Model | None,
+    ) -> LoadPlan:
+        """Poll the model; on failure record it (unless an older load still serves) and raise."""
+        location: ModelLocation | None = None
+        try:
+            check_model_name(name)
+            if request is None or not request.files:
+                locations = await self.refresh() if fresh else self._scan()
+                location = locations.get(name)
+            return await self._run(self._loader.poll, name, location, request)
+        except (PollError, InvalidArgumentError, SyncError) as exc:
+            message = exc.message
+            log.error("failed to load '%s': %s", name, message)
+            if isinstance(exc, NoVersionsError):
+                if not _serves(previous) and location is not None:
+                    self._models[name] = Model(name, location.path, reason=message)
+                raise InvalidArgumentError(f"load failed for model '{name}': {message}\n") from None
+            if not _serves(previous) and (location is not None or record_missing):
+                path = location.path if location is not None else Path(name)
+                self._models[name] = Model(name, path, reason=message)
+            raise InternalError(f"failed to load '{name}', failed to poll from model repository") from None
+
+    async def _load_dependencies(self, name: str, plan: LoadPlan) -> None:
+        """Load the models ``name`` needs that are not serving yet."""
+        for dependency in plan.dependencies:
+            current = self._models.get(dependency)
+            if current is not None and current.ready_versions():
+                continue
+            try:
+                await self.load(dependency)
+            except InferenceServerError as exc:
+                raise InvalidArgumentError(
+                    f"load failed for model '{name}': failed to load '{dependency}': {exc.message.rstrip()}\n"
+                ) from None
+
+    # ---- unloading ----------------------------------------------------------------------------
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload every version; with ``unload_dependents`` also the models it needs (loaded along
+        with it) that no other loaded model needs."""
+        async with self._lock(name):
+            model = self._models.get(name)
+            if model is None:
+                return
+            if not model.versions:
+                del self._models[name]
+                return
             for mv in model.versions.values():
-                mv.state = ModelState.UNLOADING
-            await asyncio.get_running_loop().run_in_executor(self._pool, _close_model, model)
+                if mv.state is ModelState.UNAVAILABLE:
+                    mv.reason = UNLOADED  # a failed version no longer holds readiness down
+            model.default_version = None
+            dependents = model.dependencies
+            serving = model.serving()
+            for mv in serving:
+                mv.stop()
+            await self._unload_versions(serving)
+            log.info("successfully unloaded '%s'", name)
+        if unload_dependents:
+            for dependent in dependents:
+                needed = any(
+                    dependent in other.dependencies
+                    for other in self._models.values()
+                    if other.ready_versions()
+                )
+                if not needed:
+                    await self.unload(dependent, True)
+
+    async def forget(self, name: str) -> None:
+        """Unload ``name`` and drop it from the index (POLL: its folder was removed)."""
+        await self.unload(name)
+        async with self._lock(name):
+            self._models.pop(name, None)
+
+    async def _unload_versions(self, versions: list[ModelVersion]) -> None:
+        await asyncio.gather(*(mv.unload() for mv in versions))
+        live = {mv.scratch for model in self._models.values() for mv in model.serving()}
+        for scratch in {mv.scratch for mv in versions} - live:
+            _remove_scratch(scratch)
 
     async def close(self) -> None:
+        if self._poller is not None:
+            await self._poller.stop()
         for name in list(self._models):
             await self.unload(name)
         self._pool.shutdown(wait=False)
 
-    def _load_blocking(self, location: ModelLocation, model: Model) -> None:
-        try:
-            if location.duplicates:
-                others = ", ".join(str(p) for p in location.duplicates)
-                raise UnavailableError(
-                    f"model '{location.name}' appears in more than one repository: {location.path}, {others}"
-                )
-            config = cfg.read_config(location.path)
-            versions = available_versions(location.path)
-            if not config.name:
-                config.name = location.name
-            cfg.resolve_backend(config, location.path, versions)
-            backend = get_backend(config.backend) if config.platform != "ensemble" else None
-            if backend is not None and self.auto_complete:
-                latest = location.path / str(versions[-1]) if versions else None
-                backend.auto_complete(config, location.path, latest)
-            cfg.normalize(config, location.name, self.gpu_count)
-            model.config = config
-            model.signature = cfg.signature_of(config)
-            model.config_json = cfg.to_json(config)
-            selected = cfg.selected_versions(config, versions)
-            if not selected:
-                raise UnavailableError(
-                    f"at least one version must be available under the version policy of model "
-                    f"'{location.name}'"
-                )
-        except InferenceServerError as exc:
-            model.reason = exc.message
-            return
-        except Exception as exc:  # a bug in a backend's auto-complete must not stop the server
-            log.exception("loading model '%s' failed", location.name)
-            model.reason = f"{type(exc).__name__}: {exc}"
-            return
-        for number in selected:
-            model.versions[number] = ModelVersion(number)
-        for number in selected:
-            mv = model.versions[number]
-            try:
-                mv.scheduler = self._create_scheduler(model, number)
-                mv.state = ModelState.READY
-            except InferenceServerError as exc:
-                mv.state, mv.reason = ModelState.UNAVAILABLE, exc.message
-            except Exception as exc:
-                log.exception("loading model '%s' version %d failed", model.name, number)
-                mv.state, mv.reason = ModelState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
+    # ---- helpers ------------------------------------------------------------------------------
 
-    def _create_scheduler(self, model: Model, version: int) -> Scheduler:
-        config = model.config
-        assert model.signature is not None
-        backend = get_backend(config.backend)
-        version_dir = model.path / str(version)
-        workers: list[InstanceWorker] = []
-        try:
-            for group in config.instance_group:
-                kind = _KIND_NAMES.get(group.kind, "CPU")
-                devices = list(group.gpus) if kind == "GPU" else [0]
-                for device in devices:
-                    for _ in range(group.count):
-                        name = f"{group.name}_{len(workers)}"
-                        context = InstanceContext(
-                            model_name=model.name,
-                            model_version=version,
-                            model_dir=model.path,
-                            version_dir=version_dir,
-                            model_file=version_dir / config.default_model_filename,
-                            config=config,
-                            signature=model.signature,
-                            instance_name=name,
-                            kind=kind,
-                            device_id=device,
-                        )
-                        workers.append(InstanceWorker(backend.create_instance(context), name))
-        except BaseException:
-            for worker in workers:
-                worker.close()
-            raise
-        return create_scheduler(config, workers)
+    def _lock(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
 
-def _close_model(model: Model) -> None:
-    for mv in model.versions.values():
-        if mv.scheduler is not None:
-            mv.scheduler.close()
-            mv.scheduler = None
+def _serves(model: Model | None) -> bool:
+    return model is not None and bool(model.ready_versions())
+
+
+def _reusable(plan: LoadPlan, previous: Model | None) -> dict[int, ModelVersion]:
+    """Loaded versions that the new load would build identically (same configuration and files)."""
+    if previous is None:
+        return {}
+    reused: dict[int, ModelVersion] = {}
+    for number in plan.versions:
+        old = previous.versions.get(number)
+        if old is not None and old.state is ModelState.READY and old.fingerprint == plan.fingerprints[number]:
+            reused[number] = old
+    return reused
+
+
+def _failure_record(plan: LoadPlan, previous: Model | None, failed: dict[int, str]) -> Model:
+    """What the index shows after a load that failed with nothing older serving: every version of
+    the attempt UNAVAILABLE (with its reason, or "unloaded" for those that had loaded), next to the
+    rows of earlier loads."""
+    record = Model(plan.name, plan.path, plan.config, plan.signature, config_json=plan.config_json)
+    if previous is not None:
+        record.versions = {v: mv for v, mv in previous.versions.items() if mv.scheduler is None}
+    for number in plan.versions:
+        reason = failed.get(number, UNLOADED)
+        record.versions[number] = ModelVersion(number, ModelState.UNAVAILABLE, reason, model_name=plan.name)
+    record.versions = dict(sorted(record.versions.items()))
+    record.source_fingerprint = plan.source_fingerprint
+    record.dependencies = plan.dependencies
+    return record
+
+
+def _pinned_version(
+    name: str, plan: LoadPlan, request: LoadRequest | None, previous: Model | None
+) -> int | None:
+    """The default version after this load: the request's, else the previous one if still loaded."""
+    if request is not None and request.sets_default_version:
+        pinned = request.default_version
+        if pinned is not None and pinned not in plan.versions:
+            raise InvalidArgumentError(
+                f"load failed for model '{name}': default version {pinned} is not among the versions "
+                f"to load {plan.versions}\n"
+            )
+        return pinned
+    pinned = previous.default_version if previous is not None else None
+    return pinned if pinned in plan.versions else None
+
+
+def _reason(name: str, version: int, error: BaseException) -> str:
+    if isinstance(error, InferenceServerError):
+        return error.message
+    log.error("loading model '%s' version %d failed", name, version, exc_info=error)
+    return f"{type(error).__name__}: {error}"
+
+
+def _remove_scratch(scratch: Path | None) -> None:
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from naiad.core.errors import UnavailableError
+from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
 from naiad.scheduling.scheduler import Scheduler
+
+#: The reason Triton gives a version that was unloaded on purpose (it does not count against readiness).
+UNLOADED = "unloaded"
 
 
 class ModelState(enum.Enum):
@@ -21,22 +27,78 @@ class ModelState(enum.Enum):
     UNLOADING = "UNLOADING"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ModelVersion:
-    """One version: its state, why it is in that state, and its scheduler once READY."""
+    """One version: its state, why it is in that state, and its scheduler while READY.
+
+    Requests go through :meth:`submit`, which counts them, so unloading can stop new requests at once
+    and still let the ones already submitted finish before the instances are released.
+    ``fingerprint`` identifies what was loaded (configuration and files); a reload whose fingerprint
+    for this version is unchanged keeps this object instead of loading the version again.
+    ``model_dir`` is the folder it was loaded from and ``scratch`` the temporary folder of a load
+    with file overrides, removed once no version uses it.
+    """
 
     version: int
     state: ModelState = ModelState.LOADING
     reason: str = ""
     scheduler: Scheduler | None = None
+    fingerprint: str = ""
+    model_name: str = ""
+    model_dir: Path | None = None
+    scratch: Path | None = None
+    inflight: int = 0
+    _drained: asyncio.Event | None = None
+
+    async def submit(self, request: InferRequest) -> InferResponse:
+        """Run one request on this version; UNAVAILABLE once the version stopped serving."""
+        scheduler = self.scheduler
+        if scheduler is None or self.state is not ModelState.READY:
+            raise UnavailableError(
+                f"Request for unknown model: '{self.model_name}' version {self.version} is not at ready state"
+            )
+        self.inflight += 1
+        try:
+            return await scheduler.submit(request)
+        finally:
+            self.inflight -= 1
+            if self.inflight == 0 and self._drained is not None:
+                self._drained.set()
+
+    def stop(self) -> None:
+        """Refuse new requests from now on (state UNLOADING); those already submitted carry on."""
+        self.state = ModelState.UNLOADING
+
+    async def unload(self) -> None:
+        """Stop, wait for the requests already submitted, then release the instances (off the loop)."""
+        self.stop()
+        if self.inflight:
+            self._drained = asyncio.Event()
+            await self._drained.wait()
+        scheduler, self.scheduler = self.scheduler, None
+        if scheduler is not None:
+            await asyncio.to_thread(scheduler.close)
+        self.reason = UNLOADED
+        self.state = ModelState.UNAVAILABLE
+
+    @property
+    def counts_as_ready(self) -> bool:
+        """Strict readiness: READY, or unloaded on purpose."""
+        return self.state is ModelState.READY or (
+            self.state is ModelState.UNAVAILABLE and self.reason == UNLOADED
+        )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Model:
     """A model the repository has tried to load.
 
     ``config`` and ``signature`` are ``None`` when the model failed before its configuration could be
-    read; ``reason`` then says why and the model has no versions.
+    read; ``reason`` then says why and the model has no versions.  ``default_version`` is the pinned
+    version that serves requests naming none (``None``: the highest READY version, as Triton);
+    ``dependencies`` names the models loaded along with it because it needs them (an ensemble's
+    steps): ``unload_dependents`` unloads them too, unless another loaded model still needs them;
+    ``source_fingerprint`` is the state of the model folder it was loaded from (POLL compares it).
     """
 
     name: str
@@ -46,6 +108,9 @@ class Model:
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     reason: str = ""
     config_json: dict[str, Any] | None = None
+    default_version: int | None = None
+    dependencies: tuple[str, ...] = ()
+    source_fingerprint: str = ""
 
     @property
     def platform(self) -> str:
@@ -60,13 +125,15 @@ class Model:
     def ready_versions(self) -> list[int]:
         return sorted(v for v, mv in self.versions.items() if mv.state is ModelState.READY)
 
+    def serving(self) -> list[ModelVersion]:
+        """Versions holding instances (READY, or draining while UNLOADING)."""
+        return [mv for mv in self.versions.values() if mv.scheduler is not None]
+
     @property
     def state(self) -> ModelState:
         """READY if any version is; otherwise the state of the model as a whole."""
         if self.ready_versions():
             return ModelState.READY
-        if not self.versions:  # not past its configuration yet, unless that failed
-            return ModelState.UNAVAILABLE if self.reason else ModelState.LOADING
         if any(mv.state is ModelState.LOADING for mv in self.versions.values()):
             return ModelState.LOADING
         return ModelState.UNAVAILABLE

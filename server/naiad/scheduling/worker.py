@@ -1,103 +1,114 @@
-"""One thread per model instance.
+"""One thread per model instance, taking executions from its scheduler's queue.
 
 Backends are synchronous (they block in framework code), so each instance gets a dedicated thread and
-the event loop only hands it work and is woken with the result.  A dedicated thread rather than a shared
-pool keeps Triton's guarantee that one instance runs one execution at a time, and lets frameworks that
-keep thread-local state (CUDA streams, Python model globals) find it on the same thread every time.
+the event loop only hands it work and is woken with the result.  A dedicated thread rather than a
+shared pool keeps Triton's guarantee that one instance runs one execution at a time, and lets
+frameworks that keep thread-local state (CUDA streams, Python model globals) find it on the same
+thread every time.  Frameworks that release the GIL (ONNX Runtime, torch) and Python models in worker
+processes therefore run ``count: N`` executions truly at once.
+
+The threads of a model version's instances share one job queue, so whichever instance is free takes
+the next execution.  A job cancelled while it waits there is dropped before it reaches the backend.
 """
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+import time
+from collections.abc import Callable
 
 from naiad.backends.base import ExecuteResult, ModelInstance
-from naiad.core.request import InferRequest
+from naiad.core.errors import InferenceServerError, InternalError
+from naiad.scheduling.queue import QueuedRequest
 
-_Job = tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop]
+
+class Execution:
+    """One batch on its way through an instance.
+
+    The scheduler fills ``entries`` and ``dispatch_ns``; the instance's thread drops the requests
+    cancelled meanwhile into ``skipped`` (they never reach the backend) and fills one result per
+    remaining entry and its timings (``time.monotonic_ns``).
+    """
+
+    __slots__ = ("dispatch_ns", "end_ns", "entries", "results", "sequence", "skipped", "start_ns")
+
+    def __init__(self, entries: list[QueuedRequest], dispatch_ns: int, sequence: int) -> None:
+        self.entries = entries
+        self.dispatch_ns = dispatch_ns
+        self.sequence = sequence
+        self.skipped: list[QueuedRequest] = []
+        self.results: list[ExecuteResult] = []
+        self.start_ns = 0
+        self.end_ns = 0
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():  # the waiter was cancelled meanwhile
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+Jobs = queue.SimpleQueue[Execution | None]
+
+
+def _failure(exc: BaseException) -> InferenceServerError:
+    """A fresh error per request: one exception object must not be raised in several tasks."""
+    if isinstance(exc, InferenceServerError):
+        return InferenceServerError(exc.message, exc.code)
+    return InternalError(f"{type(exc).__name__}: {exc}")
 
 
 class InstanceWorker:
-    """Runs calls for one instance on its own thread, in submission order."""
+    """A model instance and, once started, the thread that runs its executions in order."""
 
     def __init__(self, instance: ModelInstance, name: str) -> None:
         self.instance = instance
         self.name = name
-        self.inflight = 0
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=f"naiad-{name}", daemon=True)
+        #: Requests this instance's thread has taken from the job queue (written by that thread only).
+        self.started = 0
+        self._thread: threading.Thread | None = None
+
+    def start(self, jobs: Jobs, finished: Callable[[Execution], None]) -> None:
+        """Run executions from ``jobs`` until a ``None``; ``finished`` is called (on this thread)
+        after each, and must be safe to call from any thread."""
+        self._thread = threading.Thread(
+            target=self._run, args=(jobs, finished), name=f"naiad-{self.name}", daemon=True
+        )
         self._thread.start()
 
-    def execute(self, requests: Sequence[InferRequest]) -> asyncio.Future[list[ExecuteResult]]:
-        """Queue ``requests`` for this instance; the future resolves on the event loop."""
-        return self.call(lambda: self.instance.execute(requests))
+    def _run(self, jobs: Jobs, finished: Callable[[Execution], None]) -> None:
+        instance = self.instance
+        try:
+            while True:
+                execution = jobs.get()
+                if execution is None:
+                    return
+                entries = execution.entries
+                self.started += len(entries)
+                if any(entry.request.cancelled for entry in entries):
+                    execution.skipped = [entry for entry in entries if entry.request.cancelled]
+                    entries = execution.entries = [e for e in entries if not e.request.cancelled]
+                execution.start_ns = time.monotonic_ns()
+                if entries:
+                    execution.results = self._execute(instance, entries)
+                execution.end_ns = time.monotonic_ns()
+                finished(execution)
+        finally:
+            instance.close()
 
-    def call(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self.inflight += 1
-        future.add_done_callback(self._done)
-        self._jobs.put((fn, future, loop))
-        return future
+    @staticmethod
+    def _execute(instance: ModelInstance, entries: list[QueuedRequest]) -> list[ExecuteResult]:
+        """One result per entry, whatever the backend does: an exception fails the whole batch."""
+        try:
+            results = instance.execute([entry.request for entry in entries])
+        except BaseException as exc:  # handed to the requests, never lost on this thread
+            return [_failure(exc) for _ in entries]
+        if len(results) != len(entries):
+            message = f"backend returned {len(results)} responses for {len(entries)} requests"
+            return [InternalError(message) for _ in entries]
+        return results
 
-    def _done(self, _: asyncio.Future[Any]) -> None:
-        self.inflight -= 1
+    def join(self, timeout: float) -> None:
+        """Wait for the thread to finish its work and release the instance."""
+        if self._thread is not None:
+            self._thread.join(timeout)
 
-    def _run(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            fn, future, loop = job
-            if future.cancelled():
-                continue
-            try:
-                result, error = fn(), None
-            except BaseException as exc:  # handed to the waiter, never lost on this thread
-                result, error = None, exc
-            try:
-                loop.call_soon_threadsafe(_settle, future, result, error)
-            except RuntimeError:  # the loop closed while we ran: nobody is waiting any more
-                pass
-
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop after queued work, then release the instance (on its own thread)."""
-        done = threading.Event()
-
-        def finish() -> None:
-            try:
-                self.instance.close()
-            finally:
-                done.set()
-
-        self._jobs.put((finish, _DetachedFuture(), _NO_LOOP))
-        self._jobs.put(None)
-        done.wait(timeout)
-        self._thread.join(timeout)
-
-
-class _DetachedFuture:
-    """Stands in for a future nobody awaits (the close job)."""
-
-    def cancelled(self) -> bool:
-        return False
-
-
-class _NoLoop:
-    def call_soon_threadsafe(self, *_: Any) -> None:
-        return None
-
-
-_NO_LOOP: Any = _NoLoop()
+    def close(self) -> None:
+        """Release a worker that never started (a version whose load failed midway)."""
+        if self._thread is None:
+            self.instance.close()

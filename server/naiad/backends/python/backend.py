@@ -1,9 +1,11 @@
-"""The ``python`` backend: Triton Python-backend ``model.py`` files, run unchanged, in process.
+"""The ``python`` backend: Triton Python-backend ``model.py`` files, run unchanged.
 
-Triton gives every instance its own stub process; here an instance is a :class:`ModelHost` (the
-model's private module and object) driven by the instance's own thread.  This module is the server
-side of that pair: it turns server requests into ``pb_utils`` requests and the model's responses back
-into server results, so the host can later move into a worker process unchanged.
+Triton gives every instance its own stub process; here a model's single instance is a
+:class:`ModelHost` (the model's private module and object) driven by the instance's own thread, in
+the server process, which is the fastest path; models with several instances get one worker process
+per instance (:mod:`naiad.backends.python.process`), since only processes compute in parallel.  This
+module is the server side of the host: it turns server requests into ``pb_utils`` requests and the
+model's responses back into server results (in the worker process, too).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from google.protobuf import json_format
 
 from naiad.backends.base import ExecuteResult, InstanceContext
 from naiad.backends.python.host import ModelHost, auto_complete_config, describe
+from naiad.backends.python.process import ProcessModelInstance
 from naiad.backends.python.request import ReceivedRequest
 from naiad.backends.python.response import to_results
 from naiad.codecs.model_config_json import config_to_dict
@@ -24,6 +27,8 @@ from naiad.core.errors import InternalError, InvalidArgumentError
 from naiad.core.request import InferRequest
 
 DEFAULT_MODEL_FILE = "model.py"
+#: Config parameter that forces instances into worker processes ("true") or into the server ("false").
+PROCESSES_PARAMETER = "NAIAD_INSTANCE_PROCESSES"
 
 
 def initialize_args(context: InstanceContext) -> dict[str, str]:
@@ -38,6 +43,18 @@ def initialize_args(context: InstanceContext) -> dict[str, str]:
         "model_version": str(context.model_version),
         "model_name": context.model_name,
     }
+
+
+def uses_processes(config: Any) -> bool:
+    """Whether the instances of a model run in worker processes (see ``create_instance``)."""
+    parameter = config.parameters.get(PROCESSES_PARAMETER)
+    choice = parameter.string_value.strip().lower() if parameter is not None else ""
+    if choice in ("true", "false"):
+        return choice == "true"
+    instances = 0
+    for group in config.instance_group:
+        instances += group.count * max(1, len(group.gpus))
+    return instances > 1
 
 
 class PythonModelInstance:
@@ -99,5 +116,13 @@ class PythonBackend:
             ) from exc
         config.CopyFrom(replacement)
 
-    def create_instance(self, context: InstanceContext) -> PythonModelInstance:
+    def create_instance(self, context: InstanceContext) -> PythonModelInstance | ProcessModelInstance:
+        """In process for a model with one instance (the fastest path), else in a worker process.
+
+        Python code holds the GIL, so only processes let several instances compute at once.  The
+        config parameter ``NAIAD_INSTANCE_PROCESSES`` (``"true"``/``"false"``) overrides the choice,
+        e.g. for a model that computes in numpy with the GIL released, where threads suffice.
+        """
+        if uses_processes(context.config):
+            return ProcessModelInstance(context)
         return PythonModelInstance(context)

@@ -57,3 +57,7 @@ class ReceivedRequest(pb_utils.InferenceRequest):
 
     def model_name(self) -> str:
         return self._core.model_name
+
+    def is_cancelled(self) -> bool:
+        """True once the client has given up on this request (it may stop early)."""
+        return self._core.cancelled

@@ -21,6 +21,7 @@ from naiad.core.errors import InferenceServerError, InvalidArgumentError, Unsupp
 from naiad.dataplane import DataPlane
 from naiad.frontends.http.asgi import Receive, Scope, Send
 from naiad.frontends.http.body import compress, decompress, read_body
+from naiad.frontends.http.disconnect import DisconnectWatch
 from naiad.frontends.http.errors import error_body, status_of
 
 log = logging.getLogger("naiad.http")
@@ -46,6 +47,7 @@ class HttpFrontend:
     def __init__(self, dataplane: DataPlane, *, max_input_size: int = 64 * 1024 * 1024) -> None:
         self.dataplane = dataplane
         self.max_input_size = max_input_size
+        self._disconnects = DisconnectWatch()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -164,7 +166,7 @@ class HttpFrontend:
                 body, header_length.decode("latin-1") if header_length is not None else None
             )
             request, binary_output = json_v2.decode_request(header, binary, name, version)
-        response = await self.dataplane.infer(request)
+        response = await self._disconnects.run(self.dataplane.infer(request), call.receive)
         document, chunks = json_v2.encode_response(response, request, binary_output)
         if not chunks:
             return 200, document, [_JSON]

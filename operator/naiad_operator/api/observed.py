@@ -1,0 +1,81 @@
+"""What the operator observes: server pods and their repository indexes, sync Jobs, Deployments.
+
+``k8s`` produces these from API objects and HTTP answers; ``reconcile`` decides from them. Keeping them
+plain frozen dataclasses (not API dicts) is what lets the decisions be tested without a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class VersionState(StrEnum):
+    """Triton's repository-index states of one model version."""
+
+    UNKNOWN = "UNKNOWN"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionObservation:
+    state: VersionState
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodObservation:
+    """One server pod: Kubernetes readiness, and (when it answered) its repository index.
+
+    ``models`` maps model name -> version -> state; a model listed by name only (never loaded, or
+    unloaded) is absent. ``index_error`` is set when the pod did not answer the index call.
+    """
+
+    name: str
+    url: str | None
+    ready: bool
+    models: dict[str, dict[int, VersionObservation]] = field(default_factory=dict)
+    index_error: str | None = None
+
+    @property
+    def reporting(self) -> bool:
+        return self.url is not None and self.index_error is None
+
+    def ready_versions(self, model: str) -> frozenset[int]:
+        return frozenset(v for v, o in self.models.get(model, {}).items() if o.state is VersionState.READY)
+
+    def failed_versions(self, model: str) -> dict[int, str]:
+        return {
+            v: o.reason for v, o in self.models.get(model, {}).items() if o.state is VersionState.UNAVAILABLE
+        }
+
+    def loading_versions(self, model: str) -> frozenset[int]:
+        return frozenset(v for v, o in self.models.get(model, {}).items() if o.state is VersionState.LOADING)
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentObservation:
+    replicas: int = 0
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    generation: int = 0
+    observed_generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobObservation:
+    """A sync Job: finished or not, and the termination message of its (last) pod."""
+
+    name: str
+    succeeded: bool = False
+    failed: bool = False
+    start_time: str | None = None
+    completion_time: str | None = None
+    message: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.succeeded or self.failed

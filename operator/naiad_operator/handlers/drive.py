@@ -1,0 +1,117 @@
+"""Run a rollout plan stage by stage against the pods, checking the gate after the Load stage.
+
+The plan itself (what, where, in which order) comes from ``reconcile.rollout``; this module only performs
+it: pods in parallel, each pod's actions in order, an Event per load, unload and failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from naiad_operator.api.inferenceservice import Failure, ModelSpec
+from naiad_operator.api.observed import PodObservation
+from naiad_operator.handlers.context import OperatorContext
+from naiad_operator.k8s.modelserver import ServerCallError
+from naiad_operator.k8s.pods import observe
+from naiad_operator.reconcile import rollout
+from naiad_operator.reconcile.rollout import Action, Load, Plan, StageKind, Unload
+from naiad_operator.reconcile.syncjob import format_time
+
+
+async def run(
+    ctx: OperatorContext,
+    body: dict[str, Any],
+    plan: Plan,
+    models: Sequence[ModelSpec],
+    pod_objects: Sequence[dict[str, Any]],
+    pods: list[PodObservation],
+) -> tuple[list[PodObservation], dict[str, Failure]]:
+    """Perform every stage; returns the pods as observed afterwards and the models that failed."""
+    if not plan.stages:
+        return pods, {}
+    urls = {p.name: p.url for p in pods if p.url}
+    overrides = {m.name: m.config_override for m in models}
+    failed: dict[str, Failure] = {}
+    load_stage = plan.stage(StageKind.LOAD)
+    if load_stage is not None:
+        errors = await _execute(ctx, body, urls, load_stage.actions)
+        pods = await observe(ctx.server, pod_objects, ctx.resolve)
+        failed = rollout.failures(plan, pods, format_time(datetime.now(UTC)), errors)
+        undo: list[Action] = []
+        for model, failure in failed.items():
+            kopf.event(
+                body,
+                type="Warning",
+                reason="BlockedByFailedLoad",
+                message=f"{model}: {failure.message} (pod {failure.pod}); rolling back",
+            )
+            undo += rollout.rollback(plan.models[model], pods, overrides.get(model))
+        await _execute(ctx, body, urls, undo)
+    for kind in (StageKind.SWITCH, StageKind.UNLOAD):
+        stage = plan.stage(kind)
+        if stage is not None:
+            await _execute(ctx, body, urls, rollout.without(stage, set(failed)).actions)
+    return await observe(ctx.server, pod_objects, ctx.resolve), failed
+
+
+async def _execute(
+    ctx: OperatorContext, body: dict[str, Any], urls: dict[str, str], actions: Sequence[Action]
+) -> dict[tuple[str, str], str]:
+    """Run actions, pods in parallel and each pod's in order; the errors servers answered, by pod and model."""
+    errors: dict[tuple[str, str], str] = {}
+    by_pod: dict[str, list[Action]] = {}
+    for action in actions:
+        by_pod.setdefault(action.pod, []).append(action)
+
+    async def on_pod(pod: str, queue: list[Action]) -> None:
+        url = urls.get(pod)
+        if url is None:
+            return
+        for action in queue:
+            error = await _perform(ctx, body, url, action)
+            if error is not None:
+                errors[(pod, action.model)] = error
+
+    await asyncio.gather(*(on_pod(pod, queue) for pod, queue in by_pod.items()))
+    return errors
+
+
+async def _perform(ctx: OperatorContext, body: dict[str, Any], url: str, action: Action) -> str | None:
+    """One action; a server error becomes an Event and is returned (the gate decides what it means)."""
+    unload = isinstance(action, Unload)
+    try:
+        if isinstance(action, Unload):
+            await ctx.server.unload(url, action.model)
+            message = f"{action.model} unloaded from pod {action.pod}"
+        else:
+            await _load(ctx, url, action)
+            pinned = f", default {action.default_version}" if action.default_version is not None else ""
+            message = f"{action.model} versions {list(action.versions)} on pod {action.pod}{pinned}"
+    except ServerCallError as exc:
+        verb = "unload" if unload else "load"
+        kopf.event(
+            body,
+            type="Warning",
+            reason="ModelUnloadFailed" if unload else "ModelLoadFailed",
+            message=f"{action.model} {verb} on pod {action.pod}: {exc.message}",
+        )
+        return exc.message
+    kopf.event(body, type="Normal", reason="ModelUnloaded" if unload else "ModelLoaded", message=message)
+    return None
+
+
+async def _load(ctx: OperatorContext, url: str, action: Load) -> None:
+    base = await ctx.server.config(url, action.model)
+    if base is None or action.fresh:
+        # Not loaded here, or its files or config changed: let the server read the repository first,
+        # then take what it loaded as the base for the version policy.
+        await ctx.server.load(url, action.model, None, None)
+        base = await ctx.server.config(url, action.model)
+    config = rollout.load_config(base, action.versions, action.config_override)
+    if config is not None:
+        await ctx.server.load(url, action.model, config, action.default_version)

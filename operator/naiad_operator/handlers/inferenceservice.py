@@ -1,0 +1,150 @@
+"""InferenceService handlers: children, in-place model rollouts and per-pod status.
+
+Change handlers react at once; the timer re-reads every pod's index and repairs drift (a restarted pod, a
+model unloaded by hand). A repository that moves to a new snapshot triggers its InferenceServices
+through an index, so a sync turns into a rollout without waiting for the timer.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from naiad_operator import API_VERSION, GROUP, VERSION
+from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
+from naiad_operator.api.modelrepository import ModelRepositorySpec, ModelRepositoryStatus
+from naiad_operator.api.observed import DeploymentObservation
+from naiad_operator.handlers import children, drive
+from naiad_operator.handlers.context import OperatorContext
+from naiad_operator.handlers.startup import context_of
+from naiad_operator.k8s.pods import list_pods, observe
+from naiad_operator.reconcile import names, rollout, traffic
+from naiad_operator.reconcile.children import inference_service_children
+from naiad_operator.reconcile.compare import merge_patch
+from naiad_operator.reconcile.service_status import Observed, service_status
+from naiad_operator.reconcile.syncjob import format_time
+from naiad_operator.settings import load
+
+KIND = "InferenceService"
+PLURAL = "inferenceservices"
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def by_repository(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> dict[tuple[str, str], str]:
+    """InferenceServices by the repository they serve from."""
+    return {(namespace, str(spec.get("repository", {}).get("name", ""))): name}
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def changed(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    await reconcile(context_of(memo), namespace, name)
+
+
+@kopf.timer(
+    GROUP, VERSION, PLURAL, interval=load().reconcile_interval, initial_delay=load().reconcile_interval
+)
+async def tick(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """Level-triggered pass: the truth from every pod, drift repaired; writes nothing when all is well."""
+    await reconcile(context_of(memo), namespace, name)
+
+
+@kopf.on.event(GROUP, VERSION, "modelrepositories")
+async def repository_moved(
+    event: kopf.RawEvent,
+    namespace: str,
+    name: str,
+    memo: kopf.Memo,
+    by_repository: kopf.Index[Any, str],
+    **_: Any,
+) -> None:
+    """A repository switched snapshots (or became ready): roll its InferenceServices forward now."""
+    status = (event.get("object") or {}).get("status") or {}
+    current = (status.get("snapshot") or {}).get("current")
+    seen: dict[tuple[str, str], str | None] = memo.setdefault("snapshots_seen", {})
+    if current is None or seen.get((namespace, name)) == current:
+        return
+    seen[(namespace, name)] = current
+    ctx = context_of(memo)
+    for isvc in list(by_repository.get((namespace, name), [])):
+        await reconcile(ctx, namespace, isvc)
+
+
+async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
+    body = await ctx.kube.get(API_VERSION, KIND, namespace, name)
+    if body is None:
+        return
+    async with ctx.locks[body["metadata"]["uid"]]:
+        await _reconcile_locked(ctx, namespace, name)
+
+
+async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> None:
+    body = await ctx.kube.get(API_VERSION, KIND, namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    meta = body["metadata"]
+    generation = int(meta.get("generation") or 1)
+    spec = InferenceServiceSpec.model_validate(body.get("spec") or {})
+    before = InferenceServiceStatus.model_validate(body.get("status") or {})
+
+    repo_body = await ctx.kube.get(API_VERSION, "ModelRepository", namespace, spec.repository.name)
+    repo_status = ModelRepositoryStatus.model_validate(repo_body.get("status") or {}) if repo_body else None
+    claim = names.claim_name(spec.repository.name, None)
+    if repo_body is not None:
+        repo_spec = ModelRepositorySpec.model_validate(repo_body.get("spec") or {})
+        claim = names.claim_name(spec.repository.name, repo_spec.storage.claim_name)
+
+    wanted = inference_service_children(meta, spec, before, claim, ctx.settings.server_image)
+    deployment: dict[str, Any] | None = None
+    for obj in wanted.present:
+        applied = await children.ensure(ctx.kube, obj)
+        if obj["kind"] == "Deployment":
+            deployment = applied
+    for ref in wanted.absent:
+        await children.remove(ctx.kube, namespace, ref)
+
+    pod_objects = await list_pods(ctx.kube, namespace, names.selector_labels(name))
+    pods = await observe(ctx.server, pod_objects, ctx.resolve)
+    records = {m.name: m for m in before.models}
+    snapshot: dict[str, dict[int, str]] | None
+    if repo_status is None or not repo_status.is_ready():
+        snapshot = None
+    elif spec.repository.snapshot and spec.repository.snapshot != repo_status.snapshot.current:
+        snapshot = rollout.pinned_snapshot(spec.repository.snapshot, records, pods)
+    else:
+        snapshot = {m.name: m.hashes() for m in repo_status.models}
+    plan = rollout.plan(spec.models, snapshot, records, pods)
+    pods, failures = await drive.run(ctx, body, plan, spec.models, pod_objects, pods)
+
+    status = service_status(
+        name,
+        namespace,
+        generation,
+        spec,
+        before,
+        plan,
+        Observed(pods, _deployment(deployment), repo_status, failures),
+        traffic.service_urls(name, namespace),
+        names.selector_string(name),
+        format_time(datetime.now(UTC)),
+        ctx.settings.replica_detail_limit,
+    )
+    patch = merge_patch(before.dump(), status.dump())
+    if patch:
+        await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)
+
+
+def _deployment(obj: dict[str, Any] | None) -> DeploymentObservation | None:
+    if obj is None:
+        return None
+    status = obj.get("status") or {}
+    return DeploymentObservation(
+        replicas=int(status.get("replicas") or 0),
+        ready_replicas=int(status.get("readyReplicas") or 0),
+        updated_replicas=int(status.get("updatedReplicas") or 0),
+        generation=int(obj["metadata"].get("generation") or 0),
+        observed_generation=int(status.get("observedGeneration") or 0),
+    )

@@ -1,0 +1,148 @@
+"""ModelRepository handlers: the claim, sync Jobs on create/change/interval/trigger, and retention."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from naiad_operator import API_VERSION, GROUP, VERSION
+from naiad_operator.api.modelrepository import (
+    ModelRepositorySpec,
+    ModelRepositoryStatus,
+    RetentionPolicy,
+    SyncResult,
+)
+from naiad_operator.handlers import children
+from naiad_operator.handlers.context import OperatorContext
+from naiad_operator.handlers.startup import context_of
+from naiad_operator.k8s.errors import ConflictError
+from naiad_operator.k8s.jobs import observe_job
+from naiad_operator.reconcile import names, repository_status, storage, syncjob
+from naiad_operator.reconcile.compare import merge_patch, stamp
+from naiad_operator.settings import load
+
+KIND = "ModelRepository"
+PLURAL = "modelrepositories"
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def changed(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """A new or changed repository: reconcile now rather than at the next tick."""
+    await reconcile(context_of(memo), namespace, name)
+
+
+@kopf.timer(
+    GROUP, VERSION, PLURAL, interval=load().sync_poll_interval, initial_delay=load().sync_poll_interval
+)
+async def tick(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """Level-triggered pass: finish running syncs, start interval syncs, repair the claim."""
+    await reconcile(context_of(memo), namespace, name)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def deleted(
+    spec: kopf.Spec, namespace: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
+    """Honour ``retentionPolicy`` for a claim we created; a user's own claim is never touched."""
+    parsed = ModelRepositorySpec.model_validate(dict(spec))
+    claim = names.claim_name(name, parsed.storage.claim_name)
+    if not storage.owns_claim(parsed) or parsed.retention_policy is RetentionPolicy.RETAIN:
+        kopf.event(body, type="Normal", reason="ClaimRetained", message=f"PersistentVolumeClaim {claim} kept")
+        return
+    if await context_of(memo).kube.delete("v1", "PersistentVolumeClaim", namespace, claim):
+        kopf.event(
+            body, type="Normal", reason="ClaimDeleted", message=f"PersistentVolumeClaim {claim} deleted"
+        )
+
+
+async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
+    body = await ctx.kube.get(API_VERSION, KIND, namespace, name)
+    if body is None:
+        return
+    async with ctx.locks[body["metadata"]["uid"]]:
+        await _reconcile_locked(ctx, namespace, name)
+
+
+async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> None:
+    body = await ctx.kube.get(API_VERSION, KIND, namespace, name)  # fresh: the last pass may have written
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    meta = body["metadata"]
+    generation = int(meta.get("generation") or 1)
+    spec = ModelRepositorySpec.model_validate(body.get("spec") or {})
+    before = ModelRepositoryStatus.model_validate(body.get("status") or {})
+    now = datetime.now(UTC)
+    claim = names.claim_name(name, spec.storage.claim_name)
+    desired_claim = storage.desired_claim(name, namespace, spec)
+    if desired_claim is not None:
+        await children.ensure(ctx.kube, stamp(desired_claim))
+    status = before.model_copy(update={"claim_name": claim})
+
+    if status.active_job:
+        job = await observe_job(ctx.kube, namespace, status.active_job)
+        if job is None or job.finished:
+            summary = syncjob.parse_summary(job.message) if job is not None else None
+            status = repository_status.finish_sync(
+                status, spec, job, summary, now, ctx.settings.sync_retry_seconds
+            )
+            _sync_event(body, status)
+
+    reason = syncjob.sync_reason(spec, status, generation, now)
+    if reason is not None:
+        job_name = names.sync_job_name(name, status.sync_count + 1)
+        job_body = syncjob.desired_sync_job(
+            name,
+            namespace,
+            names.owner_reference(KIND, meta),
+            spec,
+            claim,
+            job_name,
+            ctx.settings.server_image,
+            ctx.settings.sync_job_ttl_seconds,
+        )
+        try:
+            await ctx.kube.create(job_body)
+        except ConflictError:
+            # A previous pass created it and died before recording it: it is ours only if we own it.
+            existing = await ctx.kube.get("batch/v1", "Job", namespace, job_name)
+            owners = ((existing or {}).get("metadata") or {}).get("ownerReferences") or []
+            if not any(o.get("uid") == meta["uid"] for o in owners):
+                raise
+        status = repository_status.start_sync(status, spec, job_name, generation, now)
+        kopf.event(
+            body,
+            type="Normal",
+            reason="SyncStarted",
+            message=f"{reason}: Job {job_name} syncs {spec.source.uri}",
+        )
+
+    status = repository_status.with_conditions(status, generation, now)
+    patch = merge_patch(before.dump(), status.dump())
+    if patch:
+        await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)
+
+
+def _sync_event(body: dict[str, Any], status: ModelRepositoryStatus) -> None:
+    last = status.last_sync
+    if last is None:
+        return
+    if last.result is SyncResult.FAILED:
+        kopf.event(
+            body,
+            type="Warning",
+            reason="SyncFailed",
+            message=f"Job {last.job_name}: {last.message or 'failed'}; "
+            f"snapshot {status.snapshot.current} kept",
+        )
+    else:
+        kopf.event(
+            body,
+            type="Normal",
+            reason="Synced",
+            message=f"Job {last.job_name}: {last.result}: snapshot {last.snapshot}, "
+            f"{last.objects_copied} objects copied, {last.objects_reused} reused",
+        )

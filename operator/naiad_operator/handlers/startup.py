@@ -1,0 +1,52 @@
+"""Operator start and stop: kopf settings, and the shared clients in ``memo``.
+
+kopf keeps its bookkeeping (finalizer, handler progress, last-handled spec) under our own prefix, so a
+``kubectl get -o yaml`` shows whose annotations they are and another kopf operator cannot collide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from naiad_operator import GROUP
+from naiad_operator.handlers.context import OperatorContext
+from naiad_operator.k8s.client import Kube, connect
+from naiad_operator.k8s.modelserver import ModelServer
+from naiad_operator.settings import load
+
+FINALIZER = f"{GROUP}/finalizer"
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Configure kopf and open the clients every handler uses."""
+    ours = load()
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.posting.loggers = False  # Events are posted explicitly, one per load/unload/sync/failure
+    settings.execution.max_workers = 8
+    kube = Kube(await connect(), ours.field_manager, ours.api_retries)
+    memo["context"] = OperatorContext(ours, kube, ModelServer(ours.server_timeout, ours.load_timeout))
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own credential readers (service account, then ``$KUBECONFIG``), read when the operator
+    starts: the client library's automatic login reads ``$KUBECONFIG`` once, at import time."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    context = memo.get("context")
+    if isinstance(context, OperatorContext):
+        await context.close()
+
+
+def context_of(memo: kopf.Memo) -> OperatorContext:
+    context = memo["context"]
+    assert isinstance(context, OperatorContext)
+    return context

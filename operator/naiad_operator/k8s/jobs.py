@@ -1,0 +1,41 @@
+"""Sync Jobs: read a Job's outcome and its pod's termination message (the sync summary)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from naiad_operator.api.observed import JobObservation
+from naiad_operator.k8s.client import Kube
+
+
+async def observe_job(kube: Kube, namespace: str, name: str) -> JobObservation | None:
+    """None when the Job is gone. The message comes from the newest pod that terminated."""
+    job = await kube.get("batch/v1", "Job", namespace, name)
+    if job is None:
+        return None
+    status = job.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    succeeded = bool(status.get("succeeded")) or conditions.get("Complete") == "True"
+    failed = conditions.get("Failed") == "True"
+    message = None
+    if succeeded or failed:
+        pods = await kube.list("v1", "Pod", namespace, {"job-name": name})
+        message = _termination_message(pods)
+    return JobObservation(
+        name=name,
+        succeeded=succeeded,
+        failed=failed,
+        start_time=status.get("startTime"),
+        completion_time=status.get("completionTime"),
+        message=message,
+    )
+
+
+def _termination_message(pods: list[dict[str, Any]]) -> str | None:
+    finished: list[tuple[str, str]] = []
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (cs.get("state") or {}).get("terminated") or {}
+            if terminated.get("message"):
+                finished.append((terminated.get("finishedAt") or "", terminated["message"]))
+    return max(finished)[1] if finished else None

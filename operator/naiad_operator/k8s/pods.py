@@ -1,0 +1,63 @@
+"""Server pods: find them, resolve their addresses, and read each one's repository index.
+
+Address resolution is a plain function so tests (and unusual networks) can inject their own; the default
+reads the pod's IP and its ``http`` container port, which is also how a test stands a local process in
+for a pod: the pod object it creates names that process's address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from naiad_operator.api.observed import PodObservation
+from naiad_operator.k8s.client import Kube
+from naiad_operator.k8s.modelserver import ModelServer, ServerCallError
+
+#: pod object -> base URL of its HTTP endpoint, or None while it has none.
+PodResolver = Callable[[dict[str, Any]], str | None]
+
+
+def pod_address(pod: dict[str, Any]) -> str | None:
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    port = 8000
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for p in container.get("ports") or []:
+            if p.get("name") == "http":
+                port = int(p["containerPort"])
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}"
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+async def list_pods(kube: Kube, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
+    pods = await kube.list("v1", "Pod", namespace, selector)
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+async def observe(
+    server: ModelServer, pods: Sequence[dict[str, Any]], resolve: PodResolver = pod_address
+) -> list[PodObservation]:
+    """Each pod's readiness and index, read concurrently; a pod that does not answer is "not reporting"
+    rather than "empty", so status never claims a model vanished because a call timed out."""
+
+    async def one(pod: dict[str, Any]) -> PodObservation:
+        name, url, ready = pod["metadata"]["name"], resolve(pod), pod_ready(pod)
+        if url is None:
+            return PodObservation(name, None, ready)
+        try:
+            return PodObservation(name, url, ready, await server.index(url))
+        except ServerCallError as exc:
+            return PodObservation(name, url, ready, index_error=exc.message)
+
+    return list(await asyncio.gather(*(one(p) for p in pods)))

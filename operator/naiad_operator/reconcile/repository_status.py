@@ -1,0 +1,142 @@
+"""ModelRepository status: what the last sync Job found, and the conditions that follow from it.
+
+A failed sync never moves ``snapshot.current``: ``naiad repo sync`` leaves ``current`` untouched when it
+fails, and status says the same thing — the previous snapshot stays Ready while ``Synced`` is False with
+the reason, and the phase is Degraded rather than Failed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from naiad_operator.api.modelrepository import (
+    LastSync,
+    ModelRepositorySpec,
+    ModelRepositoryStatus,
+    ModelVersionHash,
+    RepositoryModel,
+    RepositoryPhase,
+    SnapshotStatus,
+    SyncResult,
+    SyncSummary,
+)
+from naiad_operator.api.observed import JobObservation
+from naiad_operator.reconcile.conditions import condition, merge_conditions
+from naiad_operator.reconcile.syncjob import format_time, next_sync_time
+
+#: Failure kinds of ``naiad repo sync`` that mean the source itself could not be reached or read.
+UNREACHABLE_KINDS = frozenset({"credentials", "not_found"})
+
+
+def start_sync(
+    status: ModelRepositoryStatus, spec: ModelRepositorySpec, job_name: str, generation: int, now: datetime
+) -> ModelRepositoryStatus:
+    """Status right after a sync Job was created for ``generation``."""
+    return status.model_copy(
+        update={
+            "active_job": job_name,
+            "sync_count": status.sync_count + 1,
+            "synced_generation": generation,
+            "last_trigger": spec.sync.trigger,
+            "next_sync_time": None,
+            "last_sync": LastSync(job_name=job_name, start_time=format_time(now)),
+        }
+    )
+
+
+def finish_sync(
+    status: ModelRepositoryStatus,
+    spec: ModelRepositorySpec,
+    job: JobObservation | None,
+    summary: SyncSummary | None,
+    now: datetime,
+    retry_seconds: float,
+) -> ModelRepositoryStatus:
+    """Status once the active Job finished (or vanished): copy its summary in, keep the old snapshot on
+    failure."""
+    previous = status.last_sync or LastSync(job_name=status.active_job)
+    done = job.completion_time if job is not None and job.completion_time else format_time(now)
+    if job is None:
+        result, message = SyncResult.FAILED, f"sync Job {status.active_job} disappeared before it finished"
+    elif summary is None:
+        result = SyncResult.FAILED if job.failed or not job.succeeded else SyncResult.SUCCEEDED
+        message = (job.message or "the sync Job left no summary")[:1500]
+    else:
+        result = summary.result
+        message = f"{summary.error_kind}: {summary.error}" if summary.error else ""
+        if summary.truncated:
+            message = "summary truncated to fit the termination message: some models are not listed"
+    last = previous.model_copy(update={"result": result, "completion_time": done, "message": message or None})
+    update: dict[str, object] = {
+        "active_job": None,
+        "next_sync_time": next_sync_time(spec, result, now, retry_seconds),
+    }
+    if summary is not None:
+        last = last.model_copy(
+            update={
+                "snapshot": summary.snapshot,
+                "objects_listed": summary.objects_listed,
+                "objects_copied": summary.objects_copied,
+                "objects_reused": summary.objects_reused,
+                "bytes_copied": summary.bytes_copied,
+                "duration_seconds": summary.duration_seconds,
+            }
+        )
+        if result is not SyncResult.FAILED and summary.snapshot:
+            update["snapshot"] = _snapshots(status.snapshot, summary.snapshot, spec.sync.keep_snapshots)
+            update["models"] = [
+                RepositoryModel(
+                    name=name,
+                    versions=[
+                        ModelVersionHash(version=v, content_hash=h) for v, h in sorted(versions.items())
+                    ],
+                )
+                for name, versions in sorted(summary.models.items())
+            ]
+            update["model_count"] = len(summary.models)
+    update["last_sync"] = last
+    return status.model_copy(update=update)
+
+
+def _snapshots(previous: SnapshotStatus, current: str, keep: int) -> SnapshotStatus:
+    available = [current, *(s for s in previous.available if s != current)][:keep]
+    return SnapshotStatus(current=current, available=available)
+
+
+def with_conditions(status: ModelRepositoryStatus, generation: int, now: datetime) -> ModelRepositoryStatus:
+    """Conditions and phase from the rest of status; transition times kept where nothing flipped."""
+    last = status.last_sync
+    result = last.result if last is not None else None
+    has_snapshot = status.snapshot.current is not None
+    failed = result is SyncResult.FAILED
+    kind = (last.message or "").split(":", 1)[0] if failed and last is not None else ""
+    if result is None:
+        reachable = condition("SourceReachable", None, "NotSyncedYet", generation=generation)
+    elif failed and kind in UNREACHABLE_KINDS:
+        reachable = condition("SourceReachable", False, "SourceUnreachable", last.message or "", generation)
+    else:
+        reachable = condition("SourceReachable", True, "Listed", generation=generation)
+    if status.active_job:
+        synced = condition("Synced", False, "Syncing", f"sync Job {status.active_job} is running", generation)
+    elif failed and last is not None:
+        synced = condition("Synced", False, "SyncFailed", last.message or "", generation)
+    elif result is None:
+        synced = condition("Synced", False, "Pending", "no sync has run yet", generation)
+    else:
+        synced = condition("Synced", True, "SnapshotMaterialized", status.snapshot.current or "", generation)
+    if has_snapshot:
+        ready = condition("Ready", True, "SnapshotAvailable", status.snapshot.current or "", generation)
+    else:
+        ready = condition("Ready", False, "NoSnapshot", "no sync has succeeded yet", generation)
+    if status.active_job:
+        phase = RepositoryPhase.SYNCING
+    elif failed:
+        phase = RepositoryPhase.DEGRADED if has_snapshot else RepositoryPhase.FAILED
+    elif has_snapshot:
+        phase = RepositoryPhase.READY
+    else:
+        phase = RepositoryPhase.PENDING
+    conditions = merge_conditions(status.conditions, [reachable, synced, ready], format_time(now))
+    return status.model_copy(
+        update={"conditions": conditions, "phase": phase, "observed_generation": generation}
+    )

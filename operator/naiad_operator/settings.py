@@ -1,0 +1,72 @@
+"""Operator settings, read once from ``NAIAD_OPERATOR_*`` environment variables.
+
+The operator runs as one Deployment whose only configuration surface is its environment (the Helm chart's
+``env:`` uses the same names), so every knob is a typed field here with its unit, default and reason.
+Nothing else in the package reads the environment.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    """Every field is ``NAIAD_OPERATOR_<FIELD>`` in the environment, e.g.
+    ``NAIAD_OPERATOR_NAMESPACES='["ml","prod"]'``."""
+
+    model_config = SettingsConfigDict(env_prefix="NAIAD_OPERATOR_", frozen=True)
+
+    namespaces: list[str] = Field(default_factory=list)
+    """Namespaces to watch, as a JSON list (``["ml","prod"]``); empty watches the whole cluster, which needs a
+    ClusterRole. A namespaced install lists exactly its namespaces so a Role is enough."""
+
+    server_image: str = "naiad/server:latest"
+    """Image for server pods and sync Jobs when an InferenceService names none: the sync Job runs
+    ``naiad repo sync`` from the same image so the tool and the server agree on the snapshot layout."""
+
+    reconcile_interval: float = 30.0
+    """Seconds between level-triggered passes (timers) over every resource. Each pass re-reads every
+    server pod's repository index and corrects drift (a restarted pod, a model unloaded by hand); in
+    steady state it writes nothing to the Kubernetes API."""
+
+    sync_poll_interval: float = 10.0
+    """Seconds between checks of a running sync Job. Short, because a finished Job is what turns a new
+    snapshot into a rollout."""
+
+    server_timeout: float = 10.0
+    """Seconds for one repository-index or unload call to a server pod: a pod that does not answer in
+    this time is counted as not reporting, not as failed."""
+
+    load_timeout: float = 600.0
+    """Seconds one model load may take on one pod before it counts as failed (and the rollout rolls
+    back). Large models take minutes to load, so this is generous."""
+
+    replica_detail_limit: int = 10
+    """Most per-pod entries kept in ``status.models[].replicas`` (not-ready pods first): status stays
+    small with hundreds of pods, and the counts still cover every pod."""
+
+    field_manager: str = "naiad-operator"
+    """Server-side-apply field manager and the name the operator signs Events with."""
+
+    api_retries: int = 5
+    """Attempts for one Kubernetes API write on a conflict (409), throttling (429) or a 5xx before the
+    handler fails and kopf retries it later. Conflicts are retried after a re-read, never ignored."""
+
+    sync_retry_seconds: float = 300.0
+    """Seconds before a failed sync is tried again when no interval is set (or a shorter one than the
+    interval): a bucket that was missing or credentials that were wrong are often fixed without a spec
+    change."""
+
+    sync_job_ttl_seconds: int = 3600
+    """``ttlSecondsAfterFinished`` of sync Jobs: long enough to read their summary and inspect a failure,
+    short enough that Jobs do not pile up with an interval sync."""
+
+
+@functools.cache
+def load() -> OperatorSettings:
+    """The settings, read from the environment once per process (timer intervals are fixed when the
+    handlers are registered, so everything reads the same instance)."""
+    return OperatorSettings()

@@ -1,0 +1,163 @@
+"""A Python model instance in a worker process of its own, for real parallelism between instances.
+
+Python models hold the GIL while they compute, so ``count: N`` threads in one interpreter would run
+one at a time.  Like Triton's stub processes, each instance here is then a child interpreter
+(:mod:`naiad.backends.python.stub`) that loads the model with the same
+:class:`~naiad.backends.python.backend.PythonModelInstance` as an in-process instance, so both
+behave the same way.  Per execution the server writes the input tensors into a shared-memory region
+and sends their placement and the request fields through a socket; the child answers with its
+outputs placed in a region of its own (see :mod:`naiad.backends.python.shm`).  ``is_cancelled()`` in
+the child asks the server, which answers from the live request.
+
+``execute`` is called on the instance's thread and blocks in socket I/O, releasing the GIL, so N
+instances compute in N processes at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from naiad.backends.base import ExecuteResult, InstanceContext
+from naiad.backends.python import shm
+from naiad.core.errors import ErrorCode, InferenceServerError, InternalError
+from naiad.core.request import InferRequest, InferResponse, Tensor
+
+log = logging.getLogger(__name__)
+
+#: The folder that holds the ``naiad`` package, so the child imports the same code as the server.
+_SOURCE_ROOT = str(Path(__file__).resolve().parents[3])
+_CLOSE_TIMEOUT = 30.0
+
+
+def request_message(request: InferRequest, placements: list[shm.Placement]) -> tuple[Any, ...]:
+    """The fields of ``request`` a Python model can read, with its inputs' placements."""
+    outputs = None if request.outputs is None else [output.name for output in request.outputs]
+    return (
+        request.model_name,
+        request.id,
+        request.parameters,
+        outputs,
+        request.timeout_us,
+        request.sequence_id,
+        request.sequence_start,
+        request.sequence_end,
+        placements,
+    )
+
+
+class ProcessModelInstance:
+    """A :class:`~naiad.backends.base.ModelInstance` whose model runs in a child process."""
+
+    def __init__(self, context: InstanceContext) -> None:
+        """Start the child and load the model there; raise the child's load error, if any."""
+        self._model_name = context.model_name
+        self._model_version = str(context.model_version)
+        self._instance_name = context.instance_name
+        self._inputs: shm.Region | None = None
+        self._outputs: shm.Region | None = None
+        self._failure = ""
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_SOURCE_ROOT, env.get("PYTHONPATH")]))
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "naiad.backends.python.stub", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        self._conn = Connection(ours.detach())
+        bare = dataclasses.replace(context, config=None)  # protobuf classes of tritonclient don't pickle
+        level = logging.getLogger("naiad").getEffectiveLevel()
+        try:
+            self._conn.send(("load", bare, context.config.SerializeToString(), level))
+            reply = self._conn.recv()
+        except (EOFError, OSError):
+            reply = ("failed", ErrorCode.INTERNAL.value, self._exit_reason("while loading"))
+        if reply[0] != "loaded":
+            self._stop()
+            raise InferenceServerError(reply[2], ErrorCode(reply[1]))
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
+        if self._failure:
+            return [InternalError(self._failure) for _ in requests]
+        tensors = [(t.name, t.datatype, t.data) for request in requests for t in request.inputs]
+        needed = shm.layout_size([array for _, _, array in tensors])
+        fresh: shm.Region | None = None
+        if needed and (self._inputs is None or needed > self._inputs.size):
+            fresh = self._inputs = shm.Region.create(needed)
+        placements = shm.place(self._inputs, tensors)
+        messages = []
+        start = 0
+        for request in requests:
+            end = start + len(request.inputs)
+            messages.append(request_message(request, placements[start:end]))
+            start = end
+        conn = self._conn
+        try:
+            conn.send(("execute", fresh and fresh.path, fresh and fresh.size, messages))
+            reply = conn.recv()
+            while reply[0] == "is_cancelled":
+                conn.send(requests[reply[1]].cancelled)
+                reply = conn.recv()
+        except (EOFError, OSError):
+            self._failure = self._exit_reason("while executing")
+            return [InternalError(self._failure) for _ in requests]
+        finally:
+            if fresh is not None:  # the child has mapped it by now, or never will
+                fresh.unlink()
+        _, path, size, results = reply
+        if path is not None:
+            self._outputs = shm.Region.attach(path, size)
+            self._outputs.unlink()
+        return [self._result(request, result) for request, result in zip(requests, results, strict=True)]
+
+    def _result(self, request: InferRequest, result: tuple[Any, ...]) -> ExecuteResult:
+        if result[0] == "error":
+            return InferenceServerError(result[2], ErrorCode(result[1]))
+        _, parameters, placements = result
+        outputs = [
+            Tensor(placement[0], placement[1], shm.view(self._outputs, placement).copy())
+            for placement in placements
+        ]
+        return InferResponse(self._model_name, self._model_version, request.id, outputs, parameters)
+
+    def _exit_reason(self, when: str) -> str:
+        try:
+            code = self._process.wait(5.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        return (
+            f"Failed to process the request(s) for model instance '{self._instance_name}', message: "
+            f"the model's worker process stopped {when} (exit status {code})"
+        )
+
+    def close(self) -> None:
+        """``finalize()`` in the child, then stop it (killed if it does not exit in time)."""
+        if not self._failure:
+            try:
+                self._conn.send(("close",))
+                if self._conn.poll(_CLOSE_TIMEOUT):
+                    self._conn.recv()
+            except (EOFError, OSError):
+                pass
+        self._failure = f"model instance '{self._instance_name}' is closed"
+        self._stop()
+
+    def _stop(self) -> None:
+        self._conn.close()
+        try:
+            self._process.wait(_CLOSE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            log.warning("worker process of '%s' did not exit: killing it", self._instance_name)
+            self._process.kill()
+            self._process.wait()

@@ -1,0 +1,105 @@
+"""Tensors between the server and a Python model's worker process, through shared memory.
+
+Each direction of an instance has one region: a file on a memory filesystem (``/dev/shm``), mapped
+by both processes.  The writer lays tensors out in it and sends only their placement (a few dozen
+bytes per tensor) through the pipe, so tensor data crosses the process boundary with one copy.  A
+region is reused for every execution and replaced by a larger one when a batch does not fit; its
+file is unlinked as soon as both sides have mapped it, so nothing is left behind if a process dies.
+
+BYTES tensors (numpy object arrays) have no flat layout and travel pickled in the message instead.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+Array = np.ndarray[Any, Any]
+
+#: Where one tensor is: ``(name, datatype, shape, dtype, offset, None)`` in a region, or
+#: ``(name, datatype, shape, None, -1, array)`` for an array that travels in the message (BYTES,
+#: and empty arrays, which need no room).
+Placement = tuple[str, str, tuple[int, ...], Any, int, Array | None]
+
+_ALIGN = 64
+_MIN_SIZE = 1 << 20
+_FOLDER = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def _aligned(size: int) -> int:
+    return (size + _ALIGN - 1) & ~(_ALIGN - 1)
+
+
+class Region:
+    """A shared, file-backed memory mapping; ``path`` names it for the other process."""
+
+    __slots__ = ("buffer", "path", "size")
+
+    def __init__(self, path: str, size: int, buffer: mmap.mmap) -> None:
+        self.path = path
+        self.size = size
+        self.buffer = buffer
+
+    @classmethod
+    def create(cls, needed: int) -> Region:
+        """A new region of at least ``needed`` bytes (a power of two, 1 MiB or more)."""
+        size = max(_MIN_SIZE, 1 << max(0, needed - 1).bit_length())
+        fd, path = tempfile.mkstemp(prefix="naiad-", suffix=".shm", dir=_FOLDER)
+        try:
+            os.ftruncate(fd, size)
+            buffer = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        return cls(path, size, buffer)
+
+    @classmethod
+    def attach(cls, path: str, size: int) -> Region:
+        """Map the region another process created."""
+        fd = os.open(path, os.O_RDWR)
+        try:
+            buffer = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        return cls(path, size, buffer)
+
+    def unlink(self) -> None:
+        """Remove the file; the mappings stay valid until both processes drop them."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def layout_size(arrays: Sequence[Array]) -> int:
+    """Bytes a region needs to hold ``arrays`` (object arrays travel in the message instead)."""
+    return sum(_aligned(array.nbytes) for array in arrays if array.dtype.kind != "O")
+
+
+def place(region: Region | None, tensors: Sequence[tuple[str, str, Array]]) -> list[Placement]:
+    """Copy ``(name, datatype, array)`` tensors into ``region``; their placements, in order."""
+    placements: list[Placement] = []
+    offset = 0
+    for name, datatype, array in tensors:
+        if array.dtype.kind == "O" or not array.nbytes:
+            placements.append((name, datatype, array.shape, None, -1, array))
+            continue
+        assert region is not None
+        target: Array = np.ndarray(array.shape, array.dtype, region.buffer, offset)
+        np.copyto(target, array, casting="no")
+        placements.append((name, datatype, array.shape, array.dtype, offset, None))
+        offset += _aligned(array.nbytes)
+    return placements
+
+
+def view(region: Region | None, placement: Placement) -> Array:
+    """The array a placement describes: a view of ``region`` (no copy), or the array it carries."""
+    _, _, shape, dtype, offset, inline = placement
+    if inline is not None:
+        return inline
+    assert region is not None
+    return np.ndarray(shape, dtype, region.buffer, offset)

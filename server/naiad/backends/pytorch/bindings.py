@@ -1,0 +1,190 @@
+"""Which argument of ``forward`` each configured input feeds, and which returned value each output is.
+
+TorchScript keeps no tensor names, so Triton's PyTorch backend matches config names to the model by
+convention, and so does this module, with the same precedence and messages:
+
+* inputs named like ``forward``'s arguments go to those arguments (``FORWARD_ARGUMENT``);
+* otherwise names of the form ``<name>__<index>`` give the position (``INPUT__0``, ``NAMED_INDEX``);
+* otherwise inputs are passed in config order (``STRICT_CONFIG_ORDERING``, with a warning);
+* a ``forward`` taking one ``Dict(str, Tensor)`` gets every input under its config name;
+* outputs are ``<name>__<index>`` positions in the returned tuple, or else config order.
+
+Everything here is checked when an instance loads, so a config that cannot work fails then, naming
+the tensor, instead of failing every request.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from naiad.backends.pytorch import tensors
+from naiad.core import datatypes
+from naiad.core.errors import InternalError, InvalidArgumentError, UnsupportedError
+
+log = logging.getLogger("naiad.backends.pytorch")
+
+_DELIMITER = "__"
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """One configured tensor: ``dims`` as clients see it, ``model_dims`` (the config ``reshape``) as the
+    model does when they differ, and its ``position`` among the arguments or returned values."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    position: int
+    model_dims: tuple[int, ...] | None = None
+
+
+def named_index(name: str) -> int | None:
+    """The index of a ``<name>__<index>`` tensor name, or ``None`` when it does not follow the form.
+
+    As in Triton, everything after the first ``__`` must be digits, and nothing at all reads as 0.
+    """
+    start = name.find(_DELIMITER)
+    if start < 0:
+        return None
+    suffix = name[start + len(_DELIMITER) :]
+    if suffix and not suffix.isdigit():
+        return None
+    return int(suffix) if suffix else 0
+
+
+def bind_inputs(config: Any, arguments: tuple[str, ...] | None, dict_input: bool) -> dict[str, Binding]:
+    """Bindings for the config's inputs and sequence controls.
+
+    ``arguments`` are ``forward``'s argument names without ``self`` (``None`` for a format that keeps
+    none, such as an AOTInductor package); ``dict_input`` says ``forward`` takes one dictionary.
+    """
+    model = config.name
+    if not config.input:
+        raise InternalError("model configuration must contain at least one input, none were specified.")
+    if config.batch_input:
+        raise UnsupportedError(
+            f"unable to load model '{model}': batch_input is not supported by this server yet"
+        )
+    if config.sequence_batching.state:
+        raise UnsupportedError(
+            f"unable to load model '{model}': implicit sequence state is not supported by the pytorch "
+            "backend of this server yet"
+        )
+    controls = _controls(config)
+    expected = len(config.input) + len(controls)
+    if arguments is not None and not dict_input and len(arguments) != expected:
+        raise InvalidArgumentError(
+            f"unable to load model '{model}', configuration expects {expected} inputs, model provides "
+            f"{len(arguments)}"
+        )
+    positions = _input_positions(config, arguments, dict_input)
+    bindings: dict[str, Binding] = {}
+    for io, position in zip(config.input, positions, strict=True):
+        if io.optional and not dict_input:
+            raise UnsupportedError(
+                f"unable to load model '{model}': optional input '{io.name}' needs a model whose forward "
+                "takes a single Dict(str, Tensor)"
+            )
+        bindings[io.name] = _bind(model, "input", io, position, config.max_batch_size)
+    for offset, (name, datatype) in enumerate(controls):
+        index = named_index(name)
+        if index is None:
+            raise InternalError(f"input '{name}' does not follow <name>__<index> naming convention.")
+        if not tensors.supported(datatype):
+            raise InternalError(
+                f"input '{name}' type '{datatypes.CONFIG_TYPE[datatype]}' is not supported by PyTorch."
+            )
+        position = len(config.input) + offset if dict_input else index
+        bindings[name] = Binding(name, datatype, (1,), position)
+    if not dict_input:
+        _check_positions(model, bindings, expected)
+    return bindings
+
+
+def bind_outputs(config: Any) -> dict[str, Binding]:
+    """Bindings for the config's outputs: positions in what ``forward`` returns."""
+    model = config.name
+    if not config.output:
+        raise InternalError("model configuration must contain at least one output, none were specified.")
+    parsed = [named_index(io.name) for io in config.output]
+    indices = [index for index in parsed if index is not None]
+    if len(indices) != len(parsed):
+        log.warning(
+            "output '%s' or previous output(s) of the model '%s' do not follow the <name>__<index> naming "
+            "convention. Falling back to enforcing strict ordering from model configuration.",
+            config.output[parsed.index(None)].name,
+            model,
+        )
+        indices = list(range(len(parsed)))
+    return {
+        io.name: _bind(model, "output", io, index, config.max_batch_size)
+        for io, index in zip(config.output, indices, strict=True)
+    }
+
+
+def _input_positions(config: Any, arguments: tuple[str, ...] | None, dict_input: bool) -> list[int]:
+    names = [io.name for io in config.input]
+    if dict_input:
+        return list(range(len(names)))
+    if arguments is not None and all(name in arguments for name in names):
+        return [arguments.index(name) for name in names]
+    parsed = [named_index(name) for name in names]
+    indices = [index for index in parsed if index is not None]
+    if len(indices) == len(parsed):
+        return indices
+    log.warning(
+        "input '%s' or previous input(s) are neither an input argument to the model '%s' nor do they "
+        "follow the <name>__<index> naming convention. Falling back to enforcing strict ordering from "
+        "model configuration.",
+        names[parsed.index(None)],
+        config.name,
+    )
+    return list(range(len(names)))
+
+
+def _check_positions(model: str, bindings: dict[str, Binding], count: int) -> None:
+    """Positional arguments must be exactly 0..count-1, or there is no call to make."""
+    positions = sorted(binding.position for binding in bindings.values())
+    if positions != list(range(count)):
+        raise InvalidArgumentError(
+            f"unable to load model '{model}', input indices {positions} do not name each of the model's "
+            f"{count} arguments exactly once"
+        )
+
+
+def _bind(model: str, kind: str, io: Any, position: int, max_batch_size: int) -> Binding:
+    config_type = mc.DataType.Name(io.data_type)
+    datatype = datatypes.config_to_protocol(config_type)
+    if not tensors.supported(datatype):
+        raise InternalError(f"unsupported datatype {config_type} for {kind} '{io.name}' for model '{model}'")
+    dims = tuple(io.dims)
+    reshape = tuple(io.reshape.shape) if io.HasField("reshape") else None
+    if datatype == "BYTES":
+        model_dims = reshape if reshape is not None else dims
+        if len(model_dims) + (1 if max_batch_size > 0 else 0) > 1:
+            raise InternalError(
+                f"Triton only supports 1 dimensional List of String as {kind} for '{io.name}' for model "
+                f"'{model}'"
+            )
+    return Binding(io.name, datatype, dims, position, reshape)
+
+
+def _controls(config: Any) -> list[tuple[str, str]]:
+    """``(name, datatype)`` of each sequence control input, which the sequence batcher fills."""
+    controls: list[tuple[str, str]] = []
+    for control_input in config.sequence_batching.control_input:
+        for control in control_input.control:
+            if control.int32_false_true:
+                datatype = "INT32"
+            elif control.fp32_false_true:
+                datatype = "FP32"
+            elif control.bool_false_true:
+                datatype = "BOOL"
+            else:
+                datatype = datatypes.config_to_protocol(mc.DataType.Name(control.data_type))
+            controls.append((control_input.name, datatype))
+    return controls

@@ -1,0 +1,57 @@
+"""Cheap identities of what is on disk, to tell "changed" from "the same" without reading models.
+
+A file is identified by its path, size and modification time (what ``rsync`` trusts); hard links in a
+synced snapshot share their blob's identity, so an unchanged file in a new snapshot is the same file.
+POLL compares a model folder's fingerprint across polls; a reload compares each version's fingerprint
+(its files, the model-level files and the effective configuration) to keep versions that did not
+change loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def _files(root: Path) -> list[tuple[str, int, int]]:
+    """``(relative path, size, mtime_ns)`` of every file under ``root``, sorted."""
+    found: list[tuple[str, int, int]] = []
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        dirs.sort()
+        base = Path(folder)
+        for name in files:
+            path = base / name
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # removed while we walked: the next poll sees the new state
+                continue
+            found.append((path.relative_to(root).as_posix(), stat.st_size, stat.st_mtime_ns))
+        if not dirs and not files:
+            found.append((base.relative_to(root).as_posix() + "/", 0, 0))
+    return sorted(found)
+
+
+def _digest(items: Iterable[object]) -> str:
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(repr(item).encode())
+    return digest.hexdigest()
+
+
+def folder_fingerprint(paths: Iterable[Path]) -> str:
+    """The state of one or more folders (a model folder, plus its duplicates in other repositories)."""
+    return _digest((str(path), _files(path)) for path in paths)
+
+
+def version_fingerprints(model_dir: Path, versions: Iterable[int], config_text: str) -> dict[int, str]:
+    """Per version: its files, the model-level files (outside any version folder) and the config."""
+    files = _files(model_dir)
+    shared = [f for f in files if not f[0].split("/", 1)[0].isdigit()]
+    out: dict[int, str] = {}
+    for version in versions:
+        prefix = f"{version}/"
+        own = [f for f in files if f[0].startswith(prefix)]
+        out[version] = _digest([config_text, shared, own])
+    return out

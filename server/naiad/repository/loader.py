@@ -1,0 +1,206 @@
+"""The blocking half of a load, run on the load pool: read and complete the config, then build versions.
+
+Triton splits a load into *polling* the model (find it, read or override its configuration,
+auto-complete and validate it, pick the versions) and *loading* each version (create its instances,
+warm them up).  The split matters to clients: a poll failure is reported as
+``failed to load '<m>', failed to poll from model repository`` (INTERNAL), a version failure as
+``load failed for model '<m>': version N is at UNAVAILABLE state: <reason>;`` (INVALID_ARG).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from naiad.backends.base import InstanceContext
+from naiad.backends.registry import get_backend
+from naiad.core.errors import InferenceServerError, InternalError, InvalidArgumentError
+from naiad.core.signature import ModelSignature
+from naiad.repository import config as cfg
+from naiad.repository.fingerprint import folder_fingerprint, version_fingerprints
+from naiad.repository.layout import ModelLocation, available_versions
+from naiad.repository.model import ModelState, ModelVersion
+from naiad.repository.overrides import LoadRequest, OverrideError, write_model_files
+from naiad.repository.warmup import run_warmup, warmup_samples
+from naiad.scheduling.factory import create_scheduler
+from naiad.scheduling.worker import InstanceWorker
+
+log = logging.getLogger("naiad.repository")
+
+_KIND_NAMES = {
+    mc.ModelInstanceGroup.KIND_CPU: "CPU",
+    mc.ModelInstanceGroup.KIND_GPU: "GPU",
+    mc.ModelInstanceGroup.KIND_MODEL: "MODEL",
+}
+
+
+class PollError(Exception):
+    """The model could not be polled; ``message`` is the reason the index and the log show."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NoVersionsError(InvalidArgumentError):
+    """The version policy selects nothing on disk (a load failure, not a poll failure, in Triton)."""
+
+
+@dataclass(slots=True)
+class LoadPlan:
+    """A polled model: its effective configuration and the versions to load (``failure``: the reason
+    every version will fail with, when the backend could not complete the configuration)."""
+
+    name: str
+    path: Path
+    config: Any
+    signature: ModelSignature
+    config_json: dict[str, Any]
+    versions: list[int]
+    fingerprints: dict[int, str]
+    source_fingerprint: str
+    dependencies: tuple[str, ...]
+    scratch: Path | None
+    failure: str = ""
+
+
+class ModelLoader:
+    """Polls models and builds versions; every method blocks and runs off the event loop."""
+
+    def __init__(self, *, auto_complete: bool = True, gpu_count: int = 0) -> None:
+        self.auto_complete = auto_complete
+        self.gpu_count = gpu_count
+
+    def poll(self, name: str, location: ModelLocation | None, request: LoadRequest | None) -> LoadPlan:
+        """Find and configure ``name``; :class:`PollError` or :class:`NoVersionsError` on failure."""
+        scratch: Path | None = None
+        if request is not None and request.files:
+            if request.config is None:
+                raise PollError("Load parameter 'config' must be specified for model file override")
+            try:
+                scratch, model_dir = write_model_files(name, request.files)
+            except OverrideError as exc:
+                raise PollError(str(exc)) from exc
+            location = ModelLocation(name, model_dir)
+        try:
+            return self._poll(name, location, request, scratch)
+        except BaseException:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+            raise
+
+    def _poll(
+        self, name: str, location: ModelLocation | None, request: LoadRequest | None, scratch: Path | None
+    ) -> LoadPlan:
+        if location is None:
+            raise PollError(f"model '{name}' is not found in any model repository")
+        if location.duplicates:
+            others = ", ".join(str(p) for p in location.duplicates)
+            raise PollError(f"model '{name}' appears in more than one repository: {location.path}, {others}")
+        source_fingerprint = folder_fingerprint([location.path])
+        try:
+            if request is not None and request.config is not None:
+                config = cfg.parse_json(request.config)
+            else:
+                config = cfg.read_config(location.path)
+            versions = available_versions(location.path)
+            if not config.name:
+                config.name = name
+            cfg.resolve_backend(config, location.path, versions)
+            failure = self._complete(config, location.path, versions)
+            cfg.normalize(config, name, self.gpu_count)
+        except InferenceServerError as exc:
+            raise PollError(exc.message) from exc
+        except Exception as exc:  # a bug reading one model must not stop the server
+            log.exception("polling model '%s' failed", name)
+            raise PollError(f"{type(exc).__name__}: {exc}") from exc
+        selected = cfg.selected_versions(config, versions)
+        if not selected:
+            raise NoVersionsError(
+                f"at least one version must be available under the version policy of model '{name}'"
+            )
+        return LoadPlan(
+            name=name,
+            path=location.path,
+            config=config,
+            signature=cfg.signature_of(config),
+            config_json=cfg.to_json(config),
+            versions=selected,
+            fingerprints=version_fingerprints(location.path, selected, cfg.fingerprint_text(config)),
+            source_fingerprint=source_fingerprint,
+            dependencies=cfg.dependencies(config),
+            scratch=scratch,
+            failure=failure,
+        )
+
+    def _complete(self, config: Any, model_dir: Path, versions: list[int]) -> str:
+        """Let the backend auto-complete the config; the reason if it cannot.
+
+        Triton does this when the backend initializes the model, so a failure here (a missing
+        backend, a model file that does not import) fails the versions, not the poll.
+        """
+        if config.platform == "ensemble":
+            return ""
+        try:
+            backend = get_backend(config.backend)
+            if self.auto_complete:
+                backend.auto_complete(config, model_dir, model_dir / str(versions[-1]) if versions else None)
+        except InferenceServerError as exc:
+            return exc.message
+        except Exception as exc:  # a bug in a backend's auto-complete must not stop the server
+            log.exception("auto-completing the configuration of model '%s' failed", config.name)
+            return f"{type(exc).__name__}: {exc}"
+        return ""
+
+    def build_version(self, plan: LoadPlan, version: int) -> ModelVersion:
+        """Create, warm up and schedule every instance of one version; READY, or raise the reason."""
+        if plan.failure:
+            raise InternalError(plan.failure)
+        config = plan.config
+        samples = warmup_samples(config, plan.path)
+        backend = get_backend(config.backend)
+        version_dir = plan.path / str(version)
+        workers: list[InstanceWorker] = []
+        try:
+            for group in config.instance_group:
+                kind = _KIND_NAMES.get(group.kind, "CPU")
+                devices = list(group.gpus) if kind == "GPU" else [0]
+                for device in devices:
+                    for _ in range(group.count):
+                        instance_name = f"{group.name}_{len(workers)}"
+                        context = InstanceContext(
+                            model_name=plan.name,
+                            model_version=version,
+                            model_dir=plan.path,
+                            version_dir=version_dir,
+                            model_file=version_dir / config.default_model_filename,
+                            config=config,
+                            signature=plan.signature,
+                            instance_name=instance_name,
+                            kind=kind,
+                            device_id=device,
+                        )
+                        instance = backend.create_instance(context)
+                        worker = InstanceWorker(instance, instance_name)
+                        workers.append(worker)
+                        if samples:
+                            run_warmup(instance, samples)
+        except BaseException:
+            for worker in workers:
+                worker.close()
+            raise
+        scheduler = create_scheduler(config, workers)  # owns the workers from here, even if it raises
+        return ModelVersion(
+            version,
+            ModelState.READY,
+            scheduler=scheduler,
+            fingerprint=plan.fingerprints[version],
+            model_name=plan.name,
+            model_dir=plan.path,
+            scratch=plan.scratch,
+        )

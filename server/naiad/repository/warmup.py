@@ -1,0 +1,127 @@
+"""``model_warmup``: run sample requests through every instance before its version turns READY.
+
+Triton's rules: each sample is ``batch_size`` requests of batch 1 (or of the plain ``dims`` when the
+model does not batch) executed together, ``count`` times (0 means once); input data is zeros,
+random values (zeros for strings, as Triton) or the content of ``<model>/warmup/<file>`` (raw
+little-endian elements, or length-prefixed elements for strings).  A sample that fails fails the
+version, which stays UNAVAILABLE with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from naiad.backends.base import ModelInstance
+from naiad.codecs import bytes_tensor
+from naiad.core import datatypes
+from naiad.core.errors import InferenceServerError, InvalidArgumentError
+from naiad.core.request import InferRequest, Tensor
+
+WARMUP_DIR = "warmup"
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupSample:
+    """One ``model_warmup`` entry, with its requests built once for every instance."""
+
+    name: str
+    requests: list[InferRequest]
+    count: int
+
+
+def warmup_samples(config: Any, model_dir: Path) -> list[WarmupSample]:
+    """The samples of a normalized config; INVALID_ARG for a setting Triton would refuse."""
+    samples: list[WarmupSample] = []
+    for setting in config.model_warmup:
+        batch = max(1, setting.batch_size)
+        if config.max_batch_size == 0 and batch != 1:
+            raise InvalidArgumentError(
+                f"warmup setting '{setting.name}' of model '{config.name}': batch_size must be 1 for a "
+                "model that does not support batching"
+            )
+        if config.max_batch_size and batch > config.max_batch_size:
+            raise InvalidArgumentError(
+                f"warmup setting '{setting.name}' of model '{config.name}': batch_size {batch} exceeds "
+                f"max_batch_size {config.max_batch_size}"
+            )
+        rng = np.random.default_rng()
+        inputs = [
+            _tensor(setting.name, name, spec, config.max_batch_size > 0, model_dir, rng)
+            for name, spec in sorted(setting.inputs.items())
+        ]
+        requests = [
+            InferRequest(config.name, id=f"warmup-{setting.name}-{i}", inputs=list(inputs))
+            for i in range(batch)
+        ]
+        samples.append(WarmupSample(setting.name, requests, max(1, setting.count)))
+    return samples
+
+
+def _tensor(
+    sample: str, name: str, spec: Any, batching: bool, model_dir: Path, rng: np.random.Generator
+) -> Tensor:
+    datatype = datatypes.config_to_protocol(mc.DataType.Name(spec.data_type))
+    dims = [int(d) for d in spec.dims]
+    if any(d < 0 for d in dims):
+        raise InvalidArgumentError(f"warmup setting '{sample}': input '{name}' has variable dims {dims}")
+    shape = ([1] if batching else []) + dims
+    count = int(np.prod(shape, dtype=np.int64))
+    kind = spec.WhichOneof("input_data_type")
+    if kind == "input_data_file":
+        data = _from_file(sample, name, datatype, count, model_dir / WARMUP_DIR / spec.input_data_file)
+    elif datatype == "BYTES":
+        data = np.array([b""] * count, dtype=np.object_)
+    elif kind == "random_data":
+        data = _random(datatype, count, rng)
+    else:
+        data = np.zeros(count, dtype=datatypes.NUMPY_DTYPE[datatype])
+    return Tensor(name, datatype, data.reshape(shape))
+
+
+def _random(datatype: str, count: int, rng: np.random.Generator) -> np.ndarray[Any, Any]:
+    dtype = datatypes.NUMPY_DTYPE[datatype]
+    if dtype.kind == "f" or datatype == "BF16":
+        return rng.random(count, dtype=np.float32).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, count).astype(dtype)
+    return rng.integers(0, 128, count).astype(dtype)
+
+
+def _from_file(sample: str, name: str, datatype: str, count: int, path: Path) -> np.ndarray[Any, Any]:
+    try:
+        content = path.read_bytes()
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"warmup setting '{sample}': cannot read input data file {path}: {exc}"
+        ) from exc
+    if datatype == "BYTES":
+        return bytes_tensor.deserialize(content, count, name)
+    needed = count * datatypes.ELEMENT_SIZE[datatype]
+    if len(content) < needed:
+        raise InvalidArgumentError(
+            f"warmup setting '{sample}': input '{name}' expects {needed} bytes, but the data provided "
+            f"from {path} only has {len(content)} bytes"
+        )
+    return np.frombuffer(content[:needed], dtype=datatypes.WIRE_DTYPE[datatype]).copy()
+
+
+def run_warmup(instance: ModelInstance, samples: list[WarmupSample]) -> None:
+    """Execute every sample on ``instance``; raise the first failure as Triton words it."""
+    for sample in samples:
+        for _ in range(sample.count):
+            try:
+                results = instance.execute(sample.requests)
+            except InferenceServerError as exc:
+                raise type(exc)(f"failed to run warmup sample '{sample.name}': {exc.message}") from exc
+            except Exception as exc:
+                raise InvalidArgumentError(
+                    f"failed to run warmup sample '{sample.name}': {type(exc).__name__}: {exc}"
+                ) from exc
+            for result in results:
+                if isinstance(result, InferenceServerError):
+                    raise type(result)(f"failed to run warmup sample '{sample.name}': {result.message}")

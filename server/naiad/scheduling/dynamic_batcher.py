@@ -1,0 +1,292 @@
+"""The scheduler of a model version: a queue on the event loop feeding the version's instances.
+
+As in Triton, one engine serves every model that is not a sequence or ensemble model: with a
+``dynamic_batching`` section it queues requests by priority level under the queue policies and forms
+batches (:mod:`naiad.scheduling.batcher`); without one (Triton's default scheduler) each request is
+its own execution, first come first served.  Requests wait in one queue per model version, not per
+instance, so whichever instance frees up first takes the next batch, and with batching a batch is
+formed only when an instance is free, so it grows while every instance is busy: that is what makes
+batching pay under load.
+
+All state lives on the event loop thread: ``submit`` queues, instance threads hand back finished
+executions with ``call_soon_threadsafe``, and a single timer wakes the scheduler for a batch delay
+or a queue timeout.  So there are no locks, and counting for :class:`SchedulerStats` is plain adds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Hashable, Sequence
+
+from naiad.core.errors import UnavailableError
+from naiad.core.request import InferRequest, InferResponse
+from naiad.scheduling.batcher import next_batch
+from naiad.scheduling.policy import QueuePolicy, SchedulingPolicy
+from naiad.scheduling.queue import TAKEN, QueuedRequest, RequestQueue
+from naiad.scheduling.stats import FailureReason, SchedulerStats
+from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
+
+_MONOTONIC_NS = time.monotonic_ns
+#: Event-loop timers have millisecond granularity; shorter waits poll on each loop iteration.
+_TIMER_RESOLUTION_NS = 1_000_000
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+class DynamicBatchScheduler:
+    """Queues, batches and runs the requests of one model version on its instances."""
+
+    def __init__(self, policy: SchedulingPolicy, workers: Sequence[InstanceWorker]) -> None:
+        """Start one thread per instance; may run off the event loop (models load on a pool)."""
+        if not workers:
+            raise ValueError("a scheduler needs at least one instance")
+        self.policy = policy
+        self._workers = list(workers)
+        self._queue = RequestQueue(policy.levels)
+        self._jobs: Jobs = Jobs()
+        # Without batching or queue policies the queue is first come, first served, and then the
+        # instances' own job queue is the queue: requests go straight to it, so an instance's
+        # thread goes from one execution to the next without waiting for the event loop (that
+        # hop per request would cost a third of the throughput of small models).  Otherwise a
+        # batch is formed only when an instance is free, so that it grows while all are busy.
+        self._direct = not policy.batching and policy.levels == (QueuePolicy(),)
+        self._idle = len(self._workers)
+        self._running = 0
+        self._handed = 0
+        self.stats = SchedulerStats(self._pending)
+        self._keyed = bool(policy.shape_inputs or policy.value_inputs or policy.optional_inputs)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.Handle | None = None
+        self._timer_ns = 0
+        self._sequence = 0
+        self._next_delivery = 0
+        self._finished_out_of_order: dict[int, Execution] = {}
+        self._closing = False
+        self._drained: threading.Event | None = None
+        for worker in self._workers:
+            worker.start(self._jobs, self._finished_threadsafe)
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    async def submit(self, request: InferRequest) -> InferResponse:
+        """Queue ``request`` and return its response; UNAVAILABLE when the queue policy refuses it.
+
+        A caller that is cancelled while the request waits takes it out of the queue (it never
+        reaches the model); once it runs, ``request.cancelled`` lets the model see it.
+        """
+        if self._closing:
+            raise UnavailableError(f"model '{self.policy.model_name}' is unloading")
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        now = _MONOTONIC_NS()
+        policy = self.policy
+        entry = QueuedRequest(request, loop.create_future(), now)
+        queue = self._queue
+        if policy.batching:
+            entry.size = request.batch_size
+            if self._keyed:
+                entry.shape_key = self._shape_key(request)
+        if self._direct or (
+            self._idle and not len(queue) and (not policy.batching or not policy.max_queue_delay_ns)
+        ):
+            entry.state = TAKEN
+            self._run([entry], now)
+        else:
+            entry.level = policy.level_of(request.priority)
+            try:
+                queue.push(entry, now)
+            except UnavailableError:
+                self.stats.fail(FailureReason.REJECTED, 0)
+                raise
+            self._dispatch(now)
+        try:
+            return await entry.future
+        except asyncio.CancelledError:
+            if queue.remove(entry):
+                self.stats.fail(FailureReason.CANCELED, _MONOTONIC_NS() - now)
+                if self._drained is not None:
+                    self._check_drained()
+            else:  # already with an instance: counted when its execution finishes
+                request.cancelled = True
+            raise
+
+    def _shape_key(self, request: InferRequest) -> Hashable:
+        """Equal for requests that may share a batch: same inputs, same shapes where it matters."""
+        policy = self.policy
+        key: list[Hashable] = []
+        for tensor in request.inputs:
+            name = tensor.name
+            if name in policy.shape_inputs:
+                key.append((name, tensor.data.shape[1:]))
+            elif name in policy.value_inputs:
+                key.append((name, tensor.data.tobytes()))
+            elif policy.optional_inputs:
+                key.append(name)
+        key.sort(key=str)
+        return tuple(key)
+
+    # ---- dispatch -------------------------------------------------------------------------------
+
+    def _dispatch(self, now: int) -> None:
+        """Hand batches to free instances while the batching rule says so, then arm the timer."""
+        queue = self._queue
+        self._expire(now)
+        while self._idle and len(queue):
+            count, wake_ns = next_batch(queue.entries(), self.policy, now, self._closing)
+            if not count:
+                self._arm(wake_ns)
+                break
+            self._run(queue.take(count), now)
+        deadline = queue.next_deadline()
+        if deadline:
+            self._arm(deadline)
+
+    def _run(self, entries: list[QueuedRequest], now: int) -> None:
+        self._idle -= 1
+        self._running += 1
+        self._handed += len(entries)
+        self._jobs.put(Execution(entries, now, self._sequence))
+        self._sequence += 1
+
+    def _pending(self) -> int:
+        """Requests queued here or in the job queue, not yet taken by an instance."""
+        return len(self._queue) + self._handed - sum(worker.started for worker in self._workers)
+
+    def _expire(self, now: int) -> None:
+        """Answer the requests whose queue timeout passed (REJECT); DELAY ones just move back."""
+        for entry in self._queue.expire(now):
+            self.stats.fail(FailureReason.REJECTED, now - entry.enqueue_ns)
+            if not entry.future.done():
+                entry.future.set_exception(UnavailableError("Request timeout expired"))
+
+    def _arm(self, when_ns: int) -> None:
+        """Make sure the scheduler wakes by ``when_ns`` (an earlier wake-up already does)."""
+        if self._timer is not None and self._timer_ns <= when_ns:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = self._loop
+        assert loop is not None
+        remaining = when_ns - _MONOTONIC_NS()
+        self._timer_ns = when_ns
+        if remaining < _TIMER_RESOLUTION_NS:
+            self._timer = loop.call_soon(self._wake)
+        else:
+            self._timer = loop.call_later(remaining / 1e9, self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        self._dispatch(_MONOTONIC_NS())
+        if self._drained is not None:
+            self._check_drained()
+
+    # ---- results --------------------------------------------------------------------------------
+
+    def _finished_threadsafe(self, execution: Execution) -> None:
+        """Called on an instance's thread: continue on the event loop."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._finished, execution)
+        except RuntimeError:  # the loop closed while the instance ran: nobody is waiting any more
+            pass
+
+    def _finished(self, execution: Execution) -> None:
+        self._idle += 1
+        self._running -= 1
+        now = _MONOTONIC_NS()
+        if self.policy.preserve_ordering:
+            ready = self._finished_out_of_order
+            ready[execution.sequence] = execution
+            while self._next_delivery in ready:
+                self._deliver(ready.pop(self._next_delivery), now)
+                self._next_delivery += 1
+        else:
+            self._deliver(execution, now)
+        self._dispatch(now)
+        if self._drained is not None:
+            self._check_drained()
+
+    def _deliver(self, execution: Execution, now: int) -> None:
+        stats = self.stats
+        entries = execution.entries
+        for entry in execution.skipped:
+            stats.fail(FailureReason.CANCELED, now - entry.enqueue_ns)
+        if not entries:
+            return
+        input_ns = execution.start_ns - execution.dispatch_ns
+        infer_ns = execution.end_ns - execution.start_ns
+        output_ns = now - execution.end_ns
+        stats.execution(sum(entry.size for entry in entries), input_ns, infer_ns, output_ns)
+        stats.last_inference_ms = time.time_ns() // 1_000_000
+        for entry, result in zip(entries, execution.results, strict=True):
+            future = entry.future
+            elapsed = now - entry.enqueue_ns
+            if future.done():
+                stats.fail(FailureReason.CANCELED, elapsed)
+            elif isinstance(result, InferResponse):
+                future.set_result(result)
+                stats.success_count += 1
+                stats.success_ns += elapsed
+                stats.queue_ns += execution.dispatch_ns - entry.enqueue_ns
+                stats.compute_input_ns += input_ns
+                stats.compute_infer_ns += infer_ns
+                stats.compute_output_ns += output_ns
+            else:
+                future.set_exception(result)
+                stats.fail(FailureReason.BACKEND, elapsed)
+
+    # ---- closing --------------------------------------------------------------------------------
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Refuse new requests, finish queued and running ones, then release every instance.
+
+        Called off the event loop (the repository unloads on its pool): it waits up to ``timeout``
+        for the queue to drain, answers whatever is still queued then with UNAVAILABLE, and waits
+        for the instances to finish their last execution and close.
+        """
+        if self._closing:
+            return
+        self._closing = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            if loop.is_running() and not _on_loop(loop):
+                drained = threading.Event()
+                loop.call_soon_threadsafe(self._begin_drain, drained)
+                if not drained.wait(timeout):
+                    loop.call_soon_threadsafe(self._abandon)
+            else:
+                self._abandon()
+        for _ in self._workers:
+            self._jobs.put(None)
+        for worker in self._workers:
+            worker.join(timeout)
+
+    def _begin_drain(self, drained: threading.Event) -> None:
+        self._drained = drained
+        self._dispatch(_MONOTONIC_NS())
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        if self._drained is not None and not len(self._queue) and not self._running:
+            self._drained.set()
+
+    def _abandon(self) -> None:
+        """Answer every request still queued: the model is going away without running them."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        error = f"model '{self.policy.model_name}' was unloaded before the request could run"
+        for entry in self._queue.take(len(self._queue)):
+            self.stats.fail(FailureReason.OTHER, _MONOTONIC_NS() - entry.enqueue_ns)
+            if not entry.future.done():
+                entry.future.set_exception(UnavailableError(error))

@@ -1,0 +1,140 @@
+"""The scheduling settings of one model version, read once from its configuration.
+
+The scheduler consults these on every request, so they are plain frozen values taken out of the
+``ModelConfig`` protobuf at load time (protobuf field access is slow), and checked here with Triton's
+messages so that a bad ``dynamic_batching`` section fails that model's load, not its requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from naiad.core.errors import InvalidArgumentError
+
+#: ``ModelQueuePolicy.TimeoutAction.DELAY`` (REJECT is 0, the default).
+_DELAY = 1
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """How one priority level's queue treats its requests (``ModelQueuePolicy``).
+
+    ``delay_on_timeout``: a request past its timeout moves behind the level's other requests instead
+    of being rejected.  ``default_timeout_us`` 0 means no timeout; ``max_queue_size`` 0 no bound.
+    """
+
+    delay_on_timeout: bool = False
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0
+
+    def timeout_us(self, requested_us: int) -> int:
+        """The timeout a request gets: a client's ``timeout`` may only shorten a non-zero default.
+
+        This is Triton's rule (a request timeout against a default of 0 has no effect).
+        """
+        if self.allow_timeout_override and 0 < requested_us < self.default_timeout_us:
+            return requested_us
+        return self.default_timeout_us
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingPolicy:
+    """Everything the scheduler needs to know about a model version.
+
+    ``batching`` is false for models without ``dynamic_batching`` (Triton's default scheduler: one
+    request per execution) and for models whose ``max_batch_size`` is 0.  ``levels`` holds one queue
+    policy per priority level, highest priority first; ``default_level`` is an index into it.
+    ``shape_inputs`` names the inputs whose shapes must agree for two requests to share a batch
+    (variable-size, not ragged); ``value_inputs`` the shape tensors, whose contents must agree too;
+    ``optional_inputs`` says requests may differ in which inputs they carry (those never share).
+    """
+
+    model_name: str
+    batching: bool = False
+    max_batch_size: int = 0
+    preferred_batch_sizes: frozenset[int] = frozenset()
+    max_queue_delay_ns: int = 0
+    preserve_ordering: bool = False
+    levels: tuple[QueuePolicy, ...] = (QueuePolicy(),)
+    default_level: int = 0
+    shape_inputs: frozenset[str] = frozenset()
+    value_inputs: frozenset[str] = frozenset()
+    optional_inputs: bool = False
+
+    @property
+    def max_preferred_batch_size(self) -> int:
+        """The batch size at which waiting for more stops paying (Triton's max preferred size)."""
+        return max(self.preferred_batch_sizes) if self.preferred_batch_sizes else self.max_batch_size
+
+    def level_of(self, priority: int) -> int:
+        """The queue index for a request ``priority``: 0 or out of range means the default level."""
+        if 0 < priority <= len(self.levels):
+            return priority - 1
+        return self.default_level
+
+
+def _queue_policy(message: Any) -> QueuePolicy:
+    return QueuePolicy(
+        delay_on_timeout=message.timeout_action == _DELAY,
+        default_timeout_us=int(message.default_timeout_microseconds),
+        allow_timeout_override=bool(message.allow_timeout_override),
+        max_queue_size=int(message.max_queue_size),
+    )
+
+
+def policy_of(config: Any) -> SchedulingPolicy:
+    """The scheduling policy of a normalized ``ModelConfig``; INVALID_ARG for a bad section."""
+    name = config.name
+    if not config.HasField("dynamic_batching"):
+        return SchedulingPolicy(model_name=name)
+    dynamic = config.dynamic_batching
+    max_batch_size = int(config.max_batch_size)
+    preferred = frozenset(int(size) for size in dynamic.preferred_batch_size)
+    for size in preferred:
+        if size < 1:
+            raise InvalidArgumentError(f"dynamic batching preferred size must be positive for {name}")
+        if size > max_batch_size:
+            raise InvalidArgumentError(
+                f"dynamic batching preferred size must be <= max batch size for {name}"
+            )
+    levels_count = int(dynamic.priority_levels)
+    default_policy = _queue_policy(dynamic.default_queue_policy)
+    levels: tuple[QueuePolicy, ...] = (default_policy,)
+    default_level = 0
+    if levels_count > 0:
+        if not 1 <= dynamic.default_priority_level <= levels_count:
+            raise InvalidArgumentError(
+                f"default priority level must be in range [1, {levels_count}] for {name}"
+            )
+        for level in dynamic.priority_queue_policy:
+            if not 1 <= level <= levels_count:
+                raise InvalidArgumentError(
+                    f"priority queue policy must have priority level in range [1, {levels_count}] for {name}"
+                )
+        levels = tuple(
+            _queue_policy(dynamic.priority_queue_policy[level])
+            if level in dynamic.priority_queue_policy
+            else default_policy
+            for level in range(1, levels_count + 1)
+        )
+        default_level = int(dynamic.default_priority_level) - 1
+    shape_inputs = frozenset(
+        tensor.name
+        for tensor in config.input
+        if not tensor.is_shape_tensor and not tensor.allow_ragged_batch and any(d < 0 for d in tensor.dims)
+    )
+    return SchedulingPolicy(
+        model_name=name,
+        batching=max_batch_size > 0,
+        max_batch_size=max_batch_size,
+        preferred_batch_sizes=preferred,
+        max_queue_delay_ns=int(dynamic.max_queue_delay_microseconds) * 1000,
+        preserve_ordering=bool(dynamic.preserve_ordering),
+        levels=levels,
+        default_level=default_level,
+        shape_inputs=shape_inputs,
+        value_inputs=frozenset(tensor.name for tensor in config.input if tensor.is_shape_tensor),
+        optional_inputs=any(tensor.optional for tensor in config.input),
+    )

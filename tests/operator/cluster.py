@@ -1,0 +1,344 @@
+"""The parts of a cluster KMock lacks, played by the test: a Job controller and a Deployment controller
+with a kubelet that runs containers as local processes.
+
+The containers run what the operator rendered, not a stand-in: a sync Job's pod runs its ``/bin/sh -c``
+script (``naiad repo sync`` against the S3 server, then the summary compaction) and a Deployment's pods
+run ``naiad serve`` with the rendered flags, the ConfigMap's ``--load-model`` list and the Secret's
+credentials. Paths the pod would see (``/repository``, ``/tmp``, ``/dev/termination-log``) map to
+per-claim and per-pod temporary folders; each server pod gets its own free ports (appended flags win),
+and its Pod object names them (``podIP`` 127.0.0.1, the ``http`` container port), which is how the
+operator finds it without any test hook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.server import free_port
+
+NS = "default"
+BIN = str(Path(sys.executable).parent)
+
+
+class Api:
+    """A plain JSON client for the test's side of the API server (no operator code involved)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/merge-patch+json"
+    ) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.url}{path}", data=data, method=method)
+        req.add_header("Content-Type", "application/json" if method == "POST" else content_type)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def items(self, path: str) -> list[dict[str, Any]]:
+        return list((self.get(path) or {}).get("items") or [])
+
+    def create(self, path: str, body: dict[str, Any]) -> Any:
+        return self.request("POST", path, body)
+
+    def patch(self, path: str, body: dict[str, Any]) -> Any:
+        return self.request("PATCH", path, body)
+
+
+@dataclass
+class ServerPod:
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+    ready: bool = False
+    restarts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class FakeCluster:
+    """Runs Jobs and Deployments in a background thread until :meth:`stop`."""
+
+    api: Api
+    env: dict[str, str]
+    claims: dict[str, Path] = field(default_factory=dict)
+    pods: dict[str, list[ServerPod]] = field(default_factory=dict)
+    jobs_run: list[str] = field(default_factory=list)
+    _root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="naiad-cluster-")))
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def start(self) -> FakeCluster:
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="fake-cluster")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        for pods in self.pods.values():
+            for pod in pods:
+                _kill(pod.process)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._run_jobs()
+                self._run_deployments()
+            except Exception as exc:  # keep playing kubelet; the test reads the errors
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self._stop.wait(0.2)
+
+    # ---- volumes and environment ---------------------------------------------------------------
+
+    def claim_dir(self, claim: str) -> Path:
+        if claim not in self.claims:
+            self.claims[claim] = self._root / "claims" / claim
+            self.claims[claim].mkdir(parents=True)
+        return self.claims[claim]
+
+    def _mounts(self, pod_spec: dict[str, Any], container: dict[str, Any], scratch: Path) -> dict[str, str]:
+        volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+        mounts: dict[str, str] = {}
+        for mount in container.get("volumeMounts") or []:
+            volume = volumes[mount["name"]]
+            if "persistentVolumeClaim" in volume:
+                host = self.claim_dir(volume["persistentVolumeClaim"]["claimName"])
+            else:
+                host = scratch / mount["name"]
+                host.mkdir(parents=True, exist_ok=True)
+            mounts[mount["mountPath"]] = str(host)
+        return mounts
+
+    def _environment(self, container: dict[str, Any]) -> dict[str, str]:
+        env = {"PATH": f"{BIN}:{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1", **self.env}
+        for source in container.get("envFrom") or []:
+            secret = self.api.get(f"/api/v1/namespaces/{NS}/secrets/{source['secretRef']['name']}")
+            env.update((secret or {}).get("stringData") or {})
+        for var in container.get("env") or []:
+            if "value" in var:
+                env[var["name"]] = var["value"]
+            elif "configMapKeyRef" in (var.get("valueFrom") or {}):
+                ref = var["valueFrom"]["configMapKeyRef"]
+                cm = self.api.get(f"/api/v1/namespaces/{NS}/configmaps/{ref['name']}") or {}
+                env[var["name"]] = (cm.get("data") or {}).get(ref["key"], "")
+        return env
+
+    @staticmethod
+    def _mapped(text: str, mounts: dict[str, str]) -> str:
+        """Paths as the container sees them -> host paths, in one pass (host paths may contain /tmp)."""
+        pattern = "|".join(re.escape(m) for m in sorted(mounts, key=len, reverse=True))
+        return re.sub(pattern, lambda match: mounts[match.group(0)], text)
+
+    # ---- Jobs -----------------------------------------------------------------------------------
+
+    def _run_jobs(self) -> None:
+        for job in self.api.items(f"/apis/batch/v1/namespaces/{NS}/jobs"):
+            name = job["metadata"]["name"]
+            if name in self.jobs_run:
+                continue
+            self.jobs_run.append(name)
+            self._run_job(job)
+
+    def _run_job(self, job: dict[str, Any]) -> None:
+        name = job["metadata"]["name"]
+        pod_spec = job["spec"]["template"]["spec"]
+        container = pod_spec["containers"][0]
+        scratch = self._root / "jobs" / name
+        mounts = self._mounts(pod_spec, container, scratch)
+        termination = scratch / "termination-log"
+        mounts[container["terminationMessagePath"]] = str(termination)
+        env = self._environment(container)
+        command = [self._mapped(a, mounts) for a in container["command"]]
+        started = _now()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        message = termination.read_text() if termination.exists() else ""
+        if not message and done.returncode != 0:  # terminationMessagePolicy: FallbackToLogsOnError
+            message = (done.stdout + done.stderr)[-2048:]
+        self.api.create(
+            f"/api/v1/namespaces/{NS}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-pod",
+                    "namespace": NS,
+                    "labels": {**job["spec"]["template"]["metadata"]["labels"], "job-name": name},
+                },
+                "spec": {"containers": [{"name": container["name"], "image": container["image"]}]},
+            },
+        )
+        self.api.patch(
+            f"/api/v1/namespaces/{NS}/pods/{name}-pod/status",
+            {
+                "status": {
+                    "phase": "Succeeded" if done.returncode == 0 else "Failed",
+                    "containerStatuses": [
+                        {
+                            "name": container["name"],
+                            "state": {
+                                "terminated": {
+                                    "exitCode": done.returncode,
+                                    "message": message,
+                                    "finishedAt": _now(),
+                                }
+                            },
+                        }
+                    ],
+                }
+            },
+        )
+        ok = done.returncode == 0
+        self.api.patch(
+            f"/apis/batch/v1/namespaces/{NS}/jobs/{name}/status",
+            {
+                "status": {
+                    "startTime": started,
+                    "completionTime": _now() if ok else None,
+                    "succeeded": 1 if ok else None,
+                    "failed": None if ok else 1,
+                    "conditions": [{"type": "Complete" if ok else "Failed", "status": "True"}],
+                }
+            },
+        )
+
+    # ---- Deployments and their pods ---------------------------------------------------------------
+
+    def _run_deployments(self) -> None:
+        for deployment in self.api.items(f"/apis/apps/v1/namespaces/{NS}/deployments"):
+            self._reconcile_deployment(deployment)
+
+    def _reconcile_deployment(self, deployment: dict[str, Any]) -> None:
+        name = deployment["metadata"]["name"]
+        pods = self.pods.setdefault(name, [])
+        while len(pods) < int(deployment["spec"].get("replicas", 1)):
+            pods.append(self._start_pod(deployment, f"{name}-{len(pods)}"))
+        ready = 0
+        for pod in pods:
+            if pod.process.poll() is not None:  # crashed (e.g. no snapshot yet): restart it, like a kubelet
+                restarted = self._start_pod(deployment, pod.name, pod.port)
+                restarted.restarts = pod.restarts + 1
+                pods[pods.index(pod)] = restarted
+                self._set_ready(restarted, False)
+                continue
+            now_ready = _answers(f"{pod.url}/v2/health/ready")
+            if now_ready != pod.ready:
+                self._set_ready(pod, now_ready)
+            ready += int(pod.ready)
+        status = {
+            "replicas": len(pods),
+            "readyReplicas": ready,
+            "updatedReplicas": len(pods),
+            "availableReplicas": ready,
+            "observedGeneration": deployment["metadata"].get("generation", 1),
+        }
+        if any(deployment.get("status", {}).get(k) != v for k, v in status.items()):
+            self.api.patch(f"/apis/apps/v1/namespaces/{NS}/deployments/{name}/status", {"status": status})
+
+    def _start_pod(self, deployment: dict[str, Any], name: str, port: int | None = None) -> ServerPod:
+        template = deployment["spec"]["template"]
+        container = template["spec"]["containers"][0]
+        scratch = self._root / "pods" / name
+        mounts = self._mounts(template["spec"], container, scratch)
+        port = port or free_port()
+        args = [self._mapped(a, mounts) for a in container.get("args") or []]
+        args += [
+            f"--http-port={port}",
+            f"--grpc-port={free_port()}",
+            f"--metrics-port={free_port()}",
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            "--metrics-address=127.0.0.1",
+        ]
+        log = scratch / "server.log"
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                [*container["command"], *args],
+                env=self._environment(container),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}") is None:
+            self.api.create(
+                f"/api/v1/namespaces/{NS}/pods",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name, "namespace": NS, "labels": template["metadata"]["labels"]},
+                    "spec": {
+                        "containers": [{"name": "server", "ports": [{"name": "http", "containerPort": port}]}]
+                    },
+                },
+            )
+            self.api.patch(
+                f"/api/v1/namespaces/{NS}/pods/{name}/status",
+                {
+                    "status": {
+                        "podIP": "127.0.0.1",
+                        "phase": "Running",
+                        "conditions": [{"type": "Ready", "status": "False"}],
+                    }
+                },
+            )
+        return ServerPod(name, port, process, log)
+
+    def _set_ready(self, pod: ServerPod, ready: bool) -> None:
+        pod.ready = ready
+        self.api.patch(
+            f"/api/v1/namespaces/{NS}/pods/{pod.name}/status",
+            {
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                }
+            },
+        )
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return r.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

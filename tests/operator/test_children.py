@@ -1,0 +1,165 @@
+"""Child objects rendered from specs: golden files, plus the properties that matter spelled out.
+
+Golden files are the whole object, so any change to what the operator writes shows up in review;
+``UPDATE_GOLDEN=1 pytest tests/operator/test_children.py`` rewrites them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from naiad_operator.api.inferenceservice import (
+    InferenceServiceSpec,
+    InferenceServiceStatus,
+    ModelStatus,
+)
+from naiad_operator.api.modelrepository import ModelRepositorySpec
+from naiad_operator.reconcile import names, server, storage, syncjob
+from naiad_operator.reconcile.children import ChildRef, inference_service_children
+
+from tests.operator import samples
+
+GOLDEN = Path(__file__).parent / "golden"
+IMAGE = "naiad/server:test"
+
+
+def _golden(name: str, objects: list[dict[str, Any]]) -> None:
+    path = GOLDEN / f"{name}.yaml"
+    text = yaml.safe_dump_all(objects, sort_keys=True, width=100)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert yaml.safe_load_all(path.read_text()) is not None
+    assert list(yaml.safe_load_all(path.read_text())) == objects, (
+        f"{path} differs; UPDATE_GOLDEN=1 rewrites it"
+    )
+
+
+def _service_children(spec: dict[str, Any], status: InferenceServiceStatus | None = None) -> Any:
+    parsed = InferenceServiceSpec.model_validate(spec)
+    return inference_service_children(
+        samples.OWNER_META, parsed, status or InferenceServiceStatus(), "models-repository", IMAGE
+    )
+
+
+def test_full_inference_service_children_golden() -> None:
+    kids = _service_children(samples.FULL_SERVICE_SPEC)
+    assert kids.absent == ()
+    _golden("inferenceservice-full", list(kids.present))
+
+
+def test_minimal_inference_service_children_golden() -> None:
+    kids = _service_children(samples.inference_service()["spec"])
+    assert [o["kind"] for o in kids.present] == ["ConfigMap", "Deployment", "Service"]
+    assert kids.absent == (
+        ChildRef("autoscaling/v2", "HorizontalPodAutoscaler", "vision"),
+        ChildRef("policy/v1", "PodDisruptionBudget", "vision"),
+    )
+    _golden("inferenceservice-minimal", list(kids.present))
+
+
+def test_server_pods_start_explicit_strict_and_locked_down() -> None:
+    kids = _service_children(samples.FULL_SERVICE_SPEC)
+    deployment = next(o for o in kids.present if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"][:3] == [
+        "--model-repository=/repository/current",
+        "--model-control-mode=explicit",
+        "--strict-readiness=true",
+    ]
+    assert [p["containerPort"] for p in container["ports"]] == [8000, 8001, 8002]
+    assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] == 900
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "models-repository", "readOnly": True}
+    assert deployment["metadata"]["ownerReferences"][0]["uid"] == samples.OWNER_META["uid"]
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    # the model list is not in the pod template (changing models must not restart pods)
+    assert "--load-model" not in str(deployment["spec"]["template"])
+    configmap = next(o for o in kids.present if o["kind"] == "ConfigMap")
+    assert configmap["data"] == {"load-model-args": "--load-model=resnet"}  # bert is optional
+
+
+def test_hpa_targets_the_scale_subresource() -> None:
+    hpa = next(
+        o
+        for o in _service_children(samples.FULL_SERVICE_SPEC).present
+        if o["kind"] == "HorizontalPodAutoscaler"
+    )
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "serving.naiad.dev/v1alpha1",
+        "kind": "InferenceService",
+        "name": "vision",
+    }
+    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "naiad_queue_time_us"
+
+
+def test_pinned_snapshot_is_the_repository_path() -> None:
+    spec = InferenceServiceSpec.model_validate(
+        {**samples.inference_service()["spec"], "repository": {"name": "models", "snapshot": "sha256:abc"}}
+    )
+    assert server.repository_path(spec) == "/repository/snapshots/abc"
+
+
+@pytest.mark.parametrize(
+    ("record", "required", "expected"),
+    [
+        (None, True, ["m"]),  # first start: required models load at start
+        (None, False, []),  # optional models never block a pod's readiness
+        (ModelStatus(name="m", active_versions=[1]), False, ["m"]),  # rolled out: new pods load it too
+        (ModelStatus(name="m", blocked_hashes={1: "x"}), True, []),  # known to fail: would block pods
+        (ModelStatus(name="m", active_versions=[1], blocked_hashes={2: "x"}), True, ["m"]),
+    ],
+)
+def test_startup_models(record: ModelStatus | None, required: bool, expected: list[str]) -> None:
+    spec = InferenceServiceSpec.model_validate(
+        {"repository": {"name": "r"}, "models": [{"name": "m", "required": required}]}
+    )
+    status = InferenceServiceStatus(models=[record] if record else [])
+    assert server.startup_models(spec, status) == expected
+
+
+def test_repository_claim_and_sync_job_golden() -> None:
+    spec = ModelRepositorySpec.model_validate(samples.FULL_REPOSITORY_SPEC)
+    claim = storage.desired_claim("models", samples.NAMESPACE, spec)
+    assert (
+        claim is not None and "ownerReferences" not in claim["metadata"]
+    )  # retention is the finalizer's call
+    owner = names.owner_reference("ModelRepository", {**samples.OWNER_META, "name": "models"})
+    job = syncjob.desired_sync_job(
+        "models", samples.NAMESPACE, owner, spec, "models-repository", "models-sync-1", IMAGE, 3600
+    )
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][4:] == [
+        "s3://https://minio.ml:9000/bucket/triton",
+        "/repository",
+        "--keep",
+        "5",
+        "--verify",
+        "sha256",
+    ]
+    assert container["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    _golden("modelrepository-full", [claim, job])
+
+
+def test_existing_claim_is_not_created() -> None:
+    spec = ModelRepositorySpec.model_validate(
+        {"source": {"uri": "gs://b/p"}, "storage": {"claimName": "mine"}}
+    )
+    assert storage.desired_claim("models", "ml", spec) is None
+    assert names.claim_name("models", spec.storage.claim_name) == "mine"
+
+
+def test_long_names_stay_valid_and_distinct() -> None:
+    a, b = "x" * 70 + "a", "x" * 70 + "b"
+    assert len(names.dns_name(a)) == 63 and names.dns_name(a) != names.dns_name(b)
+    assert names.dns_name("short") == "short"

@@ -1,0 +1,249 @@
+"""Sync Jobs: when one starts, the summary a Job leaves behind, and the repository status it produces."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from naiad_operator.api.modelrepository import (
+    LastSync,
+    ModelRepositorySpec,
+    ModelRepositoryStatus,
+    RepositoryPhase,
+    SnapshotStatus,
+    SyncResult,
+)
+from naiad_operator.api.observed import JobObservation
+from naiad_operator.reconcile import repository_status, syncjob
+from naiad_operator.reconcile.compare import merge_patch
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+SPEC = ModelRepositorySpec.model_validate({"source": {"uri": "s3://b/p"}, "sync": {"interval": "10m"}})
+
+
+def _summary_doc(models: int = 2) -> dict[str, Any]:
+    """What ``naiad repo sync --json`` prints (naiad.repository.sync.engine.SyncResult.to_json)."""
+    return {
+        "result": "Succeeded",
+        "source": "s3://b/p",
+        "destination": "/repository",
+        "snapshot": {
+            "id": "sha256:" + "a" * 64,
+            "path": "/repository/snapshots/" + "a" * 64,
+            "previous": None,
+            "switched": True,
+        },
+        "objects": {"listed": 5, "copied": 3, "reused": 2},
+        "bytes": {"listed": 500, "copied": 300},
+        "duration_seconds": 1.5,
+        "models": [
+            {
+                "name": f"model{i:03d}",
+                "valid": True,
+                "backend": "python",
+                "config_hash": f"sha256:c{i}",
+                "versions": [{"version": 1, "content_hash": f"sha256:v{i}", "size_bytes": 10}],
+                "errors": [],
+                "warnings": [],
+            }
+            for i in range(models)
+        ],
+        "warnings": [],
+        "gc": {"removed_snapshots": [], "removed_objects": 0, "freed_bytes": 0},
+    }
+
+
+def _compact(tmp_path: Path, stdout: str, stderr: str = "") -> str:
+    """Run the Job's compaction step exactly as the container does."""
+    (tmp_path / "summary.json").write_text(stdout)
+    (tmp_path / "sync.err").write_text(stderr)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            syncjob.COMPACT_SUMMARY,
+            str(tmp_path / "summary.json"),
+            str(tmp_path / "sync.err"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_compact_summary_keeps_what_status_needs(tmp_path: Path) -> None:
+    summary = syncjob.parse_summary(_compact(tmp_path, json.dumps(_summary_doc())))
+    assert summary is not None
+    assert summary.result is SyncResult.SUCCEEDED and summary.snapshot == "sha256:" + "a" * 64
+    assert (summary.objects_listed, summary.objects_copied, summary.objects_reused) == (5, 3, 2)
+    assert summary.bytes_copied == 300 and summary.duration_seconds == 1.5
+    assert set(summary.models) == {"model000", "model001"}
+    assert summary.models["model000"][1].startswith("sha256:") and len(summary.models["model000"][1]) == 23
+
+
+def test_a_config_change_changes_every_version_hash(tmp_path: Path) -> None:
+    doc = _summary_doc(1)
+    first = syncjob.parse_summary(_compact(tmp_path, json.dumps(doc)))
+    doc["models"][0]["config_hash"] = "sha256:other"
+    second = syncjob.parse_summary(_compact(tmp_path, json.dumps(doc)))
+    assert first is not None and second is not None
+    assert first.models["model000"][1] != second.models["model000"][1]
+
+
+def test_compact_summary_fits_the_termination_message(tmp_path: Path) -> None:
+    message = _compact(tmp_path, json.dumps(_summary_doc(200)))
+    assert len(message.encode()) <= 4096
+    summary = syncjob.parse_summary(message)
+    assert summary is not None and summary.truncated and 0 < len(summary.models) < 200
+
+
+def test_compact_summary_of_a_failure(tmp_path: Path) -> None:
+    failed = {
+        "result": "Failed",
+        "error": {"kind": "credentials", "message": "access denied"},
+        "models": [{"name": "m", "errors": ["bad config"]}],
+    }
+    summary = syncjob.parse_summary(_compact(tmp_path, json.dumps(failed)))
+    assert summary is not None and summary.result is SyncResult.FAILED
+    assert summary.error_kind == "credentials" and summary.error == "access denied; m: bad config"
+
+
+def test_compact_summary_when_the_tool_crashed(tmp_path: Path) -> None:
+    summary = syncjob.parse_summary(_compact(tmp_path, "", "Traceback...\nOSError: disk full\n"))
+    assert summary is not None and summary.result is SyncResult.FAILED
+    assert "disk full" in (summary.error or "")
+
+
+@pytest.mark.parametrize("message", [None, "", "not json", '{"result": "Weird"}', "Error: log tail"])
+def test_unusable_messages_are_no_summary(message: str | None) -> None:
+    assert syncjob.parse_summary(message) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "generation", "now", "expected"),
+    [
+        (SPEC, ModelRepositoryStatus(), 1, NOW, "Created"),
+        (SPEC, ModelRepositoryStatus(synced_generation=1), 2, NOW, "SpecChanged"),
+        (SPEC, ModelRepositoryStatus(synced_generation=1), 1, NOW, None),
+        (SPEC, ModelRepositoryStatus(synced_generation=1, active_job="j"), 2, NOW, None),  # one at a time
+        (SPEC.model_copy(update={"suspend": True}), ModelRepositoryStatus(), 1, NOW, None),
+        (
+            ModelRepositorySpec.model_validate({"source": {"uri": "s3://b"}, "sync": {"trigger": "v2"}}),
+            ModelRepositoryStatus(synced_generation=1, last_trigger="v1"),
+            1,
+            NOW,
+            "Triggered",
+        ),
+        (
+            SPEC,
+            ModelRepositoryStatus(synced_generation=1, next_sync_time="2026-01-01T11:59:00Z"),
+            1,
+            NOW,
+            "Interval",
+        ),
+        (
+            SPEC,
+            ModelRepositoryStatus(synced_generation=1, next_sync_time="2026-01-01T12:01:00Z"),
+            1,
+            NOW,
+            None,
+        ),
+    ],
+)
+def test_sync_reason(
+    spec: ModelRepositorySpec,
+    status: ModelRepositoryStatus,
+    generation: int,
+    now: datetime,
+    expected: str | None,
+) -> None:
+    assert syncjob.sync_reason(spec, status, generation, now) == expected
+
+
+def test_interval_parsing() -> None:
+    assert (
+        ModelRepositorySpec.model_validate(
+            {"source": {"uri": "s3://b"}, "sync": {"interval": "1h30m"}}
+        ).sync.interval_seconds()
+        == 5400
+    )
+    assert (
+        SPEC.model_copy(
+            update={"sync": SPEC.sync.model_copy(update={"interval": None})}
+        ).sync.interval_seconds()
+        is None
+    )
+
+
+def _finished(result: str, message: str | None, status: ModelRepositoryStatus) -> ModelRepositoryStatus:
+    job = JobObservation(
+        "models-sync-2",
+        succeeded=result != "Failed",
+        failed=result == "Failed",
+        completion_time="2026-01-01T12:00:00Z",
+        message=message,
+    )
+    after = repository_status.finish_sync(status, SPEC, job, syncjob.parse_summary(message), NOW, 300)
+    return repository_status.with_conditions(after, 1, NOW)
+
+
+def test_a_successful_sync_moves_the_snapshot() -> None:
+    started = repository_status.start_sync(ModelRepositoryStatus(), SPEC, "models-sync-1", 1, NOW)
+    assert started.active_job == "models-sync-1" and started.sync_count == 1
+    assert repository_status.with_conditions(started, 1, NOW).phase is RepositoryPhase.SYNCING
+    message = json.dumps(
+        {
+            "result": "Succeeded",
+            "snapshot": "sha256:new",
+            "objectsListed": 4,
+            "objectsCopied": 4,
+            "models": {"m": {"1": "sha256:x"}},
+        }
+    )
+    status = _finished("Succeeded", message, started)
+    assert status.phase is RepositoryPhase.READY and status.active_job is None
+    assert status.snapshot == SnapshotStatus(current="sha256:new", available=["sha256:new"])
+    assert status.models[0].hashes() == {1: "sha256:x"} and status.model_count == 1
+    assert status.last_sync is not None and status.last_sync.objects_copied == 4
+    assert status.next_sync_time == "2026-01-01T12:10:00Z"
+    assert [c.status for c in status.conditions] == ["True", "True", "True"]
+
+
+def test_a_failed_sync_keeps_the_previous_snapshot() -> None:
+    ready = ModelRepositoryStatus(
+        snapshot=SnapshotStatus(current="sha256:old", available=["sha256:old"]),
+        active_job="models-sync-2",
+        last_sync=LastSync(job_name="models-sync-2"),
+    )
+    message = json.dumps({"result": "Failed", "errorKind": "credentials", "error": "InvalidAccessKeyId"})
+    status = _finished("Failed", message, ready)
+    assert status.snapshot.current == "sha256:old" and status.phase is RepositoryPhase.DEGRADED
+    conditions = {c.type: c for c in status.conditions}
+    assert (
+        conditions["SourceReachable"].status == "False"
+        and "InvalidAccessKeyId" in conditions["SourceReachable"].message
+    )
+    assert conditions["Synced"].reason == "SyncFailed" and conditions["Ready"].status == "True"
+    assert status.next_sync_time == "2026-01-01T12:05:00Z"  # retried sooner than the interval
+
+
+def test_a_job_without_summary_and_a_vanished_job_are_failures() -> None:
+    status = ModelRepositoryStatus(active_job="j")
+    assert _finished("Failed", "OOMKilled", status).last_sync.result is SyncResult.FAILED  # type: ignore[union-attr]
+    gone = repository_status.finish_sync(status, SPEC, None, None, NOW, 300)
+    assert gone.last_sync is not None and "disappeared" in (gone.last_sync.message or "")
+    assert repository_status.with_conditions(gone, 1, NOW).phase is RepositoryPhase.FAILED
+
+
+def test_status_is_stable_when_nothing_happens() -> None:
+    """Recomputing conditions later with no change keeps transition times: the patch is empty."""
+    message = json.dumps({"result": "Succeeded", "snapshot": "sha256:s", "models": {}})
+    status = _finished("Succeeded", message, ModelRepositoryStatus(active_job="j"))
+    again = repository_status.with_conditions(status, 1, NOW + timedelta(minutes=5))
+    assert merge_patch(status.dump(), again.dump()) == {}

@@ -1,0 +1,190 @@
+"""EXPLICIT mode through the repository API: index entries, load, unload, errors and readiness as in
+Triton 2.51 (each expectation below was checked against the real server)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.repository.clients import RepositoryClient, error_of, eventually, rows
+from tests.repository.conftest import ServerFactory, connect
+from tests.repository.models import set_mark, write_marked
+from tests.support.models import write_model
+from tests.support.server import ServerProcess
+
+BROKEN_CONFIG = """
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("explicit-repo")
+    write_marked(repo, "alpha", "a")
+    write_marked(repo, "beta", "b", versions=(1, 2, 3))
+    write_marked(repo, "gamma", "g")
+    write_model(repo, "broken", BROKEN_CONFIG, 'raise RuntimeError("boom")\n')
+    write_model(repo, "no_versions", BROKEN_CONFIG)
+    (repo / "no_versions" / "1").rmdir()
+    write_model(repo, "bad_config", "backend: 'python' input [ { name: 'X' \n", "")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path) -> Iterator[ServerProcess]:
+    args = ["--model-control-mode=explicit", "--load-model=alpha"]
+    with ServerProcess([repo], args) as process:
+        yield process
+
+
+@pytest.fixture
+def client(protocol: str, server: ServerProcess) -> Iterator[RepositoryClient]:
+    client = connect(protocol, server)
+    yield client
+    client.close()
+
+
+def test_startup_loads_only_the_named_models(client: RepositoryClient) -> None:
+    index = client.index()
+    assert rows(index, "alpha") == [{"version": "1", "state": "READY"}]
+    assert rows(index, "gamma") == [{}]  # never loaded: listed by name only
+    assert client.server_ready()  # models never loaded do not count against readiness
+
+
+def test_load_infer_unload_cycle(client: RepositoryClient) -> None:
+    client.load("gamma")
+    assert rows(client.index(), "gamma") == [{"version": "1", "state": "READY"}]
+    assert client.mark("gamma") == "g:1"
+    client.unload("gamma")
+    assert rows(client.index(), "gamma") == [{"version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}]
+    assert not client.is_ready("gamma")
+    assert client.server_ready()  # unloaded on purpose: still ready
+    assert error_of(client.mark, "gamma")[1] == "Request for unknown model: 'gamma' has no available versions"
+    client.unload("gamma")  # unloading twice succeeds
+    client.unload("never_heard_of")  # so does unloading an unknown model
+
+
+def test_index_ready_filter_lists_only_ready_versions(client: RepositoryClient) -> None:
+    ready = client.index(ready=True)
+    assert ready and all(entry["state"] == "READY" for entry in ready)
+    assert "gamma" not in {entry["name"] for entry in ready}
+
+
+def test_unknown_model_is_a_poll_failure(client: RepositoryClient) -> None:
+    assert error_of(client.load, "nope") == (
+        "500",
+        "failed to load 'nope', failed to poll from model repository",
+    )
+    assert "nope" not in {entry["name"] for entry in client.index()}
+
+
+def test_unparsable_config_is_a_poll_failure(client: RepositoryClient) -> None:
+    status, message = error_of(client.load, "bad_config")
+    assert (status, message) == ("500", "failed to load 'bad_config', failed to poll from model repository")
+    client.unload("bad_config")
+
+
+def test_failing_model_reports_each_version_and_holds_readiness_until_unloaded(
+    client: RepositoryClient,
+) -> None:
+    status, message = error_of(client.load, "broken")
+    assert status == "400"
+    assert message.startswith("load failed for model 'broken': version 1 is at UNAVAILABLE state: ")
+    assert "RuntimeError: boom" in message and message.endswith(";\n")
+    (entry,) = rows(client.index(), "broken")
+    assert entry["version"] == "1" and entry["state"] == "UNAVAILABLE" and "boom" in entry["reason"]
+    assert not client.server_ready()
+    client.unload("broken")
+    assert rows(client.index(), "broken") == [{"version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}]
+    assert client.server_ready()
+
+
+def test_no_versions_is_a_load_failure(client: RepositoryClient) -> None:
+    status, message = error_of(client.load, "no_versions")
+    assert (status, message) == (
+        "400",
+        "load failed for model 'no_versions': at least one version must be available under the version "
+        "policy of model 'no_versions'\n",
+    )
+    client.unload("no_versions")
+
+
+def test_version_policy_and_dropped_versions(client: RepositoryClient) -> None:
+    config = {
+        "backend": "python",
+        "version_policy": {"all": {}},
+        "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [1]}],
+        "output": [
+            {"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [1]},
+            {"name": "MARK", "data_type": "TYPE_STRING", "dims": [1]},
+        ],
+    }
+    client.load("beta", config=json.dumps(config))
+    assert [e["state"] for e in rows(client.index(), "beta")] == ["READY", "READY", "READY"]
+    assert client.mark("beta") == "b:3" and client.mark("beta", "1") == "b:1"
+    client.load("beta")  # back to config.pbtxt: latest 1
+    assert rows(client.index(), "beta") == [
+        {"version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
+        {"version": "2", "state": "UNAVAILABLE", "reason": "unloaded"},
+        {"version": "3", "state": "READY"},
+    ]
+    assert error_of(client.mark, "beta", "1") == (
+        "503",
+        "Request for unknown model: 'beta' version 1 is not at ready state",
+    )
+    client.unload("beta")
+
+
+def test_load_and_unload_rejected_outside_explicit_mode(
+    tmp_path: Path, serve: ServerFactory, protocol: str
+) -> None:
+    write_marked(tmp_path, "alpha")
+    for mode in ("none", "poll"):
+        with serve(tmp_path, f"--model-control-mode={mode}") as server:
+            client = connect(protocol, server)
+            expected = ("503", "explicit model load / unload is not allowed if polling is enabled")
+            assert error_of(client.load, "alpha") == expected
+            assert error_of(client.unload, "alpha") == expected
+            assert client.mark("alpha") == "a:1"
+            client.close()
+
+
+def test_load_model_star_loads_everything(tmp_path: Path, serve: ServerFactory, protocol: str) -> None:
+    write_marked(tmp_path, "one")
+    write_marked(tmp_path, "two")
+    with serve(tmp_path, "--model-control-mode=explicit", "--load-model=*") as server:
+        client = connect(protocol, server)
+        assert {e["name"] for e in client.index(ready=True)} == {"one", "two"}
+        client.close()
+
+
+def test_load_model_naming_a_missing_model_keeps_the_server_unready(
+    tmp_path: Path, serve: ServerFactory, protocol: str
+) -> None:
+    write_marked(tmp_path, "one")
+    args = ("--model-control-mode=explicit", "--load-model=one", "--load-model=missing")
+    with serve(tmp_path, *args, wait_ready=False) as server:
+        client = connect(protocol, server)
+        (entry,) = eventually(lambda: rows(client.index(), "missing"))
+        assert entry["state"] == "UNAVAILABLE" and "not found" in entry["reason"]
+        assert eventually(lambda: client.mark("one") == "a:1")
+        assert not client.server_ready()
+        client.close()
+
+
+def test_reload_of_an_unchanged_model_keeps_its_instances(client: RepositoryClient, repo: Path) -> None:
+    client.load("gamma")
+    assert client.infer("gamma") == ("g:1", 1)
+    client.load("gamma")
+    # the same instance answers: its execution count goes on instead of restarting
+    assert client.infer("gamma") == ("g:1", 2)
+    set_mark(repo / "gamma", 1, "g2")
+    client.load("gamma")
+    assert client.mark("gamma") == "g2:1"
+    set_mark(repo / "gamma", 1, "g")
+    client.unload("gamma")

@@ -1,0 +1,136 @@
+"""Load parameters: ``config`` JSON overrides, ``file:`` overrides, and the pinned default version."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.repository.clients import RepositoryClient, error_of, rows
+from tests.repository.conftest import connect
+from tests.repository.models import marked_py, write_marked
+from tests.support.server import ServerProcess
+
+POLL_FAILURE = "failed to load '{}', failed to poll from model repository"
+
+
+def marked_config_json(**extra: Any) -> str:
+    config: dict[str, Any] = {
+        "backend": "python",
+        "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [1]}],
+        "output": [
+            {"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [1]},
+            {"name": "MARK", "data_type": "TYPE_STRING", "dims": [1]},
+        ],
+    }
+    config.update(extra)
+    return json.dumps(config)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("overrides-repo")
+    write_marked(repo, "plain", "p")
+    write_marked(repo, "multi", "m", versions=(1, 2, 3))
+    with ServerProcess([repo], ["--model-control-mode=explicit"]) as process:
+        yield process
+
+
+@pytest.fixture
+def client(protocol: str, server: ServerProcess) -> Iterator[RepositoryClient]:
+    client = connect(protocol, server)
+    yield client
+    client.close()
+
+
+def test_config_override_replaces_config_pbtxt_and_accepts_int64_as_string(
+    client: RepositoryClient, server: ServerProcess
+) -> None:
+    client.load("plain", config=marked_config_json(max_batch_size="8"))
+    from tritonclient.http import InferenceServerClient
+
+    http = InferenceServerClient(server.http_url)
+    assert http.get_model_config("plain")["max_batch_size"] == 8
+    http.close()
+    client.load("plain")  # without the override, config.pbtxt again
+    assert client.mark("plain") == "p:1"
+
+
+def test_invalid_config_override_keeps_the_loaded_model(client: RepositoryClient) -> None:
+    client.load("plain")
+    assert error_of(client.load, "plain", config="{not json") == ("500", POLL_FAILURE.format("plain"))
+    assert client.mark("plain") == "p:1"
+
+
+def test_file_override_loads_a_model_from_the_request_alone(client: RepositoryClient) -> None:
+    source = textwrap.dedent(marked_py("from-request")).encode()
+    client.load("virtual", config=marked_config_json(), files={"file:1/model.py": source})
+    assert client.mark("virtual") == "from-request:1"
+    assert rows(client.index(), "virtual") == [{"version": "1", "state": "READY"}]
+    client.unload("virtual")
+
+
+def test_file_override_replaces_the_repository_files(client: RepositoryClient) -> None:
+    source = textwrap.dedent(marked_py("override")).encode()
+    client.load("plain", config=marked_config_json(), files={"file:5/model.py": source})
+    assert client.mark("plain") == "override:5"
+    client.load("plain")
+    assert client.mark("plain") == "p:1"
+
+
+def test_file_override_needs_config(client: RepositoryClient) -> None:
+    assert error_of(client.load, "plain", files={"file:1/model.py": b"x"}) == (
+        "500",
+        POLL_FAILURE.format("plain"),
+    )
+
+
+def test_file_override_cannot_escape_its_folder(client: RepositoryClient) -> None:
+    files = {"file:../../escape.py": b"x"}
+    assert error_of(client.load, "plain", config=marked_config_json(), files=files) == (
+        "500",
+        POLL_FAILURE.format("plain"),
+    )
+
+
+def test_unknown_and_malformed_parameters_are_rejected(client: RepositoryClient) -> None:
+    status, message = error_of(client.load, "plain", parameters={"bogus": "x"})
+    assert status == "400" and "unexpected load parameter 'bogus'" in message
+    status, message = error_of(client.load, "plain", parameters={"file:1/model.py": "%%%not base64"})
+    assert status == "400" and "not valid base64" in message
+
+
+def test_pinned_default_version_make_before_break_rollout(client: RepositoryClient) -> None:
+    both = marked_config_json(version_policy={"specific": {"versions": [1, 2]}})
+    client.load("multi", config=marked_config_json(version_policy={"specific": {"versions": [1]}}))
+    assert client.mark("multi") == "m:1"
+    # load the new version next to the old one, still serving the old one by default
+    client.load("multi", config=both, parameters={"default_version": 1})
+    assert client.mark("multi") == "m:1" and client.mark("multi", "2") == "m:2"
+    assert client.is_ready("multi") and client.is_ready("multi", "2")
+    # switch: nothing reloads (same config and files), only the default moves
+    executions = client.infer("multi", "2")[1]
+    client.load("multi", config=both, parameters={"default_version": "2"})
+    assert client.infer("multi") == ("m:2", executions + 1)
+    # the pin survives loads that do not mention it, while its version stays loaded
+    client.load("multi", config=marked_config_json(version_policy={"specific": {"versions": [2]}}))
+    assert client.mark("multi") == "m:2"
+    # unpinning returns to Triton's rule: the highest ready version
+    client.load(
+        "multi", config=marked_config_json(version_policy={"all": {}}), parameters={"default_version": ""}
+    )
+    assert client.mark("multi") == "m:3"
+    client.unload("multi")
+
+
+def test_pinning_a_version_that_is_not_loaded_fails_and_changes_nothing(client: RepositoryClient) -> None:
+    client.load("multi")
+    status, message = error_of(client.load, "multi", parameters={"default_version": 1})
+    assert status == "400"
+    assert "default version 1 is not among the versions to load [3]" in message
+    assert client.mark("multi") == "m:3"
+    assert error_of(client.load, "multi", parameters={"default_version": "one"})[0] == "400"
+    client.unload("multi")

@@ -1,0 +1,98 @@
+"""POLL mode: models and versions added, changed and removed on disk are applied within a couple of
+poll intervals, and only once the change is stable across two polls."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.repository.clients import RepositoryClient, eventually, rows
+from tests.repository.conftest import connect
+from tests.repository.models import marked_config, set_mark, write_marked
+from tests.support.server import ServerProcess
+
+POLL_SECS = 1
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("poll-repo")
+    write_marked(repo, "base", "base")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path) -> Iterator[ServerProcess]:
+    args = ["--model-control-mode=poll", f"--repository-poll-secs={POLL_SECS}"]
+    with ServerProcess([repo], args) as process:
+        yield process
+
+
+@pytest.fixture
+def client(protocol: str, server: ServerProcess) -> Iterator[RepositoryClient]:
+    client = connect(protocol, server)
+    yield client
+    client.close()
+
+
+def _staged(repo: Path, name: str) -> Path:
+    """Build a model next to the repository and move it in with one rename (a complete arrival)."""
+    staging = repo.parent / f"{repo.name}-staging"
+    staging.mkdir(exist_ok=True)
+    write_marked(staging, name, name)
+    target = repo / name
+    (staging / name).rename(target)
+    return target
+
+
+def test_models_and_versions_are_followed(client: RepositoryClient, repo: Path) -> None:
+    assert client.mark("base") == "base:1"
+    model_dir = _staged(repo, "added")
+    assert eventually(lambda: client.mark("added") == "added:1")
+
+    set_mark(model_dir, 2, "second")
+    eventually(lambda: client.mark("added") == "second:2")
+    assert rows(client.index(), "added") == [
+        {"version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
+        {"version": "2", "state": "READY"},
+    ]
+
+    set_mark(model_dir, 2, "edited")
+    eventually(lambda: client.mark("added") == "edited:2")
+
+    config = marked_config("added", extra="version_policy: { all: {} }")
+    (model_dir / "config.pbtxt").write_text(config)
+    eventually(lambda: client.mark("added", "1") == "added:1")
+    assert client.mark("added") == "edited:2"
+
+    shutil.rmtree(model_dir)
+    eventually(lambda: "added" not in {e["name"] for e in client.index()})
+    assert client.mark("base") == "base:1"
+
+
+def test_a_failed_change_keeps_the_old_model_serving(
+    client: RepositoryClient, repo: Path, server: ServerProcess
+) -> None:
+    set_mark(repo / "base", 1, "broken", fail="bad edit")
+    eventually(lambda: "bad edit" in server.log())
+    assert client.mark("base") == "base:1"
+    assert rows(client.index(), "base") == [{"version": "1", "state": "READY"}]
+    set_mark(repo / "base", 1, "fixed")
+    eventually(lambda: client.mark("base") == "fixed:1")
+
+
+def test_a_model_still_being_written_is_not_loaded(client: RepositoryClient, repo: Path) -> None:
+    model_dir = repo / "growing"
+    write_marked(repo, "growing", "grown")
+    log = model_dir / "1" / "notes.txt"
+    deadline = time.monotonic() + 3.5 * POLL_SECS
+    while time.monotonic() < deadline:  # the upload goes on: the folder differs at every poll
+        with log.open("a") as file:
+            file.write("more\n")
+        assert rows(client.index(), "growing") in ([], [{}]), "loaded while still being written"
+        time.sleep(0.2)
+    eventually(lambda: client.mark("growing") == "grown:1")
