@@ -20,6 +20,7 @@ from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.signature import ModelSignature, TensorSpec
 from naiad.repository.layout import CONFIG_FILE
+from naiad.scheduling.cache import refuse_decoupled
 
 ModelConfig = mc.ModelConfig
 
@@ -43,12 +44,16 @@ DEFAULT_FILENAME = {
     "tensorrt": "model.plan",
     "python": "model.py",
 }
-#: Discovery order when the config names neither backend nor platform (Triton's order).
+#: platform -> default model file name, where it differs from the backend's.
+PLATFORM_FILENAME = {"torch_aoti": "model.pt2"}
+#: Discovery order when the config names neither backend nor platform (Triton's order, plus
+#: ``model.pt2`` for torch.export / AOTInductor programs); the platform is set when it says more.
 _DISCOVERY = [
-    ("model.plan", "tensorrt"),
-    ("model.onnx", "onnxruntime"),
-    ("model.pt", "pytorch"),
-    ("model.py", "python"),
+    ("model.plan", "tensorrt", ""),
+    ("model.onnx", "onnxruntime", ""),
+    ("model.pt", "pytorch", ""),
+    ("model.pt2", "pytorch", "torch_aoti"),
+    ("model.py", "python", ""),
 ]
 
 
@@ -91,9 +96,10 @@ def resolve_backend(config: Any, model_dir: Path, versions: list[int]) -> None:
         config.backend = backend
     if not config.backend:
         for version in reversed(versions):
-            for filename, backend in _DISCOVERY:
+            for filename, backend, platform in _DISCOVERY:
                 if (model_dir / str(version) / filename).exists():
                     config.backend = backend
+                    config.platform = config.platform or platform
                     break
             if config.backend:
                 break
@@ -119,12 +125,15 @@ def normalize(config: Any, name: str, gpu_count: int = 0) -> None:
         config.version_policy.latest.num_versions = 1
     elif config.version_policy.HasField("latest") and config.version_policy.latest.num_versions < 1:
         raise InvalidArgumentError(f"version_policy latest num_versions must be >= 1 for '{name}'")
-    if not config.default_model_filename and config.backend in DEFAULT_FILENAME:
-        config.default_model_filename = DEFAULT_FILENAME[config.backend]
+    if not config.default_model_filename:
+        filename = PLATFORM_FILENAME.get(config.platform) or DEFAULT_FILENAME.get(config.backend)
+        if filename:
+            config.default_model_filename = filename
     if not config.HasField("optimization"):
         config.optimization.input_pinned_memory.enable = True
         config.optimization.output_pinned_memory.enable = True
     _normalize_io(config)
+    refuse_decoupled(config)
     if config.platform != "ensemble":
         _normalize_instance_groups(config, gpu_count)
 
