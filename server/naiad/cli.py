@@ -8,10 +8,22 @@ error (exit status 2) that names it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from naiad import log_settings
+from naiad.frontends.access.keyring import Keyring
+from naiad.frontends.access.restriction import parse_restrictions
+from naiad.frontends.tls import tls_files
+from naiad.metrics.config import parse_metrics_config
+from naiad.scheduling.cache import parse_cache_config
+from naiad.scheduling.rate_limiter import parse_resource
 from naiad.settings import ModelControlMode, ServerSettings
+from naiad.tracing.config import parse_trace_config
 
 _TRUE = {"true", "1", "on", "yes"}
 _FALSE = {"false", "0", "off", "no"}
@@ -114,6 +126,98 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--grpc-max-connection-age-grace", type=_non_negative,
                    default=d.grpc_max_connection_age_grace)
     p.add_argument("--reuse-grpc-port", type=_bool, default=d.reuse_grpc_port, metavar="BOOL")
+    _extension_flags(p, d)
+    _observability_flags(p, d)
+
+
+def _observability_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
+    """Metrics, logging and trace flags (tritonserver's names and defaults, plus ``--log-format json``)."""
+    p.add_argument("--allow-cpu-metrics", type=_bool, default=d.allow_cpu_metrics, metavar="BOOL")
+    p.add_argument("--allow-gpu-metrics", type=_bool, default=d.allow_gpu_metrics, metavar="BOOL")
+    p.add_argument("--metrics-interval-ms", type=_positive, default=d.metrics_interval_ms)
+    p.add_argument("--metrics-config", action="append", default=[], metavar="SETTING=VALUE",
+                   help="counter_latencies, histogram_latencies, summary_latencies, summary_quantiles")
+    p.add_argument("--log-info", type=_bool, default=d.log_info, metavar="BOOL")
+    p.add_argument("--log-warning", type=_bool, default=d.log_warning, metavar="BOOL")
+    p.add_argument("--log-error", type=_bool, default=d.log_error, metavar="BOOL")
+    p.add_argument("--log-format", default=d.log_format, choices=list(log_settings.FORMATS))
+    p.add_argument("--log-file", type=Path, default=d.log_file, metavar="PATH")
+    p.add_argument("--trace-config", action="append", default=[], metavar="[MODE,]SETTING=VALUE",
+                   help="level, rate, count, mode; triton,file= and log-frequency=; opentelemetry,url= ...")
+
+
+def _observability_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of :func:`_observability_flags`; a malformed metrics or trace config is a usage error."""
+    try:
+        parse_metrics_config(args.metrics_config)
+        trace = parse_trace_config(args.trace_config)
+    except ValueError as error:
+        parser.error(str(error))
+    if trace.mode == "opentelemetry" and importlib.util.find_spec("opentelemetry.sdk") is None:
+        parser.error("--trace-config mode=opentelemetry needs the SDK: pip install 'naiad[tracing]'")
+    return {
+        "allow_cpu_metrics": args.allow_cpu_metrics,
+        "allow_gpu_metrics": args.allow_gpu_metrics,
+        "metrics_interval_ms": args.metrics_interval_ms,
+        "metrics_config": args.metrics_config,
+        "log_info": args.log_info,
+        "log_warning": args.log_warning,
+        "log_error": args.log_error,
+        "log_format": args.log_format,
+        "log_file": args.log_file,
+        "trace_config": args.trace_config,
+    }
+
+
+def _extension_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
+    """Shared memory, response cache, rate limiter, API security, TLS and header forwarding."""
+    p.add_argument("--allow-client-shm", type=_bool, default=d.allow_client_shm, metavar="BOOL")
+    p.add_argument("--cache-config", action="append", default=[], metavar="local,size=BYTES")
+    p.add_argument("--rate-limit", type=str.lower, default=d.rate_limit, choices=["off", "execution_count"])
+    p.add_argument("--rate-limit-resource", dest="rate_limit_resources", action="append", default=[],
+                   metavar="NAME:COUNT[:DEVICE]")
+    p.add_argument("--http-restricted-api", dest="http_restricted_apis", action="append", default=[],
+                   metavar="APIS:HEADER=VALUE")
+    p.add_argument("--grpc-restricted-protocol", dest="grpc_restricted_protocols", action="append",
+                   default=[], metavar="APIS:HEADER=VALUE")
+    p.add_argument("--auth-key-file", type=Path, default=d.auth_key_file, metavar="PATH",
+                   help="bearer keys with scopes, one '<name> <token> <scopes>' a line (Naiad extension)")
+    p.add_argument("--http-header-forward-pattern", default=d.http_header_forward_pattern, metavar="REGEX")
+    p.add_argument("--grpc-header-forward-pattern", default=d.grpc_header_forward_pattern, metavar="REGEX")
+    for proto in ("http", "grpc"):
+        p.add_argument(f"--{proto}-use-ssl", type=_bool, default=False, metavar="BOOL")
+        p.add_argument(f"--{proto}-use-ssl-mutual", type=_bool, default=False, metavar="BOOL")
+        p.add_argument(f"--{proto}-server-cert", type=Path, metavar="PATH")
+        p.add_argument(f"--{proto}-server-key", type=Path, metavar="PATH")
+        p.add_argument(f"--{proto}-root-cert", type=Path, metavar="PATH")
+
+
+def _extension_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of :func:`_extension_flags`, each checked now so a mistake is a usage error."""
+    checks: list[tuple[str, Callable[[], object]]] = [
+        ("--cache-config", lambda: parse_cache_config(args.cache_config)),
+        ("--rate-limit-resource", lambda: [parse_resource(r) for r in args.rate_limit_resources]),
+        ("--http-restricted-api", lambda: parse_restrictions(args.http_restricted_apis)),
+        ("--grpc-restricted-protocol", lambda: parse_restrictions(args.grpc_restricted_protocols)),
+        ("--auth-key-file", lambda: args.auth_key_file and Keyring(args.auth_key_file)),
+    ]
+    for proto in ("http", "grpc"):
+        pattern = getattr(args, f"{proto}_header_forward_pattern")
+        checks.append((f"--{proto}-header-forward-pattern", lambda p=pattern: p and re.compile(p)))
+        files = [getattr(args, f"{proto}_{name}") for name in ("use_ssl", "use_ssl_mutual", "server_cert",
+                                                                "server_key", "root_cert")]
+        checks.append((f"--{proto}-use-ssl", lambda f=files, p=proto: tls_files(*f, flag=f"--{p}")))
+    for flag, check in checks:
+        try:
+            check()
+        except (ValueError, re.error) as exc:
+            parser.error(f"{flag}: {exc}")
+    names = ["allow_client_shm", "cache_config", "rate_limit", "rate_limit_resources", "http_restricted_apis",
+             "grpc_restricted_protocols", "auth_key_file", "http_header_forward_pattern",
+             "grpc_header_forward_pattern"]
+    names += [f"{proto}_{name}" for proto in ("http", "grpc")
+              for name in ("use_ssl", "use_ssl_mutual", "server_cert", "server_key", "root_cert")]
+    return {name: getattr(args, name) for name in names}
 
 
 def parse_settings(argv: list[str]) -> ServerSettings:
@@ -156,11 +260,16 @@ def _repo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerSettings:
     mode = ModelControlMode(args.model_control_mode)
+    for location in args.model_repositories:
+        if "://" in location and not location.startswith(("s3://", "gs://")):
+            parser.error(f"--model-repository={location}: expected a folder, s3://... or gs://...")
     if args.load_models and mode is not ModelControlMode.EXPLICIT:
         parser.error("--load-model is only valid with --model-control-mode=explicit")
     if "*" in args.load_models and len(args.load_models) > 1:
         parser.error("--load-model=* loads every model and cannot be combined with other --load-model")
     return ServerSettings(
+        **_extension_settings(parser, args),
+        **_observability_settings(parser, args),
         model_repositories=list(args.model_repositories),
         repository_cache_dir=args.repository_cache_dir,
         repository_poll_secs=args.repository_poll_secs,

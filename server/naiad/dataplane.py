@@ -8,19 +8,51 @@ one place and the two protocols cannot drift apart.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnavailableError
+from naiad import log_settings
+from naiad.backends.python import bls
+from naiad.codecs import shared_memory
+from naiad.codecs.classification import LabelFiles, classify_outputs
+from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnavailableError, UnsupportedError
 from naiad.core.request import InferRequest, InferResponse, Tensor
+from naiad.core.shm import SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
 from naiad.repository.manager import IndexEntry, ModelRepository
-from naiad.repository.model import Model
+from naiad.repository.model import Model, ModelVersion
+from naiad.scheduling.cache import ResponseCache
+from naiad.statistics import model_statistics
+from naiad.tracing.tracer import Changes, Tracer
+
+
+@dataclass(slots=True)
+class EmptyFinal(InferResponse):
+    """A decoupled model's final flag sent without a response: the frontends show it as an empty final
+    response only to clients that ask for one (``triton_enable_empty_final_response``)."""
+
+
+#: One answer of a streamed request: a response or an error, and whether it is the last.
+StreamItem = tuple[InferResponse | InferenceServerError, bool]
 
 SERVER_NAME = "triton"
 SERVER_VERSION = "2.51.0"
 #: Triton extensions this server implements (reported by ``GET /v2`` and ServerMetadata).
-EXTENSIONS = ["model_repository", "model_configuration", "binary_tensor_data", "parameters"]
+EXTENSIONS = [
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+    "classification",
+    "system_shared_memory",
+    "cuda_shared_memory",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +74,33 @@ class ModelMetadata:
 class DataPlane:
     """The server's behaviour, independent of transport."""
 
-    def __init__(self, repository: ModelRepository, *, strict_readiness: bool = True) -> None:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        *,
+        strict_readiness: bool = True,
+        tracer: Tracer | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
+        response_cache: ResponseCache | None = None,
+    ) -> None:
         self.repository = repository
         self.strict_readiness = strict_readiness
+        #: Client system shared memory regions (none can be registered unless ``--allow-client-shm``).
+        self.shared_memory = shared_memory or SharedMemoryRegistry(enabled=False)
+        #: The response cache (``--cache-config``), used by models with ``response_cache`` enabled.
+        self.response_cache = response_cache
+        self._label_files = LabelFiles()
+        #: Samples requests for the trace extension; frontends ask it per request (one check when off).
+        self.tracer = tracer or Tracer()
         self.started = False
         self.exiting = False
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        try:
+            bls.install(_BlsServer(self, asyncio.get_running_loop()))
+        except RuntimeError:  # made off the event loop (a tool, not a server): models cannot call models
+            bls.install(None)
 
     # ---- health and metadata ----------------------------------------------------------------
 
@@ -118,6 +169,34 @@ class DataPlane:
         """Repository extension: unload ``name`` (model control mode EXPLICIT only)."""
         await self.repository.unload_model(name, unload_dependents)
 
+    # ---- statistics, trace and logging extensions -------------------------------------------------
+
+    def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """Statistics extension: Triton's ``{"model_stats": [...]}`` (all models when ``name`` is "")."""
+        return model_statistics(self.repository, name, version)
+
+    def trace_settings(self, model: str = "") -> dict[str, Any]:
+        """Trace extension: the global settings, or those ``model`` is traced with."""
+        self._check_trace_model(model)
+        return self.tracer.settings(model)
+
+    def update_trace_settings(self, model: str, changes: Changes) -> dict[str, Any]:
+        """Trace extension: change settings (values are lists of strings, ``None`` clears a key)."""
+        self._check_trace_model(model)
+        return self.tracer.update(model, changes)
+
+    def log_settings(self) -> dict[str, Any]:
+        """Logging extension: the log settings in force."""
+        return log_settings.document()
+
+    def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Logging extension: change log settings now (``log_file`` only at start)."""
+        return log_settings.update(changes)
+
+    def _check_trace_model(self, model: str) -> None:
+        if model and model not in self.repository.models():
+            raise InvalidArgumentError(f"Request for unknown model : {model}")
+
     def _ready_model(self, name: str, version: str) -> tuple[Model, ModelSignature]:
         model, _ = self.repository.resolve(name, version)
         assert model.signature is not None
@@ -129,23 +208,123 @@ class DataPlane:
         """Validate, schedule and shape the response for one request."""
         if self.exiting:
             raise UnavailableError("Server is exiting")
+        return await self._infer(request)
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
+        """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
         model, version = self.repository.resolve(request.model_name, request.model_version)
         signature = model.signature
         assert signature is not None
         signature.validate(request)
+        if model.decoupled:
+            raise UnsupportedError(f"model '{model.name}' is decoupled: its responses can only be streamed")
+        targets = shared_memory.hold_outputs(self.shared_memory, request)
+        try:
+            self._inflight += 1
+            self._idle.clear()
+            try:
+                response = await self._answer(request, model, version)
+            finally:
+                self._done()
+            response.model_name = model.name
+            response.model_version = str(version.version)
+            response.id = request.id
+            response.outputs = _select_outputs(request, signature, response.outputs)
+            response.outputs = classify_outputs(
+                request, signature, version.model_dir, response.outputs, self._label_files
+            )
+            shared_memory.write_outputs(targets, response.outputs)
+        finally:
+            shared_memory.release_outputs(self.shared_memory, targets)
+        return response
+
+    async def _answer(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
+        """The model's answer: from the response cache when the model uses it and has this one."""
+        cache = self.response_cache
+        if cache is None or not model.config.response_cache.enable or version.scheduler is None:
+            return await version.submit(request)
+        stats = version.scheduler.stats
+        started = time.monotonic_ns()
+        key = cache.key(request, model.name, version.version)
+        cached = cache.lookup(key, model.name, str(version.version))
+        looked_up = time.monotonic_ns()
+        if cached is not None:
+            stats.cache_hit(looked_up - started)
+            return cached
+        response = await version.submit(request)
+        inserting = time.monotonic_ns()
+        cache.insert(key, response)
+        stats.cache_miss(looked_up - started + time.monotonic_ns() - inserting)
+        return response
+
+    def _done(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
+
+    async def stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        """Every answer to one request, in order: ``(response or error, final)``.
+
+        A decoupled model answers 0..N times and then says it is done (an :class:`EmptyFinal` when
+        it says so without a response); any other model answers once, with ``final``.  An error
+        before the model runs is raised; errors the model reports for the request come as items.
+        Closing the iterator early marks the request cancelled.
+        """
+        if self.exiting:
+            raise UnavailableError("Server is exiting")
+        async for item in self._stream(request):
+            yield item
+
+    async def _stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        model, version = self.repository.resolve(request.model_name, request.model_version)
+        if not model.decoupled:
+            yield await self._infer(request), True
+            return
+        signature = model.signature
+        assert signature is not None
+        signature.validate(request)
+        loop = asyncio.get_running_loop()
+        answers: asyncio.Queue[tuple[InferResponse | InferenceServerError | None, bool] | None]
+        answers = asyncio.Queue()
+
+        def sink(answer: InferResponse | InferenceServerError | None, final: bool) -> None:
+            try:
+                loop.call_soon_threadsafe(answers.put_nowait, (answer, final))
+            except RuntimeError:  # the server is gone: nobody reads any more
+                pass
+
+        request.responses = sink
         self._inflight += 1
         self._idle.clear()
+        execution = asyncio.ensure_future(version.submit(request))
+        execution.add_done_callback(lambda _: answers.put_nowait(None))
         try:
-            response = await version.submit(request)
+            while True:
+                item = await answers.get()
+                if item is None:  # the execution is over; answers may still come from model threads
+                    error = None if execution.cancelled() else execution.exception()
+                    if isinstance(error, InferenceServerError):
+                        yield error, True
+                        return
+                    if error is not None:
+                        raise error
+                    continue
+                answer, final = item
+                if answer is None:
+                    answer = EmptyFinal(model.name, str(version.version), request.id)
+                elif isinstance(answer, InferResponse):
+                    answer.model_name = model.name
+                    answer.model_version = str(version.version)
+                    answer.id = request.id
+                    answer.outputs = _streamed_outputs(request, answer.outputs)
+                yield answer, final
+                if final:
+                    return
         finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._idle.set()
-        response.model_name = model.name
-        response.model_version = str(version.version)
-        response.id = request.id
-        response.outputs = _select_outputs(request, signature, response.outputs)
-        return response
+            request.cancelled = True  # a no-op once final; else the model may stop sending
+            if not execution.done():
+                execution.cancel()
+            self._done()
 
     async def drain(self, timeout: float) -> bool:
         """Refuse new requests and wait up to ``timeout`` seconds for in-flight ones."""
@@ -155,6 +334,39 @@ class DataPlane:
         except TimeoutError:
             return False
         return True
+
+
+class _BlsServer:
+    """What Python models' BLS calls go through (:class:`naiad.backends.python.bls.Server`): the
+    data plane's own inference, without the door check (the calling request is already in)."""
+
+    def __init__(self, dataplane: DataPlane, loop: asyncio.AbstractEventLoop) -> None:
+        self._dataplane = dataplane
+        self._loop = loop
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        return await self._dataplane._infer(request)
+
+    def stream(self, request: InferRequest) -> AsyncIterator[StreamItem]:
+        return self._dataplane._stream(request)
+
+    def check(self, request: InferRequest) -> tuple[int, bool]:
+        model, version = self._dataplane.repository.resolve(request.model_name, request.model_version)
+        assert model.signature is not None
+        model.signature.validate(request)
+        return version.version, model.decoupled
+
+
+def _streamed_outputs(request: InferRequest, produced: list[Tensor]) -> list[Tensor]:
+    """The requested outputs a streamed response carries (each response may carry some of them)."""
+    if request.outputs is None:
+        return produced
+    by_name = {t.name: t for t in produced}
+    return [by_name[output.name] for output in request.outputs if output.name in by_name]
 
 
 def _select_outputs(request: InferRequest, signature: ModelSignature, produced: list[Tensor]) -> list[Tensor]:

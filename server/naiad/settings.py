@@ -123,3 +123,100 @@ class ServerSettings:
 
     reuse_grpc_port: bool = False
     """``--reuse-grpc-port``: let several servers listen on the gRPC port (SO_REUSEPORT)."""
+
+    allow_cpu_metrics: bool = True
+    """``--allow-cpu-metrics``: publish ``nv_cpu_*`` (Linux, from ``/proc``)."""
+
+    allow_gpu_metrics: bool = True
+    """``--allow-gpu-metrics``: publish ``nv_gpu_*`` where NVML finds a GPU (``nvidia-ml-py``)."""
+
+    metrics_interval_ms: int = 2000
+    """``--metrics-interval-ms``: how often the per-interval gauges (CPU, GPU) are sampled."""
+
+    metrics_config: list[str] = field(default_factory=list)
+    """``--metrics-config``, repeatable ``key=value``: ``counter_latencies``, ``histogram_latencies``,
+    ``summary_latencies``, ``summary_quantiles`` (see :mod:`naiad.metrics.config`)."""
+
+    log_info: bool = True
+    """``--log-info``: write INFO lines."""
+
+    log_warning: bool = True
+    """``--log-warning``: write WARNING lines."""
+
+    log_error: bool = True
+    """``--log-error``: write ERROR lines."""
+
+    log_format: str = "default"
+    """``--log-format``: ``default`` (Triton's ``I1121 20:19:06.136285 ...`` lines), ``ISO8601``, or
+    ``json`` (Naiad: one JSON object per line, for log pipelines)."""
+
+    log_file: Path | None = None
+    """``--log-file``: append the log to this file instead of standard error."""
+
+    trace_config: list[str] = field(default_factory=list)
+    """``--trace-config``, repeatable: ``<setting>=<value>`` (``level``, ``rate``, ``count``, ``mode``) or
+    ``<mode>,<setting>=<value>`` (``triton,file=``, ``triton,log-frequency=``, ``opentelemetry,url=``,
+    ``opentelemetry,resource=``, ``opentelemetry,bsp_*=``), as tritonserver takes them."""
+
+    allow_client_shm: bool = False
+    """``--allow-client-shm``: let clients register system shared memory regions (off by default, as in
+    current Triton: a registered region lets a client have the server read and write a shared memory
+    object by name)."""
+
+    cache_config: list[str] = field(default_factory=list)
+    """``--cache-config``, repeatable: ``local,size=<bytes>`` enables the response cache for models whose
+    config sets ``response_cache { enable: true }`` (see :mod:`naiad.scheduling.cache`)."""
+
+    rate_limit: str = "off"
+    """``--rate-limit``: ``off`` or ``execution_count`` (instances wait for their ``rate_limiter``
+    resources; see :mod:`naiad.scheduling.rate_limiter`)."""
+
+    rate_limit_resources: list[str] = field(default_factory=list)
+    """``--rate-limit-resource``, repeatable: ``<name>:<count>[:<device>]``."""
+
+    http_restricted_apis: list[str] = field(default_factory=list)
+    """``--http-restricted-api``, repeatable: ``<api>[,<api>...]:<header>=<value>``."""
+
+    grpc_restricted_protocols: list[str] = field(default_factory=list)
+    """``--grpc-restricted-protocol``, repeatable: as above; gRPC clients send the header as
+    ``triton-grpc-protocol-<header>``, as in Triton."""
+
+    auth_key_file: Path | None = None
+    """``--auth-key-file`` (Naiad): bearer keys with scopes, for HTTP and gRPC (see
+    :mod:`naiad.frontends.access.keyring`); reloaded when it changes."""
+
+    http_header_forward_pattern: str | None = None
+    """``--http-header-forward-pattern``: HTTP headers matching it become inference request parameters."""
+
+    grpc_header_forward_pattern: str | None = None
+    """``--grpc-header-forward-pattern``: gRPC metadata matching it becomes inference request parameters."""
+
+    http_use_ssl: bool = False
+    """``--http-use-ssl`` (Naiad, mirrors gRPC's): serve HTTPS with the two files below."""
+
+    http_use_ssl_mutual: bool = False
+    """``--http-use-ssl-mutual``: also require client certificates signed by ``--http-root-cert``."""
+
+    http_server_cert: Path | None = None
+    """``--http-server-cert``: PEM server certificate (chain)."""
+
+    http_server_key: Path | None = None
+    """``--http-server-key``: PEM server private key."""
+
+    http_root_cert: Path | None = None
+    """``--http-root-cert``: PEM root certificate that client certificates must chain to."""
+
+    grpc_use_ssl: bool = False
+    """``--grpc-use-ssl``: serve gRPC over TLS."""
+
+    grpc_use_ssl_mutual: bool = False
+    """``--grpc-use-ssl-mutual``: TLS with client certificates (implies ``--grpc-use-ssl``)."""
+
+    grpc_server_cert: Path | None = None
+    """``--grpc-server-cert``: PEM server certificate (chain)."""
+
+    grpc_server_key: Path | None = None
+    """``--grpc-server-key``: PEM server private key."""
+
+    grpc_root_cert: Path | None = None
+    """``--grpc-root-cert``: PEM root certificate that client certificates must chain to."""

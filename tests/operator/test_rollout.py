@@ -131,6 +131,13 @@ def test_removed_model_is_unloaded_after_loads() -> None:
     assert plan.unwanted == ("gone",)
 
 
+def test_an_unloaded_model_is_not_unloaded_again() -> None:
+    """After an unload the index still lists the model's versions, UNAVAILABLE: nothing to do."""
+    pods = [pod("p0", a={1: READY}, gone={1: (FAILED, "unloaded")})]
+    plan = rollout.plan([spec("a")], {"a": {1: "a1"}}, {"a": record("a", {1: "a1"})}, pods)
+    assert plan.stages == () and plan.unwanted == ()
+
+
 def test_version_policies() -> None:
     assert select_versions(VersionPolicy(), [3, 1, 2]) == [3]
     assert select_versions(VersionPolicy.model_validate({"latest": {"numVersions": 2}}), [3, 1, 2]) == [2, 3]
@@ -188,7 +195,8 @@ def test_rollback_restores_active_versions_and_old_default() -> None:
 def test_rollback_of_a_new_model_unloads_it_where_it_came_up() -> None:
     plan = rollout.plan([spec("n")], {"n": {1: "n1"}}, {}, [pod("p0"), pod("p1")])
     after = [pod("p0", n={1: READY}), pod("p1", n={1: (FAILED, "bad")})]
-    assert rollout.rollback(plan.models["n"], after, None) == [Unload("p0", "n"), Unload("p1", "n")]
+    # p1 holds nothing (its failed version stays listed, with the reason, for status to show)
+    assert rollout.rollback(plan.models["n"], after, None) == [Unload("p0", "n")]
 
 
 def test_blocked_target_is_not_retried_but_drift_is_held_at_active() -> None:

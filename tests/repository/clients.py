@@ -10,8 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+import grpc
 import numpy as np
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.support.http import RawClient
@@ -45,12 +49,23 @@ class RepositoryClient(Protocol):
     def close(self) -> None: ...
 
 
+#: gRPC status -> the HTTP status Triton gives the same error, so one expectation covers both.
+_HTTP_STATUS = {
+    "StatusCode.INVALID_ARGUMENT": "400",
+    "StatusCode.NOT_FOUND": "404",
+    "StatusCode.INTERNAL": "500",
+    "StatusCode.UNIMPLEMENTED": "501",
+    "StatusCode.UNAVAILABLE": "503",
+}
+
+
 def error_of(call: Any, *args: Any, **kwargs: Any) -> tuple[str, str]:
-    """``(status, message)`` of the InferenceServerException ``call`` raises."""
+    """``(HTTP status, message)`` of the InferenceServerException ``call`` raises."""
     try:
         call(*args, **kwargs)
     except InferenceServerException as exc:
-        return str(exc.status()), str(exc.message())
+        status = str(exc.status())
+        return _HTTP_STATUS.get(status, status), str(exc.message())
     raise AssertionError(f"{call.__name__} did not fail")
 
 
@@ -109,6 +124,74 @@ class HttpRepositoryClient:
     def close(self) -> None:
         self.client.close()
         self.raw.close()
+
+
+class GrpcRepositoryClient:
+    """tritonclient's gRPC client, plus the raw stub for what it cannot send (``ready``, extra load
+    parameters)."""
+
+    def __init__(self, url: str) -> None:
+        self.client = grpcclient.InferenceServerClient(url)
+        self.channel = grpc.insecure_channel(url)
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+
+    def index(self, ready: bool = False) -> list[dict[str, str]]:
+        try:
+            response = self.stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=ready))
+        except grpc.RpcError as exc:
+            raise InferenceServerException(exc.details(), status=str(exc.code())) from None
+        document = json_format.MessageToDict(response, preserving_proto_field_name=True)
+        return list(document.get("models", []))
+
+    def load(
+        self,
+        name: str,
+        config: str | None = None,
+        files: dict[str, bytes] | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
+        if not parameters:
+            self.client.load_model(name, config=config, files=files)
+            return
+        request = service_pb2.RepositoryModelLoadRequest(model_name=name)
+        for key, value in {**parameters, **({"config": config} if config is not None else {})}.items():
+            if isinstance(value, bool):
+                request.parameters[key].bool_param = value
+            elif isinstance(value, int):
+                request.parameters[key].int64_param = value
+            elif isinstance(value, bytes):
+                request.parameters[key].bytes_param = value
+            else:
+                request.parameters[key].string_param = value
+        try:
+            self.stub.RepositoryModelLoad(request)
+        except grpc.RpcError as exc:
+            raise InferenceServerException(exc.details(), status=str(exc.code())) from None
+
+    def unload(self, name: str, unload_dependents: bool = False) -> None:
+        self.client.unload_model(name, unload_dependents=unload_dependents)
+
+    def infer(self, name: str, version: str = "", value: int = 1, batched: bool = False) -> tuple[str, int]:
+        data = np.array([[value]] if batched else [value], dtype=np.int32)
+        tensor = grpcclient.InferInput("INPUT0", list(data.shape), "INT32")
+        tensor.set_data_from_numpy(data)
+        result = self.client.infer(name, [tensor], model_version=version)
+        return bytes(result.as_numpy("MARK").reshape(-1)[0]).decode(), int(
+            result.as_numpy("OUTPUT0").reshape(-1)[0]
+        )
+
+    def mark(self, name: str, version: str = "", value: int = 1) -> str:
+        return self.infer(name, version, value)[0]
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        return bool(self.client.is_model_ready(name, version))
+
+    def server_ready(self) -> bool:
+        return bool(self.client.is_server_ready())
+
+    def close(self) -> None:
+        self.client.close()
+        self.channel.close()
 
 
 def rows(index: list[dict[str, str]], name: str) -> list[dict[str, str]]:

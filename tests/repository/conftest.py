@@ -8,25 +8,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.repository.clients import HttpRepositoryClient, RepositoryClient
+from tests.repository.clients import GrpcRepositoryClient, HttpRepositoryClient, RepositoryClient
 from tests.support.object_store import GcsEmulator, SeaweedS3
 from tests.support.server import ServerProcess
 
-#: Protocols the repository API tests run over; a gRPC adapter joins this list when that frontend
-#: serves the repository API.
-PROTOCOLS = ["http"]
+#: Protocols the repository API tests run over (one adapter each in ``tests/repository/clients.py``).
+PROTOCOLS = ["http", "grpc"]
 
 ServerFactory = Callable[..., AbstractContextManager[ServerProcess]]
 
 
-@pytest.fixture(params=PROTOCOLS)
+@pytest.fixture(scope="module", params=PROTOCOLS)
 def protocol(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so a module's shared server and repository are made once per protocol and the
+    tests of one protocol never see what the other's did."""
     return str(request.param)
 
 
 def connect(protocol: str, server: ServerProcess) -> RepositoryClient:
     if protocol == "http":
         return HttpRepositoryClient(server.http_url)
+    if protocol == "grpc":
+        return GrpcRepositoryClient(server.grpc_url)
     raise ValueError(f"no repository client for {protocol}")
 
 

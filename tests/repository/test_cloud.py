@@ -8,10 +8,18 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.repository.conftest import ServerFactory, connect
 from tests.repository.models import marked_py, write_marked
 from tests.support.object_store import GcsEmulator, SeaweedS3, upload_tree
 from tests.support.server import free_port
+
+
+@pytest.fixture(scope="module")
+def protocol() -> str:
+    """What is tested here does not depend on the protocol (the API is covered over both elsewhere)."""
+    return "http"
 
 
 def _bucket() -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.repository.clients import RepositoryClient
@@ -30,6 +31,12 @@ ensemble_scheduling {
   ]
 }
 """
+
+
+@pytest.fixture(scope="module")
+def protocol() -> str:
+    """What is tested here does not depend on the protocol (the API is covered over both elsewhere)."""
+    return "http"
 
 
 def _load_pipeline(client: RepositoryClient) -> None:

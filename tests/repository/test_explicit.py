@@ -23,7 +23,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def repo(tmp_path_factory: pytest.TempPathFactory, protocol: str) -> Path:
     repo = tmp_path_factory.mktemp("explicit-repo")
     write_marked(repo, "alpha", "a")
     write_marked(repo, "beta", "b", versions=(1, 2, 3))

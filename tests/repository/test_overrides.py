@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tritonclient.http import InferenceServerClient
 
 from tests.repository.clients import RepositoryClient, error_of, rows
 from tests.repository.conftest import connect
@@ -31,7 +32,7 @@ def marked_config_json(**extra: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, protocol: str) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("overrides-repo")
     write_marked(repo, "plain", "p")
     write_marked(repo, "multi", "m", versions=(1, 2, 3))
@@ -50,8 +51,6 @@ def test_config_override_replaces_config_pbtxt_and_accepts_int64_as_string(
     client: RepositoryClient, server: ServerProcess
 ) -> None:
     client.load("plain", config=marked_config_json(max_batch_size="8"))
-    from tritonclient.http import InferenceServerClient
-
     http = InferenceServerClient(server.http_url)
     assert http.get_model_config("plain")["max_batch_size"] == 8
     http.close()

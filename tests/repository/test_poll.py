@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from naiad.repository.sync.engine import sync
 
 from tests.repository.clients import RepositoryClient, eventually, rows
-from tests.repository.conftest import connect
+from tests.repository.conftest import ServerFactory, connect
 from tests.repository.models import marked_config, set_mark, write_marked
 from tests.support.server import ServerProcess
 
@@ -19,7 +20,13 @@ POLL_SECS = 1
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def protocol() -> str:
+    """What is tested here does not depend on the protocol (the API is covered over both elsewhere)."""
+    return "http"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory, protocol: str) -> Path:
     repo = tmp_path_factory.mktemp("poll-repo")
     write_marked(repo, "base", "base")
     return repo
@@ -96,3 +103,22 @@ def test_a_model_still_being_written_is_not_loaded(client: RepositoryClient, rep
         assert rows(client.index(), "growing") in ([], [{}]), "loaded while still being written"
         time.sleep(0.2)
     eventually(lambda: client.mark("growing") == "grown:1")
+
+
+def test_a_synced_repository_switch_reloads_only_what_changed(
+    tmp_path: Path, serve: ServerFactory, protocol: str
+) -> None:
+    source = tmp_path / "source"
+    write_marked(source, "same", "s")
+    write_marked(source, "edited", "e")
+    dest = tmp_path / "dest"
+    sync(str(source), dest)
+    args = ("--model-control-mode=poll", f"--repository-poll-secs={POLL_SECS}")
+    with serve(dest / "current", *args) as server:
+        client = connect(protocol, server)
+        assert client.infer("same") == ("s:1", 1)
+        set_mark(source / "edited", 1, "e2")
+        sync(str(source), dest)  # a new snapshot; `current` switches in one rename
+        eventually(lambda: client.mark("edited") == "e2:1")
+        assert client.infer("same") == ("s:1", 2)  # untouched: the same instance still serves
+        client.close()

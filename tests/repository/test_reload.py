@@ -12,7 +12,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.repository.clients import RepositoryClient, error_of, rows
-from tests.repository.conftest import connect
+from tests.repository.conftest import ServerFactory, connect
 from tests.repository.models import set_mark, write_marked
 from tests.support.server import ServerProcess
 
@@ -21,7 +21,7 @@ UNLOADING_ERRORS = ("is not at ready state", "has no available versions", "is no
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def repo(tmp_path_factory: pytest.TempPathFactory, protocol: str) -> Path:
     repo = tmp_path_factory.mktemp("reload-repo")
     write_marked(repo, "model", "old")
     write_marked(repo, "busy", "b", max_batch_size=0)
@@ -149,3 +149,20 @@ def test_unloading_frees_memory_across_200_load_unload_cycles(
     grown = _rss_kib(server.process.pid) - baseline
     assert grown < 20 * 1024, f"RSS grew by {grown} KiB over 200 load/unload cycles"
     assert time.monotonic() - started < 60
+
+
+def test_loads_share_a_bounded_pool(tmp_path: Path, serve: ServerFactory) -> None:
+    for name in ("slow_a", "slow_b"):
+        write_marked(tmp_path, name, name, delay=0.8)
+    with serve(tmp_path, "--model-control-mode=explicit", "--model-load-thread-count=1") as server:
+
+        def load(name: str) -> None:
+            client = connect("http", server)
+            client.load(name)
+            client.close()
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(load, ["slow_a", "slow_b"]))
+        # one load thread: the two initialize() calls ran one after the other
+        assert time.monotonic() - started >= 1.6

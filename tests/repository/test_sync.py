@@ -314,3 +314,15 @@ def test_progress_is_shown_on_a_terminal(source: Path, tmp_path: Path) -> None:
     assert done.returncode == 0
     assert "downloading 7/7 objects" in shown and "\r" in shown
     assert done.stdout.startswith("Succeeded: sha256:")
+
+
+def test_unsupported_locations_are_refused(tmp_path: Path) -> None:
+    done = naiad_sync("ftp://example.com/models", str(tmp_path / "dest"))
+    assert done.returncode == 1 and "unsupported repository location" in done.stderr
+    serve = subprocess.run(
+        [sys.executable, "-m", "naiad", "serve", "--model-repository=as://account/container"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert serve.returncode == 2 and "expected a folder, s3://... or gs://..." in serve.stderr

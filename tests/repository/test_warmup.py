@@ -30,7 +30,13 @@ MISSING_FILE = FROM_FILE.replace('"input0"', '"absent"')
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def protocol() -> str:
+    """What is tested here does not depend on the protocol (the API is covered over both elsewhere)."""
+    return "http"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, protocol: str) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("warmup-repo")
     write_marked(repo, "warm", "w", config_extra=ZERO_AND_RANDOM, max_batch_size=4)
     for name, value in (("good_file", 7), ("bad_file", -1)):

@@ -103,7 +103,7 @@ def test_bad_models_are_unavailable_with_reasons_and_others_serve(tmp_path: Path
         }
         assert raw.post_json("/v2/models/add_sub/infer", body).status == 200
         response = raw.post_json("/v2/models/bad_python/infer", body)
-        assert response.status == 503
+        assert response.status == 404
         assert response.error == "Request for unknown model: 'bad_python' has no available versions"
 
 

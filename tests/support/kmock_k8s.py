@@ -17,6 +17,7 @@ It reaches into kmock's private parts (the URL parser, ``_objects``, ``__get_obj
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import datetime
 import itertools
@@ -34,6 +35,7 @@ import yaml
 from kmock._internal import dicts, enums, parsing, rendering
 
 APPLY_PATCH = "application/apply-patch+yaml"
+_KEEP_REQUESTS = 32
 
 _parse_path = parsing.parse_path
 
@@ -75,6 +77,8 @@ class K8sEmulator(kmock.KubernetesEmulator):
 
     _rv: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _last_rv: int = attrs.field(default=0, init=False)
+    calls: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter, init=False)
+    """Requests served, by method and path: what tests and benchmarks count API traffic with."""
 
     def _next_rv(self) -> str:
         self._last_rv = next(self._rv)
@@ -92,6 +96,10 @@ class K8sEmulator(kmock.KubernetesEmulator):
         )
 
     async def _handle(self, request: rendering.Request) -> Any:
+        self.calls[(str(request.method.value).upper(), request.url.path)] += 1
+        # kmock matches every request against its whole request history (quadratic over a long run);
+        # requests already being served were matched, so only the newest need to stay.
+        del self._requests[:-_KEEP_REQUESTS]
         if request.resource is not None:
             try:
                 self._prepare(request)

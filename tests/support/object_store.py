@@ -98,8 +98,9 @@ class SeaweedS3:
             f"-master.port.grpc={free_port()}",
             f"-volume.port={ports['volume']}",
             f"-volume.port.grpc={free_port()}",
+            # each bucket takes a handful of volumes; small volumes leave room for many buckets
             "-volume.max=0",
-            "-master.volumeSizeLimitMB=1024",
+            "-master.volumeSizeLimitMB=128",
             "-filer",
             f"-filer.port={ports['filer']}",
             f"-filer.port.grpc={free_port()}",

@@ -44,6 +44,13 @@ class PodObservation:
     def reporting(self) -> bool:
         return self.url is not None and self.index_error is None
 
+    def holds(self, model: str) -> bool:
+        """Some version of ``model`` is loaded or loading here: there is something to unload. (After an
+        unload the index still lists the versions, UNAVAILABLE, so presence alone is not enough.)"""
+        return any(
+            o.state in (VersionState.READY, VersionState.LOADING) for o in self.models.get(model, {}).values()
+        )
+
     def ready_versions(self, model: str) -> frozenset[int]:
         return frozenset(v for v, o in self.models.get(model, {}).items() if o.state is VersionState.READY)
 

@@ -1,8 +1,8 @@
 """What every handler shares: settings, the API client, the pod client and per-object locks.
 
 kopf runs timers concurrently with change handlers, so two passes over one object could overlap (and,
-say, both start a sync Job). Each pass takes the object's lock and re-reads the object first, so it acts
-on the newest status, including what the previous pass just wrote.
+say, both start a sync Job). Each pass takes the object's lock (by kind, namespace and name) and then
+reads the object, so it acts on the newest status, including what the previous pass just wrote.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from naiad_operator.k8s.client import Kube
 from naiad_operator.k8s.modelserver import ModelServer
@@ -24,6 +25,9 @@ class OperatorContext:
     server: ModelServer
     resolve: PodResolver = pod_address
     locks: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """The last full config seen per (InferenceService uid, model): the base for a load on a pod
+    that lost the model when no other pod has it loaded."""
 
     async def close(self) -> None:
         await self.server.close()

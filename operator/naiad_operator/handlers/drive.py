@@ -62,7 +62,7 @@ async def run(
 async def _execute(
     ctx: OperatorContext, body: dict[str, Any], urls: dict[str, str], actions: Sequence[Action]
 ) -> dict[tuple[str, str], str]:
-    """Run actions, pods in parallel and each pod's in order; the errors servers answered, by pod and model."""
+    """Run actions, pods in parallel and each pod's in order; the errors servers answered (pod, model)."""
     errors: dict[tuple[str, str], str] = {}
     by_pod: dict[str, list[Action]] = {}
     for action in actions:
@@ -73,7 +73,7 @@ async def _execute(
         if url is None:
             return
         for action in queue:
-            error = await _perform(ctx, body, url, action)
+            error = await _perform(ctx, body, url, urls, action)
             if error is not None:
                 errors[(pod, action.model)] = error
 
@@ -81,7 +81,9 @@ async def _execute(
     return errors
 
 
-async def _perform(ctx: OperatorContext, body: dict[str, Any], url: str, action: Action) -> str | None:
+async def _perform(
+    ctx: OperatorContext, body: dict[str, Any], url: str, urls: dict[str, str], action: Action
+) -> str | None:
     """One action; a server error becomes an Event and is returned (the gate decides what it means)."""
     unload = isinstance(action, Unload)
     try:
@@ -89,7 +91,7 @@ async def _perform(ctx: OperatorContext, body: dict[str, Any], url: str, action:
             await ctx.server.unload(url, action.model)
             message = f"{action.model} unloaded from pod {action.pod}"
         else:
-            await _load(ctx, url, action)
+            await _load(ctx, body, url, [u for u in urls.values() if u != url], action)
             pinned = f", default {action.default_version}" if action.default_version is not None else ""
             message = f"{action.model} versions {list(action.versions)} on pod {action.pod}{pinned}"
     except ServerCallError as exc:
@@ -105,13 +107,32 @@ async def _perform(ctx: OperatorContext, body: dict[str, Any], url: str, action:
     return None
 
 
-async def _load(ctx: OperatorContext, url: str, action: Load) -> None:
-    base = await ctx.server.config(url, action.model)
-    if base is None or action.fresh:
-        # Not loaded here, or its files or config changed: let the server read the repository first,
-        # then take what it loaded as the base for the version policy.
+async def _load(
+    ctx: OperatorContext, body: dict[str, Any], url: str, peers: Sequence[str], action: Load
+) -> None:
+    """Load with exactly ``action.versions``: a Load names versions through the config's version policy,
+    so it needs the model's full config as a base. That comes from this pod, another pod, or the last
+    one seen; failing those (or when content changed: the config may have too) the server first loads
+    the model plain from the repository and its answer becomes the base."""
+    key = (body["metadata"]["uid"], action.model)
+    base = None if action.fresh else await _loaded_config(ctx, [url, *peers], action.model)
+    base = base or (None if action.fresh else ctx.configs.get(key))
+    if base is None:
         await ctx.server.load(url, action.model, None, None)
         base = await ctx.server.config(url, action.model)
+    if base is not None:
+        ctx.configs[key] = base
     config = rollout.load_config(base, action.versions, action.config_override)
     if config is not None:
         await ctx.server.load(url, action.model, config, action.default_version)
+
+
+async def _loaded_config(ctx: OperatorContext, urls: Sequence[str], model: str) -> dict[str, Any] | None:
+    for url in urls:
+        try:
+            config = await ctx.server.config(url, model)
+        except ServerCallError:
+            continue
+        if config is not None:
+            return config
+    return None

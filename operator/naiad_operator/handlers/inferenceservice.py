@@ -74,10 +74,7 @@ async def repository_moved(
 
 
 async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
-    body = await ctx.kube.get(API_VERSION, KIND, namespace, name)
-    if body is None:
-        return
-    async with ctx.locks[body["metadata"]["uid"]]:
+    async with ctx.locks[f"{KIND}/{namespace}/{name}"]:
         await _reconcile_locked(ctx, namespace, name)
 
 
@@ -103,8 +100,9 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         applied = await children.ensure(ctx.kube, obj)
         if obj["kind"] == "Deployment":
             deployment = applied
-    for ref in wanted.absent:
-        await children.remove(ctx.kube, namespace, ref)
+    if before.observed_generation != generation:  # only a spec change can make a child unwanted
+        for ref in wanted.absent:
+            await children.remove(ctx.kube, namespace, ref)
 
     pod_objects = await list_pods(ctx.kube, namespace, names.selector_labels(name))
     pods = await observe(ctx.server, pod_objects, ctx.resolve)

@@ -60,10 +60,7 @@ async def deleted(
 
 
 async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
-    body = await ctx.kube.get(API_VERSION, KIND, namespace, name)
-    if body is None:
-        return
-    async with ctx.locks[body["metadata"]["uid"]]:
+    async with ctx.locks[f"{KIND}/{namespace}/{name}"]:
         await _reconcile_locked(ctx, namespace, name)
 
 

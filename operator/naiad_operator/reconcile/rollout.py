@@ -182,8 +182,8 @@ def plan(
                 Load(p.name, spec.name, mp.target_versions, mp.new_default, False, override) for p in ready
             ]
     wanted = {m.name for m in models}
-    unwanted = sorted({m for p in ready for m in p.models if m not in wanted})
-    unloads += [Unload(p.name, m) for m in unwanted for p in ready if m in p.models]
+    unwanted = sorted({m for p in ready for m in p.models if m not in wanted and p.holds(m)})
+    unloads += [Unload(p.name, m) for m in unwanted for p in ready if p.holds(m)]
     stages = tuple(
         Stage(kind, tuple(actions))
         for kind, actions in (
@@ -263,7 +263,7 @@ def rollback(
     """
     ready = actionable(pods)
     if not mp.active:
-        return [Unload(p.name, mp.name) for p in ready if p.models.get(mp.name)]
+        return [Unload(p.name, mp.name) for p in ready if p.holds(mp.name)]
     if mp.fresh:
         return []
     versions = tuple(sorted(mp.active))

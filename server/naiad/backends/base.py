@@ -4,6 +4,13 @@ Modelled on Triton's python_backend: an instance receives a list of requests and
 request, in order; a per-request error fails only that request.  ``execute`` is synchronous and is
 always called on the instance's own thread (or process), never on the event loop, so a backend may
 block, and frameworks that release the GIL (ONNX Runtime, torch) run instances truly in parallel.
+
+Decoupled models (``model_transaction_policy { decoupled: true }``) answer each request 0..N times,
+during ``execute`` or later from any thread, through the request's ``responses`` sink, ending with
+the final flag.  Their ``execute`` still returns one result per request, but for such a request it only
+says how the execution went: an error (nothing was, or will be, sent) or an empty
+:class:`~naiad.core.request.InferResponse` (the sink carries the answers).  So the scheduler path is
+the same for both kinds, and the non-decoupled fast path pays nothing for streaming.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,10 +24,11 @@ import numpy as np
 from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2 as pb
 
-from naiad.codecs import bytes_tensor
+from naiad.codecs import bytes_tensor, shared_memory
+from naiad.codecs.classification import class_count
 from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
-from naiad.core.errors import InvalidArgumentError, NotFoundError, UnsupportedError
+from naiad.core.errors import InvalidArgumentError
 from naiad.core.request import (
     InferRequest,
     InferResponse,
@@ -36,6 +37,7 @@ from naiad.core.request import (
     RequestedOutput,
     Tensor,
 )
+from naiad.core.shm import SharedMemoryRegistry
 
 _INT64_MAX = 2**63 - 1
 _UINT64 = 2**64 - 1
@@ -43,6 +45,8 @@ _PARSE_ERROR = "Unable to parse request"
 #: ``triton_`` request parameters Triton accepts (and which it parses itself).
 _TRITON_PARAMETERS = ("triton_enable_empty_final_response",)
 _VERSION = re.compile(r"\s*([+-]?\d+)")
+#: The registry of a caller that names none: no region can be found in it.
+_NO_REGIONS = SharedMemoryRegistry(enabled=False)
 
 _WIRE_VARINT, _WIRE_FIXED64, _WIRE_LEN, _WIRE_FIXED32 = 0, 1, 2, 5
 _RAW_INPUT_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
@@ -196,8 +200,14 @@ def model_version(text: str) -> str:
     return str(number)
 
 
-def to_infer_request(parsed: ParsedInferRequest, headers: dict[str, str]) -> InferRequest:
-    """The core request, in Triton's checking order: parameters, then inputs, then outputs."""
+def to_infer_request(
+    parsed: ParsedInferRequest, headers: dict[str, str], regions: SharedMemoryRegistry | None = None
+) -> InferRequest:
+    """The core request, in Triton's checking order: parameters, then inputs, then outputs.
+
+    ``regions`` holds the shared memory regions inputs and outputs may name (none when omitted).
+    """
+    regions = regions if regions is not None else _NO_REGIONS
     message = parsed.message
     request = InferRequest(
         model_name=message.model_name,
@@ -210,7 +220,14 @@ def to_infer_request(parsed: ParsedInferRequest, headers: dict[str, str]) -> Inf
     raw = parsed.raw
     used = 0
     for item in message.inputs:
-        _shared_memory(item)
+        parameters = _tensor_parameters(item.parameters)
+        where = shared_memory.placement(item.name, parameters)
+        if where is not None:
+            datatype, shape = _datatype(item, request), _shape(item, request)[0]
+            data = shared_memory.read_input(regions, where, item.name, datatype, shape, request)
+            parameters = shared_memory.without_placement(parameters)
+            request.inputs.append(Tensor(item.name, datatype, data, parameters))
+            continue
         if item.HasField("contents"):
             if raw:
                 raise InvalidArgumentError(
@@ -226,14 +243,14 @@ def to_infer_request(parsed: ParsedInferRequest, headers: dict[str, str]) -> Inf
                 f"unable to find data for input tensor '{item.name}' for model '{request.model_name}' "
                 "in request."
             )
-        request.inputs.append(Tensor(item.name, item.datatype, data, _tensor_parameters(item.parameters)))
+        request.inputs.append(Tensor(item.name, item.datatype, data, parameters))
     if used < len(raw):
         raise InvalidArgumentError(
             f"unexpected additional raw_input_contents for model '{request.model_name}': {len(raw)} "
             f"entries for {used} inputs"
         )
     if message.outputs:
-        request.outputs = [_requested_output(item) for item in message.outputs]
+        request.outputs = [_requested_output(item, regions) for item in message.outputs]
     return request
 
 
@@ -297,34 +314,6 @@ def _tensor_parameters(parameters: Any) -> Parameters:
         if value is not None:
             result[key] = value
     return result
-
-
-def _shared_memory(item: Any) -> None:
-    """Reject shared-memory tensors: no region can be registered with this server yet.
-
-    The parameter checks and messages are Triton's, so a client learns the same thing it would there.
-    """
-    parameters = item.parameters
-    region = parameters.get("shared_memory_region")
-    if region is None:
-        for key in ("shared_memory_byte_size", "shared_memory_offset"):
-            if key in parameters:
-                raise InvalidArgumentError(
-                    f"'{key}' can not be specified without 'shared_memory_region' parameter for "
-                    f"tensor '{item.name}'"
-                )
-        return
-    if region.WhichOneof("parameter_choice") != "string_param":
-        raise InvalidArgumentError(
-            f"invalid value type for 'shared_memory_region' parameter for tensor '{item.name}', "
-            "expected string_param."
-        )
-    if "shared_memory_byte_size" not in parameters:
-        raise InvalidArgumentError(
-            f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter "
-            f"for tensor '{item.name}'"
-        )
-    raise NotFoundError(f"Unable to find shared memory region: '{region.string_param}'")
 
 
 def _shape(item: Any, request: InferRequest) -> tuple[tuple[int, ...], int]:
@@ -414,12 +403,18 @@ def _strings(item: Any, request: InferRequest, values: Sequence[bytes], count: i
     return array
 
 
-def _requested_output(item: Any) -> RequestedOutput:
-    _shared_memory(item)
+def _requested_output(item: Any, regions: SharedMemoryRegistry) -> RequestedOutput:
     parameters = _tensor_parameters(item.parameters)
-    if "classification" in parameters:
-        raise UnsupportedError("the classification extension is not supported by this server yet")
+    class_count(item.name, parameters)
+    where = shared_memory.placement(item.name, parameters)
+    if where is not None:
+        shared_memory.check_output(regions, where)
     return RequestedOutput(item.name, parameters)
+
+
+def shm_outputs(message: Any) -> list[str]:
+    """The outputs a ``ModelInferRequest`` asks to have written into shared memory."""
+    return [item.name for item in message.outputs if shared_memory.REGION in item.parameters]
 
 
 def repository_parameters(parameters: Any) -> dict[str, Any]:
@@ -453,8 +448,14 @@ def _set_parameters(target: Any, parameters: Parameters) -> None:
             parameter.string_param = str(value)
 
 
-def _response_parts(response: InferResponse, final: bool | None) -> tuple[list[Any], int]:
-    """A ``ModelInferResponse`` as parts to join (metadata first, then one raw field per output)."""
+def _response_parts(
+    response: InferResponse, final: bool | None, in_shm: Collection[str]
+) -> tuple[list[Any], int]:
+    """A ``ModelInferResponse`` as parts to join (metadata first, then one raw field per output).
+
+    An output written to shared memory (named in ``in_shm``) gets an empty raw field, as in Triton,
+    so the client's output indices still line up.
+    """
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
@@ -466,7 +467,7 @@ def _response_parts(response: InferResponse, final: bool | None) -> tuple[list[A
     for tensor in response.outputs:
         output = message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.data.shape)
         _set_parameters(output.parameters, tensor.parameters)
-        data = wire_data(tensor)
+        data = b"" if tensor.name in in_shm else wire_data(tensor)
         length = wire_size(data)
         key = _RAW_OUTPUT_KEY + _varint(length)
         parts += (key, data)
@@ -475,14 +476,16 @@ def _response_parts(response: InferResponse, final: bool | None) -> tuple[list[A
     return parts, size + len(parts[0])
 
 
-def encode_infer_response(response: InferResponse) -> bytes:
+def encode_infer_response(response: InferResponse, in_shm: Collection[str] = ()) -> bytes:
     """A ``ModelInferResponse``, outputs always in ``raw_output_contents`` (all tritonclient reads)."""
-    return b"".join(_response_parts(response, None)[0])
+    return b"".join(_response_parts(response, None, in_shm)[0])
 
 
-def encode_stream_response(response: InferResponse, final: bool = True) -> bytes:
+def encode_stream_response(
+    response: InferResponse, final: bool = True, in_shm: Collection[str] = ()
+) -> bytes:
     """A ``ModelStreamInferResponse`` carrying ``response`` and its ``triton_final_response`` flag."""
-    parts, size = _response_parts(response, final)
+    parts, size = _response_parts(response, final, in_shm)
     return b"".join([_STREAM_RESPONSE_KEY, _varint(size), *parts])
 
 

@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from naiad.codecs import bytes_tensor
+from naiad.codecs import bytes_tensor, shared_memory
+from naiad.codecs.classification import class_count
 from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
-from naiad.core.errors import InvalidArgumentError, UnsupportedError
+from naiad.core.errors import InvalidArgumentError
 from naiad.core.request import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
+from naiad.core.shm import SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
 
 #: Request parameters Triton parses itself; they are not forwarded to the model.
@@ -29,6 +31,8 @@ _RESERVED = frozenset(
 )
 _MAX_DIM = 2**63 - 1
 _INT_KINDS = frozenset("iu")
+#: The registry of a caller that names none: no region can be found in it.
+_NO_REGIONS = SharedMemoryRegistry(enabled=False)
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryview, memoryview]:
@@ -122,9 +126,17 @@ def _custom_parameter(key: str, value: Any) -> bool | int | float | str:
 
 
 def decode_request(
-    header: bytes | memoryview, binary: memoryview, model_name: str, model_version: str
+    header: bytes | memoryview,
+    binary: memoryview,
+    model_name: str,
+    model_version: str,
+    regions: SharedMemoryRegistry | None = None,
 ) -> tuple[InferRequest, bool]:
-    """Decode a request body.  Returns the request and the request-level ``binary_data_output``."""
+    """Decode a request body.  Returns the request and the request-level ``binary_data_output``.
+
+    ``regions`` holds the shared memory regions inputs and outputs may name (none when omitted).
+    """
+    regions = regions if regions is not None else _NO_REGIONS
     document = _load_json(header)
     request = InferRequest(model_name=model_name, model_version=model_version)
     request_id = document.get("id", "")
@@ -148,7 +160,7 @@ def decode_request(
         raise InvalidArgumentError("Unable to parse 'inputs': expected an array")
     offset = 0
     for item in inputs:
-        tensor, offset = _decode_input(item, binary, offset, model_name)
+        tensor, offset = _decode_input(item, binary, offset, request, regions)
         request.inputs.append(tensor)
     if offset != len(binary):
         raise InvalidArgumentError(
@@ -165,7 +177,9 @@ def decode_request(
             if not isinstance(item, dict) or not isinstance(item.get("name"), str):
                 raise InvalidArgumentError("Unable to parse 'outputs': each needs a string 'name'")
             params = _parameters(item.get("parameters"), f"output '{item['name']}'")
-            request.outputs.append(RequestedOutput(item["name"], _output_parameters(item["name"], params)))
+            request.outputs.append(
+                RequestedOutput(item["name"], _output_parameters(item["name"], params, regions))
+            )
     return request, binary_output
 
 
@@ -204,21 +218,18 @@ def _reserved_parameter(request: InferRequest, key: str, value: Any) -> bool:
     return False
 
 
-def _output_parameters(name: str, params: dict[str, Any]) -> Parameters:
+def _output_parameters(name: str, params: dict[str, Any], regions: SharedMemoryRegistry) -> Parameters:
     result: Parameters = {}
     for key, value in params.items():
-        if key == "binary_data":
-            if not isinstance(value, bool):
-                raise InvalidArgumentError(
-                    f"Unable to parse 'binary_data' of output '{name}': expected a boolean"
-                )
-        elif key == "classification":
-            raise UnsupportedError("the classification extension is not supported by this server yet")
-        elif key.startswith("shared_memory_"):
+        if key == "binary_data" and not isinstance(value, bool):
             raise InvalidArgumentError(
-                f"Unable to find system shared memory region: '{params.get('shared_memory_region')}'"
+                f"Unable to parse 'binary_data' of output '{name}': expected a boolean"
             )
         result[key] = _custom_parameter(key, value)
+    class_count(name, result)
+    where = shared_memory.placement(name, result)
+    if where is not None:
+        shared_memory.check_output(regions, where)
     return result
 
 
@@ -238,7 +249,10 @@ def _element_count(shape: Any, name: str) -> tuple[tuple[int, ...], int]:
     return tuple(dims), count
 
 
-def _decode_input(item: Any, binary: memoryview, offset: int, model_name: str) -> tuple[Tensor, int]:
+def _decode_input(
+    item: Any, binary: memoryview, offset: int, request: InferRequest, regions: SharedMemoryRegistry
+) -> tuple[Tensor, int]:
+    model_name = request.model_name
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidArgumentError("Unable to parse 'inputs': each needs a string 'name'")
     name: str = item["name"]
@@ -256,8 +270,10 @@ def _decode_input(item: Any, binary: memoryview, offset: int, model_name: str) -
             "Input must set only one of the following fields: 'data', 'binary_data_size' in "
             f"'parameters', 'shared_memory_region' in 'parameters'. {state}"
         )
-    if shm is not None:
-        raise InvalidArgumentError(f"Unable to find system shared memory region: '{shm}'")
+    where = shared_memory.placement(name, params)
+    if where is not None:
+        array = shared_memory.read_input(regions, where, name, datatype, shape, request)
+        return Tensor(name, datatype, array, shared_memory.without_placement(params)), offset
     tensor_params = {k: v for k, v in params.items() if k != "binary_data_size"}
     if binary_size is not None:
         if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
@@ -377,13 +393,14 @@ def encode_response(
         wanted = {o.name: o.parameters for o in request.outputs}
     chunks: list[bytes | np.ndarray[Any, Any]] = []
     outputs: list[dict[str, Any]] = []
+    in_shm = shared_memory.shm_outputs(request)
     for tensor in response.outputs:
+        shape = list(tensor.data.shape)
+        if tensor.name in in_shm:  # written into the client's region: metadata only
+            outputs.append({"name": tensor.name, "datatype": tensor.datatype, "shape": shape})
+            continue
         as_binary = wanted.get(tensor.name, {}).get("binary_data", binary_output)
-        entry: dict[str, Any] = {
-            "name": tensor.name,
-            "datatype": tensor.datatype,
-            "shape": list(tensor.data.shape),
-        }
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": shape}
         params = dict(tensor.parameters)
         if as_binary:
             raw = wire_data(tensor)

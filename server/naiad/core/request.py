@@ -7,10 +7,13 @@ binary transports hand in zero-copy ``np.frombuffer`` views.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from naiad.core.errors import InferenceServerError
 
 #: Parameter values the protocols can carry (bool, int, float, str).
 ParameterValue = bool | int | float | str
@@ -49,6 +52,10 @@ class InferRequest:
     ``timeout``, ``sequence_*``, ``binary_data_output``) are parsed into their own fields by the codecs.
     ``cancelled`` is set by the scheduler when the client gives up (disconnects, cancels) after the
     request was handed to a model instance, so a backend can stop early (Python ``is_cancelled()``).
+    ``responses`` is set by the data plane for a decoupled model: the model answers through it (0..N
+    responses, then the final flag) instead of through ``execute``'s return value.
+    ``timestamps`` is a list only for a request being traced (``--trace-config``): the data plane and
+    the scheduler append Triton's trace points to it as ``(name, time.monotonic_ns())``.
     """
 
     model_name: str
@@ -64,6 +71,8 @@ class InferRequest:
     sequence_end: bool = False
     headers: dict[str, str] = field(default_factory=dict)
     cancelled: bool = False
+    responses: ResponseSink | None = None
+    timestamps: list[tuple[str, int]] | None = None
 
     def input(self, name: str) -> Tensor | None:
         for tensor in self.inputs:
@@ -88,3 +97,8 @@ class InferResponse:
     id: str = ""
     outputs: list[Tensor] = field(default_factory=list)
     parameters: Parameters = field(default_factory=dict)
+
+
+#: Where a decoupled model's answers go, callable from any thread: each call carries one response, one
+#: error, or neither (only the final flag); after a call with ``final`` the sink is never called again.
+ResponseSink = Callable[[InferResponse | InferenceServerError | None, bool], None]

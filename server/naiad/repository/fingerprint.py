@@ -41,8 +41,11 @@ def _digest(items: Iterable[object]) -> str:
 
 
 def folder_fingerprint(paths: Iterable[Path]) -> str:
-    """The state of one or more folders (a model folder, plus its duplicates in other repositories)."""
-    return _digest((str(path), _files(path)) for path in paths)
+    """The state of one or more folders (a model folder, plus its duplicates in other repositories).
+
+    Only what is inside counts, not where: the same model in a new snapshot of a synced repository
+    (``current`` switched, files hard-linked) is unchanged."""
+    return _digest(_files(path) for path in paths)
 
 
 def version_fingerprints(model_dir: Path, versions: Iterable[int], config_text: str) -> dict[int, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from naiad.core.errors import InferenceServerError, InternalError, InvalidArgume
 from naiad.core.signature import ModelSignature
 from naiad.repository import config as cfg
 from naiad.repository.fingerprint import folder_fingerprint, version_fingerprints
+from naiad.repository.footprint import resident_bytes
 from naiad.repository.layout import ModelLocation, available_versions
 from naiad.repository.model import ModelState, ModelVersion
 from naiad.repository.overrides import LoadRequest, OverrideError, write_model_files
@@ -161,6 +163,7 @@ class ModelLoader:
         """Create, warm up and schedule every instance of one version; READY, or raise the reason."""
         if plan.failure:
             raise InternalError(plan.failure)
+        started, resident = time.monotonic_ns(), resident_bytes()
         config = plan.config
         samples = warmup_samples(config, plan.path)
         backend = get_backend(config.backend)
@@ -203,4 +206,6 @@ class ModelLoader:
             model_name=plan.name,
             model_dir=plan.path,
             scratch=plan.scratch,
+            load_ns=time.monotonic_ns() - started,
+            memory_bytes=max(0, resident_bytes() - resident),
         )

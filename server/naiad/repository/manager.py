@@ -36,6 +36,7 @@ from naiad.core.errors import (
     UnavailableError,
     unknown_model,
 )
+from naiad.repository import ensemble
 from naiad.repository.layout import ModelLocation, check_model_name, scan_repositories
 from naiad.repository.loader import LoadPlan, ModelLoader, NoVersionsError, PollError
 from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion
@@ -131,7 +132,7 @@ class ModelRepository:
                 return model, mv
             ready = model.ready_versions()
             if not ready:
-                raise UnavailableError(f"Request for unknown model: '{name}' has no available versions")
+                raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
             return model, model.versions[ready[-1]]
         number = int(version) if version.isdigit() else -1
         model_version = model.versions.get(number)
@@ -307,7 +308,7 @@ class ModelRepository:
         self._loading[plan.name] = set(numbers)
         try:
             outcomes = await asyncio.gather(
-                *(self._run(self._loader.build_version, plan, v) for v in numbers), return_exceptions=True
+                *(self._build_version(plan, v) for v in numbers), return_exceptions=True
             )
         finally:
             self._loading.pop(plan.name, None)
@@ -386,6 +387,7 @@ class ModelRepository:
             try:
                 await self.load(dependency)
             except InferenceServerError as exc:
+                self._record_dependency_failure(plan, dependency, exc.message)
                 raise InvalidArgumentError(
                     f"load failed for model '{name}': failed to load '{dependency}': {exc.message.rstrip()}\n"
                 ) from None
@@ -451,6 +453,23 @@ class ModelRepository:
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    # ---- ensemble hooks (naiad.repository.ensemble) -------------------------------------------
+
+    async def _build_version(self, plan: LoadPlan, number: int) -> ModelVersion:
+        """Ensembles hold no instances: their version is checked and built here, on the loop, against
+        the step models loaded just before; every other model builds on the load pool."""
+        if ensemble.is_ensemble(plan.config):
+            return ensemble.build_version(plan, number, self._models, self.resolve)
+        return await self._run(self._loader.build_version, plan, number)
+
+    def _record_dependency_failure(self, plan: LoadPlan, dependency: str, message: str) -> None:
+        """An ensemble whose step model failed to load is listed UNAVAILABLE with the reason."""
+        if ensemble.is_ensemble(plan.config) and not _serves(self._models.get(plan.name)):
+            found = dependency in self._models or dependency in self._scan()
+            reason = ensemble.dependency_failure(plan.name, dependency, message if found else None)
+            failed = dict.fromkeys(plan.versions, reason)
+            self._models[plan.name] = _failure_record(plan, self._models.get(plan.name), failed)
 
 
 def _serves(model: Model | None) -> bool:

@@ -36,7 +36,8 @@ class ModelVersion:
     ``fingerprint`` identifies what was loaded (configuration and files); a reload whose fingerprint
     for this version is unchanged keeps this object instead of loading the version again.
     ``model_dir`` is the folder it was loaded from and ``scratch`` the temporary folder of a load
-    with file overrides, removed once no version uses it.
+    with file overrides, removed once no version uses it.  ``load_ns`` is how long building it took
+    and ``memory_bytes`` the resident memory that grew meanwhile (see :mod:`naiad.repository.footprint`).
     """
 
     version: int
@@ -47,6 +48,8 @@ class ModelVersion:
     model_name: str = ""
     model_dir: Path | None = None
     scratch: Path | None = None
+    load_ns: int = 0
+    memory_bytes: int = 0
     inflight: int = 0
     _drained: asyncio.Event | None = None
 

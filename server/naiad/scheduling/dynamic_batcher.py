@@ -231,16 +231,27 @@ class DynamicBatchScheduler:
         for entry, result in zip(entries, execution.results, strict=True):
             future = entry.future
             elapsed = now - entry.enqueue_ns
+            timestamps = entry.request.timestamps
+            if timestamps is not None:  # a traced request: Triton's timestamps, monotonic ns
+                timestamps += (
+                    ("QUEUE_START", entry.enqueue_ns),
+                    ("COMPUTE_START", execution.dispatch_ns),
+                    ("COMPUTE_INPUT_END", execution.start_ns),
+                    ("COMPUTE_OUTPUT_START", execution.end_ns),
+                    ("COMPUTE_END", now),
+                )
             if future.done():
                 stats.fail(FailureReason.CANCELED, elapsed)
             elif isinstance(result, InferResponse):
                 future.set_result(result)
+                queue_ns = execution.dispatch_ns - entry.enqueue_ns
                 stats.success_count += 1
                 stats.success_ns += elapsed
-                stats.queue_ns += execution.dispatch_ns - entry.enqueue_ns
+                stats.queue_ns += queue_ns
                 stats.compute_input_ns += input_ns
                 stats.compute_infer_ns += infer_ns
                 stats.compute_output_ns += output_ns
+                stats.observe(elapsed, queue_ns, input_ns, infer_ns, output_ns)
             else:
                 future.set_exception(result)
                 stats.fail(FailureReason.BACKEND, elapsed)

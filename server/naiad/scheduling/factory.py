@@ -12,18 +12,27 @@ from typing import Any
 
 from naiad.scheduling.dynamic_batcher import DynamicBatchScheduler
 from naiad.scheduling.policy import policy_of
+from naiad.scheduling.rate_limiter import installed
 from naiad.scheduling.scheduler import Scheduler
+from naiad.scheduling.sequence_batcher import SequenceBatchScheduler
+from naiad.scheduling.sequence_settings import sequence_settings_of
 from naiad.scheduling.worker import InstanceWorker
 
 
 def create_scheduler(config: Any, workers: Sequence[InstanceWorker]) -> Scheduler:
     """The scheduler for a model version whose normalized ``ModelConfig`` is ``config``.
 
-    Raises :class:`~naiad.core.errors.InvalidArgumentError` for an invalid ``dynamic_batching``
-    section (the version then fails to load with that reason).  ``workers`` belong to the scheduler
-    from here on, even when this raises.
+    Raises :class:`~naiad.core.errors.InvalidArgumentError` for an invalid ``dynamic_batching`` or
+    ``sequence_batching`` section, or for instance resources the rate limiter can never grant (the
+    version then fails to load with that reason).  ``workers``
+    belong to the scheduler from here on, even when this raises.
     """
     try:
+        limiter = installed()
+        if limiter is not None:
+            limiter.attach(config, workers)
+        if config.HasField("sequence_batching"):
+            return SequenceBatchScheduler(sequence_settings_of(config), workers)
         policy = policy_of(config)
     except BaseException:
         for worker in workers:

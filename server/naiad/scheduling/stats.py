@@ -8,8 +8,24 @@ the loop with the results), so recording costs a few additions and no lock, and 
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable
 from enum import Enum
+
+#: Upper bounds (ns) of the latency histogram buckets, 50 µs to 60 s; one more bucket counts the rest.
+#: Fixed, so that histograms of every model and every pod can be summed (and p99 computed across them).
+LATENCY_BUCKETS_NS: tuple[int, ...] = (
+    50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000, 50_000_000, 100_000_000, 250_000_000,
+    500_000_000, 1_000_000_000, 2_500_000_000, 5_000_000_000, 10_000_000_000, 30_000_000_000,
+    60_000_000_000,
+)  # fmt: skip
+
+#: One successful request's durations for the latency summaries: (monotonic ns when recorded, request,
+#: queue, compute input, compute infer, compute output), all ns.
+Sample = tuple[int, int, int, int, int, int]
 
 
 class FailureReason(Enum):
@@ -53,11 +69,31 @@ class SchedulerStats:
     ``last_inference_ms`` (wall-clock ms of the last execution's end, 0 if none).
 
     Gauge: ``pending`` (requests waiting for an instance to take them), computed when read.
+
+    Response cache (:mod:`naiad.scheduling.cache`): ``cache_hit_count``/``cache_hit_ns`` (requests
+    answered from the cache, and the lookups' time) and ``cache_miss_count``/``cache_miss_ns``
+    (requests the cache could not answer, and the time spent looking up and inserting).  A hit also
+    counts as a success, as in Triton; it never reaches the execution counters.
+
+    Latency distributions of successful requests, recorded by :meth:`observe` (a scheduler calls it
+    once per successful request, next to ``success_count``): ``request_buckets``, ``queue_buckets``
+    and ``compute_buckets`` (compute input + infer + output) count requests per
+    :data:`LATENCY_BUCKETS_NS` bucket (not cumulative; the last one is +Inf), so each sums to
+    ``success_count``; ``samples`` keeps the recent requests' durations for quantile summaries, only
+    when :attr:`samples_kept` is set (``--metrics-config summary_latencies=true``), else ``None``.
     """
+
+    #: How many recent requests each version keeps for summaries (0: none); set once at start-up.
+    samples_kept = 0
 
     __slots__ = (
         "_pending",
         "batches",
+        "cache_hit_count",
+        "cache_hit_ns",
+        "cache_miss_count",
+        "cache_miss_ns",
+        "compute_buckets",
         "compute_infer_ns",
         "compute_input_ns",
         "compute_output_ns",
@@ -67,7 +103,10 @@ class SchedulerStats:
         "failures",
         "inference_count",
         "last_inference_ms",
+        "queue_buckets",
         "queue_ns",
+        "request_buckets",
+        "samples",
         "success_count",
         "success_ns",
     )
@@ -87,6 +126,16 @@ class SchedulerStats:
         self.inference_count = 0
         self.batches: dict[int, BatchStats] = {}
         self.last_inference_ms = 0
+        self.cache_hit_count = 0
+        self.cache_hit_ns = 0
+        self.cache_miss_count = 0
+        self.cache_miss_ns = 0
+        buckets = len(LATENCY_BUCKETS_NS) + 1
+        self.request_buckets = [0] * buckets
+        self.queue_buckets = [0] * buckets
+        self.compute_buckets = [0] * buckets
+        kept = SchedulerStats.samples_kept
+        self.samples: deque[Sample] | None = deque(maxlen=kept) if kept else None
 
     @property
     def pending(self) -> int:
@@ -97,6 +146,19 @@ class SchedulerStats:
         self.failure_count += 1
         self.failure_ns += duration_ns
         self.failures[reason] += 1
+
+    def cache_hit(self, duration_ns: int) -> None:
+        """Count one request answered from the response cache (a success that never queued)."""
+        self.cache_hit_count += 1
+        self.cache_hit_ns += duration_ns
+        self.success_count += 1
+        self.success_ns += duration_ns
+        self.observe(duration_ns, 0, 0, 0, 0)
+
+    def cache_miss(self, duration_ns: int) -> None:
+        """Count one request the response cache could not answer (lookup and insert time)."""
+        self.cache_miss_count += 1
+        self.cache_miss_ns += duration_ns
 
     def execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """Count one model execution of ``batch_size`` elements."""
@@ -109,3 +171,12 @@ class SchedulerStats:
         batch.compute_input_ns += input_ns
         batch.compute_infer_ns += infer_ns
         batch.compute_output_ns += output_ns
+
+    def observe(self, request_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """Bucket one successful request's durations (a few C-level bisects and adds)."""
+        self.request_buckets[bisect_left(LATENCY_BUCKETS_NS, request_ns)] += 1
+        self.queue_buckets[bisect_left(LATENCY_BUCKETS_NS, queue_ns)] += 1
+        self.compute_buckets[bisect_left(LATENCY_BUCKETS_NS, input_ns + infer_ns + output_ns)] += 1
+        samples = self.samples
+        if samples is not None:
+            samples.append((time.monotonic_ns(), request_ns, queue_ns, input_ns, infer_ns, output_ns))

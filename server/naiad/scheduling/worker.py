@@ -17,10 +17,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from naiad.backends.base import ExecuteResult, ModelInstance
 from naiad.core.errors import InferenceServerError, InternalError
 from naiad.scheduling.queue import QueuedRequest
+
+if TYPE_CHECKING:
+    from naiad.scheduling.rate_limiter import Gate
 
 
 class Execution:
@@ -61,6 +65,8 @@ class InstanceWorker:
         self.name = name
         #: Requests this instance's thread has taken from the job queue (written by that thread only).
         self.started = 0
+        #: The rate limiter's gate for this instance (``None``: it runs whenever it is free).
+        self.gate: Gate | None = None
         self._thread: threading.Thread | None = None
 
     def start(self, jobs: Jobs, finished: Callable[[Execution], None]) -> None:
@@ -83,9 +89,15 @@ class InstanceWorker:
                 if any(entry.request.cancelled for entry in entries):
                     execution.skipped = [entry for entry in entries if entry.request.cancelled]
                     entries = execution.entries = [e for e in entries if not e.request.cancelled]
+                gate = self.gate
+                if gate is not None and entries:
+                    gate.acquire()  # the rate limiter: wait until this instance's resources are free
+                    execution.dispatch_ns = time.monotonic_ns()  # so the wait counts as queueing
                 execution.start_ns = time.monotonic_ns()
                 if entries:
                     execution.results = self._execute(instance, entries)
+                if gate is not None:
+                    gate.release()
                 execution.end_ns = time.monotonic_ns()
                 finished(execution)
         finally:

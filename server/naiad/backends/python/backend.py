@@ -10,6 +10,7 @@ model's responses back into server results (in the worker process, too).
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,13 +19,14 @@ from typing import Any
 from google.protobuf import json_format
 
 from naiad.backends.base import ExecuteResult, InstanceContext
-from naiad.backends.python.host import ModelHost, auto_complete_config, describe
+from naiad.backends.python import bls
+from naiad.backends.python.host import ModelHost, auto_complete_config, describe, run_detached
 from naiad.backends.python.process import ProcessModelInstance
 from naiad.backends.python.request import ReceivedRequest
 from naiad.backends.python.response import to_results
 from naiad.codecs.model_config_json import config_to_dict
 from naiad.core.errors import InternalError, InvalidArgumentError
-from naiad.core.request import InferRequest
+from naiad.core.request import InferRequest, InferResponse
 
 DEFAULT_MODEL_FILE = "model.py"
 #: Config parameter that forces instances into worker processes ("true") or into the server ("false").
@@ -58,28 +60,100 @@ def uses_processes(config: Any) -> bool:
 
 
 class PythonModelInstance:
-    """One loaded instance; ``execute`` is called only from the instance's own thread."""
+    """One loaded instance; ``execute`` is called only from the instance's own thread.
 
-    __slots__ = ("_host", "_instance_name", "_model_name", "_model_version", "_outputs")
+    ``run_inline`` and ``run_inline_async`` run a BLS request on the calling thread instead, for a
+    caller this instance is waiting for (see :mod:`naiad.backends.python.bls`).
+    """
+
+    __slots__ = (
+        "_caller",
+        "_decoupled",
+        "_host",
+        "_instance_name",
+        "_model_name",
+        "_model_version",
+        "_outputs",
+    )
 
     def __init__(self, context: InstanceContext) -> None:
         self._model_name = context.model_name
         self._model_version = str(context.model_version)
         self._instance_name = context.instance_name
         self._outputs = tuple(spec.name for spec in context.signature.outputs)
+        self._decoupled = bool(context.config.model_transaction_policy.decoupled)
+        self._caller = bls.Caller(context.model_name, context.model_version, self)
         self._host = ModelHost(context.model_file, context.model_name, initialize_args(context))
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
-        outputs = self._outputs
+        received = self._received(requests)
         try:
-            returned = self._host.execute([ReceivedRequest(request, outputs) for request in requests])
+            with bls.executing(self._caller, requests):
+                returned = self._host.execute(received)
         except Exception as exc:
-            message = (
-                f"Failed to process the request(s) for model instance '{self._instance_name}', "
-                f"message: {describe(exc)}"
+            return self._failed(exc, requests)
+        return self._results(returned, received, requests)
+
+    def run_inline(self, requests: list[InferRequest]) -> list[ExecuteResult]:
+        received = self._received(requests)
+        try:
+            with bls.executing(self._caller, requests):
+                returned = self._host.call(received)
+                if inspect.iscoroutine(returned):
+                    returned = run_detached(returned)
+        except Exception as exc:
+            return self._failed(exc, requests)
+        return self._results(returned, received, requests)
+
+    async def run_inline_async(self, requests: list[InferRequest]) -> list[ExecuteResult]:
+        received = self._received(requests)
+        try:
+            with bls.executing(self._caller, requests):
+                returned = self._host.call(received)
+                if inspect.iscoroutine(returned):
+                    returned = await returned
+        except Exception as exc:
+            return self._failed(exc, requests)
+        return self._results(returned, received, requests)
+
+    def _received(self, requests: Sequence[InferRequest]) -> list[ReceivedRequest]:
+        outputs = self._outputs
+        decoupled = self._decoupled
+        return [ReceivedRequest(request, outputs, decoupled) for request in requests]
+
+    def _failed(self, exc: Exception, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
+        message = (
+            f"Failed to process the request(s) for model instance '{self._instance_name}', "
+            f"message: {describe(exc)}"
+        )
+        return [InternalError(message) for _ in requests]
+
+    def _results(
+        self, returned: Any, received: list[ReceivedRequest], requests: Sequence[InferRequest]
+    ) -> list[ExecuteResult]:
+        """What ``execute`` returned, as one result per request (see :mod:`.sender` for ``None``)."""
+        name, version = self._model_name, self._model_version
+        if self._decoupled:
+            if returned is not None:
+                error = InternalError(
+                    f"Python model '{self._instance_name}' is using the decoupled mode and the execute "
+                    "function must return None."
+                )
+                return [error for _ in requests]
+            return [InferResponse(name, version, request.id) for request in requests]
+        if returned is None:
+            return [self._sent(request) for request in received]
+        return to_results(returned, requests, name, version)
+
+    def _sent(self, request: ReceivedRequest) -> ExecuteResult:
+        """The one response a non-decoupled model sent through the request's sender."""
+        sender = request.sender
+        if sender is None or sender.result is None:
+            return InternalError(
+                f"Expected a list in the execute return, got NoneType, and model '{self._model_name}' "
+                f"sent no response for request '{request.request_id()}' through its response sender"
             )
-            return [InternalError(message) for _ in requests]
-        return to_results(returned, requests, self._model_name, self._model_version)
+        return sender.result
 
     def close(self) -> None:
         self._host.close()

@@ -12,6 +12,8 @@ models pay no per-call loop start-up and sync models pay nothing.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import inspect
 import json
 import logging
@@ -111,6 +113,11 @@ class ModelHost:
             result = self.run(result)
         return result
 
+    def call(self, requests: list[pb_utils.InferenceRequest]) -> Any:
+        """The model's ``execute`` called, not awaited: a coroutine for ``async def execute`` (for a
+        caller that runs it elsewhere than on this host's loop, which may be busy); may raise."""
+        return self._execute(requests)
+
     def close(self) -> None:
         """Call ``finalize()`` (errors are logged, not raised), close the loop, forget the module.
 
@@ -178,3 +185,16 @@ def auto_complete_config(model_file: Path, model_name: str, config_json: str) ->
             return json.dumps(completed.as_dict())
     finally:
         forget_module(module_name)
+
+
+def run_detached(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coroutine`` to completion on a fresh event loop, from any thread: on this thread if no
+    loop runs here, else on a helper thread (a running loop cannot be re-entered) that sees this
+    thread's context variables."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    context = contextvars.copy_context()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="naiad-inline") as helper:
+        return helper.submit(context.run, asyncio.run, coroutine).result()

@@ -15,7 +15,7 @@ import json
 import logging
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -310,10 +310,32 @@ class InferenceRequest:
         return False
 
     def exec(self, decoupled: bool = False) -> Any:
-        raise TritonModelException("BLS requests (InferenceRequest.exec) are not supported yet")
+        """Run this request on its model (BLS): an ``InferenceResponse``, or with ``decoupled`` an
+        iterator over the model's responses, the final one included.  Blocks the calling thread."""
+        return _bls_runner().exec(self, decoupled)
 
     async def async_exec(self, decoupled: bool = False) -> Any:
-        raise TritonModelException("BLS requests (InferenceRequest.async_exec) are not supported yet")
+        """:meth:`exec` without blocking: await it (several can be in flight at once)."""
+        return await _bls_runner().async_exec(self, decoupled)
+
+
+class BlsRunner(Protocol):
+    """How BLS requests reach models: installed by the server (:mod:`naiad.backends.python.bls`), or
+    by a model's worker process, which forwards them to the server."""
+
+    def exec(self, request: InferenceRequest, decoupled: bool) -> Any: ...
+
+    async def async_exec(self, request: InferenceRequest, decoupled: bool) -> Any: ...
+
+
+#: The installed :class:`BlsRunner` (``None`` until a server runs, e.g. while auto-completing).
+bls_runner: BlsRunner | None = None
+
+
+def _bls_runner() -> BlsRunner:
+    if bls_runner is None:
+        raise TritonModelException("BLS requests can only be made while the model is served")
+    return bls_runner
 
 
 class InferenceResponse:

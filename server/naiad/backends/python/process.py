@@ -7,7 +7,9 @@ one at a time.  Like Triton's stub processes, each instance here is then a child
 behave the same way.  Per execution the server writes the input tensors into a shared-memory region
 and sends their placement and the request fields through a socket; the child answers with its
 outputs placed in a region of its own (see :mod:`naiad.backends.python.shm`).  ``is_cancelled()`` in
-the child asks the server, which answers from the live request.
+the child asks the server, which answers from the live request.  While an execution runs, the child
+also sends a decoupled model's responses as they come, and forwards the model's BLS calls, which the
+server makes on the instance's thread and answers (tensors of both travel pickled in the message).
 
 ``execute`` is called on the instance's thread and blocks in socket I/O, releasing the GIL, so N
 instances compute in N processes at once.
@@ -27,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from naiad.backends.base import ExecuteResult, InstanceContext
-from naiad.backends.python import shm
+from naiad.backends.python import bls, shm
 from naiad.core.errors import ErrorCode, InferenceServerError, InternalError
-from naiad.core.request import InferRequest, InferResponse, Tensor
+from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,64 @@ def request_message(request: InferRequest, placements: list[shm.Placement]) -> t
     )
 
 
+#: An answer as it crosses the pipe: ``("ok", parameters, [(name, datatype, array)])``,
+#: ``("error", code, message)``, or ``None`` (a decoupled model's final flag without a response).
+PackedAnswer = tuple[Any, ...] | None
+
+
+def pack_answer(answer: InferResponse | InferenceServerError | None) -> PackedAnswer:
+    if answer is None:
+        return None
+    if isinstance(answer, InferenceServerError):
+        return ("error", answer.code.value, answer.message)
+    return ("ok", answer.parameters, [(t.name, t.datatype, t.data) for t in answer.outputs])
+
+
+def unpack_answer(
+    packed: PackedAnswer, model_name: str, model_version: str
+) -> InferResponse | InferenceServerError | None:
+    if packed is None:
+        return None
+    if packed[0] == "error":
+        return InferenceServerError(packed[2], ErrorCode(packed[1]))
+    outputs = [Tensor(name, datatype, array) for name, datatype, array in packed[2]]
+    return InferResponse(model_name, model_version, "", outputs, packed[1])
+
+
+def bls_message(request: InferRequest) -> tuple[Any, ...]:
+    """A model's BLS request as its worker process forwards it (tensors travel pickled)."""
+    outputs = None if request.outputs is None else [output.name for output in request.outputs]
+    inputs = [(t.name, t.datatype, t.data) for t in request.inputs]
+    return (
+        request.model_name,
+        request.model_version,
+        request.id,
+        request.parameters,
+        outputs,
+        request.timeout_us,
+        request.sequence_id,
+        request.sequence_start,
+        request.sequence_end,
+        inputs,
+    )
+
+
+def bls_request(message: tuple[Any, ...]) -> InferRequest:
+    name, version, request_id, parameters, outputs, timeout_us, sequence_id, start, end, inputs = message
+    return InferRequest(
+        name,
+        version,
+        request_id,
+        [Tensor(tensor_name, datatype, array) for tensor_name, datatype, array in inputs],
+        None if outputs is None else [RequestedOutput(output) for output in outputs],
+        parameters,
+        timeout_us=timeout_us,
+        sequence_id=sequence_id,
+        sequence_start=start,
+        sequence_end=end,
+    )
+
+
 class ProcessModelInstance:
     """A :class:`~naiad.backends.base.ModelInstance` whose model runs in a child process."""
 
@@ -62,6 +122,7 @@ class ProcessModelInstance:
         self._model_name = context.model_name
         self._model_version = str(context.model_version)
         self._instance_name = context.instance_name
+        self._caller = bls.Caller(context.model_name, context.model_version, None)
         self._inputs: shm.Region | None = None
         self._outputs: shm.Region | None = None
         self._failure = ""
@@ -105,10 +166,8 @@ class ProcessModelInstance:
         conn = self._conn
         try:
             conn.send(("execute", fresh and fresh.path, fresh and fresh.size, messages))
-            reply = conn.recv()
-            while reply[0] == "is_cancelled":
-                conn.send(requests[reply[1]].cancelled)
-                reply = conn.recv()
+            with bls.executing(self._caller, requests):
+                reply = self._serve_child(requests)
         except (EOFError, OSError):
             self._failure = self._exit_reason("while executing")
             return [InternalError(self._failure) for _ in requests]
@@ -120,6 +179,30 @@ class ProcessModelInstance:
             self._outputs = shm.Region.attach(path, size)
             self._outputs.unlink()
         return [self._result(request, result) for request, result in zip(requests, results, strict=True)]
+
+    def _serve_child(self, requests: Sequence[InferRequest]) -> tuple[Any, ...]:
+        """Answer what the child asks while it executes; its ``results`` message.
+
+        The child asks whether a request was cancelled, sends a decoupled model's responses
+        (``respond``), and forwards the model's BLS calls, which are made here, on this instance's
+        thread, while the child waits for their answers.
+        """
+        conn = self._conn
+        while True:
+            message = conn.recv()
+            kind = message[0]
+            if kind == "is_cancelled":
+                conn.send(requests[message[1]].cancelled)
+            elif kind == "respond":
+                _, index, packed, final = message
+                sink = requests[index].responses
+                if sink is not None:
+                    sink(unpack_answer(packed, self._model_name, self._model_version), final)
+            elif kind == "bls":
+                for answer, final in bls.forwarded(bls_request(message[1]), message[2]):
+                    conn.send(("answer", pack_answer(answer), final))
+            else:
+                return tuple(message)
 
     def _result(self, request: InferRequest, result: tuple[Any, ...]) -> ExecuteResult:
         if result[0] == "error":

@@ -9,19 +9,25 @@ from __future__ import annotations
 import json
 
 from naiad.backends.python import pb_utils
+from naiad.backends.python.sender import ResponseSender
 from naiad.core.request import InferRequest
 
 
 class ReceivedRequest(pb_utils.InferenceRequest):
-    """``pb_utils.InferenceRequest`` over a core :class:`InferRequest`."""
+    """``pb_utils.InferenceRequest`` over a core :class:`InferRequest`.
 
-    __slots__ = ("_all_outputs", "_core", "_tensors")
+    ``sender`` is the response sender once the model asked for one (see :mod:`.sender`).
+    """
 
-    def __init__(self, core: InferRequest, all_outputs: tuple[str, ...]) -> None:
+    __slots__ = ("_all_outputs", "_core", "_decoupled", "_tensors", "sender")
+
+    def __init__(self, core: InferRequest, all_outputs: tuple[str, ...], decoupled: bool = False) -> None:
         # The base class's fields stay unset: every accessor below reads ``core`` instead.
         self._core = core
         self._all_outputs = all_outputs
+        self._decoupled = decoupled
         self._tensors: list[pb_utils.Tensor] | None = None
+        self.sender: ResponseSender | None = None
 
     def inputs(self) -> list[pb_utils.Tensor]:
         tensors = self._tensors
@@ -61,3 +67,11 @@ class ReceivedRequest(pb_utils.InferenceRequest):
     def is_cancelled(self) -> bool:
         """True once the client has given up on this request (it may stop early)."""
         return self._core.cancelled
+
+    def get_response_sender(self) -> ResponseSender:
+        """The request's one sender (every call returns the same)."""
+        sender = self.sender
+        if sender is None:
+            core = self._core
+            sender = self.sender = ResponseSender(core, self._decoupled, core.model_name, core.model_version)
+        return sender

@@ -61,9 +61,10 @@ def _response_error(error: pb_utils.TritonError) -> InferenceServerError:
     return InferenceServerError(error.message(), mapped or ErrorCode.UNKNOWN)
 
 
-def _result(
+def to_result(
     response: Any, request: InferRequest, index: int, model_name: str, model_version: str
 ) -> ExecuteResult:
+    """One ``pb_utils.InferenceResponse`` (the ``index``-th of the batch) as a server result."""
     if not isinstance(response, pb_utils.InferenceResponse):
         return InternalError(
             f"model '{model_name}' returned {type(response).__name__} for request {index}; "
@@ -111,6 +112,23 @@ def to_results(
         )
         return [InternalError(message) for _ in range(count)]
     return [
-        _result(response, request, index, model_name, model_version)
+        to_result(response, request, index, model_name, model_version)
         for index, (response, request) in enumerate(zip(returned, requests, strict=True))
     ]
+
+
+def triton_error(error: InferenceServerError) -> pb_utils.TritonError:
+    """A server error as the ``TritonError`` a model reads from a BLS response."""
+    return pb_utils.TritonError(error.message, _ERROR_CODES.index(error.code))
+
+
+def to_pb_response(answer: InferResponse | InferenceServerError | None) -> pb_utils.InferenceResponse:
+    """A server answer as the ``pb_utils.InferenceResponse`` a BLS call returns (``None``: the empty
+    final response of a decoupled model).  Output arrays are handed over as they are."""
+    if answer is None:
+        return pb_utils.InferenceResponse()
+    if isinstance(answer, InferenceServerError):
+        return pb_utils.InferenceResponse(error=triton_error(answer))
+    wrap = pb_utils.Tensor._wrap
+    tensors = [wrap(tensor.name, tensor.datatype, tensor.data) for tensor in answer.outputs]
+    return pb_utils.InferenceResponse(tensors, parameters=answer.parameters)

@@ -4,35 +4,92 @@ Started by :class:`~naiad.backends.python.process.ProcessModelInstance` with one
 pair as ``FD``.  It loads the model with the same :class:`PythonModelInstance` the server uses in
 process, then serves ``execute`` messages until told to close or until the server goes away (the
 socket closes), so a worker never outlives its server.  SIGINT is ignored: a Ctrl-C reaches the
-whole process group, and the server decides when its instances finish.
+whole process group, and the server decides when its instances finish.  The model's BLS calls and a
+decoupled model's responses go to the server over the same socket, while an execution runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import queue
 import signal
 import sys
+import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from naiad.backends.python import shm
+from naiad.backends.python import bls, pb_utils, shm
 from naiad.backends.python.backend import PythonModelInstance
+from naiad.backends.python.process import PackedAnswer, bls_message, pack_answer, unpack_answer
+from naiad.backends.python.response import to_pb_response
 from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
+
+
+class _Channel:
+    """The socket to the server, shared by the model's threads: one exchange at a time.
+
+    While an execution runs, the server reads what this process sends (questions, responses, BLS
+    calls) until the ``results`` message.  For a decoupled model the channel also tracks which
+    requests of the running batch have not sent their final flag yet: the execution waits for them
+    before it sends its results.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._lock = threading.Lock()
+        self._open: set[int] = set()
+        self._finished = threading.Condition(self._lock)
+
+    def ask(self, message: tuple[Any, ...]) -> Any:
+        with self._lock:
+            self.conn.send(message)
+            return self.conn.recv()
+
+    def tell(self, message: tuple[Any, ...]) -> None:
+        with self._lock:
+            self.conn.send(message)
+
+    def call(self, message: tuple[Any, ...]) -> list[tuple[PackedAnswer, bool]]:
+        """Forward a BLS call; its answers, the last one final."""
+        answers: list[tuple[PackedAnswer, bool]] = []
+        with self._lock:
+            self.conn.send(message)
+            while not answers or not answers[-1][1]:
+                _, packed, final = self.conn.recv()
+                answers.append((packed, final))
+        return answers
+
+    def expect(self, indices: list[int]) -> None:
+        """The decoupled requests of the batch about to run: each will send the final flag."""
+        with self._lock:
+            self._open = set(indices)
+
+    def respond(self, index: int, answer: InferResponse | InferenceServerError | None, final: bool) -> None:
+        with self._lock:
+            self.conn.send(("respond", index, pack_answer(answer), final))
+            if final:
+                self._open.discard(index)
+                self._finished.notify_all()
+
+    def wait_finals(self, indices: list[int]) -> None:
+        """Until the requests at ``indices`` have sent their final flag."""
+        with self._lock:
+            self._finished.wait_for(lambda: not self._open.intersection(indices))
 
 
 class _RemoteRequest(InferRequest):
     """A request whose ``cancelled`` flag lives in the server: reading it asks over the socket."""
 
-    __slots__ = ("_conn", "_index")
+    __slots__ = ("_channel", "_index")
 
     @property  # type: ignore[override]
     def cancelled(self) -> bool:
-        self._conn.send(("is_cancelled", self._index))
-        return bool(self._conn.recv())
+        return bool(self._channel.ask(("is_cancelled", self._index)))
 
     @cancelled.setter
     def cancelled(self, value: bool) -> None:
@@ -40,7 +97,7 @@ class _RemoteRequest(InferRequest):
 
 
 def _request(
-    message: tuple[Any, ...], region: shm.Region | None, conn: Connection, index: int
+    message: tuple[Any, ...], region: shm.Region | None, channel: _Channel, index: int, decoupled: bool
 ) -> InferRequest:
     model_name, request_id, parameters, outputs, timeout_us, sequence_id, start, end, placements = message
     inputs = []
@@ -59,9 +116,33 @@ def _request(
         sequence_start=start,
         sequence_end=end,
     )
-    request._conn = conn
+    request._channel = channel
     request._index = index
+    if decoupled:
+        request.responses = lambda answer, final: channel.respond(index, answer, final)
     return request
+
+
+class _RemoteRunner:
+    """``pb_utils.bls_runner`` in a worker process: the server makes each call and sends its answers
+    back (a decoupled model's all at once, when the last one arrived)."""
+
+    def __init__(self, channel: _Channel) -> None:
+        self._channel = channel
+
+    def exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        core = bls.core_request(request)
+        answers = self._channel.call(("bls", bls_message(core), decoupled))
+        unpacked = [(unpack_answer(packed, core.model_name, ""), final) for packed, final in answers]
+        if not decoupled:
+            return to_pb_response(unpacked[0][0])
+        items: queue.SimpleQueue[bls.StreamItem] = queue.SimpleQueue()
+        for item in unpacked:
+            items.put(item)
+        return bls.ResponseIterator(items, lambda: None)
+
+    async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        return await asyncio.to_thread(self.exec, request, decoupled)
 
 
 class _Outputs:
@@ -93,7 +174,10 @@ class _Outputs:
         return ("results", fresh and fresh.path, fresh and fresh.size, packed)
 
 
-def _serve(conn: Connection, instance: PythonModelInstance) -> None:
+def _serve(channel: _Channel, instance: PythonModelInstance, decoupled: bool) -> None:
+    """Run executions until told to close; a decoupled model's execution ends once every request it
+    accepted has sent its final flag (its responses may come from threads after ``execute``)."""
+    conn = channel.conn
     inputs: shm.Region | None = None
     outputs = _Outputs()
     while True:
@@ -110,12 +194,18 @@ def _serve(conn: Connection, instance: PythonModelInstance) -> None:
         try:
             if path is not None:
                 inputs = shm.Region.attach(path, size)
-            batch = [_request(request, inputs, conn, index) for index, request in enumerate(requests)]
-            reply = outputs.pack(instance.execute(batch))
+            indices = list(range(len(requests)))
+            if decoupled:
+                channel.expect(indices)
+            batch = [_request(message, inputs, channel, i, decoupled) for i, message in enumerate(requests)]
+            results = instance.execute(batch)
+            if decoupled:
+                channel.wait_finals([i for i in indices if isinstance(results[i], InferResponse)])
+            reply = outputs.pack(results)
         except Exception as exc:  # a failure here must cost this batch, not the instance
             error = ("error", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}")
             reply = ("results", None, None, [error] * len(requests))
-        conn.send(reply)
+        channel.tell(reply)
 
 
 def main(argv: list[str]) -> int:
@@ -138,7 +228,9 @@ def main(argv: list[str]) -> int:
         conn.send(("failed", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}"))
         return 1
     conn.send(("loaded",))
-    _serve(conn, instance)
+    channel = _Channel(conn)
+    pb_utils.bls_runner = _RemoteRunner(channel)
+    _serve(channel, instance, config.model_transaction_policy.decoupled)
     return 0
 
 

@@ -13,8 +13,14 @@ from typing import Any
 import grpc
 
 from naiad.dataplane import DataPlane
+from naiad.frontends.access.keyring import Keyring
+from naiad.frontends.access.policy import AccessPolicy
+from naiad.frontends.access.restriction import Restrictions, parse_restrictions
+from naiad.frontends.forwarding import HeaderForwarding
+from naiad.frontends.grpc.access import HEADER_PREFIX, AccessInterceptor
 from naiad.frontends.grpc.health import HealthServicer, health_handler
 from naiad.frontends.grpc.servicer import COMPRESSION, InferenceServicer, rpc_handler
+from naiad.frontends.tls import TlsFiles, tls_files
 from naiad.settings import ServerSettings
 
 log = logging.getLogger("naiad.grpc")
@@ -53,19 +59,40 @@ def listen_address(address: str, port: int) -> str:
 class GrpcFrontend:
     """``GrpcFrontend(dataplane, settings)``; ``await start()``, later ``await stop(grace_seconds)``."""
 
-    def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
+    def __init__(
+        self, dataplane: DataPlane, settings: ServerSettings, keyring: Keyring | None = None
+    ) -> None:
+        """``keyring``: the bearer keys (``--auth-key-file``), shared with the HTTP frontend."""
         self.address = listen_address(settings.grpc_address, settings.grpc_port)
         self.port = 0
         compression = COMPRESSION[settings.grpc_infer_response_compression_level]
-        self._servicer = InferenceServicer(dataplane, compression)
-        self._server = grpc.aio.server(options=channel_options(settings))
+        pattern = settings.grpc_header_forward_pattern
+        forwarding = HeaderForwarding(pattern) if pattern else None
+        self._servicer = InferenceServicer(dataplane, compression, forwarding)
+        restrictions = Restrictions(parse_restrictions(settings.grpc_restricted_protocols, HEADER_PREFIX))
+        policy = AccessPolicy(restrictions, keyring)
+        self._tls = tls_files(
+            settings.grpc_use_ssl,
+            settings.grpc_use_ssl_mutual,
+            settings.grpc_server_cert,
+            settings.grpc_server_key,
+            settings.grpc_root_cert,
+            "--grpc",
+        )
+        self._server = grpc.aio.server(
+            options=channel_options(settings),
+            interceptors=[AccessInterceptor(policy)] if policy.active else None,
+        )
         self._server.add_generic_rpc_handlers(
             (rpc_handler(self._servicer), health_handler(HealthServicer(dataplane)))
         )
 
     async def start(self) -> None:
         try:
-            self.port = self._server.add_insecure_port(self.address)
+            if self._tls is None:
+                self.port = self._server.add_insecure_port(self.address)
+            else:
+                self.port = self._server.add_secure_port(self.address, _credentials(self._tls))
         except RuntimeError as error:
             raise RuntimeError(f"gRPC frontend cannot listen on {self.address}: {error}") from error
         await self._server.start()
@@ -75,3 +102,13 @@ class GrpcFrontend:
         """Refuse new calls, end streams, give running calls ``grace_seconds``, then cancel the rest."""
         self._servicer.close()
         await self._server.stop(grace_seconds)
+
+
+def _credentials(files: TlsFiles) -> grpc.ServerCredentials:
+    """Server TLS credentials; with ``mutual``, clients must present a certificate signed by ``root``."""
+    root = files.root.read_bytes() if files.root is not None else None
+    return grpc.ssl_server_credentials(
+        [(files.key.read_bytes(), files.cert.read_bytes())],
+        root_certificates=root,
+        require_client_auth=files.mutual,
+    )

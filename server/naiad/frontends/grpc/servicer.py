@@ -4,9 +4,8 @@ Handlers take raw request bytes and parse them themselves: a malformed message i
 INVALID_ARGUMENT like any other bad request (grpcio would answer INTERNAL for a failed deserializer),
 and ModelInfer can keep tensor bytes in the received buffer (see :mod:`naiad.codecs.grpc_v2`).
 
-RPCs whose feature is not in this server yet (statistics, trace, dynamic logging, shared memory)
-answer with the status and message Triton gives when that feature is off, so clients see a
-clear, familiar refusal rather than a crash or an empty success.
+CUDA shared memory answers as Triton built without GPU support does (status and unregister succeed
+on an empty set, register is refused), so clients see a clear, familiar refusal.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -25,13 +25,14 @@ from naiad.core.errors import (
     InferenceServerError,
     InvalidArgumentError,
     NotFoundError,
-    UnavailableError,
     UnsupportedError,
 )
-from naiad.core.request import InferResponse
-from naiad.dataplane import DataPlane
-from naiad.frontends.grpc import errors
+from naiad.core.request import InferRequest, InferResponse
+from naiad.dataplane import DataPlane, EmptyFinal
+from naiad.frontends.forwarding import HeaderForwarding
+from naiad.frontends.grpc import errors, extensions
 from naiad.frontends.grpc.errors import Context
+from naiad.tracing.trace import Trace
 
 log = logging.getLogger("naiad.grpc")
 
@@ -48,7 +49,18 @@ COMPRESSION = {
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _REPOSITORY_NAME = "'repository_name' specification is not supported"
-_CLIENT_SHM = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+
+
+#: One request of a stream: the messages answering it (``None`` after the last) and the task making them.
+_Answers = tuple[asyncio.Queue[bytes | None], asyncio.Future[None]]
+
+
+def _wants_empty_final(message: Any) -> bool:
+    """Whether the client asked to see a decoupled model's final flag even without a response."""
+    parameter = message.parameters.get("triton_enable_empty_final_response")
+    if parameter is None or parameter.WhichOneof("parameter_choice") != "bool_param":
+        return False
+    return bool(parameter.bool_param)
 
 
 def metadata_headers(context: Context) -> dict[str, str]:
@@ -59,10 +71,17 @@ def metadata_headers(context: Context) -> dict[str, str]:
 class InferenceServicer:
     """The RPCs, named as in the service; :func:`rpc_handler` binds them to the wire."""
 
-    def __init__(self, dataplane: DataPlane, compression: grpc.Compression | None = None) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        compression: grpc.Compression | None = None,
+        forwarding: HeaderForwarding | None = None,
+    ) -> None:
+        """``forwarding``: the metadata passed to models as request parameters."""
         self.dataplane = dataplane
         self.compression = compression
-        self._streams: set[asyncio.Queue[asyncio.Future[bytes] | None]] = set()
+        self.forwarding = forwarding
+        self._streams: set[asyncio.Queue[_Answers | None]] = set()
         self._closed = False
 
     # ---- health and metadata ----------------------------------------------------------------------
@@ -96,56 +115,70 @@ class InferenceServicer:
         return pb.ModelConfigResponse(config=self.dataplane.model_config_message(request.name, version))
 
     async def ModelStatistics(self, request: Any, context: Context) -> Any:
-        raise UnavailableError("the server does not support model statistics")
+        version = grpc_v2.model_version(request.version)
+        return extensions.statistics_response(self.dataplane.model_statistics(request.name, version))
 
     # ---- inference --------------------------------------------------------------------------------
 
     async def ModelInfer(self, data: bytes, context: Context) -> bytes:
+        if self.dataplane.tracer.enabled:
+            return await self._traced_infer(data, context)
         parsed = grpc_v2.parse_infer_request(data)
         response = await self._infer(parsed, metadata_headers(context), decoupled_ok=False)
         if self.compression is not None:
             context.set_compression(self.compression)
-        return grpc_v2.encode_infer_response(response)
+        return grpc_v2.encode_infer_response(response, grpc_v2.shm_outputs(parsed.message))
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[bytes], context: Context
     ) -> AsyncIterator[bytes]:
-        """Answer each request in order, with up to :data:`STREAM_WINDOW` of them running at once.
+        """Answer each request with all its responses, with up to :data:`STREAM_WINDOW` running at once.
 
-        A failed request is answered in-band (``error_message``) and the stream goes on; requests are
-        submitted in arrival order, so a model with one instance also executes them in that order.
-        When the server stops, requests already received are answered and the stream then ends, so an
-        idle stream does not hold the exit for the whole grace period.
+        A decoupled model's request gets 0..N responses, each with ``triton_final_response``; the final
+        flag on its own (no response) reaches only clients that set
+        ``triton_enable_empty_final_response``.  Requests are answered in the order they arrived: the
+        responses of one wait until every earlier request's are sent.  A failed request is answered
+        in-band (``error_message``) and the stream goes on; requests are submitted in arrival order, so
+        a model with one instance also executes them in that order.  When the server stops, requests
+        already received are answered and the stream then ends, so an idle stream does not hold the
+        exit for the whole grace period.
         """
         if self.compression is not None:
             context.set_compression(self.compression)
         headers = metadata_headers(context)
         window = asyncio.Semaphore(STREAM_WINDOW)
-        answers: asyncio.Queue[asyncio.Future[bytes] | None] = asyncio.Queue()
+        answers: asyncio.Queue[_Answers | None] = asyncio.Queue()
 
         async def read() -> None:
             try:
                 async for data in requests:
                     await window.acquire()
-                    answers.put_nowait(asyncio.ensure_future(self._stream_answer(data, headers)))
+                    channel: asyncio.Queue[bytes | None] = asyncio.Queue()
+                    task = asyncio.ensure_future(self._stream_answers(data, headers, channel))
+                    answers.put_nowait((channel, task))
             finally:
                 answers.put_nowait(None)
 
         reader = asyncio.ensure_future(read())
         self._streams.add(answers)
+        current: asyncio.Future[None] | None = None
         try:
-            while (answer := await answers.get()) is not None:
-                yield await answer
+            while (entry := await answers.get()) is not None:
+                channel, current = entry
+                while (message := await channel.get()) is not None:
+                    yield message
                 window.release()
             if not self._closed:
                 await reader
         finally:
             self._streams.discard(answers)
             reader.cancel()
+            if current is not None:
+                current.cancel()
             while not answers.empty():
                 pending = answers.get_nowait()
                 if pending is not None:
-                    pending.cancel()
+                    pending[1].cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
@@ -155,28 +188,80 @@ class InferenceServicer:
         for answers in self._streams:
             answers.put_nowait(None)
 
-    async def _stream_answer(self, data: bytes, headers: dict[str, str]) -> bytes:
+    async def _stream_answers(
+        self, data: bytes, headers: dict[str, str], channel: asyncio.Queue[bytes | None]
+    ) -> None:
+        """Put the messages answering one request into ``channel``, then ``None``."""
         request_id = ""
         try:
             parsed = grpc_v2.parse_infer_request(data)
-            request_id = parsed.message.id
-            response = await self._infer(parsed, headers, decoupled_ok=True)
-            return grpc_v2.encode_stream_response(response)
+            message = parsed.message
+            request_id = message.id
+            version = grpc_v2.model_version(message.model_version)
+            decoupled = self.dataplane.is_decoupled(message.model_name, version)
+            request = self._request(parsed, headers)
+            in_shm = grpc_v2.shm_outputs(message)
+            if decoupled and in_shm:
+                raise UnsupportedError("outputs in shared memory are not supported for decoupled models")
+            empty_final = decoupled and _wants_empty_final(message)
+            async for answer, final in self.dataplane.stream(request):
+                if isinstance(answer, InferenceServerError):
+                    channel.put_nowait(grpc_v2.encode_stream_error(answer.message, request_id))
+                elif empty_final or not isinstance(answer, EmptyFinal):
+                    channel.put_nowait(grpc_v2.encode_stream_response(answer, final, in_shm))
         except InferenceServerError as error:
-            return grpc_v2.encode_stream_error(error.message, request_id)
+            channel.put_nowait(grpc_v2.encode_stream_error(error.message, request_id))
         except Exception as error:
             log.exception("unhandled error serving ModelStreamInfer")
-            return grpc_v2.encode_stream_error(errors.internal_message(error), request_id)
+            channel.put_nowait(grpc_v2.encode_stream_error(errors.internal_message(error), request_id))
+        finally:
+            channel.put_nowait(None)
+
+    async def _traced_infer(self, data: bytes, context: Context) -> bytes:
+        """ModelInfer while tracing is on: the request may be sampled (see :mod:`naiad.tracing`)."""
+        started = time.monotonic_ns()
+        parsed = grpc_v2.parse_infer_request(data)
+        headers = metadata_headers(context)
+        tracer = self.dataplane.tracer
+        trace = tracer.begin(parsed.message.model_name, "GRPC", headers, started)
+        try:
+            response = await self._infer(parsed, headers, decoupled_ok=False, trace=trace)
+            if self.compression is not None:
+                context.set_compression(self.compression)
+            if trace is not None:
+                trace.sending()
+            return grpc_v2.encode_infer_response(response, grpc_v2.shm_outputs(parsed.message))
+        finally:
+            if trace is not None:
+                tracer.end(trace)
 
     async def _infer(
-        self, parsed: grpc_v2.ParsedInferRequest, headers: dict[str, str], *, decoupled_ok: bool
+        self,
+        parsed: grpc_v2.ParsedInferRequest,
+        headers: dict[str, str],
+        *,
+        decoupled_ok: bool,
+        trace: Trace | None = None,
     ) -> InferResponse:
         """Triton's order: version string, model, transaction policy, then the request itself."""
         message = parsed.message
         version = grpc_v2.model_version(message.model_version)
         if self.dataplane.is_decoupled(message.model_name, version) and not decoupled_ok:
             raise UnsupportedError(_DECOUPLED)
-        return await self.dataplane.infer(grpc_v2.to_infer_request(parsed, headers))
+        request = self._request(parsed, headers)
+        if trace is None:
+            return await self.dataplane.infer(request)
+        trace.received(request)
+        response = await self.dataplane.infer(request)
+        trace.answered(response)
+        return response
+
+    def _request(self, parsed: grpc_v2.ParsedInferRequest, headers: dict[str, str]) -> InferRequest:
+        """The core request: tensors read (from shared memory too), forwarded headers added."""
+        request = grpc_v2.to_infer_request(parsed, headers, self.dataplane.shared_memory)
+        if self.forwarding is not None:
+            self.forwarding.apply(request, headers.items())
+        return request
 
     # ---- model repository -------------------------------------------------------------------------
 
@@ -208,17 +293,26 @@ class InferenceServicer:
         await self.dataplane.unload_model(request.model_name, dependents)
         return pb.RepositoryModelUnloadResponse()
 
-    # ---- shared memory: none can be registered, so there is never a region to report or remove ----
+    # ---- shared memory ----------------------------------------------------------------------------
 
     async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
-        if request.name:
-            raise NotFoundError(f"Unable to find system shared memory region: '{request.name}'")
-        return pb.SystemSharedMemoryStatusResponse()
+        status = pb.SystemSharedMemoryStatusResponse()
+        for region in self.dataplane.shared_memory.status(request.name):
+            status.regions[region.name].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                    name=region.name, key=region.key, offset=region.offset, byte_size=region.byte_size
+                )
+            )
+        return status
 
     async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
-        raise UnavailableError(_CLIENT_SHM)
+        if not request.name:
+            raise InvalidArgumentError("'region name' is necessary to register system shared memory region")
+        self.dataplane.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
+        self.dataplane.shared_memory.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Context) -> Any:
@@ -237,10 +331,17 @@ class InferenceServicer:
     # ---- trace and logging ------------------------------------------------------------------------
 
     async def TraceSetting(self, request: Any, context: Context) -> Any:
-        raise UnavailableError("the server does not support trace")
+        if request.settings:
+            changes = extensions.trace_changes(request)
+            settings = self.dataplane.update_trace_settings(request.model_name, changes)
+            return extensions.trace_response(settings)
+        return extensions.trace_response(self.dataplane.trace_settings(request.model_name))
 
     async def LogSettings(self, request: Any, context: Context) -> Any:
-        raise UnavailableError("the server does not support dynamic logging")
+        if request.settings:
+            settings = self.dataplane.update_log_settings(extensions.log_changes(request))
+            return extensions.log_response(settings)
+        return extensions.log_response(self.dataplane.log_settings())
 
 
 def _parsing(

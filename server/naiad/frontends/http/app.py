@@ -9,7 +9,7 @@ body with the status from :mod:`naiad.frontends.http.errors`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -19,16 +19,25 @@ import orjson
 from naiad.codecs import json_v2
 from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnsupportedError
 from naiad.dataplane import DataPlane
+from naiad.frontends.access.policy import AccessPolicy
+from naiad.frontends.forwarding import HeaderForwarding
+from naiad.frontends.http import extensions, generate, shared_memory
+from naiad.frontends.http.access import refusal
 from naiad.frontends.http.asgi import Receive, Scope, Send
 from naiad.frontends.http.body import compress, decompress, read_body
 from naiad.frontends.http.disconnect import DisconnectWatch
 from naiad.frontends.http.errors import error_body, status_of
+from naiad.tracing.trace import Trace
 
 log = logging.getLogger("naiad.http")
 
 _JSON = (b"content-type", b"application/json")
 _OCTET = (b"content-type", b"application/octet-stream")
 _TEXT = (b"content-type", b"text/plain")
+
+
+#: A handler's answer: status, body (bytes, or chunks to stream) and headers.
+_Reply = tuple[int, bytes | AsyncGenerator[bytes, None], list[tuple[bytes, bytes]]]
 
 
 @dataclass(slots=True)
@@ -39,14 +48,25 @@ class _Call:
     segments: list[str]
     headers: dict[bytes, bytes]
     receive: Receive
+    trace: Trace | None = None
 
 
 class HttpFrontend:
     """ASGI app: ``HttpFrontend(dataplane, max_input_size)``."""
 
-    def __init__(self, dataplane: DataPlane, *, max_input_size: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        *,
+        max_input_size: int = 64 * 1024 * 1024,
+        access: AccessPolicy | None = None,
+        forwarding: HeaderForwarding | None = None,
+    ) -> None:
+        """``access``: restricted APIs and bearer keys; ``forwarding``: headers passed to models."""
         self.dataplane = dataplane
         self.max_input_size = max_input_size
+        self.access = access if access is not None and access.active else None
+        self.forwarding = forwarding
         self._disconnects = DisconnectWatch()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -72,16 +92,27 @@ class HttpFrontend:
         except Exception as exc:  # a bug must cost one request, never the server
             log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
             status, body, extra = 500, error_body(f"internal error: {type(exc).__name__}: {exc}"), []
+        trace = call.trace
+        if trace is not None:
+            trace.sending()
         await _send(send, status, body, extra, headers.get(b"accept-encoding"))
+        if trace is not None:
+            self.dataplane.tracer.end(trace)
 
-    async def _route(self, call: _Call) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    async def _route(self, call: _Call) -> _Reply:
         s = call.segments
+        if self.access is not None:
+            refused = refusal(self.access, call.method, s, call.headers)
+            if refused is not None:
+                return refused
         if not s or s[0] != "v2":
             return _not_found()
         n = len(s)
         if n >= 3 and s[1] == "models":
             if s[2] == "stats" and n == 3:
-                return _not_found()
+                return await self._stats(call, "", "") if call.method == "GET" else _not_allowed()
+            if n == 5 and s[3] == "trace" and s[4] == "setting":
+                return await self._trace_setting(call, s[2])
             name = s[2]
             version = ""
             rest = s[3:]
@@ -113,6 +144,15 @@ class HttpFrontend:
             if call.method != "POST":
                 return _not_allowed()
             return await self._repository(call, s[2:])
+        if n == 3 and s[1] == "trace" and s[2] == "setting":
+            return await self._trace_setting(call, "")
+        if n == 2 and s[1] == "logging":
+            if call.method not in ("GET", "POST"):
+                return _not_allowed()
+            body = await read_body(call.receive, None, self.max_input_size) if call.method == "POST" else None
+            return 200, extensions.logging_setting(self.dataplane, body), [_JSON]
+        if n >= 3 and s[1] in ("systemsharedmemory", "cudasharedmemory"):
+            return await self._shared_memory(call, s[1], s[2:])
         return _not_found()
 
     # ---- model endpoints -------------------------------------------------------------------------
@@ -142,10 +182,25 @@ class HttpFrontend:
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         return 200, orjson.dumps(self.dataplane.model_config(name, version)), [_JSON]
 
+    async def _stats(
+        self, call: _Call, name: str, version: str
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        return 200, extensions.statistics(self.dataplane, name, version), [_JSON]
+
+    async def _trace_setting(self, call: _Call, model: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        if call.method not in ("GET", "POST"):
+            return _not_allowed()
+        body = await read_body(call.receive, None, self.max_input_size) if call.method == "POST" else None
+        return 200, extensions.trace_setting(self.dataplane, model, body), [_JSON]
+
     async def _infer(
         self, call: _Call, name: str, version: str
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         headers = call.headers
+        tracer = self.dataplane.tracer
+        trace = None
+        if tracer.enabled:
+            trace = call.trace = tracer.begin(name, "HTTP", extensions.trace_headers(headers))
         length = headers.get(b"content-length")
         try:
             declared = int(length) if length is not None else None
@@ -165,8 +220,17 @@ class HttpFrontend:
             header, binary = json_v2.split_body(
                 body, header_length.decode("latin-1") if header_length is not None else None
             )
-            request, binary_output = json_v2.decode_request(header, binary, name, version)
+            request, binary_output = json_v2.decode_request(
+                header, binary, name, version, self.dataplane.shared_memory
+            )
+        if self.forwarding is not None:
+            pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.items()]
+            self.forwarding.apply(request, pairs)
+        if trace is not None:
+            trace.received(request)
         response = await self._disconnects.run(self.dataplane.infer(request), call.receive)
+        if trace is not None:
+            trace.answered(response)
         document, chunks = json_v2.encode_response(response, request, binary_output)
         if not chunks:
             return 200, document, [_JSON]
@@ -176,14 +240,38 @@ class HttpFrontend:
             [_OCTET, (b"inference-header-content-length", str(len(document)).encode())],
         )
 
-    _model_routes: dict[
-        str, tuple[str, Callable[..., Awaitable[tuple[int, bytes, list[tuple[bytes, bytes]]]]]]
-    ] = {
+    async def _generate(self, call: _Call, name: str, version: str) -> _Reply:
+        body = await read_body(call.receive, None, self.max_input_size)
+        return 200, await generate.generate(self.dataplane, body, name, version), [_JSON]
+
+    async def _generate_stream(self, call: _Call, name: str, version: str) -> _Reply:
+        body = await read_body(call.receive, None, self.max_input_size)
+        events = await generate.generate_stream(self.dataplane, body, name, version, call.receive)
+        return 200, events, generate.SSE_HEADERS
+
+    _model_routes: dict[str, tuple[str, Callable[..., Awaitable[_Reply]]]] = {
         "": ("GET", _metadata),
         "ready": ("GET", _ready),
         "config": ("GET", _config),
         "infer": ("POST", _infer),
+        "generate": ("POST", _generate),
+        "generate_stream": ("POST", _generate_stream),
+        "stats": ("GET", _stats),
     }
+
+    # ---- shared memory extension -----------------------------------------------------------------
+
+    async def _shared_memory(
+        self, call: _Call, extension: str, rest: list[str]
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        async def body() -> bytes:
+            return await read_body(call.receive, None, self.max_input_size)
+
+        if extension == "systemsharedmemory":
+            answer = await shared_memory.system(self.dataplane.shared_memory, call.method, rest, body)
+        else:
+            answer = await shared_memory.cuda(call.method, rest, body)
+        return _not_found() if answer is None else answer
 
     # ---- repository extension --------------------------------------------------------------------
 
@@ -264,11 +352,20 @@ def _not_allowed() -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
 async def _send(
     send: Send,
     status: int,
-    body: bytes,
+    body: bytes | AsyncGenerator[bytes, None],
     extra: list[tuple[bytes, bytes]] | None = None,
     accept_encoding: bytes | None = None,
 ) -> None:
     headers = list(extra) if extra else [_JSON]
+    if not isinstance(body, bytes):  # a stream (generate_stream): each chunk as it comes, uncompressed
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        try:
+            async for chunk in body:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        finally:
+            await body.aclose()
+        await send({"type": "http.response.body", "body": b""})
+        return
     if accept_encoding is not None and body:
         body, encoding = compress(body, accept_encoding.decode("latin-1"))
         if encoding is not None:

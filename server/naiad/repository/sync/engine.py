@@ -126,20 +126,28 @@ def sync(
     options = options or SyncOptions()
     progress = progress or Progress(enabled=False)
     dest = dest.absolute()
+    try:
+        return _locked_sync(location, dest, options, progress)
+    except SourceError as exc:
+        raise SyncError(str(exc), exc.kind) from exc
+    except OSError as exc:  # the destination: disk full, permissions, a key both file and folder
+        raise SyncError(f"{dest}: {exc}") from exc
+    finally:
+        progress.finish()
+
+
+def _locked_sync(location: str, dest: Path, options: SyncOptions, progress: Progress) -> SyncResult:
     state_dir = dest / ".state"
     state_dir.mkdir(parents=True, exist_ok=True)
     with _Lock(state_dir / "lock", options.wait):
         try:
             source = open_source(location, options.parallel)
-        except SourceError as exc:
-            raise SyncError(str(exc), exc.kind) from exc
+        except ValueError as exc:  # not a location this tool understands
+            raise SyncError(str(exc)) from exc
         try:
             return _Sync(source, dest, state_dir, options, progress).run()
-        except SourceError as exc:
-            raise SyncError(str(exc), exc.kind) from exc
         finally:
             source.close()
-            progress.finish()
 
 
 class _Aborted(Exception):
@@ -186,6 +194,25 @@ class _Sync:
 
     def _run(self) -> SyncResult:
         self.store.discard_temps()
+        listing = self._list()
+        result = SyncResult(self.source.uri, self.dest, "", self.snapshots.current())
+        digests = self._fetch([info for info in listing if not info.key.endswith("/")], result)
+        self.index.save({info.key for info in listing})
+        entries = [
+            ManifestEntry(info.key, "" if info.key.endswith("/") else digests[info.key], info.size)
+            for info in listing
+        ]
+        self._validate(entries, result)
+        self.progress.phase("building the snapshot")
+        result.snapshot = snapshot_id(entries)
+        self.snapshots.materialize(result.snapshot, entries, self.store)
+        if result.previous != result.snapshot:
+            self.snapshots.switch(result.snapshot)
+        self._collect(result)
+        result.duration = time.monotonic() - self.started
+        return result
+
+    def _list(self) -> list[ObjectInfo]:
         self.progress.phase(f"listing {self.source.uri}")
         listing = list(self.source.list())
         if not listing:
@@ -193,8 +220,10 @@ class _Sync:
         unsafe = [info.key for info in listing if not safe_key(info.key)]
         if unsafe:
             raise SyncError(f"{self.source.uri}: object keys that are not safe paths: {unsafe[:5]}")
-        result = SyncResult(self.source.uri, self.dest, "", self.snapshots.current())
-        files = [info for info in listing if not info.key.endswith("/")]
+        return listing
+
+    def _fetch(self, files: list[ObjectInfo], result: SyncResult) -> dict[str, str]:
+        """Reuse what is stored, download the rest; every file's digest by key."""
         result.objects_listed = len(files)
         result.bytes_listed = sum(info.size for info in files)
         digests, missing, corrupted = self._reusable(files)
@@ -205,27 +234,16 @@ class _Sync:
             self.snapshots.repair(corrupted, self.store)
         result.objects_copied = len(missing)
         result.bytes_copied = sum(info.size for info in missing)
-        self.index.save({info.key for info in listing})
+        return digests
 
-        entries = [
-            ManifestEntry(info.key, "" if info.key.endswith("/") else digests[info.key], info.size)
-            for info in listing
-        ]
+    def _validate(self, entries: list[ManifestEntry], result: SyncResult) -> None:
         result.models, result.warnings = check_layout(entries, lambda d: self.store.path(d).read_bytes())
-        problems = {m.name: m.errors for m in result.models if m.errors}
+        problems = [error for model in result.models for error in model.errors]
         if self.options.strict and (problems or not result.models):
-            detail = "; ".join(e for errors in problems.values() for e in errors) or "no model folder"
+            detail = "; ".join(problems) or "no model folder"
             raise SyncError(
                 f"{self.source.uri} is not a valid Triton repository: {detail}", "validation", result
             )
-        self.progress.phase("building the snapshot")
-        result.snapshot = snapshot_id(entries)
-        self.snapshots.materialize(result.snapshot, entries, self.store)
-        if result.previous != result.snapshot:
-            self.snapshots.switch(result.snapshot)
-        self._collect(result)
-        result.duration = time.monotonic() - self.started
-        return result
 
     def _reusable(self, files: list[ObjectInfo]) -> tuple[dict[str, str], list[ObjectInfo], dict[int, str]]:
         """Digests of objects already stored, the objects to download, and (``verify``) the inodes of
@@ -273,7 +291,7 @@ class _Sync:
                         for s in range(0, info.size, part)
                     ]
                 else:
-                    futures.append(pool.submit(self._fetch, info, digests, failed))
+                    futures.append(pool.submit(self._fetch_object, info, digests, failed))
             done, pending = wait(futures, return_when=FIRST_EXCEPTION)
             errors = [f.exception() for f in done if f.exception() is not None]
             if errors:
@@ -283,7 +301,7 @@ class _Sync:
                 raise errors[0]  # type: ignore[misc]
         return digests
 
-    def _fetch(self, info: ObjectInfo, digests: dict[str, str], failed: threading.Event) -> None:
+    def _fetch_object(self, info: ObjectInfo, digests: dict[str, str], failed: threading.Event) -> None:
         if failed.is_set():
             return
         temp = self.store.new_temp()

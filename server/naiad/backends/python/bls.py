@@ -1,0 +1,391 @@
+"""BLS (business logic scripting): Python models calling other models, or themselves, through the server.
+
+``pb_utils.InferenceRequest(...).exec()``, ``await ....async_exec()`` and ``exec(decoupled=True)``
+run a request the way a client's request runs: resolved to the serving version, checked against its
+signature and queued in that model's scheduler, so it is batched with the model's other traffic.  The
+server installs a :class:`Server` for that from above (this layer knows nothing of repositories or
+schedulers).  Model code runs on instance threads, so a call hops to the server's event loop with
+``asyncio.run_coroutine_threadsafe``: ``exec`` blocks only the calling instance's thread, and
+``async_exec`` awaits the same future on the model's own loop without blocking anything.  The
+server's event loop never waits for a model.
+
+Deadlocks: an instance waiting for a BLS answer executes nothing else, so a request that needs that very
+instance (a model calling itself, or A -> B -> A) would wait in its queue forever.  Every BLS request
+therefore carries the chain of instances waiting for it, and a call to a model version whose
+in-process instance is on the caller's chain runs inline, as a nested ``execute`` on the caller's
+thread: that instance is idle by construction, since it waits for this very call.  Any other call goes
+through the scheduler, where waiting takes instance threads only (as many as there are instances).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import queue
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from naiad.backends.base import ExecuteResult
+from naiad.backends.python import pb_utils
+from naiad.backends.python.response import bytes_array, to_pb_response
+from naiad.core.errors import CancelledError, InferenceServerError, InternalError, UnsupportedError
+from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: One answer of a streamed request: a response, an error or nothing, and whether it is the last.
+StreamItem = tuple[InferResponse | InferenceServerError | None, bool]
+
+
+class Server(Protocol):
+    """How BLS requests reach models; the server installs one with :func:`install`."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the server's schedulers run on."""
+        ...
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Run ``request`` as a client's request; raise ``InferenceServerError`` on failure."""
+        ...
+
+    def stream(self, request: InferRequest) -> AsyncIterator[StreamItem]:
+        """Every answer of ``request`` (a decoupled model's 0..N, then the final flag)."""
+        ...
+
+    def check(self, request: InferRequest) -> tuple[int, bool]:
+        """The version number that would serve ``request`` and whether its model is decoupled, once
+        ``request`` is checked against that version's signature (called on the loop); raise
+        ``InferenceServerError`` as :meth:`infer` would."""
+        ...
+
+
+class Inline(Protocol):
+    """An in-process instance that can run requests on the calling thread (see the module docs)."""
+
+    def run_inline(self, requests: list[InferRequest]) -> list[ExecuteResult]: ...
+
+    async def run_inline_async(self, requests: list[InferRequest]) -> list[ExecuteResult]: ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Caller:
+    """An instance that makes BLS calls: which model version, and how to run a request inline on it
+    (``None`` for instances in worker processes, which cannot be entered from here)."""
+
+    model_name: str
+    model_version: int
+    inline: Inline | None
+
+
+#: The instances waiting, up the call chain, for whatever the current execution computes.
+_CHAIN: contextvars.ContextVar[tuple[Caller, ...]] = contextvars.ContextVar("naiad_bls_chain", default=())
+#: The chain of each BLS request in flight (by ``id`` of the server request), for its target to extend.
+_chains: dict[int, tuple[Caller, ...]] = {}
+
+
+@contextmanager
+def executing(caller: Caller, requests: Sequence[InferRequest]) -> Iterator[None]:
+    """Mark BLS calls made in the block as made by ``caller`` on behalf of ``requests``' callers."""
+    chain: tuple[Caller, ...] = (caller,)
+    if _chains:
+        for request in requests:
+            for waiting in _chains.get(id(request), ()):
+                if waiting not in chain:
+                    chain += (waiting,)
+    token = _CHAIN.set(chain)
+    try:
+        yield
+    finally:
+        _CHAIN.reset(token)
+
+
+@contextmanager
+def _waiting(request: InferRequest) -> Iterator[None]:
+    """While ``request`` is in flight, the current chain waits for it."""
+    chain = _CHAIN.get()
+    if not chain:
+        yield
+        return
+    _chains[id(request)] = chain
+    try:
+        yield
+    finally:
+        _chains.pop(id(request), None)
+
+
+#: The installed server (``None``: BLS is unavailable), also for calls worker processes forward.
+_server: Server | None = None
+
+
+def install(server: Server | None) -> None:
+    """Route ``pb_utils`` BLS calls to ``server`` (``None``: BLS is unavailable)."""
+    global _server
+    _server = server
+    pb_utils.bls_runner = None if server is None else _Runner(server)
+
+
+# ---- conversions ------------------------------------------------------------------------------------
+
+
+def core_request(request: pb_utils.InferenceRequest) -> InferRequest:
+    """A BLS request as the server's request (tensors are passed by reference)."""
+    inputs = []
+    for tensor in request.inputs():
+        if not isinstance(tensor, pb_utils.Tensor):
+            raise pb_utils.TritonModelException(
+                f"BLS request inputs must be pb_utils.Tensor, got {type(tensor).__name__}"
+            )
+        data = tensor.as_numpy()
+        inputs.append(
+            Tensor(
+                tensor.name(), tensor._datatype, bytes_array(data) if tensor._datatype == "BYTES" else data
+            )
+        )
+    parameters = json.loads(request.parameters())
+    for key, value in parameters.items():
+        if not isinstance(value, bool | int | float | str):
+            raise pb_utils.TritonModelException(
+                f"BLS request parameter '{key}' must be a bool, int, float or str, got {type(value).__name__}"
+            )
+    version = getattr(request, "_model_version", -1)
+    flags = request.flags()
+    names = request.requested_output_names()
+    return InferRequest(
+        model_name=request.model_name(),
+        model_version="" if version is None or int(version) < 0 else str(int(version)),
+        id=request.request_id(),
+        inputs=inputs,
+        outputs=[RequestedOutput(name) for name in names] if names else None,
+        parameters=parameters,
+        timeout_us=request.timeout(),
+        sequence_id=request.correlation_id(),
+        sequence_start=bool(flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START),
+        sequence_end=bool(flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END),
+    )
+
+
+def _selected(result: ExecuteResult, request: InferRequest) -> ExecuteResult:
+    """Only the outputs ``request`` asked for (what the server does for requests it routes)."""
+    if isinstance(result, InferResponse) and request.outputs is not None:
+        wanted = {output.name for output in request.outputs}
+        result.outputs = [tensor for tensor in result.outputs if tensor.name in wanted]
+    return result
+
+
+async def _outcome(server: Server, request: InferRequest) -> InferResponse | InferenceServerError:
+    """The answer to a BLS request: its response, or the error it failed with."""
+    try:
+        return await server.infer(request)
+    except InferenceServerError as exc:
+        return exc
+    except Exception as exc:  # a server bug must come back as an error response, not hang the model
+        log.exception("BLS request for model '%s' failed", request.model_name)
+        return InternalError(f"{type(exc).__name__}: {exc}")
+
+
+async def _answer(server: Server, request: InferRequest) -> pb_utils.InferenceResponse:
+    return to_pb_response(await _outcome(server, request))
+
+
+# ---- decoupled answers ------------------------------------------------------------------------------
+
+
+class ResponseIterator:
+    """The responses of a ``decoupled=True`` BLS request, as Triton's iterator yields them: each
+    response, and last the final one (empty when the model sent the final flag on its own)."""
+
+    def __init__(self, items: queue.SimpleQueue[StreamItem], cancel: Callable[[], object]) -> None:
+        self._items = items
+        self._cancel = cancel
+        self._done = False
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> pb_utils.InferenceResponse:
+        if self._done:
+            raise StopIteration
+        answer, final = self._items.get()
+        self._done = final
+        return to_pb_response(answer)
+
+    def cancel(self) -> None:
+        """Ask the model to stop; the iterator then ends with a CANCELLED error response."""
+        self._cancel()
+
+
+def _pump(
+    server: Server, request: InferRequest
+) -> tuple[queue.SimpleQueue[StreamItem], Callable[[], object]]:
+    """Start streaming ``request``'s answers into a queue a model thread can block on; and how to
+    cancel that."""
+    items: queue.SimpleQueue[StreamItem] = queue.SimpleQueue()
+    chain = _CHAIN.get()
+
+    async def pump() -> None:
+        if chain:
+            _chains[id(request)] = chain
+        try:
+            async for item in server.stream(request):
+                items.put(item)
+        except InferenceServerError as exc:
+            items.put((exc, True))
+        except asyncio.CancelledError:
+            items.put((CancelledError("the BLS request was cancelled"), True))
+            raise
+        except Exception as exc:
+            log.exception("streamed BLS request for model '%s' failed", request.model_name)
+            items.put((InternalError(f"{type(exc).__name__}: {exc}"), True))
+        finally:
+            _chains.pop(id(request), None)
+
+    return items, asyncio.run_coroutine_threadsafe(pump(), server.loop).cancel
+
+
+def forwarded(request: InferRequest, decoupled: bool) -> Iterator[StreamItem]:
+    """The answers to a BLS call a model's worker process forwarded, in order, the last one final.
+
+    Runs on the thread of the instance that talks to that process, which waits for them; such calls
+    never run inline (the model's own thread is in the other process)."""
+    server = _server
+    if server is None:
+        yield InternalError("BLS requests can only be made while the model is served"), True
+        return
+    if not decoupled:
+        with _waiting(request):
+            yield asyncio.run_coroutine_threadsafe(_outcome(server, request), server.loop).result(), True
+        return
+    items, _ = _pump(server, request)
+    while True:
+        item = items.get()
+        yield item
+        if item[1]:
+            return
+
+
+def _collecting(request: InferRequest) -> queue.SimpleQueue[StreamItem]:
+    """Give ``request`` a sink that queues its answers (for decoupled requests run inline)."""
+    items: queue.SimpleQueue[StreamItem] = queue.SimpleQueue()
+    request.responses = lambda answer, final: items.put((answer, final))
+    return items
+
+
+def _inline_answer(
+    request: InferRequest, result: ExecuteResult, decoupled: bool, items: queue.SimpleQueue[StreamItem] | None
+) -> Any:
+    """What ``exec`` returns for a request run inline: its answer, or an iterator over its answers
+    (``items`` holds a decoupled model's, ``None`` for a model that answers through ``result``)."""
+    if items is None:
+        answer = _selected(result, request)
+        if not decoupled:
+            return to_pb_response(answer)
+        items = queue.SimpleQueue()
+        items.put((answer, True))
+        return ResponseIterator(items, lambda: None)
+    if not decoupled:
+        return to_pb_response(
+            UnsupportedError(
+                f"BLS requests to decoupled model '{request.model_name}' need exec(decoupled=True)"
+            )
+        )
+    if isinstance(result, InferenceServerError):
+        items.put((result, True))
+    return ResponseIterator(items, lambda: setattr(request, "cancelled", True))
+
+
+# ---- the runner pb_utils calls ----------------------------------------------------------------------
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+async def _call(function: Callable[..., T], *args: Any) -> T:
+    return function(*args)
+
+
+class _Runner:
+    """``pb_utils.bls_runner`` in the server process."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    def exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        server = self._server
+        loop = server.loop
+        if _on_loop(loop):
+            raise pb_utils.TritonModelException(
+                "InferenceRequest.exec() would block the server's event loop: use async_exec()"
+            )
+        core = core_request(request)
+        candidates = self._candidates(core)
+        if candidates:
+            version, target_decoupled = self._wait(loop, _call(self._check, core))
+            inline = self._match(candidates, version)
+            if inline is not None:
+                items = _collecting(core) if target_decoupled else None
+                with _waiting(core):
+                    result = inline.run_inline([core])[0]
+                return _inline_answer(core, result, decoupled, items)
+        if decoupled:
+            return ResponseIterator(*_pump(server, core))
+        with _waiting(core):
+            return self._wait(loop, _answer(server, core))
+
+    async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        server = self._server
+        loop = server.loop
+        core = core_request(request)
+        candidates = self._candidates(core)
+        if candidates:
+            version, target_decoupled = await self._on(loop, _call(self._check, core))
+            inline = self._match(candidates, version)
+            if inline is not None:
+                items = _collecting(core) if target_decoupled else None
+                with _waiting(core):
+                    result = (await inline.run_inline_async([core]))[0]
+                return _inline_answer(core, result, decoupled, items)
+        if decoupled:
+            return ResponseIterator(*_pump(server, core))
+        with _waiting(core):
+            return await self._on(loop, _answer(server, core))
+
+    @staticmethod
+    def _candidates(request: InferRequest) -> list[Caller]:
+        """Callers up the chain that are instances of the requested model and can run inline."""
+        return [c for c in _CHAIN.get() if c.inline is not None and c.model_name == request.model_name]
+
+    def _check(self, request: InferRequest) -> tuple[int, bool]:
+        """:meth:`Server.check`, with version -1 for a request that would fail (the normal path then
+        reports why)."""
+        try:
+            return self._server.check(request)
+        except InferenceServerError:
+            return -1, False
+
+    @staticmethod
+    def _match(candidates: list[Caller], version: int) -> Inline | None:
+        for caller in candidates:
+            if caller.model_version == version:
+                return caller.inline
+        return None
+
+    @staticmethod
+    def _wait(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+
+    @staticmethod
+    async def _on(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
+        if _on_loop(loop):
+            return await coroutine
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))

@@ -1,0 +1,90 @@
+"""``request.get_response_sender()``: how a Python model answers a request on its own schedule.
+
+A decoupled model (``model_transaction_policy { decoupled: true }``) sends 0..N responses per request
+and then the final flag, during ``execute`` or later from any thread; each send goes straight to the
+request's ``responses`` sink, which the data plane drains to the client.  A non-decoupled model may
+use a sender too (Triton allows it since 24.06): exactly one response, then final, and ``execute``
+returns ``None``; the response is then the request's result.  The checks and their messages are
+Triton's, because models written for Triton test for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from naiad.backends.base import ExecuteResult
+from naiad.backends.python import pb_utils
+from naiad.backends.python.response import to_result
+from naiad.core.request import InferRequest
+
+log = logging.getLogger(__name__)
+
+_FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class ResponseSender:
+    """Sends a request's responses: to its sink (decoupled models) or into :attr:`result`."""
+
+    __slots__ = (
+        "_closed",
+        "_decoupled",
+        "_lock",
+        "_model_name",
+        "_model_version",
+        "_request",
+        "_sent",
+        "result",
+    )
+
+    def __init__(self, request: InferRequest, decoupled: bool, model_name: str, model_version: str) -> None:
+        self._request = request
+        self._decoupled = decoupled
+        self._model_name = model_name
+        self._model_version = model_version
+        self._lock = threading.Lock()
+        self._closed = False
+        self._sent = 0
+        #: A non-decoupled model's one response, once sent.
+        self.result: ExecuteResult | None = None
+
+    def send(self, response: pb_utils.InferenceResponse | None = None, flags: int = 0) -> None:
+        if flags not in (0, _FINAL):
+            raise pb_utils.TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise pb_utils.TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
+        with self._lock:
+            if not self._decoupled:
+                if response is not None and self._sent:
+                    raise pb_utils.TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send more than one response."
+                    )
+                if response is None and not self._sent:
+                    raise pb_utils.TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send complete final before "
+                        "sending a response."
+                    )
+            if self._closed:
+                raise pb_utils.TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            self._closed = flags == _FINAL
+            self._sent += 1
+            result = None
+            if response is not None:
+                result = to_result(response, self._request, 0, self._model_name, self._model_version)
+            if not self._decoupled:
+                if result is not None:
+                    self.result = result
+                return
+            sink = self._request.responses
+            if sink is None:  # a warm-up run, or a caller that does not read answers
+                log.debug("model '%s' sent a response nobody reads", self._model_name)
+                return
+            sink(result, self._closed)
+
+    def is_cancelled(self) -> bool:
+        """True once the client has given up on the request (the model may stop sending)."""
+        return self._request.cancelled

@@ -1,0 +1,102 @@
+"""Triton's generate extension: ``POST /v2/models/{m}/generate`` and ``/generate_stream``.
+
+Beyond Triton's HTTP inference endpoint, which refuses decoupled models, ``generate_stream`` relays
+every response of a request as a Server-Sent Event (``data: {...}``, one per response, errors as
+``data: {"error": ...}``) as soon as the model sends it, so a decoupled model's stream can be read over
+plain HTTP.  ``generate`` answers with the one response of the request as a JSON object.  The request
+and response objects are the extension's flat JSON (:mod:`naiad.codecs.generate`).
+
+A request that fails before the model answers gets an ordinary JSON error with its status; once events
+flow the status is 200, so later errors are events.  A client that disconnects mid-stream cancels the
+request (the model's ``is_cancelled()`` turns true).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+
+import orjson
+
+from naiad.codecs.generate import decode_generate, encode_generate
+from naiad.core.errors import InferenceServerError, InvalidArgumentError
+from naiad.dataplane import DataPlane, EmptyFinal, StreamItem
+from naiad.frontends.http.asgi import Receive
+
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
+async def generate(dataplane: DataPlane, body: bytes, name: str, version: str) -> bytes:
+    """The generate response object of the request's one response."""
+    request = decode_generate(body, dataplane.signature(name, version), name, version)
+    responses = []
+    async for answer, _ in dataplane.stream(request):
+        if isinstance(answer, InferenceServerError):
+            raise answer
+        if not isinstance(answer, EmptyFinal):
+            responses.append(answer)
+    if len(responses) != 1:
+        raise InvalidArgumentError(
+            f"model '{name}' sent {len(responses)} responses to a generate request, which returns exactly "
+            "one: use generate_stream"
+        )
+    return encode_generate(responses[0])
+
+
+async def generate_stream(
+    dataplane: DataPlane, body: bytes, name: str, version: str, receive: Receive
+) -> AsyncGenerator[bytes, None]:
+    """The SSE body, once the model's first answer is known (errors before it are raised)."""
+    request = decode_generate(body, dataplane.signature(name, version), name, version)
+    answers = dataplane.stream(request)
+    first = await anext(answers)
+    if isinstance(first[0], InferenceServerError):
+        await answers.aclose()
+        raise first[0]
+    return _events(first, answers, receive)
+
+
+def _event(answer: StreamItem) -> bytes:
+    response = answer[0]
+    if isinstance(response, InferenceServerError):
+        return b"data: " + orjson.dumps({"error": response.message}) + b"\n\n"
+    try:
+        return b"data: " + encode_generate(response) + b"\n\n"
+    except InferenceServerError as exc:
+        return b"data: " + orjson.dumps({"error": exc.message}) + b"\n\n"
+
+
+async def _events(
+    first: StreamItem, answers: AsyncGenerator[StreamItem, None], receive: Receive
+) -> AsyncGenerator[bytes, None]:
+    disconnected = asyncio.ensure_future(_disconnect(receive))
+    try:
+        item = first
+        while True:
+            if not isinstance(item[0], EmptyFinal):
+                yield _event(item)
+            if item[1]:
+                return
+            following = asyncio.ensure_future(anext(answers))
+            done, _ = await asyncio.wait({following, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+            if following not in done:
+                following.cancel()
+                return
+            try:
+                item = following.result()
+            except StopAsyncIteration:
+                return
+            except InferenceServerError as exc:
+                yield _event((exc, True))
+                return
+    finally:
+        disconnected.cancel()
+        await answers.aclose()
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Return once the client has gone (the body was read, so ``receive`` only reports that)."""
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            return

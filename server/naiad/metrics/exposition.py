@@ -1,0 +1,49 @@
+"""The Prometheus text format (0.0.4) exactly as Triton writes it.
+
+``prometheus_client.generate_latest`` renames every counter family to ``<name>_total`` in its
+``# TYPE`` line, so a scraper would no longer see ``nv_inference_request_success`` as a counter and
+every Triton dashboard and alert would break.  This writer prints families as they are named, with
+labels sorted and integral values without a trailing ``.0``, as Triton does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from prometheus_client.metrics_core import Metric
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_PROMETHEUS_TYPES = {"unknown": "untyped"}
+
+
+def render(families: Iterable[Metric]) -> bytes:
+    """``families`` (a registry's ``collect()``) as one exposition document."""
+    out: list[str] = []
+    for family in families:
+        name = family.name
+        doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} {_PROMETHEUS_TYPES.get(family.type, family.type)}\n")
+        for sample in family.samples:
+            if sample.labels:
+                labels = ",".join(f'{key}="{_escape(value)}"' for key, value in sorted(sample.labels.items()))
+                out.append(f"{sample.name}{{{labels}}} {_number(sample.value)}\n")
+            else:
+                out.append(f"{sample.name} {_number(sample.value)}\n")
+    return "".join(out).encode()
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)

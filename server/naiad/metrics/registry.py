@@ -1,0 +1,59 @@
+"""Everything ``/metrics`` serves, assembled from the server settings.
+
+Per-model metrics are always there while metrics are on; CPU metrics with ``--allow-cpu-metrics`` on
+Linux; GPU metrics with ``--allow-gpu-metrics`` where NVML finds a device.  The poller that refreshes
+CPU and GPU gauges runs only when one of them is collected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from naiad.metrics import cpu
+from naiad.metrics.config import parse_metrics_config
+from naiad.metrics.exposition import render
+from naiad.metrics.gpu import GpuMetrics, open_gpus
+from naiad.metrics.models import SUMMARY_SAMPLES, ModelMetrics
+from naiad.metrics.poller import Poller
+from naiad.repository.manager import ModelRepository
+from naiad.scheduling.stats import SchedulerStats
+from naiad.settings import ServerSettings
+
+
+class ServerMetrics:
+    """The server's collectors; ``start()`` before models load, ``stop()`` at exit."""
+
+    def __init__(self, repository: ModelRepository, settings: ServerSettings) -> None:
+        config = parse_metrics_config(settings.metrics_config)
+        if config.summary_latencies:
+            SchedulerStats.samples_kept = SUMMARY_SAMPLES
+        self._collectors: list[Collector] = [ModelMetrics(repository, config)]
+        self._gpus: GpuMetrics | None = None
+        sources: list[cpu.CpuMetrics | GpuMetrics] = []
+        if settings.allow_cpu_metrics and cpu.available():
+            sources.append(cpu.CpuMetrics())
+        if settings.allow_gpu_metrics:
+            self._gpus = open_gpus()
+            if self._gpus is not None:
+                sources.append(self._gpus)
+        self._collectors += sources
+        self._poller = Poller(sources, settings.metrics_interval_ms)
+
+    def start(self) -> None:
+        self._poller.start()
+
+    def stop(self) -> None:
+        self._poller.stop()
+        if self._gpus is not None:
+            self._gpus.close()
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in self._collectors:
+            yield from collector.collect()
+
+    def exposition(self) -> bytes:
+        """The ``/metrics`` document."""
+        return render(self.collect())

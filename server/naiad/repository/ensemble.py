@@ -1,0 +1,415 @@
+"""Ensembles in the repository: the load-time checks, the version object, and the step callback.
+
+An ensemble version holds no instances: it is its graph (:mod:`naiad.scheduling.ensemble`) and the
+models its steps name.  Its load checks what Triton checks, with Triton's messages, so that a broken
+pipeline fails at load with a reason instead of at its first request:
+
+* the graph itself: every step names a model and maps inputs and outputs, no ensemble tensor is
+  written twice, no step depends on itself through other steps, every ensemble input is used and
+  every ensemble output is written, and no intermediate tensor is left unused;
+* against the step models' configurations: every mapped name exists, every required input is mapped,
+  datatypes and shapes agree wherever two ends of a tensor meet, batch sizes fit.
+
+The manager loads the step models first (they are the ensemble's dependencies); an ensemble then
+serves only while every step model can: :class:`EnsembleVersion` reports UNAVAILABLE, naming the
+missing step, while one cannot, and checks the graph again when a step model was reloaded with
+another configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from naiad.core.errors import InvalidArgumentError
+from naiad.core.request import InferRequest, InferResponse
+from naiad.repository.model import Model, ModelState, ModelVersion
+from naiad.scheduling.ensemble import EnsembleScheduler, Step, StepRunner, steps_of
+
+#: The repository's "which version serves this request" (``ModelRepository.resolve``).
+Resolver = Callable[[str, str], tuple[Model, ModelVersion]]
+
+_READY = ModelState.READY
+
+
+def is_ensemble(config: Any) -> bool:
+    return bool(config is not None and config.platform == "ensemble")
+
+
+def step_runner(resolve: Resolver) -> StepRunner:
+    """Run a step's request as a client's: the serving version, checked against its signature."""
+
+    async def run(request: InferRequest) -> InferResponse:
+        model, version = resolve(request.model_name, request.model_version)
+        assert model.signature is not None
+        model.signature.validate(request)
+        return await version.submit(request)
+
+    return run
+
+
+def dependency_failure(ensemble: str, dependency: str, message: str | None) -> str:
+    """Why an ensemble did not load because a step model did not (Triton's wording); ``message`` is
+    the step model's load error, ``None`` when no repository holds that model."""
+    if message is None:
+        return f"ensemble {ensemble} contains models that are not available or ambiguous: {dependency}"
+    return (
+        f"ensemble '{ensemble}' depends on '{dependency}' which has no loaded version. Model "
+        f"'{dependency}' loading failed with error: {message.rstrip()}"
+    )
+
+
+# ---- the graph, on its own --------------------------------------------------------------------------
+
+
+def _check_structure(config: Any, steps: tuple[Step, ...]) -> None:
+    """Triton's ``ValidateEnsembleSchedulingConfig``, plus a cycle check that names the steps."""
+    name = config.name
+    if config.instance_group:
+        raise InvalidArgumentError(f"instance group should not be specified for ensemble '{name}'")
+    if config.model_warmup:
+        raise InvalidArgumentError(f"model_warmup can not be specified for ensemble '{name}'")
+    if not steps:
+        raise InvalidArgumentError(f"must specify 'step' for ensemble '{name}'")
+    writers: dict[str, Step] = {}
+    for step in steps:
+        for field, present in (("model_name", step.model_name), ("input_map", step.inputs)):
+            if not present:
+                raise InvalidArgumentError(
+                    f"must specify '{field}' in step {step.index} of ensemble '{name}'"
+                )
+        if not step.outputs:
+            raise InvalidArgumentError(f"must specify 'output_map' in step {step.index} of ensemble '{name}'")
+        for _, tensor in step.outputs:
+            if tensor in writers:
+                raise InvalidArgumentError(
+                    f"ensemble tensor '{tensor}' can appear in an output map only once for ensemble "
+                    f"'{name}' step {step.index}"
+                )
+            writers[tensor] = step
+    _check_cycles(name, steps, writers)
+    _check_flow(config, steps, writers)
+
+
+def _check_cycles(name: str, steps: tuple[Step, ...], writers: Mapping[str, Step]) -> None:
+    """A step that needs, through other steps, a tensor it writes itself can never run."""
+    needs = {step.index: {writers[t].index for _, t in step.inputs if t in writers} for step in steps}
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+
+    def visit(index: int, path: list[int]) -> None:
+        state[index] = 1
+        for before in sorted(needs[index]):
+            if state.get(before) == 1:
+                loop = [*path[path.index(before) :], before]
+                described = " -> ".join(f"step {i} ('{steps[i].model_name}')" for i in loop)
+                raise InvalidArgumentError(
+                    f"ensemble '{name}' has a cycle: {described} (each needs a tensor the next writes)"
+                )
+            if state.get(before) is None:
+                visit(before, [*path, before])
+        state[index] = 2
+
+    for step in steps:
+        if step.index not in state:
+            visit(step.index, [step.index])
+
+
+def _check_flow(config: Any, steps: tuple[Step, ...], writers: Mapping[str, Step]) -> None:
+    """Every input used, every output written from the inputs, no tensor written for nothing."""
+    name = config.name
+    readers: dict[str, list[Step]] = {}
+    for step in steps:
+        for _, tensor in step.inputs:
+            readers.setdefault(tensor, []).append(step)
+    inputs = {tensor.name for tensor in config.input}
+    for tensor in config.input:
+        if tensor.name not in readers:
+            raise InvalidArgumentError(f"ensemble input '{tensor.name}' for ensemble {name}' is not used")
+    available = set(inputs)
+    pending = list(steps)
+    progress = True
+    while progress:
+        progress = False
+        for step in list(pending):
+            if all(tensor in available for _, tensor in step.inputs):
+                available.update(tensor for _, tensor in step.outputs)
+                pending.remove(step)
+                progress = True
+    outputs = {tensor.name for tensor in config.output}
+    for tensor in config.output:
+        if tensor.name not in writers and tensor.name not in inputs:
+            raise InvalidArgumentError(f"ensemble output '{tensor.name}' for ensemble {name}' is not used")
+        if tensor.name not in available:
+            missing = _first_missing(tensor.name, writers, available, inputs)
+            detail = ""
+            if missing is not None:
+                source, step = missing
+                detail = (
+                    f": at least one of its depending tensors, '{source}', is not connected (it is an "
+                    f"input of step {step.index}, model '{step.model_name}')"
+                )
+            raise InvalidArgumentError(f"output '{tensor.name}' for ensemble '{name}' is not written{detail}")
+    for tensor, step in writers.items():
+        if tensor not in outputs and tensor not in readers:
+            raise InvalidArgumentError(
+                f"ensemble tensor '{tensor}' is unused in ensemble '{name}' (written by step "
+                f"{step.index}, model '{step.model_name}')"
+            )
+
+
+def _first_missing(
+    tensor: str, writers: Mapping[str, Step], available: set[str], inputs: set[str]
+) -> tuple[str, Step] | None:
+    """Follow an unwritten tensor back to a step input that nothing writes."""
+    seen: set[str] = set()
+    while tensor in writers and tensor not in seen:
+        seen.add(tensor)
+        step = writers[tensor]
+        for _, source in step.inputs:
+            if source not in available:
+                if source not in writers and source not in inputs:
+                    return source, step
+                tensor = source
+                break
+        else:
+            return None
+    return None
+
+
+# ---- the graph against its step models -------------------------------------------------------------
+
+
+class _Node:
+    """What one end of an ensemble tensor says about it: its datatype and shape, and from where."""
+
+    __slots__ = ("batched", "dims", "model", "type")
+
+    def __init__(self, model: str, type: int, dims: list[int], batched: bool) -> None:
+        self.model = model
+        self.type = type
+        self.dims = dims
+        self.batched = batched
+
+    @property
+    def full_dims(self) -> list[int]:
+        return ([-1] if self.batched else []) + self.dims
+
+
+def _dims_match(left: list[int], right: list[int]) -> bool:
+    return len(left) == len(right) and all(
+        a == b or a == -1 or b == -1 for a, b in zip(left, right, strict=True)
+    )
+
+
+def _dims_text(dims: list[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _agree(known: _Node, other: _Node, prefix: str) -> None:
+    """Triton's ``ValidateTensorConsistency``."""
+    if known.type != other.type:
+        raise InvalidArgumentError(
+            f"{prefix}inconsistent data type: {mc.DataType.Name(known.type)} is inferred from model "
+            f"{known.model} while {mc.DataType.Name(other.type)} is inferred from model {other.model}"
+        )
+    if not _dims_match(known.dims, other.dims) and not _dims_match(known.full_dims, other.full_dims):
+        raise InvalidArgumentError(
+            f"{prefix}inconsistent shape: {_dims_text(known.full_dims)} is inferred from model "
+            f"{known.model} while {_dims_text(other.full_dims)} is inferred from model {other.model}"
+        )
+
+
+def _io_dims(tensor: Any) -> list[int]:
+    return list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
+
+
+def _check_step(ensemble: str, step: Step, config: Any, nodes: dict[str, _Node]) -> None:
+    """Triton's ``ValidateTensorMapping`` for one step."""
+    model = step.model_name
+    batched = config.max_batch_size > 0
+    inputs = {tensor.name: tensor for tensor in config.input}
+    outputs = {tensor.name: tensor for tensor in config.output}
+    for model_input, tensor in step.inputs:
+        if model_input not in inputs:
+            raise InvalidArgumentError(
+                f"in ensemble {ensemble}, ensemble tensor {tensor} is mapping to non-existing input "
+                f"{model_input} in model {model}"
+            )
+    mapped = {model_input for model_input, _ in step.inputs}
+    for spec in config.input:
+        if spec.name not in mapped and not spec.optional:
+            raise InvalidArgumentError(
+                f"in ensemble {ensemble}, input {spec.name} in model {model} is not mapped to any "
+                "ensemble tensors"
+            )
+    for model_input, tensor in step.inputs:
+        spec = inputs[model_input]
+        _meet(nodes, tensor, _Node(model, spec.data_type, list(spec.dims), batched), ensemble)
+    for model_output, tensor in step.outputs:
+        if model_output not in outputs:
+            raise InvalidArgumentError(
+                f"in ensemble {ensemble}, ensemble tensor {tensor} is mapped from non-existing output "
+                f"{model_output} in model {model}"
+            )
+        spec = outputs[model_output]
+        _meet(nodes, tensor, _Node(model, spec.data_type, list(spec.dims), batched), ensemble)
+
+
+def _meet(nodes: dict[str, _Node], tensor: str, node: _Node, ensemble: str) -> None:
+    known = nodes.get(tensor)
+    if known is None:
+        nodes[tensor] = node
+    else:
+        _agree(known, node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
+
+
+def _serving(model: Model | None, version: str) -> bool:
+    if model is None:
+        return False
+    if not version:
+        return any(mv.state is _READY for mv in model.versions.values())
+    mv = model.versions.get(int(version))
+    return mv is not None and mv.state is _READY
+
+
+def _check_steps(config: Any, steps: tuple[Step, ...], models: Mapping[str, Model]) -> None:
+    """The step models serve, and the graph's tensors agree with their configurations."""
+    name = config.name
+    batched = config.max_batch_size > 0
+    nodes = {t.name: _Node(name, t.data_type, _io_dims(t), batched) for t in config.input}
+    outputs = {t.name: _Node(name, t.data_type, _io_dims(t), batched) for t in config.output}
+    for step in steps:
+        problem = _unavailable(name, step, models)
+        if problem:
+            raise InvalidArgumentError(problem)
+        step_config = models[step.model_name].config
+        if step_config.model_transaction_policy.decoupled:
+            raise InvalidArgumentError(
+                f"in ensemble {name}, step {step.index} model {step.model_name} is decoupled: decoupled "
+                "models in ensembles are not supported by this server yet"
+            )
+        if 0 < step_config.max_batch_size < config.max_batch_size:
+            raise InvalidArgumentError(
+                f"ensemble {name} allows maximum batch size {config.max_batch_size}, but it contains "
+                f"model {step.model_name} which only allows maximum batch size to be "
+                f"{step_config.max_batch_size}"
+            )
+        _check_step(name, step, step_config, nodes)
+    for tensor, node in outputs.items():
+        if tensor in nodes:
+            _agree(nodes[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ")
+
+
+def _unavailable(ensemble: str, step: Step, models: Mapping[str, Model]) -> str:
+    """Why ``step``'s model cannot serve the ensemble ("" when it can)."""
+    model = models.get(step.model_name)
+    if _serving(model, step.model_version):
+        return ""
+    if model is not None and step.model_version and _serving(model, ""):
+        return (
+            f"ensemble '{ensemble}' depends on '{step.model_name}' whose required version "
+            f"{step.model_version} is not loaded."
+        )
+    return f"ensemble '{ensemble}' depends on '{step.model_name}' which has no loaded version."
+
+
+def check_ensemble(config: Any, models: Mapping[str, Model]) -> tuple[Step, ...]:
+    """The ensemble's steps, after every load-time check; INVALID_ARG with the reason otherwise."""
+    steps = steps_of(config)
+    _check_structure(config, steps)
+    _check_steps(config, steps, models)
+    return steps
+
+
+# ---- the version ------------------------------------------------------------------------------------
+
+
+class EnsembleVersion(ModelVersion):
+    """A READY ensemble version reads as UNAVAILABLE, with the reason, while a step model cannot serve.
+
+    ``state`` and ``reason`` are what every reader (request routing, readiness, the index) consults,
+    so deriving them here keeps those readers unaware of ensembles.  The stored values still rule
+    once the version itself is stopped or unloaded.
+    """
+
+    __slots__ = ("_checked", "_config", "_models", "_problem", "_steps")
+
+    def __init__(
+        self, config: Any, steps: tuple[Step, ...], models: Mapping[str, Model], **fields: Any
+    ) -> None:
+        self._config = config
+        self._steps = steps
+        self._models = models
+        self._checked = self._step_models()
+        self._problem = ""
+        super().__init__(**fields)
+
+    def _step_models(self) -> tuple[Model | None, ...]:
+        return tuple(self._models.get(step.model_name) for step in self._steps)
+
+    def _current_problem(self) -> str:
+        """ "" while every step model serves a configuration this graph was checked against."""
+        name = self._config.name
+        for step in self._steps:
+            problem = _unavailable(name, step, self._models)
+            if problem:
+                return problem
+        step_models = self._step_models()
+        if step_models != self._checked:  # a step model was reloaded: check the graph again
+            self._checked = step_models
+            try:
+                _check_steps(self._config, self._steps, self._models)
+                self._problem = ""
+            except InvalidArgumentError as exc:
+                self._problem = exc.message
+        return self._problem
+
+    @property  # type: ignore[override]
+    def state(self) -> ModelState:
+        stored: ModelState = _STATE.__get__(self)
+        if stored is _READY and self._current_problem():
+            return ModelState.UNAVAILABLE
+        return stored
+
+    @state.setter
+    def state(self, value: ModelState) -> None:
+        _STATE.__set__(self, value)
+
+    @property  # type: ignore[override]
+    def reason(self) -> str:
+        if _STATE.__get__(self) is _READY:
+            return self._current_problem()
+        stored: str = _REASON.__get__(self)
+        return stored
+
+    @reason.setter
+    def reason(self, value: str) -> None:
+        _REASON.__set__(self, value)
+
+
+#: The slots of :class:`ModelVersion` that :class:`EnsembleVersion` derives its views from.
+_STATE = ModelVersion.__dict__["state"]
+_REASON = ModelVersion.__dict__["reason"]
+
+
+def build_version(plan: Any, number: int, models: Mapping[str, Model], resolve: Resolver) -> EnsembleVersion:
+    """A READY ensemble version of the polled ``plan``; INVALID_ARG with the reason if it cannot serve."""
+    config = plan.config
+    steps = check_ensemble(config, models)
+    scheduler = EnsembleScheduler(
+        config.name, steps, tuple(tensor.name for tensor in config.output), step_runner(resolve)
+    )
+    return EnsembleVersion(
+        config,
+        steps,
+        models,
+        version=number,
+        state=ModelState.READY,
+        scheduler=scheduler,
+        fingerprint=plan.fingerprints[number],
+        model_name=plan.name,
+        model_dir=plan.path,
+        scratch=plan.scratch,
+    )

@@ -1,0 +1,41 @@
+"""How much resident memory the server and its model processes hold, for "memory a load added".
+
+A Python model with worker processes lives in child interpreters, so the server's own RSS would miss
+it: the footprint is the server's resident set plus its child processes', read from ``/proc`` (0 where
+there is no ``/proc``).  Loads that run at the same time share the growth between them, so the figure
+per version is exact only for a load that ran alone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes() -> int:
+    """Resident bytes of this process and of its direct children."""
+    total = _rss(os.getpid())
+    for task in _children_files():
+        try:
+            pids = task.read_text().split()
+        except OSError:
+            continue
+        total += sum(_rss(int(pid)) for pid in pids)
+    return total
+
+
+def _children_files() -> list[Path]:
+    try:
+        return list(Path(f"/proc/{os.getpid()}/task").glob("*/children"))
+    except OSError:
+        return []
+
+
+def _rss(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/statm").read_text().split()
+    except OSError:
+        return 0
+    return int(fields[1]) * _PAGE

@@ -1,0 +1,431 @@
+"""The sequence batcher: Triton's scheduler for stateful models (``sequence_batching``).
+
+The requests of one sequence (one correlation ID, START on the first, END on the last) must all reach
+the model instance that holds the sequence's state, one after the other.  So a sequence is given a
+slot on one instance when it starts and keeps it until its END request has run, or until it has been
+idle for ``max_sequence_idle_microseconds`` (then it is forgotten, and a later request for it without
+START is refused with Triton's message).  Sequences that find every slot taken wait in a backlog and
+take the next free slot in arrival order.
+
+Each instance has a job queue of its own (so a sequence's requests run where its slot is) and forms its
+batches from the head requests of its sequences, at most one per sequence:
+
+* ``direct``: every ready slot goes into the batch at once (after ``max_queue_delay_microseconds``
+  when fewer than ``minimum_slot_utilization`` of the slots are ready);
+* ``oldest``: the oldest ready heads, as the dynamic batcher would batch them (preferred sizes, delay).
+
+Before a request runs the batcher adds the control tensors the model declares (START, END, READY,
+CORRID) and its implicit state inputs (``state [...]``); the state outputs of the response become the
+next request's inputs and are taken out of the response.  As in the dynamic batcher, all of this lives
+on the event loop thread, so there are no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+
+from naiad.backends.base import ExecuteResult
+from naiad.core.errors import InvalidArgumentError, UnavailableError
+from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
+from naiad.scheduling.batcher import next_batch
+from naiad.scheduling.policy import SchedulingPolicy
+from naiad.scheduling.queue import TAKEN, QueuedRequest
+from naiad.scheduling.sequence_settings import Array, SequenceSettings
+from naiad.scheduling.stats import FailureReason, SchedulerStats
+from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
+
+log = logging.getLogger("naiad.scheduling")
+
+_MONOTONIC_NS = time.monotonic_ns
+
+
+class _Sequence:
+    """One live sequence: its slot's instance, its queued requests and its implicit state."""
+
+    __slots__ = ("correlation_id", "instance", "last_ns", "pending", "running", "states")
+
+    def __init__(self, correlation_id: int | str, now_ns: int) -> None:
+        self.correlation_id = correlation_id
+        self.instance = -1  # -1: in the backlog, waiting for a slot
+        self.pending: deque[QueuedRequest] = deque()
+        self.running = False
+        self.last_ns = now_ns
+        self.states: dict[str, Array] = {}
+
+
+class _Instance:
+    """An instance's worker, job queue and the sequences holding its slots."""
+
+    __slots__ = ("busy", "jobs", "members", "worker")
+
+    def __init__(self, worker: InstanceWorker) -> None:
+        self.worker = worker
+        self.jobs: Jobs = Jobs()
+        self.members: list[_Sequence] = []
+        self.busy = False
+
+
+class SequenceBatchScheduler:
+    """Routes, batches and runs the sequences of one model version on its instances."""
+
+    def __init__(self, settings: SequenceSettings, workers: Sequence[InstanceWorker]) -> None:
+        """Start one thread per instance; may run off the event loop (models load on a pool)."""
+        if not workers:
+            raise ValueError("a scheduler needs at least one instance")
+        self.settings = settings
+        self._instances = [_Instance(worker) for worker in workers]
+        self._sequences: dict[int | str, _Sequence] = {}
+        self._backlog: deque[_Sequence] = deque()
+        self._running: dict[Execution, tuple[_Instance, list[tuple[_Sequence, QueuedRequest]]]] = {}
+        self._policy = SchedulingPolicy(
+            model_name=settings.model_name,
+            batching=settings.batch_size > 1,
+            max_batch_size=settings.batch_size,
+            preferred_batch_sizes=settings.preferred_batch_sizes,
+            max_queue_delay_ns=settings.max_queue_delay_ns,
+        )
+        self._state_inputs = {state.output_name: state.input_name for state in settings.states}
+        self._state_outputs = frozenset(self._state_inputs)
+        self.stats = SchedulerStats(self._pending)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_ns = 0
+        self._serial = itertools.count()
+        self._closing = False
+        self._drained: threading.Event | None = None
+        for instance in self._instances:
+            instance.worker.start(instance.jobs, self._finished_threadsafe)
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    async def submit(self, request: InferRequest) -> InferResponse:
+        """Queue ``request`` behind the earlier requests of its sequence and return its response."""
+        settings = self.settings
+        if self._closing:
+            raise UnavailableError(f"model '{settings.model_name}' is unloading")
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self._check(request)
+        now = _MONOTONIC_NS()
+        correlation_id = request.sequence_id
+        sequence = self._sequences.get(correlation_id)
+        if sequence is None:
+            if not request.sequence_start:
+                raise InvalidArgumentError(
+                    f"inference request for sequence {correlation_id} to model '{settings.model_name}' "
+                    "must specify the START flag on the first request of the sequence"
+                )
+            sequence = self._sequences[correlation_id] = _Sequence(correlation_id, now)
+            self._admit(sequence)
+        elif request.sequence_start:
+            log.warning(
+                "sequence %s for model '%s' has a conflict. The previous sequence did not end before "
+                "this sequence start. Previous sequence will be terminated early.",
+                correlation_id,
+                settings.model_name,
+            )
+        if request.sequence_end:  # a later START with this ID begins a new sequence
+            del self._sequences[correlation_id]
+        entry = QueuedRequest(request, self._loop.create_future(), now)
+        sequence.pending.append(entry)
+        sequence.last_ns = now
+        if sequence.instance >= 0:
+            self._dispatch(self._instances[sequence.instance], now)
+        try:
+            return await entry.future
+        except asyncio.CancelledError:
+            if entry.state != TAKEN:
+                sequence.pending.remove(entry)
+                self.stats.fail(FailureReason.CANCELED, _MONOTONIC_NS() - now)
+                self._check_drained()
+            else:  # with an instance already: counted when its execution finishes
+                request.cancelled = True
+            raise
+
+    def _check(self, request: InferRequest) -> None:
+        name = self.settings.model_name
+        if self.settings.batching and request.batch_size > 1:
+            raise InvalidArgumentError(
+                f"inference request to model '{name}' must specify batch-size 1 due to requirements "
+                "of sequence batcher"
+            )
+        if request.sequence_id in (0, ""):
+            raise InvalidArgumentError(
+                f"inference request to model '{name}' must specify a non-zero or non-empty correlation ID"
+            )
+        correlation = self.settings.correlation
+        if correlation is not None:
+            correlation.tensor_data(request.sequence_id, name)  # a type mismatch fails now, not in a batch
+
+    def _admit(self, sequence: _Sequence) -> None:
+        """Give ``sequence`` a slot on the instance with the most free ones, or queue it for one."""
+        best: _Instance | None = None
+        for instance in self._instances:
+            if len(instance.members) < self.settings.slots and (
+                best is None or len(instance.members) < len(best.members)
+            ):
+                best = instance
+        if best is None:
+            self._backlog.append(sequence)
+            return
+        sequence.instance = self._instances.index(best)
+        best.members.append(sequence)
+
+    def _release(self, sequence: _Sequence) -> None:
+        """Free the slot of ``sequence`` and hand it to the first sequence of the backlog."""
+        instance = self._instances[sequence.instance]
+        instance.members.remove(sequence)
+        sequence.instance = -1
+        if self._sequences.get(sequence.correlation_id) is sequence:
+            del self._sequences[sequence.correlation_id]
+        if self._backlog:
+            waiting = self._backlog.popleft()
+            waiting.instance = self._instances.index(instance)
+            instance.members.append(waiting)
+
+    # ---- dispatch -------------------------------------------------------------------------------
+
+    def _dispatch_all(self, now: int) -> None:
+        for instance in self._instances:
+            self._dispatch(instance, now)
+
+    def _dispatch(self, instance: _Instance, now: int) -> None:
+        """Run the next batch on ``instance`` if it is free and its batching rule says so."""
+        if instance.busy:
+            return
+        ready = [s for s in instance.members if s.pending and not s.running]
+        if not ready:
+            return
+        ready.sort(key=lambda s: s.pending[0].enqueue_ns)
+        settings = self.settings
+        if settings.oldest:
+            count, wake_ns = next_batch((s.pending[0] for s in ready), self._policy, now, self._closing)
+        else:
+            count, wake_ns = len(ready), 0
+            oldest = ready[0].pending[0].enqueue_ns
+            delay = settings.max_queue_delay_ns
+            utilization = len(ready) / settings.slots
+            if delay and utilization < settings.minimum_slot_utilization and now - oldest < delay:
+                count, wake_ns = 0, oldest + delay
+            if self._closing:
+                count = len(ready)
+        if not count:
+            self._arm(wake_ns)
+            return
+        batch = [(sequence, self._prepare(sequence)) for sequence in ready[:count]]
+        execution = Execution([entry for _, entry in batch], now, next(self._serial))
+        self._running[execution] = (instance, batch)
+        instance.busy = True
+        instance.jobs.put(execution)
+
+    def _prepare(self, sequence: _Sequence) -> QueuedRequest:
+        """Take the sequence's next request and add its control tensors and implicit state."""
+        entry = sequence.pending.popleft()
+        entry.state = TAKEN
+        sequence.running = True
+        request = entry.request
+        settings = self.settings
+        inputs = request.inputs
+        for control in settings.controls:
+            if control.kind == "START":
+                flag = request.sequence_start
+            elif control.kind == "END":
+                flag = request.sequence_end
+            else:
+                flag = True
+            inputs.append(Tensor(control.name, control.datatype, control.values[flag]))
+        correlation = settings.correlation
+        if correlation is not None:
+            data = correlation.tensor_data(sequence.correlation_id, settings.model_name)
+            inputs.append(Tensor(correlation.name, correlation.datatype, data))
+        if settings.states:
+            if request.sequence_start:
+                sequence.states.clear()
+            for state in settings.states:
+                data = sequence.states.get(state.input_name, state.initial)
+                inputs.append(Tensor(state.input_name, state.datatype, data))
+            if request.outputs is not None:  # the model must produce the next state all the same
+                request.outputs = request.outputs + [RequestedOutput(name) for name in self._state_outputs]
+        return entry
+
+    def _pending(self) -> int:
+        """Requests waiting for their sequence's turn or for a slot."""
+        return sum(len(s.pending) for s in self._waiting())
+
+    def _waiting(self) -> list[_Sequence]:
+        """Every sequence that holds a slot or waits for one."""
+        return [s for instance in self._instances for s in instance.members] + list(self._backlog)
+
+    # ---- timers: batch delays and idle sequences ------------------------------------------------
+
+    def _arm(self, when_ns: int) -> None:
+        """Make sure the scheduler wakes by ``when_ns`` (an earlier wake-up already does)."""
+        if self._timer is not None and self._timer_ns <= when_ns:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = self._loop
+        assert loop is not None
+        self._timer_ns = when_ns
+        self._timer = loop.call_later(max(0.0, (when_ns - _MONOTONIC_NS()) / 1e9), self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        now = _MONOTONIC_NS()
+        self._reap(now)
+        self._dispatch_all(now)
+        self._check_drained()
+
+    def _reap(self, now: int) -> None:
+        """Forget the sequences idle for longer than ``max_sequence_idle_microseconds``."""
+        idle_ns = self.settings.idle_ns
+        next_ns = 0
+        for instance in self._instances:
+            for sequence in list(instance.members):
+                if sequence.running or sequence.pending:
+                    continue
+                expiry = sequence.last_ns + idle_ns
+                if expiry <= now:
+                    log.info(
+                        "sequence %s of model '%s' was idle for longer than %d us: its slot is released",
+                        sequence.correlation_id,
+                        self.settings.model_name,
+                        idle_ns // 1000,
+                    )
+                    self._release(sequence)
+                elif not next_ns or expiry < next_ns:
+                    next_ns = expiry
+        if next_ns:
+            self._arm(next_ns)
+
+    # ---- results --------------------------------------------------------------------------------
+
+    def _finished_threadsafe(self, execution: Execution) -> None:
+        """Called on an instance's thread: continue on the event loop."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._finished, execution)
+        except RuntimeError:  # the loop closed while the instance ran: nobody is waiting any more
+            pass
+
+    def _finished(self, execution: Execution) -> None:
+        now = _MONOTONIC_NS()
+        instance, batch = self._running.pop(execution)
+        instance.busy = False
+        stats = self.stats
+        for entry in execution.skipped:
+            stats.fail(FailureReason.CANCELED, now - entry.enqueue_ns)
+        if execution.entries:
+            stats.execution(
+                len(execution.entries),
+                execution.start_ns - execution.dispatch_ns,
+                execution.end_ns - execution.start_ns,
+                now - execution.end_ns,
+            )
+            stats.last_inference_ms = time.time_ns() // 1_000_000
+        results = dict(zip(map(id, execution.entries), execution.results, strict=True))
+        for sequence, entry in batch:
+            sequence.running = False
+            sequence.last_ns = now
+            request = entry.request
+            if self._state_outputs and request.outputs is not None:  # as the client asked again
+                request.outputs = [o for o in request.outputs if o.name not in self._state_outputs]
+            result = results.get(id(entry))
+            if result is not None:
+                self._deliver(sequence, entry, result, execution, now)
+            if request.sequence_end and sequence.instance >= 0:
+                self._release(sequence)
+        self._reap(now)
+        self._dispatch_all(now)
+        self._check_drained()
+
+    def _deliver(
+        self, sequence: _Sequence, entry: QueuedRequest, result: ExecuteResult, execution: Execution, now: int
+    ) -> None:
+        """Keep the state outputs for the sequence's next request and answer the request."""
+        stats = self.stats
+        elapsed = now - entry.enqueue_ns
+        future = entry.future
+        if isinstance(result, InferResponse) and self._state_outputs:
+            kept = []
+            for tensor in result.outputs:
+                if tensor.name in self._state_outputs:
+                    sequence.states[self._state_inputs[tensor.name]] = tensor.data
+                else:
+                    kept.append(tensor)
+            result.outputs = kept
+        if future.done():
+            stats.fail(FailureReason.CANCELED, elapsed)
+        elif isinstance(result, InferResponse):
+            future.set_result(result)
+            stats.success_count += 1
+            stats.success_ns += elapsed
+            stats.queue_ns += execution.dispatch_ns - entry.enqueue_ns
+            stats.compute_input_ns += execution.start_ns - execution.dispatch_ns
+            stats.compute_infer_ns += execution.end_ns - execution.start_ns
+            stats.compute_output_ns += now - execution.end_ns
+            stats.observe(
+                elapsed,
+                execution.dispatch_ns - entry.enqueue_ns,
+                execution.start_ns - execution.dispatch_ns,
+                execution.end_ns - execution.start_ns,
+                now - execution.end_ns,
+            )
+        else:
+            future.set_exception(result)
+            stats.fail(FailureReason.BACKEND, elapsed)
+
+    # ---- closing --------------------------------------------------------------------------------
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Refuse new requests, finish queued and running ones, then release every instance.
+
+        Called off the event loop: waits up to ``timeout`` for the sequences' queued requests to run,
+        answers whatever is still queued then with UNAVAILABLE, and waits for the instances to close.
+        Sequences still open simply end: their state goes with the model.
+        """
+        if self._closing:
+            return
+        self._closing = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and loop.is_running():
+            drained = threading.Event()
+            loop.call_soon_threadsafe(self._begin_drain, drained)
+            if not drained.wait(timeout):
+                loop.call_soon_threadsafe(self._abandon)
+        elif loop is not None and not loop.is_closed():
+            self._abandon()
+        for instance in self._instances:
+            instance.jobs.put(None)
+        for instance in self._instances:
+            instance.worker.join(timeout)
+
+    def _begin_drain(self, drained: threading.Event) -> None:
+        self._drained = drained
+        self._dispatch_all(_MONOTONIC_NS())
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        if self._drained is not None and not self._running and not self._pending():
+            self._drained.set()
+
+    def _abandon(self) -> None:
+        """Answer every request still queued: the model is going away without running them."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        error = f"model '{self.settings.model_name}' was unloaded before the request could run"
+        for sequence in self._waiting():
+            while sequence.pending:
+                entry = sequence.pending.popleft()
+                self.stats.fail(FailureReason.OTHER, _MONOTONIC_NS() - entry.enqueue_ns)
+                if not entry.future.done():
+                    entry.future.set_exception(UnavailableError(error))

@@ -1,0 +1,97 @@
+"""The rate limiter: models whose instances need the same resource never execute at once.
+
+Overlap is detected, not timed: each execution holds a lock file (``O_EXCL``) while it runs and
+records an overlap when it finds the file taken.  The unlimited pair, made to meet at a barrier,
+shows the detector does see executions that overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from naiad.scheduling.rate_limiter import RateLimiter
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tests.extensions.clients import client_for
+from tests.support.server import ServerProcess
+
+
+def _run(server: ServerProcess, protocol: str, models: list[str]) -> None:
+    def infer(model: str) -> None:
+        with client_for(protocol, server) as client:
+            tensor = client.input("INPUT0", [1], "INT32")
+            tensor.set_data_from_numpy(np.zeros(1, np.int32))
+            client.client.infer(model, [tensor])
+
+    with ThreadPoolExecutor(max_workers=len(models)) as pool:
+        list(pool.map(infer, models))
+
+
+def _overlaps(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("overlap-"))
+
+
+def test_models_sharing_a_resource_never_run_at_once(
+    protocol: str, limiter_server: ServerProcess, lock_folders: dict[str, Path]
+) -> None:
+    _run(limiter_server, protocol, ["limited_a", "limited_b"] * 4)
+    assert _overlaps(lock_folders["limited"]) == []
+
+
+def test_models_without_resources_do_run_at_once(
+    limiter_server: ServerProcess, lock_folders: dict[str, Path]
+) -> None:
+    _run(limiter_server, "grpc", ["free_c", "free_d"])
+    assert _overlaps(lock_folders["free"])  # the detector sees real overlap
+
+
+def test_an_instance_needing_more_than_exists_is_refused_at_load(limiter_server: ServerProcess) -> None:
+    request = urllib.request.Request(f"http://{limiter_server.http_url}/v2/repository/index", data=b"{}")
+    with urllib.request.urlopen(request) as answer:
+        index = {entry["name"]: entry for entry in json.loads(answer.read())}
+    assert index["greedy"].get("state") == "UNAVAILABLE"
+    assert "Resource count for 'big' is limited to 2 which will prevent scheduling of one or more model " \
+           "instances, the minimum required count is 3" in index["greedy"]["reason"]
+
+
+def _gates(priorities: list[int]) -> tuple[RateLimiter, list[Any]]:
+    """A limiter with one ``slot`` and one single-instance group per priority, each needing it."""
+    config = mc.ModelConfig(name="m")
+    for priority in priorities:
+        group = config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+        group.rate_limiter.priority = priority
+        group.rate_limiter.resources.add(name="slot", count=1)
+    limiter = RateLimiter([("slot", 1, None)])
+    workers = [SimpleNamespace(gate=None) for _ in priorities]
+    limiter.attach(config, workers)  # type: ignore[arg-type]
+    return limiter, [worker.gate for worker in workers]
+
+
+def test_freed_resources_go_to_the_instance_that_ran_least_for_its_priority() -> None:
+    limiter, (holder, busy, idle) = _gates([1, 1, 2])
+    busy.executions = 5  # ranks 5 x 1; idle ranks 0 x 2: idle goes first, then busy
+    order: list[str] = []
+    holder.acquire()
+
+    def run(gate: Any, name: str) -> None:
+        gate.acquire()
+        order.append(name)
+        gate.release()
+
+    threads = [threading.Thread(target=run, args=(busy, "busy")), threading.Thread(target=run, args=(idle, "idle"))]
+    for thread in threads:
+        thread.start()
+    while len(limiter._waiting) < 2:  # both wait for the slot before it frees
+        time.sleep(0.001)
+    holder.release()
+    for thread in threads:
+        thread.join(5)
+    assert order == ["idle", "busy"]

@@ -1,0 +1,113 @@
+"""The response cache with tritonclient: hits skip the model (it says who answered and how many times
+it ran), entries hold every output, concurrent identical and different requests each get their own
+right answer, models never share entries, and the statistics count hits and misses as Triton does."""
+
+from __future__ import annotations
+
+import json
+import random
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from tests.extensions.clients import client_for
+from tests.support.server import ServerProcess
+
+
+def _infer(
+    protocol: str,
+    server: ServerProcess,
+    data: np.ndarray,
+    model: str = "counting",
+    outputs: tuple[str, ...] = ("OUTPUT0", "WHO"),
+    parameters: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    with client_for(protocol, server) as client:
+        tensor = client.input("INPUT0", list(data.shape), "INT32")
+        tensor.set_data_from_numpy(data)
+        requested = [client.output(name) for name in outputs]
+        result = client.client.infer(model, [tensor], outputs=requested, parameters=parameters)
+        return {name: result.as_numpy(name) for name in outputs}
+
+
+def _stats(server: ServerProcess, model: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{model}/stats") as answer:
+        document: dict[str, Any] = json.loads(answer.read())
+    return document["model_stats"][0]
+
+
+def _unique(size: int = 4) -> np.ndarray:
+    return np.array(random.sample(range(1, 2**30), size), dtype=np.int32)
+
+
+def test_a_repeat_is_answered_from_the_cache(protocol: str, ext_server: ServerProcess) -> None:
+    data = _unique()
+    before = _stats(ext_server, "counting")
+    first = _infer(protocol, ext_server, data)
+    middle = _stats(ext_server, "counting")
+    second = _infer(protocol, ext_server, data, outputs=("OUTPUT0",))
+    third = _infer(protocol, ext_server, data, outputs=("WHO",))
+    after = _stats(ext_server, "counting")
+    np.testing.assert_array_equal(first["OUTPUT0"], data * 2)
+    np.testing.assert_array_equal(second["OUTPUT0"], data * 2)
+    assert third["WHO"].tolist() == first["WHO"].tolist()  # the model did not run again
+    assert middle["execution_count"] == before["execution_count"] + 1
+    assert after["execution_count"] == middle["execution_count"]
+    hits, misses = (after["inference_stats"][k]["count"] - before["inference_stats"][k]["count"]
+                    for k in ("cache_hit", "cache_miss"))
+    assert (hits, misses) == (2, 1)
+    assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] == 3
+    computed = after["inference_stats"]["compute_infer"]["count"] - before["inference_stats"]["compute_infer"]["count"]
+    assert computed == 1
+
+
+def test_hits_and_misses_are_metrics(ext_server: ServerProcess) -> None:
+    _infer("http", ext_server, _unique())
+    with urllib.request.urlopen(f"http://{ext_server.metrics_url}/metrics") as answer:
+        text = answer.read().decode()
+    for family in ("nv_cache_num_hits_per_model", "nv_cache_num_misses_per_model",
+                   "nv_cache_hit_duration_per_model", "nv_cache_miss_duration_per_model"):
+        assert f'{family}{{model="counting",version="1"}}' in text
+    assert 'nv_cache_num_misses_per_model{model="add_sub"' not in text  # no cache, no series
+
+
+def test_concurrent_identical_and_different_requests(protocol: str, ext_server: ServerProcess) -> None:
+    shared = _unique()
+    inputs = [shared] * 16 + [_unique() for _ in range(16)]
+    random.shuffle(inputs)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(lambda data: _infer(protocol, ext_server, data), inputs))
+    for data, result in zip(inputs, results, strict=True):
+        np.testing.assert_array_equal(result["OUTPUT0"], data * 2)
+        assert result["WHO"][0].startswith(b"counting:")
+    # every different input ran the model; the shared one ran it at most once per concurrent miss
+    distinct_runs = {r["WHO"][0] for d, r in zip(inputs, results, strict=True) if d is not shared}
+    assert len(distinct_runs) == 16
+
+
+def test_models_never_share_entries(protocol: str, ext_server: ServerProcess) -> None:
+    data = _unique()
+    for model in ("counting", "counting_twin", "counting", "counting_twin"):
+        result = _infer(protocol, ext_server, data, model=model)
+        assert result["WHO"][0].startswith(f"{model}:".encode())
+
+
+def test_request_parameters_are_part_of_the_key(protocol: str, ext_server: ServerProcess) -> None:
+    data = _unique()
+    one = _infer(protocol, ext_server, data, parameters={"variant": "a"})
+    two = _infer(protocol, ext_server, data, parameters={"variant": "b"})
+    again = _infer(protocol, ext_server, data, parameters={"variant": "a"})
+    assert one["WHO"].tolist() == again["WHO"].tolist()
+    assert one["WHO"].tolist() != two["WHO"].tolist()
+
+
+def test_a_decoupled_model_with_the_cache_is_refused_at_load(ext_server: ServerProcess) -> None:
+    request = urllib.request.Request(f"http://{ext_server.http_url}/v2/repository/index", data=b"{}")
+    with urllib.request.urlopen(request) as answer:
+        index = {entry["name"]: entry for entry in json.loads(answer.read())}
+    entry = index["decoupled_cached"]
+    assert entry.get("state") != "READY"
+    assert "Response Cache does not currently support model decoupled_cached with 'decoupled' transaction " \
+           "policy. Please disable the response cache." in entry.get("reason", "")

@@ -1,0 +1,98 @@
+"""``/metrics`` as a scraper sees it: families, types and labels, and the flags that shape it."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from naiad.metrics.gpu import open_gpus
+
+from tests.observability.conftest import samples, scrape, types, value
+from tests.scheduling.models import infer
+from tests.support.http import RawClient
+from tests.support.server import ServerProcess
+
+#: Triton's per-model families and their types.
+TRITON_FAMILIES = {
+    "nv_inference_request_success": "counter",
+    "nv_inference_request_failure": "counter",
+    "nv_inference_count": "counter",
+    "nv_inference_exec_count": "counter",
+    "nv_inference_request_duration_us": "counter",
+    "nv_inference_queue_duration_us": "counter",
+    "nv_inference_compute_input_duration_us": "counter",
+    "nv_inference_compute_infer_duration_us": "counter",
+    "nv_inference_compute_output_duration_us": "counter",
+    "nv_inference_pending_request_count": "gauge",
+}
+NAIAD_FAMILIES = {
+    "nv_inference_request_histogram_ms": "histogram",
+    "nv_inference_queue_histogram_ms": "histogram",
+    "nv_inference_compute_histogram_ms": "histogram",
+    "nv_model_state": "gauge",
+    "nv_model_load_duration_secs": "gauge",
+    "nv_model_loaded_memory_bytes": "gauge",
+}
+CPU_FAMILIES = {"nv_cpu_utilization": "gauge", "nv_cpu_memory_total_bytes": "gauge", "nv_cpu_memory_used_bytes": "gauge"}
+
+
+def test_families_have_tritons_names_types_and_labels(server: ServerProcess) -> None:
+    assert infer(server.http_url, "plain", "scraped").status == 200
+    text = scrape(server)
+    found = types(text)
+    assert {name: found.get(name) for name in TRITON_FAMILIES} == TRITON_FAMILIES
+    assert {name: found.get(name) for name in NAIAD_FAMILIES} == NAIAD_FAMILIES
+    assert {name: found.get(name) for name in CPU_FAMILIES} == CPU_FAMILIES
+    assert "nv_inference_request_success_total" not in text  # no client-library renaming
+    assert "summary" == found["nv_inference_request_summary_us"]  # --metrics-config summary_latencies=true
+    for (name, labels), _ in samples(text).items():
+        keys = {key for key, _ in labels}
+        if name in TRITON_FAMILIES and name != "nv_inference_request_failure":
+            assert keys == {"model", "version"}, (name, keys)
+    assert 0 <= value(text, "nv_cpu_utilization") <= 1
+    assert value(text, "nv_model_state", model="plain", version="1", state="READY") == 1
+    assert value(text, "nv_model_state", model="plain", version="1", state="LOADING") == 0
+    assert value(text, "nv_model_load_duration_secs", model="plain", version="1") > 0
+    if open_gpus() is None:
+        assert "nv_gpu_" not in text and "nv_energy_consumption" not in text
+    metrics = RawClient(server.metrics_url)
+    try:
+        assert metrics.request("GET", "/other").status == 404
+        assert metrics.request("POST", "/metrics").status == 405
+    finally:
+        metrics.close()
+
+
+def test_flags_turn_families_off_and_unloaded_models_leave(repo: Path) -> None:
+    args = [
+        "--allow-cpu-metrics=false",
+        "--allow-gpu-metrics=false",
+        "--metrics-config=counter_latencies=false",
+        "--metrics-config=histogram_latencies=false",
+        "--model-control-mode=explicit",
+        "--load-model=plain",
+        "--load-model=add_sub",
+    ]
+    with ServerProcess([repo], args) as server:
+        assert infer(server.http_url, "plain", "counted").status == 200
+        text = scrape(server)
+        found = types(text)
+        assert not {name for name in found if name.startswith(("nv_cpu", "nv_gpu"))}
+        assert not {name for name in found if name.endswith(("_duration_us", "_histogram_ms"))}
+        assert value(text, "nv_inference_request_success", model="plain", version="1") == 1
+        client = RawClient(server.http_url)
+        try:
+            assert client.request("POST", "/v2/repository/models/plain/unload").status == 200
+        finally:
+            client.close()
+        text = scrape(server)
+        assert ("nv_inference_request_success", frozenset({("model", "plain"), ("version", "1")})) not in samples(text)
+        assert value(text, "nv_model_state", model="plain", version="1", state="UNAVAILABLE") == 1
+        assert value(text, "nv_inference_request_success", model="add_sub", version="1") == 0
+
+
+def test_allow_metrics_false_serves_no_metrics(repo: Path) -> None:
+    with ServerProcess([repo], ["--allow-metrics=false"]) as server:
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", server.metrics_port), timeout=2):
+            pass

@@ -1,0 +1,32 @@
+"""One server over every pipeline model, shared by the tests that only send it requests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.pipelines.models import copy_examples, write_bls, write_diamond, write_sequences
+from tests.support.server import ServerProcess
+
+#: How long each branch of the diamond ensemble takes (the branches must overlap to finish in time).
+BRANCH_DELAY = 0.4
+
+
+@pytest.fixture(scope="package")
+def pipelines_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("pipelines")
+    copy_examples(repo)
+    write_diamond(repo, BRANCH_DELAY)
+    write_bls(repo, "bls")
+    write_bls(repo, "bls_partner")
+    write_bls(repo, "bls_processes", count=2)
+    write_sequences(repo)
+    return repo
+
+
+@pytest.fixture(scope="package")
+def server(pipelines_repo: Path) -> Iterator[ServerProcess]:
+    with ServerProcess([pipelines_repo]) as process:
+        yield process

@@ -1,0 +1,386 @@
+"""The models the pipeline tests serve: ensembles, BLS callers, decoupled and stateful Python models.
+
+Each writer puts one model (``config.pbtxt`` and, for Python models, ``1/model.py``) into a repository,
+so a test module builds exactly the repository its server needs.  The example repository's
+``add_sub``, ``mul``, ``add_sub_mul``, ``repeat_int32`` and ``square_int32`` are copied as they are.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.support.models import write_model
+from tests.support.server import EXAMPLES
+
+EXAMPLE_MODELS = ("add_sub", "mul", "add_sub_mul", "repeat_int32", "square_int32")
+
+
+def copy_examples(repo: Path, names: tuple[str, ...] = EXAMPLE_MODELS) -> None:
+    for name in names:
+        shutil.copytree(EXAMPLES / name, repo / name)
+        for path in (repo / name).rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+# ---- ensembles --------------------------------------------------------------------------------------
+
+#: ``SLEEPER``: OUT = IN + ADD after DELAY seconds (both from the config's parameters).
+SLEEPER_PY = """
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.delay = float(parameters["DELAY"]["string_value"])
+        self.add = float(parameters["ADD"]["string_value"])
+
+    def execute(self, requests):
+        time.sleep(self.delay)
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if (x < 0).any():
+                error = pb_utils.TritonError("negative input", pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            out = pb_utils.Tensor("OUT", (x + self.add).astype(np.float32))
+            responses.append(pb_utils.InferenceResponse([out]))
+        return responses
+"""
+
+
+def sleeper_config(name: str, delay: float, add: float) -> str:
+    return f"""
+    name: "{name}"
+    backend: "python"
+    max_batch_size: 8
+    input [{{ name: "IN" data_type: TYPE_FP32 dims: [ 4 ] }}]
+    output [{{ name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }}]
+    parameters [
+      {{ key: "DELAY" value: {{ string_value: "{delay}" }} }},
+      {{ key: "ADD" value: {{ string_value: "{add}" }} }}
+    ]
+    instance_group [{{ kind: KIND_CPU }}]
+    dynamic_batching {{ }}
+    """
+
+
+#: A diamond: X -> (left: +1, right: +10, in parallel) -> add_sub -> SUM, DIFF.
+DIAMOND = """
+name: "diamond"
+platform: "ensemble"
+max_batch_size: 8
+input [{ name: "X" data_type: TYPE_FP32 dims: [ 4 ] }]
+output [
+  { name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "DIFF" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+ensemble_scheduling {
+  step [
+    { model_name: "left" model_version: -1
+      input_map { key: "IN" value: "X" } output_map { key: "OUT" value: "L" } },
+    { model_name: "right" model_version: -1
+      input_map { key: "IN" value: "X" } output_map { key: "OUT" value: "R" } },
+    { model_name: "batched_add_sub" model_version: -1
+      input_map { key: "INPUT0" value: "L" } input_map { key: "INPUT1" value: "R" }
+      output_map { key: "OUTPUT0" value: "SUM" } output_map { key: "OUTPUT1" value: "DIFF" } }
+  ]
+}
+"""
+
+BATCHED_ADD_SUB = """
+name: "batched_add_sub"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+instance_group [{ kind: KIND_CPU }]
+"""
+
+BATCHED_ADD_SUB_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+
+
+def write_diamond(repo: Path, delay: float) -> None:
+    write_model(repo, "left", sleeper_config("left", delay, 1), SLEEPER_PY)
+    write_model(repo, "right", sleeper_config("right", delay, 10), SLEEPER_PY)
+    write_model(repo, "batched_add_sub", BATCHED_ADD_SUB, BATCHED_ADD_SUB_PY)
+    write_model(repo, "diamond", DIAMOND)
+
+
+def ensemble(name: str, steps: str, inputs: str, outputs: str, extra: str = "") -> str:
+    """An ensemble config; ``steps`` is the body of ``ensemble_scheduling { step [...] }``."""
+    return f"""
+    name: "{name}"
+    platform: "ensemble"
+    input [{inputs}]
+    output [{outputs}]
+    ensemble_scheduling {{ step [{steps}] }}
+    {extra}
+    """
+
+
+def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
+    maps = [f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items()]
+    maps += [f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items()]
+    return f'{{ model_name: "{model}" model_version: -1 {" ".join(maps)} }}'
+
+
+FP32_4 = "data_type: TYPE_FP32 dims: [ 4 ]"
+
+
+def tensors(*names: str, spec: str = FP32_4) -> str:
+    return ", ".join(f'{{ name: "{name}" {spec} }}' for name in names)
+
+
+# ---- BLS --------------------------------------------------------------------------------------------
+
+#: MODE picks what the model does with X (FP32 [4]) through BLS; Y is the result.
+BLS_CONFIG = """
+name: "{name}"
+backend: "python"
+input [
+  {{ name: "MODE" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "X" data_type: TYPE_FP32 dims: [ 4 ] }}
+]
+output [{{ name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }}]
+instance_group [{{ kind: KIND_CPU count: {count} }}]
+"""
+
+BLS_PY = """
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def add_sub(x, version=-1):
+    return pb_utils.InferenceRequest(
+        model_name="add_sub", model_version=version, requested_output_names=["OUTPUT0"],
+        inputs=[pb_utils.Tensor("INPUT0", x), pb_utils.Tensor("INPUT1", x)])
+
+
+def again(name, mode, x):
+    return pb_utils.InferenceRequest(
+        model_name=name, requested_output_names=["Y"],
+        inputs=[pb_utils.Tensor("MODE", np.array([mode.encode()], dtype=object)),
+                pb_utils.Tensor("X", x.astype(np.float32))])
+
+
+def output(response, name):
+    if response.has_error():
+        raise pb_utils.TritonModelException(response.error().message())
+    return pb_utils.get_output_tensor_by_name(response, name).as_numpy()
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.name = args["model_name"]
+
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            mode = pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0].decode()
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            try:
+                y = await self.run(mode, x)
+            except pb_utils.TritonModelException as exc:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(exc.message())))
+                continue
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.asarray(y, np.float32))]))
+        return responses
+
+    async def run(self, mode, x):
+        if mode == "sync":  # blocking exec() inside async execute
+            return output(add_sub(x).exec(), "OUTPUT0")
+        if mode == "async":  # ten calls in flight at once
+            answers = await asyncio.gather(*(add_sub(x * i).async_exec() for i in range(10)))
+            return sum(output(answer, "OUTPUT0") for answer in answers)
+        if mode == "decoupled":  # every response of square_int32, and the empty final one
+            n = int(x[0])
+            request = pb_utils.InferenceRequest(
+                model_name="square_int32", requested_output_names=["OUT"],
+                inputs=[pb_utils.Tensor("IN", np.array([n], np.int32))])
+            answers = list(request.exec(decoupled=True))
+            values = [output(a, "OUT")[0] for a in answers if a.output_tensors()]
+            return [len(answers)] + values
+        if mode == "async_decoupled":
+            n = int(x[0])
+            request = pb_utils.InferenceRequest(
+                model_name="square_int32", requested_output_names=["OUT"],
+                inputs=[pb_utils.Tensor("IN", np.array([n], np.int32))])
+            answers = list(await request.async_exec(decoupled=True))
+            return [output(a, "OUT")[0] for a in answers if a.output_tensors()]
+        if mode == "missing":
+            answer = pb_utils.InferenceRequest(
+                model_name="no_such_model", requested_output_names=["Y"], inputs=[]).exec()
+            raise pb_utils.TritonModelException(f"{answer.error().code()}: {answer.error().message()}")
+        if mode == "bad_input":
+            answer = pb_utils.InferenceRequest(
+                model_name="add_sub", requested_output_names=["OUTPUT0"],
+                inputs=[pb_utils.Tensor("INPUT0", x)]).exec()
+            raise pb_utils.TritonModelException(answer.error().message())
+        if mode == "factorial":  # recursion through this very model: x[0]! (sync exec)
+            n = int(x[0])
+            if n <= 1:
+                return [1.0]
+            return output(again(self.name, mode, x - 1).exec(), "Y") * n
+        if mode == "async_factorial":
+            n = int(x[0])
+            if n <= 1:
+                return [1.0]
+            return output(await again(self.name, mode, x - 1).async_exec(), "Y") * n
+        if mode == "ping":  # A -> B -> A: the partner calls back into this model
+            return output(again("bls_partner", "pong", x).exec(), "Y")
+        if mode == "pong":
+            return output(again("bls", "leaf", x).exec(), "Y")
+        if mode == "leaf":
+            return x * 2
+        raise pb_utils.TritonModelException(f"unknown mode {mode}")
+"""
+
+
+def write_bls(repo: Path, name: str, count: int = 1) -> None:
+    write_model(repo, name, BLS_CONFIG.format(name=name, count=count), BLS_PY)
+
+
+# ---- sequences --------------------------------------------------------------------------------------
+
+#: Shaped like Triton's simple_sequence: OUTPUT accumulates (INPUT + START) * READY per sequence;
+#: the CORRID control must equal the request's correlation ID.
+ACCUMULATOR_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.totals = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = int(pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy().reshape(-1)[0])
+            start = int(pb_utils.get_input_tensor_by_name(request, "START").as_numpy().reshape(-1)[0])
+            ready = int(pb_utils.get_input_tensor_by_name(request, "READY").as_numpy().reshape(-1)[0])
+            corrid = pb_utils.get_input_tensor_by_name(request, "CORRID").as_numpy().reshape(-1)[0]
+            key = request.correlation_id()
+            if isinstance(corrid, bytes):
+                corrid = corrid.decode()
+            if corrid != key:
+                error = pb_utils.TritonError(f"CORRID {corrid!r} is not the correlation ID {key!r}")
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            total = (0 if start else self.totals.get(key, 0)) + (value + start) * ready
+            self.totals[key] = total
+            end = pb_utils.get_input_tensor_by_name(request, "END")
+            if end is not None and int(end.as_numpy().reshape(-1)[0]):
+                del self.totals[key]
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT", np.full((1, 1), total, np.int32))]))
+        return responses
+"""
+
+
+def accumulator_config(
+    name: str, strategy: str, corrid_type: str, extra_controls: str = "", idle_us: int = 0
+) -> str:
+    return f"""
+    name: "{name}"
+    backend: "python"
+    max_batch_size: 8
+    sequence_batching {{
+      max_sequence_idle_microseconds: {idle_us}
+      {strategy}
+      control_input [
+        {{ name: "START" control [{{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }}] }},
+        {{ name: "READY" control [{{ kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] }}] }},
+        {{ name: "CORRID" control [{{ kind: CONTROL_SEQUENCE_CORRID data_type: {corrid_type} }}] }}
+        {extra_controls}
+      ]
+    }}
+    input [{{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }}]
+    output [{{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }}]
+    instance_group [{{ kind: KIND_CPU }}]
+    """
+
+
+END_CONTROL = ', { name: "END" control [{ kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] }] }'
+
+#: Implicit state: the batcher carries STATE_OUT of one request to STATE_IN of the next.
+STATEFUL = """
+name: "stateful"
+backend: "python"
+max_batch_size: 4
+sequence_batching {
+  control_input [
+    { name: "START" control [{ kind: CONTROL_SEQUENCE_START bool_false_true: [ false, true ] }] }
+  ]
+  state [{
+    input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ]
+    initial_state { name: "zero" data_type: TYPE_INT32 dims: [ 1 ] zero_data: true }
+  }]
+}
+input [{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }]
+output [{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }]
+instance_group [{ kind: KIND_CPU }]
+"""
+
+STATEFUL_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            state = pb_utils.get_input_tensor_by_name(request, "STATE_IN").as_numpy()
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+            total = state + value
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT", total), pb_utils.Tensor("STATE_OUT", total)]))
+        return responses
+"""
+
+
+def write_sequences(repo: Path) -> None:
+    direct = "direct { }"
+    oldest = "oldest { max_candidate_sequences: 16 preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 2000 }"
+    write_model(repo, "accumulator", accumulator_config("accumulator", direct, "TYPE_UINT64"), ACCUMULATOR_PY)
+    write_model(
+        repo,
+        "dyna_accumulator",
+        accumulator_config("dyna_accumulator", oldest, "TYPE_STRING", END_CONTROL),
+        ACCUMULATOR_PY,
+    )
+    write_model(
+        repo,
+        "forgetful",
+        accumulator_config("forgetful", direct, "TYPE_UINT64", idle_us=300_000),
+        ACCUMULATOR_PY,
+    )
+    write_model(repo, "stateful", STATEFUL, STATEFUL_PY)
