@@ -26,7 +26,7 @@ serve: $(VENV)/.serve
 	$(BIN)/naiad serve --model-repository $(REPO)
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check server tests scripts benchmarks
+	$(BIN)/ruff check server operator tests scripts benchmarks e2e
 	$(BIN)/lint-imports
 
 test: $(VENV)/.test lint

@@ -188,7 +188,7 @@ def main() -> int:
         )
     try:
         time.sleep(3)  # started and idle: its watches are open
-        cpu0, t0 = _cpu_seconds(operator.pid), time.monotonic()
+        cpu0, t0, here0 = _cpu_seconds(operator.pid), time.monotonic(), time.process_time()
         with ThreadPoolExecutor(16) as pool:
             list(
                 pool.map(
@@ -214,6 +214,7 @@ def main() -> int:
                 raise RuntimeError(f"operator exited:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)  # listing 200 full objects is work for the emulator too: poll gently
         first, cpu = time.monotonic() - t0, _cpu_seconds(operator.pid) - cpu0
+        emulator_cpu = time.process_time() - here0  # KMock (+ this script's clients), one Python thread
         time.sleep(args.interval * 1.5)  # every timer has fired at least once since; status has settled
         before, calls0, cpu1 = _calls(server), pods.index_calls, _cpu_seconds(operator.pid)
         time.sleep(args.interval * args.ticks)
@@ -232,6 +233,8 @@ def main() -> int:
                     "services": args.services,
                     "first_full_reconcile_seconds": round(first, 2),
                     "operator_cpu_ms_per_reconcile": round(cpu / args.services * 1000, 2),
+                    "operator_cpu_seconds_during_burst": round(cpu, 2),
+                    "emulator_cpu_seconds_during_burst": round(emulator_cpu, 2),
                     "steady_passes_per_service_per_interval": round(passes / args.services / args.ticks, 2),
                     "steady_api_calls_per_pass": round(total / passes, 2),
                     "steady_api_writes_total": writes,

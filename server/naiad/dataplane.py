@@ -50,6 +50,7 @@ EXTENSIONS = [
     "trace",
     "logging",
     "classification",
+    "sequence",
     "system_shared_memory",
     "cuda_shared_memory",
 ]

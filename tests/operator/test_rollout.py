@@ -4,6 +4,7 @@ failed load and rollback, invalid spec, no snapshot yet, pinned snapshot."""
 from __future__ import annotations
 
 from naiad_operator.api.inferenceservice import ModelSpec, ModelStatus, VersionPolicy
+from naiad_operator.api.modelrepository import ModelRepositoryStatus
 from naiad_operator.api.observed import PodObservation, VersionObservation, VersionState
 from naiad_operator.reconcile import rollout
 from naiad_operator.reconcile.rollout import Change, Load, StageKind, Unload
@@ -244,6 +245,21 @@ def test_load_config_sets_the_version_policy_and_merges_the_override() -> None:
     }
     assert base["max_batch_size"] == 0  # the base is not modified
     assert rollout.load_config(None, [1], None) is None
+
+
+def test_target_snapshot() -> None:
+    repo = ModelRepositoryStatus.model_validate(
+        {
+            "snapshot": {"current": "sha256:new"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "models": [{"name": "m", "versions": [{"version": 2, "contentHash": "h2"}]}],
+        }
+    )
+    assert rollout.target_snapshot(None, repo, {}, []) == {"m": {2: "h2"}}
+    assert rollout.target_snapshot("sha256:new", repo, {}, []) == {"m": {2: "h2"}}
+    assert rollout.target_snapshot("sha256:old", repo, {"m": record("m", {1: "h1"})}, []) == {"m": {1: "h1"}}
+    assert rollout.target_snapshot(None, ModelRepositoryStatus(), {}, []) is None
+    assert rollout.target_snapshot(None, None, {}, []) is None
 
 
 def test_pinned_snapshot_map() -> None:

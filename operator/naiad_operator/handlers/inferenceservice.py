@@ -107,13 +107,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     pod_objects = await list_pods(ctx.kube, namespace, names.selector_labels(name))
     pods = await observe(ctx.server, pod_objects, ctx.resolve)
     records = {m.name: m for m in before.models}
-    snapshot: dict[str, dict[int, str]] | None
-    if repo_status is None or not repo_status.is_ready():
-        snapshot = None
-    elif spec.repository.snapshot and spec.repository.snapshot != repo_status.snapshot.current:
-        snapshot = rollout.pinned_snapshot(spec.repository.snapshot, records, pods)
-    else:
-        snapshot = {m.name: m.hashes() for m in repo_status.models}
+    snapshot = rollout.target_snapshot(spec.repository.snapshot, repo_status, records, pods)
     plan = rollout.plan(spec.models, snapshot, records, pods)
     pods, failures = await drive.run(ctx, body, plan, spec.models, pod_objects, pods)
 

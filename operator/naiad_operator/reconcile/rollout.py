@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from naiad_operator.api.inferenceservice import Failure, ModelSpec, ModelStatus
+from naiad_operator.api.modelrepository import ModelRepositoryStatus
 from naiad_operator.api.observed import PodObservation
 from naiad_operator.reconcile.versions import InvalidPolicy, select_versions
 
@@ -194,6 +195,20 @@ def plan(
         if actions
     )
     return Plan(plans, stages, tuple(unwanted))
+
+
+def target_snapshot(
+    pin: str | None,
+    repository: ModelRepositoryStatus | None,
+    records: Mapping[str, ModelStatus],
+    pods: Sequence[PodObservation],
+) -> dict[str, dict[int, str]] | None:
+    """model -> version -> content hash of the snapshot to serve; None while there is none yet."""
+    if repository is None or not repository.is_ready():
+        return None
+    if pin and pin != repository.snapshot.current:
+        return pinned_snapshot(pin, records, pods)
+    return {m.name: m.hashes() for m in repository.models}
 
 
 def pinned_snapshot(

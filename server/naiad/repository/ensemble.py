@@ -269,7 +269,10 @@ def _serving(model: Model | None, version: str) -> bool:
     if model is None:
         return False
     if not version:
-        return any(mv.state is _READY for mv in model.versions.values())
+        for mv in model.versions.values():
+            if mv.state is _READY:
+                return True
+        return False
     mv = model.versions.get(int(version))
     return mv is not None and mv.state is _READY
 
@@ -350,17 +353,21 @@ class EnsembleVersion(ModelVersion):
         return tuple(self._models.get(step.model_name) for step in self._steps)
 
     def _current_problem(self) -> str:
-        """ "" while every step model serves a configuration this graph was checked against."""
-        name = self._config.name
-        for step in self._steps:
-            problem = _unavailable(name, step, self._models)
-            if problem:
-                return problem
-        step_models = self._step_models()
-        if step_models != self._checked:  # a step model was reloaded: check the graph again
-            self._checked = step_models
+        """ "" while every step model serves a configuration this graph was checked against.
+
+        Read on every request (routing consults ``state``), so the common case is a plain loop."""
+        models = self._models
+        reloaded = False
+        for step, checked in zip(self._steps, self._checked, strict=True):
+            model = models.get(step.model_name)
+            if model is not checked:
+                reloaded = True
+            if model is None or not _serving(model, step.model_version):
+                return _unavailable(self._config.name, step, models)
+        if reloaded:  # a step model was reloaded: check the graph against its configuration again
+            self._checked = self._step_models()
             try:
-                _check_steps(self._config, self._steps, self._models)
+                _check_steps(self._config, self._steps, models)
                 self._problem = ""
             except InvalidArgumentError as exc:
                 self._problem = exc.message

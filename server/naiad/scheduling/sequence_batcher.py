@@ -45,6 +45,13 @@ log = logging.getLogger("naiad.scheduling")
 _MONOTONIC_NS = time.monotonic_ns
 
 
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
 class _Sequence:
     """One live sequence: its slot's instance, its queued requests and its implicit state."""
 
@@ -396,13 +403,14 @@ class SequenceBatchScheduler:
             return
         self._closing = True
         loop = self._loop
-        if loop is not None and not loop.is_closed() and loop.is_running():
-            drained = threading.Event()
-            loop.call_soon_threadsafe(self._begin_drain, drained)
-            if not drained.wait(timeout):
-                loop.call_soon_threadsafe(self._abandon)
-        elif loop is not None and not loop.is_closed():
-            self._abandon()
+        if loop is not None and not loop.is_closed():
+            if loop.is_running() and not _on_loop(loop):
+                drained = threading.Event()
+                loop.call_soon_threadsafe(self._begin_drain, drained)
+                if not drained.wait(timeout):
+                    loop.call_soon_threadsafe(self._abandon)
+            else:
+                self._abandon()
         for instance in self._instances:
             instance.jobs.put(None)
         for instance in self._instances:

@@ -270,6 +270,10 @@ def forwarded(request: InferRequest, decoupled: bool) -> Iterator[StreamItem]:
             return
 
 
+def _unstreamed(request: InferRequest) -> UnsupportedError:
+    return UnsupportedError(f"model '{request.model_name}' is decoupled: call exec(decoupled=True)")
+
+
 def _collecting(request: InferRequest) -> queue.SimpleQueue[StreamItem]:
     """Give ``request`` a sink that queues its answers (for decoupled requests run inline)."""
     items: queue.SimpleQueue[StreamItem] = queue.SimpleQueue()
@@ -281,7 +285,8 @@ def _inline_answer(
     request: InferRequest, result: ExecuteResult, decoupled: bool, items: queue.SimpleQueue[StreamItem] | None
 ) -> Any:
     """What ``exec`` returns for a request run inline: its answer, or an iterator over its answers
-    (``items`` holds a decoupled model's, ``None`` for a model that answers through ``result``)."""
+    (``items`` holds a decoupled model's, ``None`` for a model that answers through ``result``,
+    whose one answer is also what ``exec(decoupled=True)`` iterates over)."""
     if items is None:
         answer = _selected(result, request)
         if not decoupled:
@@ -289,12 +294,6 @@ def _inline_answer(
         items = queue.SimpleQueue()
         items.put((answer, True))
         return ResponseIterator(items, lambda: None)
-    if not decoupled:
-        return to_pb_response(
-            UnsupportedError(
-                f"BLS requests to decoupled model '{request.model_name}' need exec(decoupled=True)"
-            )
-        )
     if isinstance(result, InferenceServerError):
         items.put((result, True))
     return ResponseIterator(items, lambda: setattr(request, "cancelled", True))
@@ -333,6 +332,8 @@ class _Runner:
             version, target_decoupled = self._wait(loop, _call(self._check, core))
             inline = self._match(candidates, version)
             if inline is not None:
+                if target_decoupled and not decoupled:
+                    return to_pb_response(_unstreamed(core))
                 items = _collecting(core) if target_decoupled else None
                 with _waiting(core):
                     result = inline.run_inline([core])[0]
@@ -351,6 +352,8 @@ class _Runner:
             version, target_decoupled = await self._on(loop, _call(self._check, core))
             inline = self._match(candidates, version)
             if inline is not None:
+                if target_decoupled and not decoupled:
+                    return to_pb_response(_unstreamed(core))
                 items = _collecting(core) if target_decoupled else None
                 with _waiting(core):
                     result = (await inline.run_inline_async([core]))[0]

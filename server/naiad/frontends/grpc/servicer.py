@@ -124,7 +124,7 @@ class InferenceServicer:
         if self.dataplane.tracer.enabled:
             return await self._traced_infer(data, context)
         parsed = grpc_v2.parse_infer_request(data)
-        response = await self._infer(parsed, metadata_headers(context), decoupled_ok=False)
+        response = await self._infer(parsed, metadata_headers(context))
         if self.compression is not None:
             context.set_compression(self.compression)
         return grpc_v2.encode_infer_response(response, grpc_v2.shm_outputs(parsed.message))
@@ -225,7 +225,7 @@ class InferenceServicer:
         tracer = self.dataplane.tracer
         trace = tracer.begin(parsed.message.model_name, "GRPC", headers, started)
         try:
-            response = await self._infer(parsed, headers, decoupled_ok=False, trace=trace)
+            response = await self._infer(parsed, headers, trace=trace)
             if self.compression is not None:
                 context.set_compression(self.compression)
             if trace is not None:
@@ -240,13 +240,12 @@ class InferenceServicer:
         parsed: grpc_v2.ParsedInferRequest,
         headers: dict[str, str],
         *,
-        decoupled_ok: bool,
         trace: Trace | None = None,
     ) -> InferResponse:
         """Triton's order: version string, model, transaction policy, then the request itself."""
         message = parsed.message
         version = grpc_v2.model_version(message.model_version)
-        if self.dataplane.is_decoupled(message.model_name, version) and not decoupled_ok:
+        if self.dataplane.is_decoupled(message.model_name, version):
             raise UnsupportedError(_DECOUPLED)
         request = self._request(parsed, headers)
         if trace is None:
