@@ -13,23 +13,20 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from naiad.backends.framework import TensorBinding
 from naiad.backends.onnxruntime.tensors import ModelTensor
 from naiad.core import datatypes
 from naiad.core.errors import InternalError, InvalidArgumentError, UnsupportedError
 
 
 @dataclass(frozen=True, slots=True)
-class Binding:
+class Binding(TensorBinding):
     """One tensor as clients see it (``dims``) and, when different, as the model sees it.
 
     ``model_dims`` is the config ``reshape``, or ``()`` for a model scalar configured as ``[1]``;
     ``None`` means the model takes ``dims`` as they are.  A ``ragged`` input is fed flattened.
     """
 
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-    model_dims: tuple[int, ...] | None = None
     ragged: bool = False
 
 

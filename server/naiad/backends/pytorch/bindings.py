@@ -16,11 +16,12 @@ the tensor, instead of failing every request.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from naiad.backends.framework import TensorBinding
 from naiad.backends.pytorch import tensors
 from naiad.core import datatypes
 from naiad.core.errors import InternalError, InvalidArgumentError, UnsupportedError
@@ -31,15 +32,14 @@ _DELIMITER = "__"
 
 
 @dataclass(frozen=True, slots=True)
-class Binding:
+class Binding(TensorBinding):
     """One configured tensor: ``dims`` as clients see it, ``model_dims`` (the config ``reshape``) as the
-    model does when they differ, and its ``position`` among the arguments or returned values."""
+    model does when they differ, and its ``position`` among the arguments or returned values.
 
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-    position: int
-    model_dims: tuple[int, ...] | None = None
+    ``position`` is keyword-only because the shared fields, ``model_dims``'s default included, come first.
+    """
+
+    position: int = field(kw_only=True)
 
 
 def named_index(name: str) -> int | None:
@@ -99,7 +99,7 @@ def bind_inputs(config: Any, arguments: tuple[str, ...] | None, dict_input: bool
                 f"input '{name}' type '{datatypes.CONFIG_TYPE[datatype]}' is not supported by PyTorch."
             )
         position = len(config.input) + offset if dict_input else index
-        bindings[name] = Binding(name, datatype, (1,), position)
+        bindings[name] = Binding(name, datatype, (1,), position=position)
     if not dict_input:
         _check_positions(model, bindings, expected)
     return bindings
@@ -170,7 +170,7 @@ def _bind(model: str, kind: str, io: Any, position: int, max_batch_size: int) ->
                 f"Triton only supports 1 dimensional List of String as {kind} for '{io.name}' for model "
                 f"'{model}'"
             )
-    return Binding(io.name, datatype, dims, position, reshape)
+    return Binding(io.name, datatype, dims, reshape, position=position)
 
 
 def _controls(config: Any) -> list[tuple[str, str]]:

@@ -1,37 +1,39 @@
-"""One loaded torch model on one device, and ``execute`` turning requests into ``forward`` calls.
+"""One loaded torch model on one device, whose ``forward`` calls run the requests.
 
-Requests that can share a call (a batching model, equal non-batch shapes) are concatenated along dim 0
-with :mod:`naiad.backends.batching` and run once; outputs are split back by each request's batch size.
-A request whose inputs cannot be converted fails alone; a failing ``forward`` fails the requests of that
-call with Triton's ``PyTorch execute failure`` and leaves the instance usable.  GPU instances run on a
-CUDA stream of their own, so two instances on one device overlap as two Triton instances do.
+Grouping requests into batched calls, splitting outputs back and per-request errors come from
+:mod:`naiad.backends.framework`; this module adds what is torch's own: BYTES as ``List[str]``,
+arguments bound by position or by name, inference mode and the graph executor setting, and Triton's
+checks and wording for what ``forward`` returns.  A failing ``forward`` fails the requests of that call
+with Triton's ``PyTorch execute failure`` and leaves the instance usable.  GPU instances run on a CUDA
+stream of their own, so two instances on one device overlap as two Triton instances do.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-from naiad.backends import batching
 from naiad.backends.base import ExecuteResult, InstanceContext
+from naiad.backends.framework import Array, Feed, FrameworkInstance
 from naiad.backends.pytorch import tensors
 from naiad.backends.pytorch.bindings import Binding
 from naiad.backends.pytorch.options import Options, apply_intra_op_threads
 from naiad.backends.pytorch.program import Program
 from naiad.core import datatypes
-from naiad.core.errors import InferenceServerError, InternalError, InvalidArgumentError
-from naiad.core.request import InferRequest, InferResponse, Tensor
+from naiad.core.errors import InternalError, InvalidArgumentError
+from naiad.core.request import InferRequest
 
-Feed = dict[str, tensors.Array]
 #: What ``forward`` returns for one output: a tensor, or a list of strings for BYTES.
 Produced = torch.Tensor | list[str]
 
 
-class PyTorchInstance:
+class PyTorchInstance(FrameworkInstance[Program, Binding]):
     """A :class:`~naiad.backends.base.ModelInstance` backed by one loaded :class:`Program`."""
+
+    execute_failure = "PyTorch execute failure: "
 
     def __init__(
         self,
@@ -42,85 +44,33 @@ class PyTorchInstance:
         inputs: dict[str, Binding],
         outputs: dict[str, Binding],
     ) -> None:
-        self.model_name = context.model_name
-        self.model_version = str(context.model_version)
-        self.batching = context.config.max_batch_size > 0
-        self._program: Program | None = program
+        super().__init__(context, program, inputs, outputs)
         self._device = device
         self._options = options
-        self._inputs = inputs
-        self._outputs = outputs
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
+        """Run ``requests`` with the process-wide intra-op thread count applied on this thread."""
         apply_intra_op_threads()
-        results: dict[int, ExecuteResult] = {}
-        groups: dict[Hashable, list[tuple[int, Feed]]] = {}
-        for index, request in enumerate(requests):
-            try:
-                feed = self._feed(request)
-            except InferenceServerError as exc:
-                results[index] = exc
-                continue
-            key: Hashable = index if not self.batching else _batch_key(feed)
-            groups.setdefault(key, []).append((index, feed))
-        for members in groups.values():
-            chosen = [requests[index] for index, _ in members]
-            for (index, _), result in zip(members, self._run(chosen, [f for _, f in members]), strict=True):
-                results[index] = result
-        return [results[index] for index in range(len(requests))]
+        return super().execute(requests)
 
-    def close(self) -> None:
-        """Drop the model now, and hand a GPU instance's cached device memory back to CUDA."""
-        self._program = None
+    def _release(self) -> None:
+        """Hand a GPU instance's cached device memory back to CUDA."""
         if self._device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def _feed(self, request: InferRequest) -> Feed:
-        """The request's inputs shaped as the model takes them (config ``reshape``), still unbatched."""
-        feed: Feed = {}
-        for tensor in request.inputs:
-            binding = self._inputs.get(tensor.name)
-            if binding is None:
-                raise InternalError(f"input '{tensor.name}' is not an input of model '{self.model_name}'")
-            array = tensor.data
-            if binding.datatype == "BYTES":
-                array = tensors.to_strings(tensor.name, array)
-            if binding.model_dims is not None:
-                try:
-                    array = batching.reshape_batch(array, binding.dims, binding.model_dims, self.batching)
-                except ValueError as exc:
-                    raise InvalidArgumentError(f"input '{tensor.name}' cannot be reshaped: {exc}") from exc
-            feed[tensor.name] = array
-        return feed
+    def _convert_input(self, binding: Binding, array: Array) -> Array:
+        """BYTES decoded to ``str`` objects (later a ``List[str]``); tensors stay numpy until the call."""
+        if binding.datatype == "BYTES":
+            return tensors.to_strings(binding.name, array)
+        return array
 
-    def _run(self, requests: Sequence[InferRequest], feeds: Sequence[Feed]) -> list[ExecuteResult]:
-        """One ``forward`` call for ``requests``; one result per request."""
-        program = self._program
-        if program is None:
-            return _failed(requests, InternalError(f"model '{self.model_name}' instance is closed"))
-        joined = feeds[0]
-        if len(feeds) > 1:
-            joined = {name: batching.concat_batch([feed[name] for feed in feeds]) for name in joined}
-        try:
-            with self._running(program):
-                values = {name: self._argument(name, array) for name, array in joined.items()}
-                returned = self._call(program, values)
-                produced = _outputs_of(returned)
-                arrays = {name: self._array(binding, produced) for name, binding in self._outputs.items()}
-        except InferenceServerError as exc:
-            return _failed(requests, exc)
-        except Exception as exc:  # torch raises RuntimeError, TorchScript's own errors, and more
-            return _failed(requests, InternalError(f"PyTorch execute failure: {exc}"))
-        sizes = [_batch_size(feed) for feed in feeds]
-        try:
-            split = {name: self._split(self._outputs[name], array, sizes) for name, array in arrays.items()}
-        except ValueError as exc:
-            return _failed(requests, InternalError(f"model '{self.model_name}': {exc}"))
-        return [
-            self._response(request, {name: parts[i] for name, parts in split.items()})
-            for i, request in enumerate(requests)
-        ]
+    def _compute(self, model: Program, inputs: Feed, requests: Sequence[InferRequest]) -> dict[str, Array]:
+        """One ``forward`` call; every configured output is read and checked, as Triton does."""
+        with self._running(model):
+            values = {name: self._argument(name, array) for name, array in inputs.items()}
+            produced = _outputs_of(self._call(model, values))
+            return {name: self._array(binding, produced) for name, binding in self._outputs.items()}
 
     @contextlib.contextmanager
     def _running(self, program: Program) -> Iterator[None]:
@@ -133,7 +83,7 @@ class PyTorchInstance:
                 stack.enter_context(torch.cuda.stream(self._stream))
             yield
 
-    def _argument(self, name: str, array: tensors.Array) -> Produced:
+    def _argument(self, name: str, array: Array) -> Produced:
         if self._inputs[name].datatype == "BYTES":
             return [str(item) for item in array.reshape(-1)]
         return tensors.to_torch(array, self._device)
@@ -144,7 +94,7 @@ class PyTorchInstance:
         ordered = sorted(values, key=lambda name: self._inputs[name].position)
         return program.forward(*(values[name] for name in ordered))
 
-    def _array(self, binding: Binding, produced: list[Any]) -> tensors.Array:
+    def _array(self, binding: Binding, produced: list[Any]) -> Array:
         """The output at ``binding.position`` as a host array, checked against the configuration."""
         if binding.position >= len(produced):
             raise InvalidArgumentError(
@@ -162,18 +112,6 @@ class PyTorchInstance:
         if value.dim() == 0:
             raise InvalidArgumentError(f"output '{binding.name}' is a scalar which is not supported.")
         return tensors.from_torch(value)
-
-    def _split(self, binding: Binding, array: tensors.Array, sizes: list[int]) -> list[tensors.Array]:
-        if binding.model_dims is not None:
-            array = batching.reshape_batch(array, binding.model_dims, binding.dims, self.batching)
-        if not self.batching:
-            return [array]
-        return batching.split_batch(array, sizes)
-
-    def _response(self, request: InferRequest, produced: dict[str, tensors.Array]) -> InferResponse:
-        names = [o.name for o in request.outputs] if request.outputs else list(self._outputs)
-        outputs = [Tensor(n, self._outputs[n].datatype, produced[n]) for n in names if n in produced]
-        return InferResponse(self.model_name, self.model_version, request.id, outputs)
 
 
 def _outputs_of(returned: Any) -> list[Any]:
@@ -208,19 +146,3 @@ def _type_mismatch(binding: Binding, provided: str) -> InvalidArgumentError:
         f"configuration expects datatype {datatypes.CONFIG_TYPE[binding.datatype]} for output "
         f"'{binding.name}', model provides {provided}"
     )
-
-
-def _batch_key(feed: Feed) -> Hashable:
-    """Requests with equal keys can be concatenated: the same inputs with the same non-batch shapes."""
-    return tuple((name, array.shape[1:]) for name, array in sorted(feed.items()))
-
-
-def _batch_size(feed: Feed) -> int:
-    for array in feed.values():
-        if array.ndim > 0:
-            return int(array.shape[0])
-    return 1
-
-
-def _failed(requests: Sequence[InferRequest], error: InferenceServerError) -> list[ExecuteResult]:
-    return [error for _ in requests]

@@ -8,27 +8,18 @@ A mismatch fails the load naming the tensor, rather than every request with a Te
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from naiad.backends.framework import TensorBinding
 from naiad.backends.tensorrt.profiles import max_batch
-from naiad.backends.tensorrt.tensors import EngineTensor, Shape
+from naiad.backends.tensorrt.tensors import EngineTensor
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError, UnsupportedError
 
-
-@dataclass(frozen=True, slots=True)
-class Binding:
-    """One configured tensor: ``dims`` as clients see it, ``model_dims`` (the config ``reshape``) as
-    the engine does when they differ."""
-
-    name: str
-    datatype: str
-    dims: Shape
-    model_dims: Shape | None = None
-
+#: TensorRT binds tensors by name, so a binding needs nothing beyond the shared record.
+Binding = TensorBinding
 
 Bindings = dict[str, Binding]
 
