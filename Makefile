@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 REPO   ?= examples/model_repository
 
-.PHONY: serve test models lint bench-http clean
+.PHONY: serve test models lint bench-http clean constraints manifests chart-lint images
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,3 +38,29 @@ bench-http: $(VENV)/.test
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# ---- packaging (issue 9): images, chart, plain manifests ------------------------------------------------
+PYTHON312 ?= python3.12
+VERSION   ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+
+# Exact versions the images install (constraints/images.txt), resolved from pyproject.toml on PyPI for the
+# images' CPython 3.12; run after changing a dependency (tests/packaging fails until then).
+constraints:
+	$(PYTHON312) constraints/lock.py
+
+# The chart's copy of crds/ and deploy/naiad-operator.yaml (the chart rendered with its defaults, for
+# kubectl apply without Helm); run after changing crds/ or the chart (tests/packaging fails until then).
+manifests: $(VENV)/.test
+	cp crds/*.yaml charts/naiad-operator/crds/
+	$(BIN)/python -c 'from tests.packaging.chart import write_manifests; write_manifests()'
+
+# The chart (helm lint, schema, kubernetes-validate, RBAC against the operator's recorded traffic), the
+# Dockerfiles (hadolint, pins) and the example manifests; also part of `make test`.
+chart-lint: $(VENV)/.test
+	$(BIN)/python -m pytest tests/packaging -q
+
+# Needs a Docker engine (none runs on this project's machines: the tests check the Dockerfiles instead).
+images:
+	docker build -f Dockerfile.server --target cpu -t naiad/server:$(VERSION)-cpu .
+	docker build -f Dockerfile.server -t naiad/server:$(VERSION) .
+	docker build -f Dockerfile.operator -t naiad/operator:$(VERSION) .

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipelines.models import copy_examples, write_bls, write_diamond, write_sequences
+from tests.pipelines.models import (
+    copy_example_in_processes,
+    copy_examples,
+    write_bls,
+    write_diamond,
+    write_sequences,
+)
 from tests.support.server import ServerProcess
 
 #: How long each branch of the diamond ensemble takes (the branches must overlap to finish in time).
@@ -18,6 +24,8 @@ BRANCH_DELAY = 0.4
 def pipelines_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("pipelines")
     copy_examples(repo)
+    copy_example_in_processes(repo, "square_int32", "square_processes")
+    copy_example_in_processes(repo, "repeat_int32", "repeat_processes")
     write_diamond(repo, BRANCH_DELAY)
     write_bls(repo, "bls")
     write_bls(repo, "bls_partner")

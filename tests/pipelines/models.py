@@ -23,6 +23,18 @@ def copy_examples(repo: Path, names: tuple[str, ...] = EXAMPLE_MODELS) -> None:
             path.chmod(0o755 if path.is_dir() else 0o644)
 
 
+def copy_example_in_processes(repo: Path, name: str, copy: str) -> None:
+    """The example ``name`` as model ``copy`` with two instances, so it runs in worker processes."""
+    shutil.copytree(EXAMPLES / name, repo / copy)
+    for path in (repo / copy).rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    config = repo / copy / "config.pbtxt"
+    text = config.read_text().replace(f'name: "{name}"', f'name: "{copy}"')
+    config.write_text(
+        text.replace("instance_group [{ kind: KIND_CPU }]", "instance_group [{ kind: KIND_CPU count: 2 }]")
+    )
+
+
 # ---- ensembles --------------------------------------------------------------------------------------
 
 #: ``SLEEPER``: OUT = IN + ADD after DELAY seconds (both from the config's parameters).
@@ -255,9 +267,9 @@ class TritonPythonModel:
                 return [1.0]
             return output(await again(self.name, mode, x - 1).async_exec(), "Y") * n
         if mode == "ping":  # A -> B -> A: the partner calls back into this model
-            return output(again("bls_partner", "pong", x).exec(), "Y")
-        if mode == "pong":
-            return output(again("bls", "leaf", x).exec(), "Y")
+            return output(again("bls_partner", f"pong:{self.name}", x).exec(), "Y")
+        if mode.startswith("pong:"):
+            return output(again(mode.removeprefix("pong:"), "leaf", x).exec(), "Y")
         if mode == "leaf":
             return x * 2
         raise pb_utils.TritonModelException(f"unknown mode {mode}")

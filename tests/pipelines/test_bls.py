@@ -4,6 +4,7 @@ in process and from worker processes (``count: 2``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -25,8 +26,10 @@ def call(client: httpclient.InferenceServerClient, model: str, mode: str, x: np.
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+def client(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    yield http
+    http.close()
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -58,23 +61,21 @@ def test_errors_come_back_as_responses(client: httpclient.InferenceServerClient,
     assert "expected 2 inputs but got 1 inputs for model 'add_sub'" in info.value.message()
 
 
-def test_a_model_calling_itself_does_not_deadlock(client: httpclient.InferenceServerClient) -> None:
-    """One instance, waiting inside its own call chain: the nested calls run inline."""
-    assert call(client, "bls", "factorial", np.array([6, 0, 0, 0]))[0] == 720
-    assert call(client, "bls", "async_factorial", np.array([5, 0, 0, 0]))[0] == 120
+@pytest.mark.parametrize("model", MODELS)
+def test_a_model_calling_itself_does_not_deadlock(
+    client: httpclient.InferenceServerClient, model: str
+) -> None:
+    """Deeper than the model has instances: each nested call runs on the instance waiting for it."""
+    assert call(client, model, "factorial", np.array([6, 0, 0, 0]))[0] == 720
+    assert call(client, model, "async_factorial", np.array([5, 0, 0, 0]))[0] == 120
 
 
+@pytest.mark.parametrize("model", MODELS)
 def test_a_call_back_through_another_model_does_not_deadlock(
-    client: httpclient.InferenceServerClient,
+    client: httpclient.InferenceServerClient, model: str
 ) -> None:
-    """bls -> bls_partner -> bls, each with one instance."""
-    np.testing.assert_array_equal(call(client, "bls", "ping"), 2 * X)
-
-
-def test_worker_processes_call_themselves_while_an_instance_is_free(
-    client: httpclient.InferenceServerClient,
-) -> None:
-    assert call(client, "bls_processes", "factorial", np.array([2, 0, 0, 0]))[0] == 2
+    """model -> bls_partner -> model, the partner with one instance."""
+    np.testing.assert_array_equal(call(client, model, "ping"), 2 * X)
 
 
 def test_many_concurrent_callers(server: ServerProcess) -> None:
@@ -85,7 +86,7 @@ def test_many_concurrent_callers(server: ServerProcess) -> None:
         try:
             model = MODELS[i % 2]
             if i % 3 == 0:
-                return bool(call(client, "bls", "factorial", np.array([4, 0, 0, 0]))[0] == 24)
+                return bool(call(client, model, "factorial", np.array([4, 0, 0, 0]))[0] == 24)
             x = X + i
             return bool((call(client, model, "async", x) == sum(2 * x * k for k in range(10))).all())
         finally:

@@ -67,9 +67,12 @@ def _stream(
     return got
 
 
+@pytest.mark.parametrize("model", ["square_int32", "square_processes"])
 @pytest.mark.parametrize("empty_final", [False, True])
-def test_square_sends_zero_one_or_many_responses(server: ServerProcess, empty_final: bool) -> None:
-    requests = [("square_int32", _square_inputs(n), f"sq{n}") for n in (3, 0, 1, 2)]
+def test_square_sends_zero_one_or_many_responses(
+    server: ServerProcess, model: str, empty_final: bool
+) -> None:
+    requests = [(model, _square_inputs(n), f"sq{n}") for n in (3, 0, 1, 2)]
     got = _stream(server, requests, 7 if empty_final else 6, empty_final)
     expected = [("sq3", [3], False), ("sq3", [3], False), ("sq3", [3], True)]
     if empty_final:
@@ -78,13 +81,17 @@ def test_square_sends_zero_one_or_many_responses(server: ServerProcess, empty_fi
     assert got == expected
 
 
+@pytest.mark.parametrize("model", ["repeat_int32", "repeat_processes"])
 @pytest.mark.parametrize("empty_final", [False, True])
-def test_repeat_sends_from_a_thread_after_execute_returns(server: ServerProcess, empty_final: bool) -> None:
-    """repeat_int32 returns from execute after WAIT ms and sends the final flag on its own."""
+def test_repeat_sends_from_a_thread_after_execute_returns(
+    server: ServerProcess, model: str, empty_final: bool
+) -> None:
+    """repeat_int32 returns from execute after WAIT ms and sends the final flag on its own (in a worker
+    process, the execution lasts until the final flag)."""
     requests = [
-        ("repeat_int32", _repeat_inputs([4, 5, 6], delay_ms=20, wait_ms=1), "r1"),
-        ("repeat_int32", _repeat_inputs([], delay_ms=0, wait_ms=0), "r2"),
-        ("repeat_int32", _repeat_inputs([7], delay_ms=5, wait_ms=0), "r3"),
+        (model, _repeat_inputs([4, 5, 6], delay_ms=20, wait_ms=1), "r1"),
+        (model, _repeat_inputs([], delay_ms=0, wait_ms=0), "r2"),
+        (model, _repeat_inputs([7], delay_ms=5, wait_ms=0), "r3"),
     ]
     got = _stream(server, requests, 7 if empty_final else 4, empty_final)
     expected = [("r1", [4], False), ("r1", [5], False), ("r1", [6], False)]

@@ -20,7 +20,7 @@ from google.protobuf import json_format
 
 from naiad.backends.base import ExecuteResult, InstanceContext
 from naiad.backends.python import bls
-from naiad.backends.python.host import ModelHost, auto_complete_config, describe, run_detached
+from naiad.backends.python.host import ModelHost, auto_complete_config, describe
 from naiad.backends.python.process import ProcessModelInstance
 from naiad.backends.python.request import ReceivedRequest
 from naiad.backends.python.response import to_results
@@ -95,15 +95,9 @@ class PythonModelInstance:
         return self._results(returned, received, requests)
 
     def run_inline(self, requests: list[InferRequest]) -> list[ExecuteResult]:
-        received = self._received(requests)
-        try:
-            with bls.executing(self._caller, requests):
-                returned = self._host.call(received)
-                if inspect.iscoroutine(returned):
-                    returned = run_detached(returned)
-        except Exception as exc:
-            return self._failed(exc, requests)
-        return self._results(returned, received, requests)
+        """``execute``, on the calling thread (an async ``execute`` gets a loop of its own when
+        the host's is busy with the execution that waits for this one)."""
+        return self.execute(requests)
 
     async def run_inline_async(self, requests: list[InferRequest]) -> list[ExecuteResult]:
         received = self._received(requests)

@@ -11,10 +11,12 @@ server's event loop never waits for a model.
 
 Deadlocks: an instance waiting for a BLS answer executes nothing else, so a request that needs that very
 instance (a model calling itself, or A -> B -> A) would wait in its queue forever.  Every BLS request
-therefore carries the chain of instances waiting for it, and a call to a model version whose
-in-process instance is on the caller's chain runs inline, as a nested ``execute`` on the caller's
-thread: that instance is idle by construction, since it waits for this very call.  Any other call goes
-through the scheduler, where waiting takes instance threads only (as many as there are instances).
+therefore carries the chain of instances waiting for it, and a call to a model version with an
+instance on the caller's chain runs inline on that instance, as a nested ``execute``: it is idle by
+construction, since it waits for this very call.  An in-process instance runs it on the caller's
+thread; one in a worker process gets a nested execution over its socket, which its waiting model
+thread runs.  Any other call goes through the scheduler, where waiting takes instance threads only
+(as many as there are instances), never the event loop.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class Server(Protocol):
 
 
 class Inline(Protocol):
-    """An in-process instance that can run requests on the calling thread (see the module docs)."""
+    """An instance that can run requests for a caller it waits for (see the module docs)."""
 
     def run_inline(self, requests: list[InferRequest]) -> list[ExecuteResult]: ...
 
@@ -76,12 +78,11 @@ class Inline(Protocol):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Caller:
-    """An instance that makes BLS calls: which model version, and how to run a request inline on it
-    (``None`` for instances in worker processes, which cannot be entered from here)."""
+    """An instance that makes BLS calls: which model version, and how to run a request inline on it."""
 
     model_name: str
     model_version: int
-    inline: Inline | None
+    inline: Inline
 
 
 #: The instances waiting, up the call chain, for whatever the current execution computes.
@@ -252,17 +253,28 @@ def _pump(
 def forwarded(request: InferRequest, decoupled: bool) -> Iterator[StreamItem]:
     """The answers to a BLS call a model's worker process forwarded, in order, the last one final.
 
-    Runs on the thread of the instance that talks to that process, which waits for them; such calls
-    never run inline (the model's own thread is in the other process)."""
+    Runs on the thread of the instance that talks to that process, which waits for them (and which
+    runs the call as a nested execution of that process when it needs that very instance)."""
     server = _server
     if server is None:
         yield InternalError("BLS requests can only be made while the model is served"), True
         return
-    if not decoupled:
+    inline, target_decoupled = None, False
+    if _candidates(request):  # maybe a call back into a waiting instance
+        checked = _wait(server.loop, _call(_checked, server, request))
+        inline, target_decoupled = _inline_target(request, checked)
+    if inline is not None:
+        if target_decoupled and not decoupled:
+            yield _unstreamed(request), True
+            return
+        items = _inline(inline, request, target_decoupled)
+    elif not decoupled:
         with _waiting(request):
-            yield asyncio.run_coroutine_threadsafe(_outcome(server, request), server.loop).result(), True
+            answer = _wait(server.loop, _outcome(server, request))
+        yield answer, True
         return
-    items, _ = _pump(server, request)
+    else:
+        items, _ = _pump(server, request)
     while True:
         item = items.get()
         yield item
@@ -270,33 +282,77 @@ def forwarded(request: InferRequest, decoupled: bool) -> Iterator[StreamItem]:
             return
 
 
+# ---- calls that run inline ----------------------------------------------------------------------------
+
+
+def _candidates(request: InferRequest) -> list[Caller]:
+    """Instances up the call chain that belong to the requested model and can run it inline."""
+    return [c for c in _CHAIN.get() if c.model_name == request.model_name]
+
+
+def _checked(server: Server, request: InferRequest) -> tuple[int, bool]:
+    """:meth:`Server.check`, with version -1 for a request that would fail (the normal path then
+    reports why)."""
+    try:
+        return server.check(request)
+    except InferenceServerError:
+        return -1, False
+
+
+def _inline_target(request: InferRequest, checked: tuple[int, bool]) -> tuple[Inline | None, bool]:
+    """The waiting instance that must run ``request`` inline (``None``: the scheduler runs it), and
+    whether its model is decoupled; ``checked`` is :func:`_checked` for ``request``."""
+    version, decoupled = checked
+    for caller in _candidates(request):
+        if caller.model_version == version:
+            return caller.inline, decoupled
+    return None, decoupled
+
+
 def _unstreamed(request: InferRequest) -> UnsupportedError:
     return UnsupportedError(f"model '{request.model_name}' is decoupled: call exec(decoupled=True)")
 
 
-def _collecting(request: InferRequest) -> queue.SimpleQueue[StreamItem]:
-    """Give ``request`` a sink that queues its answers (for decoupled requests run inline)."""
+def _inline_queue(request: InferRequest, decoupled: bool) -> queue.SimpleQueue[StreamItem]:
+    """Where the answers of a request run inline go (a decoupled model sends them to its sink)."""
     items: queue.SimpleQueue[StreamItem] = queue.SimpleQueue()
-    request.responses = lambda answer, final: items.put((answer, final))
+    if decoupled:
+        request.responses = lambda answer, final: items.put((answer, final))
     return items
 
 
-def _inline_answer(
-    request: InferRequest, result: ExecuteResult, decoupled: bool, items: queue.SimpleQueue[StreamItem] | None
-) -> Any:
-    """What ``exec`` returns for a request run inline: its answer, or an iterator over its answers
-    (``items`` holds a decoupled model's, ``None`` for a model that answers through ``result``,
-    whose one answer is also what ``exec(decoupled=True)`` iterates over)."""
-    if items is None:
-        answer = _selected(result, request)
-        if not decoupled:
-            return to_pb_response(answer)
-        items = queue.SimpleQueue()
-        items.put((answer, True))
-        return ResponseIterator(items, lambda: None)
-    if isinstance(result, InferenceServerError):
+def _settle(
+    request: InferRequest, result: ExecuteResult, decoupled: bool, items: queue.SimpleQueue[StreamItem]
+) -> None:
+    """Queue what an inline execution's result says: the answer of a model that answers through it,
+    or the error a decoupled model's execution failed with (it sent nothing)."""
+    if not decoupled:
+        items.put((_selected(result, request), True))
+    elif isinstance(result, InferenceServerError):
         items.put((result, True))
-    return ResponseIterator(items, lambda: setattr(request, "cancelled", True))
+
+
+def _inline(inline: Inline, request: InferRequest, decoupled: bool) -> queue.SimpleQueue[StreamItem]:
+    items = _inline_queue(request, decoupled)
+    with _waiting(request):
+        _settle(request, inline.run_inline([request])[0], decoupled, items)
+    return items
+
+
+async def _inline_async(
+    inline: Inline, request: InferRequest, decoupled: bool
+) -> queue.SimpleQueue[StreamItem]:
+    items = _inline_queue(request, decoupled)
+    with _waiting(request):
+        _settle(request, (await inline.run_inline_async([request]))[0], decoupled, items)
+    return items
+
+
+def _returned(items: queue.SimpleQueue[StreamItem], request: InferRequest, decoupled: bool) -> Any:
+    """What ``exec`` returns for answers queued in ``items``: the one answer, or an iterator."""
+    if decoupled:
+        return ResponseIterator(items, lambda: setattr(request, "cancelled", True))
+    return to_pb_response(items.get()[0])
 
 
 # ---- the runner pb_utils calls ----------------------------------------------------------------------
@@ -313,6 +369,18 @@ async def _call(function: Callable[..., T], *args: Any) -> T:
     return function(*args)
 
 
+def _wait(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` on the server's loop and block this (model) thread until it is done."""
+    return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+
+
+async def _on(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` on the server's loop and await it from the model's own loop."""
+    if _on_loop(loop):
+        return await coroutine
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
+
+
 class _Runner:
     """``pb_utils.bls_runner`` in the server process."""
 
@@ -327,68 +395,28 @@ class _Runner:
                 "InferenceRequest.exec() would block the server's event loop: use async_exec()"
             )
         core = core_request(request)
-        candidates = self._candidates(core)
-        if candidates:
-            version, target_decoupled = self._wait(loop, _call(self._check, core))
-            inline = self._match(candidates, version)
+        if _candidates(core):  # maybe a call back into a waiting instance
+            inline, target_decoupled = _inline_target(core, _wait(loop, _call(_checked, server, core)))
             if inline is not None:
                 if target_decoupled and not decoupled:
                     return to_pb_response(_unstreamed(core))
-                items = _collecting(core) if target_decoupled else None
-                with _waiting(core):
-                    result = inline.run_inline([core])[0]
-                return _inline_answer(core, result, decoupled, items)
+                return _returned(_inline(inline, core, target_decoupled), core, decoupled)
         if decoupled:
             return ResponseIterator(*_pump(server, core))
         with _waiting(core):
-            return self._wait(loop, _answer(server, core))
+            return _wait(loop, _answer(server, core))
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         server = self._server
         loop = server.loop
         core = core_request(request)
-        candidates = self._candidates(core)
-        if candidates:
-            version, target_decoupled = await self._on(loop, _call(self._check, core))
-            inline = self._match(candidates, version)
+        if _candidates(core):
+            inline, target_decoupled = _inline_target(core, await _on(loop, _call(_checked, server, core)))
             if inline is not None:
                 if target_decoupled and not decoupled:
                     return to_pb_response(_unstreamed(core))
-                items = _collecting(core) if target_decoupled else None
-                with _waiting(core):
-                    result = (await inline.run_inline_async([core]))[0]
-                return _inline_answer(core, result, decoupled, items)
+                return _returned(await _inline_async(inline, core, target_decoupled), core, decoupled)
         if decoupled:
             return ResponseIterator(*_pump(server, core))
         with _waiting(core):
-            return await self._on(loop, _answer(server, core))
-
-    @staticmethod
-    def _candidates(request: InferRequest) -> list[Caller]:
-        """Callers up the chain that are instances of the requested model and can run inline."""
-        return [c for c in _CHAIN.get() if c.inline is not None and c.model_name == request.model_name]
-
-    def _check(self, request: InferRequest) -> tuple[int, bool]:
-        """:meth:`Server.check`, with version -1 for a request that would fail (the normal path then
-        reports why)."""
-        try:
-            return self._server.check(request)
-        except InferenceServerError:
-            return -1, False
-
-    @staticmethod
-    def _match(candidates: list[Caller], version: int) -> Inline | None:
-        for caller in candidates:
-            if caller.model_version == version:
-                return caller.inline
-        return None
-
-    @staticmethod
-    def _wait(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
-
-    @staticmethod
-    async def _on(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
-        if _on_loop(loop):
-            return await coroutine
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
+            return await _on(loop, _answer(server, core))

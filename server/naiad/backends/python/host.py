@@ -100,10 +100,13 @@ class ModelHost:
             ) from exc
 
     def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        """Run ``coroutine`` to completion on this host's loop."""
+        """Run ``coroutine`` to completion on this host's loop, or on a loop of its own when that one
+        is busy with the execution this one is nested in (a BLS call back into this model)."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.new_event_loop()
+        if loop.is_running():
+            return run_detached(coroutine)
         return loop.run_until_complete(coroutine)
 
     def execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
@@ -114,8 +117,8 @@ class ModelHost:
         return result
 
     def call(self, requests: list[pb_utils.InferenceRequest]) -> Any:
-        """The model's ``execute`` called, not awaited: a coroutine for ``async def execute`` (for a
-        caller that runs it elsewhere than on this host's loop, which may be busy); may raise."""
+        """The model's ``execute`` called, not awaited: a coroutine for ``async def execute``, for a
+        caller that awaits it on its own loop; may raise."""
         return self._execute(requests)
 
     def close(self) -> None:

@@ -17,7 +17,9 @@ instances compute in N processes at once.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import itertools
 import logging
 import os
 import socket
@@ -122,7 +124,10 @@ class ProcessModelInstance:
         self._model_name = context.model_name
         self._model_version = str(context.model_version)
         self._instance_name = context.instance_name
-        self._caller = bls.Caller(context.model_name, context.model_version, None)
+        self._caller = bls.Caller(context.model_name, context.model_version, self)
+        self._serial = itertools.count()
+        #: The executions under way, by key: the outer one, and nested ones (see ``execute``).
+        self._running: dict[int, Sequence[InferRequest]] = {}
         self._inputs: shm.Region | None = None
         self._outputs: shm.Region | None = None
         self._failure = ""
@@ -149,29 +154,40 @@ class ProcessModelInstance:
             raise InferenceServerError(reply[2], ErrorCode(reply[1]))
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
+        """Run ``requests`` in the child.
+
+        Also called while an execution of this instance waits for a BLS call whose answer needs
+        this very instance (see :mod:`naiad.backends.python.bls`): that nested execution gets input
+        memory of its own, since the waiting one still reads its inputs.
+        """
         if self._failure:
             return [InternalError(self._failure) for _ in requests]
+        nested = bool(self._running)
         tensors = [(t.name, t.datatype, t.data) for request in requests for t in request.inputs]
         needed = shm.layout_size([array for _, _, array in tensors])
         fresh: shm.Region | None = None
-        if needed and (self._inputs is None or needed > self._inputs.size):
-            fresh = self._inputs = shm.Region.create(needed)
-        placements = shm.place(self._inputs, tensors)
+        if needed and (nested or self._inputs is None or needed > self._inputs.size):
+            fresh = shm.Region.create(needed)
+            if not nested:
+                self._inputs = fresh
+        placements = shm.place(fresh if nested else self._inputs, tensors)
         messages = []
         start = 0
         for request in requests:
             end = start + len(request.inputs)
             messages.append(request_message(request, placements[start:end]))
             start = end
-        conn = self._conn
+        key = next(self._serial)
+        self._running[key] = requests
         try:
-            conn.send(("execute", fresh and fresh.path, fresh and fresh.size, messages))
+            self._conn.send(("execute", key, nested, fresh and fresh.path, fresh and fresh.size, messages))
             with bls.executing(self._caller, requests):
-                reply = self._serve_child(requests)
+                reply = self._serve_child()
         except (EOFError, OSError):
             self._failure = self._exit_reason("while executing")
             return [InternalError(self._failure) for _ in requests]
         finally:
+            del self._running[key]
             if fresh is not None:  # the child has mapped it by now, or never will
                 fresh.unlink()
         _, path, size, results = reply
@@ -180,22 +196,29 @@ class ProcessModelInstance:
             self._outputs.unlink()
         return [self._result(request, result) for request, result in zip(requests, results, strict=True)]
 
-    def _serve_child(self, requests: Sequence[InferRequest]) -> tuple[Any, ...]:
+    def run_inline(self, requests: list[InferRequest]) -> list[ExecuteResult]:
+        """A nested execution for a BLS call this instance waits for (``bls`` decides when)."""
+        return self.execute(requests)
+
+    async def run_inline_async(self, requests: list[InferRequest]) -> list[ExecuteResult]:
+        return await asyncio.to_thread(self.execute, requests)
+
+    def _serve_child(self) -> tuple[Any, ...]:
         """Answer what the child asks while it executes; its ``results`` message.
 
         The child asks whether a request was cancelled, sends a decoupled model's responses
-        (``respond``), and forwards the model's BLS calls, which are made here, on this instance's
-        thread, while the child waits for their answers.
+        (``respond``), and forwards the model's BLS calls, which are made here, on this thread,
+        while the child waits for their answers.  Both name the execution (a nested one may run).
         """
         conn = self._conn
         while True:
             message = conn.recv()
             kind = message[0]
             if kind == "is_cancelled":
-                conn.send(requests[message[1]].cancelled)
+                conn.send(self._running[message[1]][message[2]].cancelled)
             elif kind == "respond":
-                _, index, packed, final = message
-                sink = requests[index].responses
+                _, key, index, packed, final = message
+                sink = self._running[key][index].responses
                 if sink is not None:
                     sink(unpack_answer(packed, self._model_name, self._model_version), final)
             elif kind == "bls":

@@ -11,12 +11,16 @@ decoupled model's responses go to the server over the same socket, while an exec
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
+import functools
 import logging
 import queue
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -29,67 +33,95 @@ from naiad.backends.python.response import to_pb_response
 from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 
+#: The channel the current call chain holds (see :class:`_Channel`).
+_HOLDER: contextvars.ContextVar[_Channel | None] = contextvars.ContextVar(
+    "naiad_channel_holder", default=None
+)
+
 
 class _Channel:
     """The socket to the server, shared by the model's threads: one exchange at a time.
 
     While an execution runs, the server reads what this process sends (questions, responses, BLS
-    calls) until the ``results`` message.  For a decoupled model the channel also tracks which
-    requests of the running batch have not sent their final flag yet: the execution waits for them
-    before it sends its results.
+    calls) until the ``results`` message.  A BLS call whose answer needs this very instance (the model
+    calls itself) makes the server send a nested ``execute`` before the answer: it runs while the
+    calling thread waits holding the channel, so the channel belongs to a call chain rather than a
+    thread: code running for the holder (on its thread, or on a helper thread that runs an async
+    ``execute`` for it, with its context) uses the channel without taking it again.
     """
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._lock = threading.Lock()
-        self._open: set[int] = set()
         self._finished = threading.Condition(self._lock)
+        #: Runs an ``execute`` message and returns the ``results`` message (set by :class:`_Worker`).
+        self.execute: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        if _HOLDER.get() is self:  # the call chain holding the channel is waiting for this code
+            yield
+            return
+        with self._lock:
+            token = _HOLDER.set(self)
+            try:
+                yield
+            finally:
+                _HOLDER.reset(token)
 
     def ask(self, message: tuple[Any, ...]) -> Any:
-        with self._lock:
+        with self._exclusive():
             self.conn.send(message)
             return self.conn.recv()
 
     def tell(self, message: tuple[Any, ...]) -> None:
-        with self._lock:
+        with self._exclusive():
             self.conn.send(message)
 
     def call(self, message: tuple[Any, ...]) -> list[tuple[PackedAnswer, bool]]:
         """Forward a BLS call; its answers, the last one final."""
         answers: list[tuple[PackedAnswer, bool]] = []
-        with self._lock:
+        with self._exclusive():
             self.conn.send(message)
             while not answers or not answers[-1][1]:
-                _, packed, final = self.conn.recv()
-                answers.append((packed, final))
+                reply = self.conn.recv()
+                if reply[0] == "execute":
+                    assert self.execute is not None
+                    self.conn.send(self.execute(reply))
+                    continue
+                answers.append((reply[1], reply[2]))
         return answers
 
-    def expect(self, indices: list[int]) -> None:
-        """The decoupled requests of the batch about to run: each will send the final flag."""
-        with self._lock:
-            self._open = set(indices)
-
-    def respond(self, index: int, answer: InferResponse | InferenceServerError | None, final: bool) -> None:
-        with self._lock:
-            self.conn.send(("respond", index, pack_answer(answer), final))
+    def respond(
+        self,
+        key: int,
+        index: int,
+        answer: InferResponse | InferenceServerError | None,
+        final: bool,
+        open_: set[int],
+    ) -> None:
+        """Send one answer of request ``index`` of execution ``key``; ``open_`` holds the requests
+        of that execution still to send their final flag."""
+        with self._exclusive():
+            self.conn.send(("respond", key, index, pack_answer(answer), final))
             if final:
-                self._open.discard(index)
+                open_.discard(index)
                 self._finished.notify_all()
 
-    def wait_finals(self, indices: list[int]) -> None:
-        """Until the requests at ``indices`` have sent their final flag."""
-        with self._lock:
-            self._finished.wait_for(lambda: not self._open.intersection(indices))
+    def wait_finals(self, open_: set[int], indices: list[int]) -> None:
+        """Until the requests at ``indices`` have sent their final flag (left ``open_``)."""
+        with self._exclusive():
+            self._finished.wait_for(lambda: not open_.intersection(indices))
 
 
 class _RemoteRequest(InferRequest):
     """A request whose ``cancelled`` flag lives in the server: reading it asks over the socket."""
 
-    __slots__ = ("_channel", "_index")
+    __slots__ = ("_channel", "_index", "_key")
 
     @property  # type: ignore[override]
     def cancelled(self) -> bool:
-        return bool(self._channel.ask(("is_cancelled", self._index)))
+        return bool(self._channel.ask(("is_cancelled", self._key, self._index)))
 
     @cancelled.setter
     def cancelled(self, value: bool) -> None:
@@ -97,8 +129,8 @@ class _RemoteRequest(InferRequest):
 
 
 def _request(
-    message: tuple[Any, ...], region: shm.Region | None, channel: _Channel, index: int, decoupled: bool
-) -> InferRequest:
+    message: tuple[Any, ...], region: shm.Region | None, channel: _Channel, key: int, index: int
+) -> _RemoteRequest:
     model_name, request_id, parameters, outputs, timeout_us, sequence_id, start, end, placements = message
     inputs = []
     for placement in placements:
@@ -117,9 +149,8 @@ def _request(
         sequence_end=end,
     )
     request._channel = channel
+    request._key = key
     request._index = index
-    if decoupled:
-        request.responses = lambda answer, final: channel.respond(index, answer, final)
     return request
 
 
@@ -174,38 +205,58 @@ class _Outputs:
         return ("results", fresh and fresh.path, fresh and fresh.size, packed)
 
 
-def _serve(channel: _Channel, instance: PythonModelInstance, decoupled: bool) -> None:
-    """Run executions until told to close; a decoupled model's execution ends once every request it
-    accepted has sent its final flag (its responses may come from threads after ``execute``)."""
-    conn = channel.conn
-    inputs: shm.Region | None = None
-    outputs = _Outputs()
-    while True:
+class _Worker:
+    """Runs the executions the server sends, the nested ones included (see :class:`_Channel`).
+
+    A decoupled model's execution ends once every request it accepted has sent its final flag, since
+    its responses may come from threads after ``execute`` returned.
+    """
+
+    def __init__(self, channel: _Channel, instance: PythonModelInstance, decoupled: bool) -> None:
+        self._channel = channel
+        self._instance = instance
+        self._decoupled = decoupled
+        self._inputs: shm.Region | None = None
+        self._outputs = _Outputs()
+        channel.execute = self.execute
+
+    def execute(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The ``results`` message for an ``execute`` message."""
+        _, key, nested, path, size, requests = message
+        channel = self._channel
         try:
-            message = conn.recv()
-        except EOFError:  # the server is gone: finalize and leave
-            instance.close()
-            return
-        if message[0] == "close":
-            instance.close()
-            conn.send(("closed",))
-            return
-        _, path, size, requests = message
-        try:
+            region = self._inputs
             if path is not None:
-                inputs = shm.Region.attach(path, size)
-            indices = list(range(len(requests)))
-            if decoupled:
-                channel.expect(indices)
-            batch = [_request(message, inputs, channel, i, decoupled) for i, message in enumerate(requests)]
-            results = instance.execute(batch)
-            if decoupled:
-                channel.wait_finals([i for i in indices if isinstance(results[i], InferResponse)])
-            reply = outputs.pack(results)
+                region = shm.Region.attach(path, size)
+                if not nested:  # a nested execution's region is its own; the outer one's inputs live on
+                    self._inputs = region
+            batch = [_request(request, region, channel, key, i) for i, request in enumerate(requests)]
+            open_ = set(range(len(batch)))
+            if self._decoupled:
+                for index, request in enumerate(batch):
+                    request.responses = functools.partial(channel.respond, key, index, open_=open_)
+            results = self._instance.execute(batch)
+            if self._decoupled:
+                channel.wait_finals(open_, [i for i, r in enumerate(results) if isinstance(r, InferResponse)])
+            return self._outputs.pack(results)
         except Exception as exc:  # a failure here must cost this batch, not the instance
             error = ("error", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}")
-            reply = ("results", None, None, [error] * len(requests))
-        channel.tell(reply)
+            return ("results", None, None, [error] * len(requests))
+
+    def serve(self) -> None:
+        """Run executions until told to close, or until the server goes away."""
+        conn = self._channel.conn
+        while True:
+            try:
+                message = conn.recv()
+            except EOFError:  # the server is gone: finalize and leave
+                self._instance.close()
+                return
+            if message[0] == "close":
+                self._instance.close()
+                conn.send(("closed",))
+                return
+            self._channel.tell(self.execute(message))
 
 
 def main(argv: list[str]) -> int:
@@ -230,7 +281,7 @@ def main(argv: list[str]) -> int:
     conn.send(("loaded",))
     channel = _Channel(conn)
     pb_utils.bls_runner = _RemoteRunner(channel)
-    _serve(channel, instance, config.model_transaction_policy.decoupled)
+    _Worker(channel, instance, config.model_transaction_policy.decoupled).serve()
     return 0
 
 
