@@ -29,6 +29,10 @@ from naiad.scheduling.stats import FailureReason, SchedulerStats
 from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
 
 _MONOTONIC_NS = time.monotonic_ns
+#: Inline execution (``_run_inline``) only while executions average less than this.
+_INLINE_LIMIT_NS = 50_000
+#: Where the running average starts: about 70 executions on the thread before any runs inline.
+_INLINE_WARMUP_NS = 1_000_000_000
 #: Event-loop timers have millisecond granularity; shorter waits poll on each loop iteration.
 _TIMER_RESOLUTION_NS = 1_000_000
 
@@ -57,6 +61,14 @@ class DynamicBatchScheduler:
         # hop per request would cost a third of the throughput of small models).  Otherwise a
         # batch is formed only when an instance is free, so that it grows while all are busy.
         self._direct = not policy.batching and policy.levels == (QueuePolicy(),)
+        # A single instance that says it is safe to run on the loop (see ``_run_inline``) does so
+        # while its executions stay shorter than _INLINE_LIMIT_NS on average.
+        self._inline = (
+            self._direct
+            and len(self._workers) == 1
+            and bool(getattr(self._workers[0].instance, "inline_safe", False))
+        )
+        self._infer_average_ns = _INLINE_WARMUP_NS
         self._idle = len(self._workers)
         self._running = 0
         self._handed = 0
@@ -94,7 +106,9 @@ class DynamicBatchScheduler:
             entry.size = request.batch_size
             if self._keyed:
                 entry.shape_key = self._shape_key(request)
-        if self._direct or (
+        if self._inline and not self._running and self._infer_average_ns < _INLINE_LIMIT_NS:
+            self._run_inline(entry, now)
+        elif self._direct or (
             self._idle and not len(queue) and (not policy.batching or not policy.max_queue_delay_ns)
         ):
             entry.state = TAKEN
@@ -155,6 +169,21 @@ class DynamicBatchScheduler:
         self._handed += len(entries)
         self._jobs.put(Execution(entries, now, self._sequence))
         self._sequence += 1
+
+    def _run_inline(self, entry: QueuedRequest, now: int) -> None:
+        """Execute on the event loop thread and settle ``entry`` at once.
+
+        Only for an idle single instance that is ``inline_safe`` and whose executions are short:
+        a few microseconds of model code then cost no thread hand-off at all, and a slow execution
+        raises the running average so the next requests go back to the instance's thread.
+        """
+        execution = Execution([entry], now, self._sequence)
+        self._sequence += 1
+        entry.state = TAKEN
+        execution.start_ns = _MONOTONIC_NS()
+        execution.results = InstanceWorker.run_batch(self._workers[0].instance, [entry])
+        execution.end_ns = _MONOTONIC_NS()
+        self._deliver(execution, execution.end_ns)
 
     def _pending(self) -> int:
         """Requests queued here or in the job queue, not yet taken by an instance."""
@@ -225,6 +254,7 @@ class DynamicBatchScheduler:
             return
         input_ns = execution.start_ns - execution.dispatch_ns
         infer_ns = execution.end_ns - execution.start_ns
+        self._infer_average_ns += (infer_ns - self._infer_average_ns) >> 3
         output_ns = now - execution.end_ns
         stats.execution(sum(entry.size for entry in entries), input_ns, infer_ns, output_ns)
         stats.last_inference_ms = time.time_ns() // 1_000_000

@@ -95,7 +95,7 @@ class InstanceWorker:
                     execution.dispatch_ns = time.monotonic_ns()  # so the wait counts as queueing
                 execution.start_ns = time.monotonic_ns()
                 if entries:
-                    execution.results = self._execute(instance, entries)
+                    execution.results = self.run_batch(instance, entries)
                 if gate is not None:
                     gate.release()
                 execution.end_ns = time.monotonic_ns()
@@ -104,7 +104,7 @@ class InstanceWorker:
             instance.close()
 
     @staticmethod
-    def _execute(instance: ModelInstance, entries: list[QueuedRequest]) -> list[ExecuteResult]:
+    def run_batch(instance: ModelInstance, entries: list[QueuedRequest]) -> list[ExecuteResult]:
         """One result per entry, whatever the backend does: an exception fails the whole batch."""
         try:
             results = instance.execute([entry.request for entry in entries])

@@ -116,6 +116,12 @@ class ModelHost:
             result = self.run(result)
         return result
 
+    @property
+    def synchronous(self) -> bool:
+        """Whether the model's ``execute`` is a plain function (not ``async def``)."""
+        execute = getattr(self._model, "execute", None)
+        return execute is not None and not inspect.iscoroutinefunction(execute)
+
     def call(self, requests: list[pb_utils.InferenceRequest]) -> Any:
         """The model's ``execute`` called, not awaited: a coroutine for ``async def execute``, for a
         caller that awaits it on its own loop; may raise."""
