@@ -75,6 +75,10 @@ def _uvicorn(
         timeout_graceful_shutdown=settings.exit_timeout_secs,
         timeout_keep_alive=75,
         backlog=4096,
+        # X-Forwarded-* rewriting and a "server: uvicorn" header cost per request and are not
+        # Triton's behaviour; clients see the peer address they connect from, as with tritonserver.
+        proxy_headers=False,
+        server_header=False,
         **secure,
     )
     return _Server(config)
