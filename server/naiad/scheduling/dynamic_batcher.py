@@ -26,7 +26,7 @@ from naiad.scheduling.batcher import next_batch
 from naiad.scheduling.policy import QueuePolicy, SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest, RequestQueue
 from naiad.scheduling.stats import FailureReason, SchedulerStats
-from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
+from naiad.scheduling.worker import Execution, InstanceWorker, Jobs, drain_or_abandon
 
 _MONOTONIC_NS = time.monotonic_ns
 #: Inline execution (``_run_inline``) only while executions average less than this.
@@ -35,13 +35,6 @@ _INLINE_LIMIT_NS = 50_000
 _INLINE_WARMUP_NS = 1_000_000_000
 #: Event-loop timers have millisecond granularity; shorter waits poll on each loop iteration.
 _TIMER_RESOLUTION_NS = 1_000_000
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
 
 
 class DynamicBatchScheduler:
@@ -259,32 +252,7 @@ class DynamicBatchScheduler:
         stats.execution(sum(entry.size for entry in entries), input_ns, infer_ns, output_ns)
         stats.last_inference_ms = time.time_ns() // 1_000_000
         for entry, result in zip(entries, execution.results, strict=True):
-            future = entry.future
-            elapsed = now - entry.enqueue_ns
-            timestamps = entry.request.timestamps
-            if timestamps is not None:  # a traced request: Triton's timestamps, monotonic ns
-                timestamps += (
-                    ("QUEUE_START", entry.enqueue_ns),
-                    ("COMPUTE_START", execution.dispatch_ns),
-                    ("COMPUTE_INPUT_END", execution.start_ns),
-                    ("COMPUTE_OUTPUT_START", execution.end_ns),
-                    ("COMPUTE_END", now),
-                )
-            if future.done():
-                stats.fail(FailureReason.CANCELED, elapsed)
-            elif isinstance(result, InferResponse):
-                future.set_result(result)
-                queue_ns = execution.dispatch_ns - entry.enqueue_ns
-                stats.success_count += 1
-                stats.success_ns += elapsed
-                stats.queue_ns += queue_ns
-                stats.compute_input_ns += input_ns
-                stats.compute_infer_ns += infer_ns
-                stats.compute_output_ns += output_ns
-                stats.observe(elapsed, queue_ns, input_ns, infer_ns, output_ns)
-            else:
-                future.set_exception(result)
-                stats.fail(FailureReason.BACKEND, elapsed)
+            execution.settle(entry, result, now, stats)
 
     # ---- closing --------------------------------------------------------------------------------
 
@@ -298,15 +266,7 @@ class DynamicBatchScheduler:
         if self._closing:
             return
         self._closing = True
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            if loop.is_running() and not _on_loop(loop):
-                drained = threading.Event()
-                loop.call_soon_threadsafe(self._begin_drain, drained)
-                if not drained.wait(timeout):
-                    loop.call_soon_threadsafe(self._abandon)
-            else:
-                self._abandon()
+        drain_or_abandon(self._loop, self._begin_drain, self._abandon, timeout)
         for _ in self._workers:
             self._jobs.put(None)
         for worker in self._workers:

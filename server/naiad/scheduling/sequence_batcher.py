@@ -38,18 +38,11 @@ from naiad.scheduling.policy import SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest
 from naiad.scheduling.sequence_settings import Array, SequenceSettings
 from naiad.scheduling.stats import FailureReason, SchedulerStats
-from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
+from naiad.scheduling.worker import Execution, InstanceWorker, Jobs, drain_or_abandon
 
 log = logging.getLogger("naiad.scheduling")
 
 _MONOTONIC_NS = time.monotonic_ns
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
 
 
 class _Sequence:
@@ -358,9 +351,6 @@ class SequenceBatchScheduler:
         self, sequence: _Sequence, entry: QueuedRequest, result: ExecuteResult, execution: Execution, now: int
     ) -> None:
         """Keep the state outputs for the sequence's next request and answer the request."""
-        stats = self.stats
-        elapsed = now - entry.enqueue_ns
-        future = entry.future
         if isinstance(result, InferResponse) and self._state_outputs:
             kept = []
             for tensor in result.outputs:
@@ -369,26 +359,7 @@ class SequenceBatchScheduler:
                 else:
                     kept.append(tensor)
             result.outputs = kept
-        if future.done():
-            stats.fail(FailureReason.CANCELED, elapsed)
-        elif isinstance(result, InferResponse):
-            future.set_result(result)
-            stats.success_count += 1
-            stats.success_ns += elapsed
-            stats.queue_ns += execution.dispatch_ns - entry.enqueue_ns
-            stats.compute_input_ns += execution.start_ns - execution.dispatch_ns
-            stats.compute_infer_ns += execution.end_ns - execution.start_ns
-            stats.compute_output_ns += now - execution.end_ns
-            stats.observe(
-                elapsed,
-                execution.dispatch_ns - entry.enqueue_ns,
-                execution.start_ns - execution.dispatch_ns,
-                execution.end_ns - execution.start_ns,
-                now - execution.end_ns,
-            )
-        else:
-            future.set_exception(result)
-            stats.fail(FailureReason.BACKEND, elapsed)
+        execution.settle(entry, result, now, self.stats)
 
     # ---- closing --------------------------------------------------------------------------------
 
@@ -402,15 +373,7 @@ class SequenceBatchScheduler:
         if self._closing:
             return
         self._closing = True
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            if loop.is_running() and not _on_loop(loop):
-                drained = threading.Event()
-                loop.call_soon_threadsafe(self._begin_drain, drained)
-                if not drained.wait(timeout):
-                    loop.call_soon_threadsafe(self._abandon)
-            else:
-                self._abandon()
+        drain_or_abandon(self._loop, self._begin_drain, self._abandon, timeout)
         for instance in self._instances:
             instance.jobs.put(None)
         for instance in self._instances:

@@ -13,6 +13,7 @@ the next execution.  A job cancelled while it waits there is dropped before it r
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -21,7 +22,9 @@ from typing import TYPE_CHECKING
 
 from naiad.backends.base import ExecuteResult, ModelInstance
 from naiad.core.errors import InferenceServerError, InternalError
+from naiad.core.request import InferResponse
 from naiad.scheduling.queue import QueuedRequest
+from naiad.scheduling.stats import FailureReason, SchedulerStats
 
 if TYPE_CHECKING:
     from naiad.scheduling.rate_limiter import Gate
@@ -45,6 +48,67 @@ class Execution:
         self.results: list[ExecuteResult] = []
         self.start_ns = 0
         self.end_ns = 0
+
+    def settle(self, entry: QueuedRequest, result: ExecuteResult, now: int, stats: SchedulerStats) -> None:
+        """Answer ``entry`` with ``result`` (delivered at ``now``) and count it, with this
+        execution's timings: one place for every scheduler, so statistics, histograms and trace
+        timestamps mean the same whichever scheduler ran the request."""
+        future = entry.future
+        elapsed = now - entry.enqueue_ns
+        timestamps = entry.request.timestamps
+        if timestamps is not None:  # a traced request: Triton's timestamps, monotonic ns
+            timestamps += (
+                ("QUEUE_START", entry.enqueue_ns),
+                ("COMPUTE_START", self.dispatch_ns),
+                ("COMPUTE_INPUT_END", self.start_ns),
+                ("COMPUTE_OUTPUT_START", self.end_ns),
+                ("COMPUTE_END", now),
+            )
+        if future.done():
+            stats.fail(FailureReason.CANCELED, elapsed)
+        elif isinstance(result, InferResponse):
+            future.set_result(result)
+            queue_ns = self.dispatch_ns - entry.enqueue_ns
+            input_ns = self.start_ns - self.dispatch_ns
+            infer_ns = self.end_ns - self.start_ns
+            output_ns = now - self.end_ns
+            stats.success_count += 1
+            stats.success_ns += elapsed
+            stats.queue_ns += queue_ns
+            stats.compute_input_ns += input_ns
+            stats.compute_infer_ns += infer_ns
+            stats.compute_output_ns += output_ns
+            stats.observe(elapsed, queue_ns, input_ns, infer_ns, output_ns)
+        else:
+            future.set_exception(result)
+            stats.fail(FailureReason.BACKEND, elapsed)
+
+
+def drain_or_abandon(
+    loop: asyncio.AbstractEventLoop | None,
+    begin_drain: Callable[[threading.Event], None],
+    abandon: Callable[[], None],
+    timeout: float,
+) -> None:
+    """How a scheduler closes from off its event loop: ask the loop to run the queued work and
+    signal when it has, and if that takes longer than ``timeout`` (or the loop is not running
+    elsewhere) answer what is still queued right away."""
+    if loop is None or loop.is_closed():
+        return
+    if loop.is_running() and not _on_loop(loop):
+        drained = threading.Event()
+        loop.call_soon_threadsafe(begin_drain, drained)
+        if not drained.wait(timeout):
+            loop.call_soon_threadsafe(abandon)
+    else:
+        abandon()
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 Jobs = queue.SimpleQueue[Execution | None]
