@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -42,11 +40,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common.wrk import wrk  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 
 BATCH = 32
 CLIENTS = 64
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 MLP_CONFIG = """
 name: "mlp"
@@ -94,13 +92,6 @@ def _build_examples() -> object:
     return module
 
 
-def _ms(text: str) -> float:
-    match = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
-    if match is None:
-        raise ValueError(text)
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
 def _lua(body: bytes, headers: dict[str, str], folder: Path) -> Path:
     """A wrk script posting ``body`` (binary-safe: read from a file) with ``headers``."""
     body_file = folder / f"body-{len(list(folder.iterdir()))}.bin"
@@ -115,24 +106,6 @@ def _lua(body: bytes, headers: dict[str, str], folder: Path) -> Path:
     lines += [f'wrk.headers["{key}"] = "{value}"' for key, value in headers.items()]
     script.write_text("\n".join(lines) + "\n")
     return script
-
-
-def wrk(url: str, script: Path, duration: int, connections: int) -> dict[str, float]:
-    """Requests/s, p50 and p99 (ms) of one wrk run; raises if any response failed."""
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    failed = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if failed:
-        raise RuntimeError(f"{url}: {failed.group(1)} failed responses")
-    return {
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
-        "p50": _ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)),  # type: ignore[union-attr]
-        "p99": _ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1)),  # type: ignore[union-attr]
-    }
 
 
 def ort_in_process(model: Path, duration: int, threads: int = 0) -> dict[str, float]:

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -35,6 +34,10 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.common.references import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT.parent / "shared" / "reference"
@@ -75,12 +78,6 @@ class Identity(MLModel):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # ---- workloads --------------------------------------------------------------------------------------
 
 
@@ -110,7 +107,10 @@ def workloads(scale: float) -> list[Workload]:
     image = np.random.default_rng(0).random(LARGE_SHAPE, dtype=np.float32)
     return [
         Workload(
-            "add_sub", "add_sub", {"INPUT0": a, "INPUT1": b}, {"OUTPUT0": a + b, "OUTPUT1": a - b},
+            "add_sub",
+            "add_sub",
+            {"INPUT0": a, "INPUT1": b},
+            {"OUTPUT0": a + b, "OUTPUT1": a - b},
             int(20000 * scale),
         ),
         Workload(
@@ -133,8 +133,12 @@ class Server:
 
     def start(self, log: Path) -> None:
         self.process = subprocess.Popen(
-            self.command, cwd=self.cwd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env}, start_new_session=True,
+            self.command,
+            cwd=self.cwd,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+            start_new_session=True,
         )
 
     def wait_ready(self, models: list[str], timeout: float = 180) -> None:
@@ -180,22 +184,47 @@ def mlserver_folder(root: Path, http: int, grpc_port: int) -> Path:
     (folder / "identity_large" / "model-settings.json").write_text(
         json.dumps({"name": "identity_large", "implementation": "model.Identity"})
     )
-    settings = {"http_port": http, "grpc_port": grpc_port, "metrics_port": free_port(),
-                "parallel_workers": 0, "debug": False}
+    settings = {
+        "http_port": http,
+        "grpc_port": grpc_port,
+        "metrics_port": free_port(),
+        "parallel_workers": 0,
+        "debug": False,
+    }
     (folder / "settings.json").write_text(json.dumps(settings))
     return folder
 
 
 def servers(root: Path, repo: Path) -> list[Server]:
     naiad_grpc, triton_grpc, mlserver_grpc = free_port(), free_port(), free_port()
-    naiad = Server("naiad", [
-        sys.executable, "-m", "naiad", "serve", f"--model-repository={repo}", f"--grpc-port={naiad_grpc}",
-        f"--http-port={free_port()}", f"--metrics-port={free_port()}", "--allow-metrics=false",
-    ], naiad_grpc)
-    triton = Server("triton", [
-        "bash", str(REFERENCE / "triton.sh"), f"--model-repository={repo}", f"--grpc-port={triton_grpc}",
-        f"--http-port={free_port()}", f"--metrics-port={free_port()}", "--allow-metrics=false",
-    ], triton_grpc)
+    naiad = Server(
+        "naiad",
+        [
+            sys.executable,
+            "-m",
+            "naiad",
+            "serve",
+            f"--model-repository={repo}",
+            f"--grpc-port={naiad_grpc}",
+            f"--http-port={free_port()}",
+            f"--metrics-port={free_port()}",
+            "--allow-metrics=false",
+        ],
+        naiad_grpc,
+    )
+    triton = Server(
+        "triton",
+        [
+            "bash",
+            str(REFERENCE / "triton.sh"),
+            f"--model-repository={repo}",
+            f"--grpc-port={triton_grpc}",
+            f"--http-port={free_port()}",
+            f"--metrics-port={free_port()}",
+            "--allow-metrics=false",
+        ],
+        triton_grpc,
+    )
     venv = Path(os.environ.get("NAIAD_REF_MLSERVER_VENV", Path.home() / ".cache/naiad-reference/mlserver"))
     folder = mlserver_folder(root, free_port(), mlserver_grpc)
     mlserver = Server("mlserver", [str(venv / "bin" / "mlserver"), "start", "."], mlserver_grpc, cwd=folder)
@@ -235,14 +264,33 @@ class Measurement:
     failed: int
 
 
-def h2load(server: Server, workload: Workload, body: Path, requests: int, connections: int,
-           log: Path) -> Measurement:
+def h2load(
+    server: Server, workload: Workload, body: Path, requests: int, connections: int, log: Path
+) -> Measurement:
     url = f"http://127.0.0.1:{server.grpc_port}/inference.GRPCInferenceService/ModelInfer"
     log.unlink(missing_ok=True)  # h2load appends to its log
     out = subprocess.run(
-        ["h2load", "-n", str(requests), "-c", str(connections), "-m", "1", "-d", str(body),
-         "-H", "content-type: application/grpc", "-H", "te: trailers", "--log-file", str(log), url],
-        capture_output=True, text=True, check=True,
+        [
+            "h2load",
+            "-n",
+            str(requests),
+            "-c",
+            str(connections),
+            "-m",
+            "1",
+            "-d",
+            str(body),
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+            "--log-file",
+            str(log),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rps = next(float(line.split()[3]) for line in out.splitlines() if line.startswith("finished in"))
     counts = next(line for line in out.splitlines() if line.startswith("requests:"))
@@ -289,15 +337,25 @@ def main(argv: list[str] | None = None) -> int:
                 body = grpc_body(workload, root / f"{workload.name}.body")
                 for server in chosen:
                     check_answers(server, workload)
-                    h2load(server, workload, body, max(200, workload.requests // 10), args.connections,
-                           root / "warmup.log")
+                    h2load(
+                        server,
+                        workload,
+                        body,
+                        max(200, workload.requests // 10),
+                        args.connections,
+                        root / "warmup.log",
+                    )
                 for round_ in range(args.rounds):
                     for server in chosen:
-                        m = h2load(server, workload, body, workload.requests, args.connections,
-                                   root / "h2load.log")
+                        m = h2load(
+                            server, workload, body, workload.requests, args.connections, root / "h2load.log"
+                        )
                         results.setdefault((workload.name, server.name), []).append(m)
-                        print(f"round {round_ + 1} {workload.name:15} {server.name:9} {m.rps:9.0f} req/s "
-                              f"p50 {m.p50_ms:6.2f} ms p99 {m.p99_ms:6.2f} ms failed {m.failed}", flush=True)
+                        print(
+                            f"round {round_ + 1} {workload.name:15} {server.name:9} {m.rps:9.0f} req/s "
+                            f"p50 {m.p50_ms:6.2f} ms p99 {m.p99_ms:6.2f} ms failed {m.failed}",
+                            flush=True,
+                        )
                     for server in chosen:
                         check_answers(server, workload, 5)
         finally:
@@ -307,14 +365,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(results: dict[tuple[str, str], list[Measurement]], loads: list[Workload], names: list[str],
-           connections: int) -> None:
+def report(
+    results: dict[tuple[str, str], list[Measurement]],
+    loads: list[Workload],
+    names: list[str],
+    connections: int,
+) -> None:
     print(f"\nmedians, {connections} connections, 1 stream each")
     print(f"{'workload':15} {'server':9} {'req/s':>9} {'MB/s':>8} {'p50 ms':>7} {'p99 ms':>7}  ratios")
     for workload in loads:
-        medians = {
-            name: statistics.median(m.rps for m in results[(workload.name, name)]) for name in names
-        }
+        medians = {name: statistics.median(m.rps for m in results[(workload.name, name)]) for name in names}
         for name in names:
             runs = results[(workload.name, name)]
             rps = medians[name]

@@ -10,9 +10,7 @@ usage: python benchmarks/http_infer/run.py [--duration 8] [--rounds 3] [--connec
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import (
     ROOT,
-    SHARED,
     Served,
     mlserver,
     naiad,
@@ -29,40 +26,7 @@ from benchmarks.common.references import (
     rss_mb,
     triton,
 )
-
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-
-
-def _ms(text: str) -> float:
-    match = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
-    if match is None:
-        raise ValueError(text)
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def wrk(url: str, duration: int, connections: int) -> dict[str, float]:
-    out = subprocess.run(
-        [
-            "wrk",
-            "-t1",
-            f"-c{connections}",
-            f"-d{duration}s",
-            "--latency",
-            "-s",
-            str(SHARED / "add_sub.lua"),
-            f"{url}/v2/models/add_sub/infer",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = _ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    p99 = _ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if non2xx:
-        raise RuntimeError(f"{url}: {non2xx.group(1)} failed responses")
-    return {"rps": rps, "p50": p50, "p99": p99}
+from benchmarks.common.wrk import wrk_add_sub
 
 
 def main() -> None:
@@ -89,10 +53,10 @@ def main() -> None:
         for server in servers:
             started.append(server.__enter__())
         for server in started:  # warm-up
-            wrk(server.http_url, 2, args.connections)
+            wrk_add_sub(server.http_url, 2, args.connections)
         for _ in range(args.rounds):
             for server in started:
-                results[server.name].append(wrk(server.http_url, args.duration, args.connections))
+                results[server.name].append(wrk_add_sub(server.http_url, args.duration, args.connections))
     finally:
         for server in started:
             server.__exit__(None, None, None)

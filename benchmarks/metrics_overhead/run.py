@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from naiad.scheduling.stats import SchedulerStats
 
 from benchmarks.common.references import Served, free_port, naiad, reference_add_sub_repository
-from benchmarks.http_infer.run import wrk
+from benchmarks.common.wrk import wrk_add_sub
 
 
 def observe_ns(calls: int = 200_000) -> float:
@@ -69,11 +69,11 @@ def main() -> None:
         )
         scraper.start()
         for server in started:  # warm-up
-            wrk(server.http_url, 2, args.connections)
+            wrk_add_sub(server.http_url, 2, args.connections)
         for round_ in range(args.rounds):
             order = started if round_ % 2 == 0 else started[::-1]
             for server in order:
-                results[server.name].append(wrk(server.http_url, args.duration, args.connections))
+                results[server.name].append(wrk_add_sub(server.http_url, args.duration, args.connections))
     finally:
         stop.set()
         for server in started:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import statistics
 import struct
@@ -35,6 +34,7 @@ from tritonclient.grpc import service_pb2 as pb
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import ROOT, Served, naiad, triton
+from benchmarks.common.wrk import wrk
 
 ENSEMBLE = "add_sub_mul"
 BASELINE = "add_sub"
@@ -106,27 +106,10 @@ def check(server: Served, model: str) -> None:
         client.close()
 
 
-def _ms(text: str) -> float:
-    match = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
-    if match is None:
-        raise ValueError(text)
-    return float(match.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[match.group(2)]
-
-
 def http_run(server: Served, work: Load, duration: int, connections: int) -> Measurement:
     url = f"{server.http_url}/v2/models/{work.model}/infer"
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(work.script), url],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    failed = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if failed:
-        raise RuntimeError(f"{server.name}: {failed.group(1)} failed HTTP responses")
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = _ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    p99 = _ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
+    figures = wrk(url, work.script, duration, connections)
+    rps, p50, p99 = figures["rps"], figures["p50"], figures["p99"]
     return Measurement(rps, p50, p99)
 
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -41,6 +39,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import naiad
+from benchmarks.common.wrk import wrk
 
 SIZES = (512, 2048, 2048, 512)
 CONFIG = """
@@ -53,7 +52,6 @@ CONFIG = """
 """
 #: Each backend's name for its intra-op thread count parameter.
 THREADS_PARAMETER = {"pytorch_libtorch": "INTRA_OP_THREAD_COUNT", "onnxruntime_onnx": "intra_op_thread_count"}
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 Figures = dict[str, float]
 
@@ -116,23 +114,6 @@ def wrk_script(rows: np.ndarray[Any, Any], folder: Path) -> Path:
         f'wrk.headers["Inference-Header-Content-Length"] = "{len(header)}"\n'
     )
     return script
-
-
-def wrk(url: str, script: Path, duration: int, connections: int) -> Figures:
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    failed = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if failed:
-        raise RuntimeError(f"{url}: {failed.group(1)} failed responses")
-    return {
-        "rps": float(_find(r"Requests/sec:\s+([\d.]+)", out)),
-        "p50": _ms(_find(r"^\s+50%\s+(\S+)", out)),
-        "p99": _ms(_find(r"^\s+99%\s+(\S+)", out)),
-    }
 
 
 def in_process(run: Callable[[], object], duration: float) -> Figures:
@@ -222,20 +203,6 @@ def main() -> None:
     print(f"naiad torch / naiad onnx             = {served_torch / served_onnx:.2f}x")
     print(f"naiad torch / torch in-process       = {served_torch / med['torch in-process']['rps']:.2f}x")
     print(f"naiad onnx  / onnxruntime in-process = {served_onnx / med['onnxruntime in-process']['rps']:.2f}x")
-
-
-def _find(pattern: str, text: str) -> str:
-    match = re.search(pattern, text, re.M)
-    if match is None:
-        raise ValueError(f"wrk output has no {pattern!r}:\n{text}")
-    return match.group(1)
-
-
-def _ms(text: str) -> float:
-    match = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
-    if match is None:
-        raise ValueError(text)
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 if __name__ == "__main__":
