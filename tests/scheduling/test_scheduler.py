@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -302,7 +303,7 @@ def test_config_validation_fails_the_load_with_tritons_messages() -> None:
         policy_of(config)
     instance = Instance()
     with pytest.raises(InvalidArgumentError):
-        create_scheduler(config, [InstanceWorker(instance, "i0")])
+        create_scheduler(config, [InstanceWorker(instance, "i0")], Path("."))
     assert instance.closed  # the factory owns the workers it was given
 
 

@@ -197,7 +197,7 @@ class ModelLoader:
             for worker in workers:
                 worker.close()
             raise
-        scheduler = create_scheduler(config, workers)  # owns the workers from here, even if it raises
+        scheduler = create_scheduler(config, workers, plan.path)  # owns the workers, even if it raises
         return ModelVersion(
             version,
             ModelState.READY,

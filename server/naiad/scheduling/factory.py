@@ -8,6 +8,7 @@ nothing of how models are found or loaded.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from naiad.scheduling.dynamic_batcher import DynamicBatchScheduler
@@ -19,8 +20,10 @@ from naiad.scheduling.sequence_settings import sequence_settings_of
 from naiad.scheduling.worker import InstanceWorker
 
 
-def create_scheduler(config: Any, workers: Sequence[InstanceWorker]) -> Scheduler:
+def create_scheduler(config: Any, workers: Sequence[InstanceWorker], model_dir: Path) -> Scheduler:
     """The scheduler for a model version whose normalized ``ModelConfig`` is ``config``.
+
+    ``model_dir`` is the model's folder, where the sequence batcher finds ``initial_state`` files.
 
     Raises :class:`~naiad.core.errors.InvalidArgumentError` for an invalid ``dynamic_batching`` or
     ``sequence_batching`` section, or for instance resources the rate limiter can never grant (the
@@ -32,7 +35,7 @@ def create_scheduler(config: Any, workers: Sequence[InstanceWorker]) -> Schedule
         if limiter is not None:
             limiter.attach(config, workers)
         if config.HasField("sequence_batching"):
-            return SequenceBatchScheduler(sequence_settings_of(config), workers)
+            return SequenceBatchScheduler(sequence_settings_of(config, model_dir), workers)
         policy = policy_of(config)
     except BaseException:
         for worker in workers:

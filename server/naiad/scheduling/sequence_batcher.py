@@ -7,12 +7,30 @@ idle for ``max_sequence_idle_microseconds`` (then it is forgotten, and a later r
 START is refused with Triton's message).  Sequences that find every slot taken wait in a backlog and
 take the next free slot in arrival order.
 
-Each instance has a job queue of its own (so a sequence's requests run where its slot is) and forms its
-batches from the head requests of its sequences, at most one per sequence:
+A new sequence takes the free slot with the lowest index on any instance, as in Triton, so sequences
+spread over the instances and direct batches stay short.  Each instance has a job queue of its own (so
+a sequence's requests run where its slot is) and forms its batches from the head requests of its
+sequences, at most one per sequence:
 
-* ``direct``: every ready slot goes into the batch at once (after ``max_queue_delay_microseconds``
-  when fewer than ``minimum_slot_utilization`` of the slots are ready);
-* ``oldest``: the oldest ready heads, as the dynamic batcher would batch them (preferred sizes, delay).
+* ``direct``: the batch position of a request is its sequence's slot index, because a model that keeps
+  state per batch slot (a TensorRT RNN, say) must find the same sequence at the same position every
+  time.  A batch covers the positions up to the highest slot with a ready request; the other positions
+  get a *null request* (Triton's ``CopyAsNull``): one real request's inputs as zeros, READY, START and
+  END false, CORRID 0 and zero states.  Its result is dropped: it answers nobody, counts in no
+  statistic and never touches a sequence's state.  The batch is sent at once, or after
+  ``max_queue_delay_microseconds`` when fewer than ``minimum_slot_utilization`` of the slots are ready.
+* ``oldest``: the oldest ready heads, as the dynamic batcher would batch them (preferred sizes, delay);
+  positions mean nothing, so there are no null requests.
+
+``oldest { preserve_ordering }`` needs no code here: the design already keeps its promise.  Triton runs
+one dynamic batcher per instance, and the option makes it hold back a batch's responses until the
+batches it formed earlier have answered, since a backend there may still answer one batch while the
+next one runs.  Here an instance runs one execution at a time, delivers all of its results in batch
+order before it forms the next batch, and batches the oldest ready requests first.  So an instance
+answers its requests in the order the scheduler received them, except that a sequence's next request
+cannot run before its previous one has (in Triton neither).  Responses from different instances are
+not ordered, in Triton either, and a decoupled model's responses go out as the model sends them, as
+with the dynamic batcher.
 
 Before a request runs the batcher adds the control tensors the model declares (START, END, READY,
 CORRID) and its implicit state inputs (``state [...]``); the state outputs of the response become the
@@ -23,12 +41,15 @@ on the event loop thread, so there are no locks.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+
+import numpy as np
 
 from naiad.backends.base import ExecuteResult
 from naiad.core.errors import InvalidArgumentError, UnavailableError
@@ -46,13 +67,14 @@ _MONOTONIC_NS = time.monotonic_ns
 
 
 class _Sequence:
-    """One live sequence: its slot's instance, its queued requests and its implicit state."""
+    """One live sequence: its slot (instance and index), its queued requests and its implicit state."""
 
-    __slots__ = ("correlation_id", "instance", "last_ns", "pending", "running", "states")
+    __slots__ = ("correlation_id", "instance", "last_ns", "pending", "running", "slot", "states")
 
     def __init__(self, correlation_id: int | str, now_ns: int) -> None:
         self.correlation_id = correlation_id
         self.instance = -1  # -1: in the backlog, waiting for a slot
+        self.slot = -1
         self.pending: deque[QueuedRequest] = deque()
         self.running = False
         self.last_ns = now_ns
@@ -60,15 +82,23 @@ class _Sequence:
 
 
 class _Instance:
-    """An instance's worker, job queue and the sequences holding its slots."""
+    """An instance's worker, job queue and slots (the sequence holding each, ``None`` when free)."""
 
-    __slots__ = ("busy", "jobs", "members", "worker")
+    __slots__ = ("busy", "jobs", "slots", "worker")
 
-    def __init__(self, worker: InstanceWorker) -> None:
+    def __init__(self, worker: InstanceWorker, slots: int) -> None:
         self.worker = worker
         self.jobs: Jobs = Jobs()
-        self.members: list[_Sequence] = []
+        self.slots: list[_Sequence | None] = [None] * slots
         self.busy = False
+
+    def members(self) -> list[_Sequence]:
+        """The sequences holding a slot, in slot order."""
+        return [sequence for sequence in self.slots if sequence is not None]
+
+
+#: What a batch position holds: the sequence and its request, or ``None`` and a null request.
+_Position = tuple[_Sequence | None, QueuedRequest]
 
 
 class SequenceBatchScheduler:
@@ -79,10 +109,14 @@ class SequenceBatchScheduler:
         if not workers:
             raise ValueError("a scheduler needs at least one instance")
         self.settings = settings
-        self._instances = [_Instance(worker) for worker in workers]
+        self._instances = [_Instance(worker, settings.slots) for worker in workers]
+        #: Free slots as (slot index, instance index), a heap: the lowest index is taken first.
+        self._free = [(slot, number) for slot in range(settings.slots) for number in range(len(workers))]
         self._sequences: dict[int | str, _Sequence] = {}
         self._backlog: deque[_Sequence] = deque()
-        self._running: dict[Execution, tuple[_Instance, list[tuple[_Sequence, QueuedRequest]]]] = {}
+        self._running: dict[Execution, tuple[_Instance, list[_Position]]] = {}
+        #: A null request's START, END and READY: each control's false value.
+        self._not_ready = {control.name: control.values[False] for control in settings.controls}
         self._policy = SchedulingPolicy(
             model_name=settings.model_name,
             batching=settings.batch_size > 1,
@@ -164,30 +198,29 @@ class SequenceBatchScheduler:
             correlation.tensor_data(request.sequence_id, name)  # a type mismatch fails now, not in a batch
 
     def _admit(self, sequence: _Sequence) -> None:
-        """Give ``sequence`` a slot on the instance with the most free ones, or queue it for one."""
-        best: _Instance | None = None
-        for instance in self._instances:
-            if len(instance.members) < self.settings.slots and (
-                best is None or len(instance.members) < len(best.members)
-            ):
-                best = instance
-        if best is None:
+        """Give ``sequence`` the free slot with the lowest index, or queue it for one."""
+        if not self._free:
             self._backlog.append(sequence)
             return
-        sequence.instance = self._instances.index(best)
-        best.members.append(sequence)
+        slot, number = heapq.heappop(self._free)
+        self._seat(sequence, number, slot)
+
+    def _seat(self, sequence: _Sequence, number: int, slot: int) -> None:
+        sequence.instance = number
+        sequence.slot = slot
+        self._instances[number].slots[slot] = sequence
 
     def _release(self, sequence: _Sequence) -> None:
         """Free the slot of ``sequence`` and hand it to the first sequence of the backlog."""
-        instance = self._instances[sequence.instance]
-        instance.members.remove(sequence)
-        sequence.instance = -1
+        number, slot = sequence.instance, sequence.slot
+        self._instances[number].slots[slot] = None
+        sequence.instance = sequence.slot = -1
         if self._sequences.get(sequence.correlation_id) is sequence:
             del self._sequences[sequence.correlation_id]
         if self._backlog:
-            waiting = self._backlog.popleft()
-            waiting.instance = self._instances.index(instance)
-            instance.members.append(waiting)
+            self._seat(self._backlog.popleft(), number, slot)
+        else:
+            heapq.heappush(self._free, (slot, number))
 
     # ---- dispatch -------------------------------------------------------------------------------
 
@@ -199,30 +232,63 @@ class SequenceBatchScheduler:
         """Run the next batch on ``instance`` if it is free and its batching rule says so."""
         if instance.busy:
             return
-        ready = [s for s in instance.members if s.pending and not s.running]
+        ready = [s for s in instance.members() if s.pending and not s.running]
         if not ready:
             return
-        ready.sort(key=lambda s: s.pending[0].enqueue_ns)
         settings = self.settings
         if settings.oldest:
+            ready.sort(key=lambda s: s.pending[0].enqueue_ns)
             count, wake_ns = next_batch((s.pending[0] for s in ready), self._policy, now, self._closing)
+            if not count:
+                self._arm(wake_ns)
+                return
+            batch: list[_Position] = [(sequence, self._prepare(sequence)) for sequence in ready[:count]]
         else:
-            count, wake_ns = len(ready), 0
-            oldest = ready[0].pending[0].enqueue_ns
+            oldest = min(s.pending[0].enqueue_ns for s in ready)
             delay = settings.max_queue_delay_ns
             utilization = len(ready) / settings.slots
-            if delay and utilization < settings.minimum_slot_utilization and now - oldest < delay:
-                count, wake_ns = 0, oldest + delay
-            if self._closing:
-                count = len(ready)
-        if not count:
-            self._arm(wake_ns)
-            return
-        batch = [(sequence, self._prepare(sequence)) for sequence in ready[:count]]
-        execution = Execution([entry for _, entry in batch], now, next(self._serial))
+            if (
+                delay
+                and utilization < settings.minimum_slot_utilization
+                and now - oldest < delay
+                and not self._closing
+            ):
+                self._arm(oldest + delay)
+                return
+            batch = self._direct_batch(instance, ready, now)
+        entries = [entry for _, entry in batch]
+        execution = Execution(entries, now, next(self._serial), keep_cancelled=not settings.oldest)
         self._running[execution] = (instance, batch)
         instance.busy = True
         instance.jobs.put(execution)
+
+    def _direct_batch(self, instance: _Instance, ready: list[_Sequence], now: int) -> list[_Position]:
+        """Position i holds the next request of the sequence in slot i, or a null request, up to the
+        highest slot with a ready sequence (``ready`` is in slot order)."""
+        taken = {sequence.slot: (sequence, self._prepare(sequence)) for sequence in ready}
+        like = taken[ready[0].slot][1].request  # Triton copies the lowest slot's request
+        return [taken.get(slot) or (None, self._null(like, now)) for slot in range(ready[-1].slot + 1)]
+
+    def _null(self, like: InferRequest, now: int) -> QueuedRequest:
+        """A null request shaped like ``like`` (already prepared): it batches like ``like`` (same
+        inputs, datatypes and shapes, so the backends concatenate it as any request), but its data is
+        zeros (empty strings for BYTES), its START, END and READY are false and its CORRID and states
+        zero: the model can tell it from a real request and must not take it for one.  Nobody awaits
+        its future."""
+        not_ready = self._not_ready
+        inputs = []
+        for tensor in like.inputs:
+            data = not_ready.get(tensor.name)
+            if data is None:
+                data = (
+                    np.full(tensor.data.shape, b"", dtype=np.object_)
+                    if tensor.datatype == "BYTES"
+                    else np.zeros_like(tensor.data)
+                )
+            inputs.append(Tensor(tensor.name, tensor.datatype, data))
+        outputs = None if like.outputs is None else list(like.outputs)
+        request = InferRequest(like.model_name, like.model_version, inputs=inputs, outputs=outputs)
+        return QueuedRequest(request, asyncio.get_running_loop().create_future(), now)
 
     def _prepare(self, sequence: _Sequence) -> QueuedRequest:
         """Take the sequence's next request and add its control tensors and implicit state."""
@@ -260,7 +326,7 @@ class SequenceBatchScheduler:
 
     def _waiting(self) -> list[_Sequence]:
         """Every sequence that holds a slot or waits for one."""
-        return [s for instance in self._instances for s in instance.members] + list(self._backlog)
+        return [s for instance in self._instances for s in instance.members()] + list(self._backlog)
 
     # ---- timers: batch delays and idle sequences ------------------------------------------------
 
@@ -287,7 +353,7 @@ class SequenceBatchScheduler:
         idle_ns = self.settings.idle_ns
         next_ns = 0
         for instance in self._instances:
-            for sequence in list(instance.members):
+            for sequence in instance.members():
                 if sequence.running or sequence.pending:
                     continue
                 expiry = sequence.last_ns + idle_ns
@@ -323,16 +389,18 @@ class SequenceBatchScheduler:
         stats = self.stats
         for entry in execution.skipped:
             stats.fail(FailureReason.CANCELED, now - entry.enqueue_ns)
-        if execution.entries:
+        real = [(sequence, entry) for sequence, entry in batch if sequence is not None]
+        ran = len(execution.entries) - (len(batch) - len(real))  # null requests are never skipped
+        if ran:
             stats.execution(
-                len(execution.entries),
+                ran,
                 execution.start_ns - execution.dispatch_ns,
                 execution.end_ns - execution.start_ns,
                 now - execution.end_ns,
             )
             stats.last_inference_ms = time.time_ns() // 1_000_000
         results = dict(zip(map(id, execution.entries), execution.results, strict=True))
-        for sequence, entry in batch:
+        for sequence, entry in real:
             sequence.running = False
             sequence.last_ns = now
             request = entry.request

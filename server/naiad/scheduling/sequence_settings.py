@@ -5,20 +5,27 @@ the last), and the sequence batcher feeds them control tensors the model declare
 READY as a false/true pair of INT32, FP32 or BOOL values, CORRID as the correlation ID itself.  The
 scheduler reads these on every request, so they are plain values and ready-made arrays here, not
 protobuf fields, and a bad section fails the model's load with the reason rather than its requests.
+For the same reason an implicit state's ``initial_state`` (zeros, or the raw contents of a file in the
+model's ``initial_state`` folder) is read once, here, into the array every new sequence starts from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from naiad.codecs import bytes_tensor
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError
 
 Array = np.ndarray[Any, Any]
+
+#: Where ``initial_state { data_file }`` files are, under the model's folder (Triton's name).
+INITIAL_STATE_DIR = "initial_state"
 
 #: Triton's default ``max_sequence_idle_microseconds`` (the field's 0 means this).
 DEFAULT_IDLE_US = 1_000_000
@@ -78,8 +85,8 @@ class CorrelationControl:
 class ImplicitState:
     """A ``state`` entry: ``output_name`` of one request becomes ``input_name`` of the next.
 
-    ``initial`` is what the first request of a sequence gets (zeros unless ``initial_state`` says
-    otherwise), with the batch dimension when the model batches.
+    ``initial`` is what the first request of a sequence gets (zeros, empty strings for BYTES, unless
+    ``initial_state`` names a ``data_file``), with the batch dimension when the model batches.
     """
 
     input_name: str
@@ -93,9 +100,9 @@ class SequenceSettings:
     """What the sequence batcher needs to know about a model version.
 
     ``oldest`` picks Triton's oldest strategy (a dynamic batch of the oldest ready sequences of an
-    instance) over direct (each sequence has a slot; a batch holds the ready slots).  ``slots`` is the
-    number of sequences each instance holds at once; others wait in a backlog.  ``batch_size`` is the
-    largest batch one execution takes.  Delays are in nanoseconds.
+    instance) over direct (each sequence has a slot, and its requests sit at that batch position).
+    ``slots`` is the number of sequences each instance holds at once; others wait in a backlog.
+    ``batch_size`` is the largest batch one execution takes.  Delays are in nanoseconds.
     """
 
     model_name: str
@@ -141,19 +148,16 @@ def _correlation_control(name: str, control: Any, batched: bool, model: str) -> 
     return CorrelationControl(name, datatypes.config_to_protocol(type_name), (1, 1) if batched else (1,))
 
 
-def _state(state: Any, batched: bool, model: str) -> ImplicitState:
+def _state(state: Any, batched: bool, model: str, model_dir: Path) -> ImplicitState:
+    """One ``state`` entry, checked as Triton checks it, with the array its sequences start from."""
     datatype = datatypes.config_to_protocol(mc.DataType.Name(state.data_type))
-    if datatype == "BYTES":
-        raise InvalidArgumentError(
-            f"implicit state '{state.input_name}' of model '{model}': TYPE_STRING states are not "
-            "supported by this server yet"
-        )
     if len(state.initial_state) > 1:
         raise InvalidArgumentError(
             f"initial_state field for state input '{state.input_name}' must contain exactly one or "
             f"zero element. Found '{len(state.initial_state)}' elements."
         )
     dims = [1 if d == -1 else d for d in state.dims]
+    data_file: str | None = None
     if state.initial_state:
         initial = state.initial_state[0]
         if initial.data_type != state.data_type:
@@ -161,10 +165,9 @@ def _state(state: Any, batched: bool, model: str) -> ImplicitState:
                 f"The data type used for 'initial_state' field of state '{state.input_name}' does not "
                 "match the state data type."
             )
-        if initial.WhichOneof("state_data") != "zero_data":
+        if not initial.name:
             raise InvalidArgumentError(
-                f"initial_state of state '{state.input_name}' of model '{model}': only zero_data is "
-                "supported by this server yet"
+                f"Field 'name' must be set when using initial_state for state input '{state.input_name}'."
             )
         if len(initial.dims) != len(state.dims) or any(
             d != s and s != -1 for d, s in zip(initial.dims, state.dims, strict=True)
@@ -173,18 +176,79 @@ def _state(state: Any, batched: bool, model: str) -> ImplicitState:
                 f"'initial_state' dims for input name '{state.input_name}' don't match the 'state' "
                 "dims description"
             )
+        if any(d < 0 for d in initial.dims):
+            raise InvalidArgumentError(
+                f"'initial_state' field for state input name '{state.input_name}' contains variable "
+                "dimensions."
+            )
+        kind = initial.WhichOneof("state_data")
+        if kind is None:
+            raise InvalidArgumentError(
+                f"initial_state setting expects state '{state.input_name}' to have state_data set"
+            )
+        if kind == "data_file":
+            data_file = initial.data_file
         dims = list(initial.dims)
-    shape = ([1] if batched else []) + dims
-    return ImplicitState(
-        state.input_name,
-        state.output_name,
-        datatype,
-        _frozen(np.zeros(shape, dtype=datatypes.NUMPY_DTYPE[datatype])),
-    )
+    shape = tuple(([1] if batched else []) + dims)
+    if data_file is not None:
+        initial_data = _read_initial_state(state.input_name, datatype, shape, model_dir, data_file, model)
+    elif datatype == "BYTES":  # Triton's zero_data for strings: zero-length elements
+        initial_data = np.full(shape, b"", dtype=np.object_)
+    else:
+        initial_data = np.zeros(shape, dtype=datatypes.NUMPY_DTYPE[datatype])
+    return ImplicitState(state.input_name, state.output_name, datatype, _frozen(initial_data))
 
 
-def sequence_settings_of(config: Any) -> SequenceSettings:
-    """The settings of a normalized ``ModelConfig`` with a ``sequence_batching`` section."""
+def _read_initial_state(
+    input_name: str, datatype: str, shape: tuple[int, ...], model_dir: Path, data_file: str, model: str
+) -> Array:
+    """The ``data_file`` of an ``initial_state``: raw row-major bytes in ``<model>/initial_state/``.
+
+    As in Triton, fixed-size elements are little-endian and a string element is a 4-byte little-endian
+    length followed by its bytes.  The name comes from the config, which may come from anyone who can
+    write to the repository, so it must name a file inside that folder: no absolute path, no ``..``,
+    no symlink out of it.  Unlike Triton, which takes the first bytes of a larger file, the size must be
+    exact, because a file of the wrong size is almost always a file for another shape or type.
+    """
+    where = f"initial_state of state '{input_name}' of model '{model}'"
+    folder = model_dir / INITIAL_STATE_DIR
+    relative = PurePosixPath(data_file)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise InvalidArgumentError(
+            f"{where}: data_file '{data_file}' must be a path relative to the model's "
+            f"'{INITIAL_STATE_DIR}' folder, without '..'"
+        )
+    path = folder / relative
+    try:
+        if not path.resolve().is_relative_to(folder.resolve()):
+            raise InvalidArgumentError(
+                f"{where}: data_file '{data_file}' leads out of the model's '{INITIAL_STATE_DIR}' folder"
+            )
+        content = path.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise InvalidArgumentError(f"{where}: cannot read data_file '{data_file}': {exc}") from exc
+    count = int(np.prod(shape, dtype=np.int64))
+    if datatype == "BYTES":
+        try:
+            return bytes_tensor.deserialize(content, count, input_name).reshape(shape)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{where}: data_file '{data_file}': {exc.message}") from exc
+    expected = count * datatypes.ELEMENT_SIZE[datatype]
+    if len(content) != expected:
+        raise InvalidArgumentError(
+            f"{where} expects {expected} bytes ({count} {datatype} elements), but data_file "
+            f"'{data_file}' has {len(content)} bytes"
+        )
+    wire = np.frombuffer(content, dtype=datatypes.WIRE_DTYPE[datatype])
+    return wire.astype(datatypes.NUMPY_DTYPE[datatype]).reshape(shape)
+
+
+def sequence_settings_of(config: Any, model_dir: Path) -> SequenceSettings:
+    """The settings of a normalized ``ModelConfig`` with a ``sequence_batching`` section.
+
+    ``model_dir`` is the model's folder (the parent of its version folders), where the
+    ``initial_state`` folder holding ``data_file`` initial states is.
+    """
     name = config.name
     section = config.sequence_batching
     batched = config.max_batch_size > 0
@@ -228,5 +292,5 @@ def sequence_settings_of(config: Any) -> SequenceSettings:
         preferred_batch_sizes=preferred,
         controls=tuple(controls),
         correlation=correlation,
-        states=tuple(_state(state, batched, name) for state in section.state),
+        states=tuple(_state(state, batched, name, model_dir) for state in section.state),
     )

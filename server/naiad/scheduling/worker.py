@@ -35,15 +35,30 @@ class Execution:
 
     The scheduler fills ``entries`` and ``dispatch_ns``; the instance's thread drops the requests
     cancelled meanwhile into ``skipped`` (they never reach the backend) and fills one result per
-    remaining entry and its timings (``time.monotonic_ns``).
+    remaining entry and its timings (``time.monotonic_ns``).  With ``keep_cancelled`` it drops none:
+    the entries' positions in the batch mean something to the model (the direct sequence batcher puts
+    each sequence at its slot's index), and removing one would move the others; the backend still
+    sees the request's ``cancelled`` flag and may stop early.
     """
 
-    __slots__ = ("dispatch_ns", "end_ns", "entries", "results", "sequence", "skipped", "start_ns")
+    __slots__ = (
+        "dispatch_ns",
+        "end_ns",
+        "entries",
+        "keep_cancelled",
+        "results",
+        "sequence",
+        "skipped",
+        "start_ns",
+    )
 
-    def __init__(self, entries: list[QueuedRequest], dispatch_ns: int, sequence: int) -> None:
+    def __init__(
+        self, entries: list[QueuedRequest], dispatch_ns: int, sequence: int, keep_cancelled: bool = False
+    ) -> None:
         self.entries = entries
         self.dispatch_ns = dispatch_ns
         self.sequence = sequence
+        self.keep_cancelled = keep_cancelled
         self.skipped: list[QueuedRequest] = []
         self.results: list[ExecuteResult] = []
         self.start_ns = 0
@@ -150,7 +165,7 @@ class InstanceWorker:
                     return
                 entries = execution.entries
                 self.started += len(entries)
-                if any(entry.request.cancelled for entry in entries):
+                if not execution.keep_cancelled and any(entry.request.cancelled for entry in entries):
                     execution.skipped = [entry for entry in entries if entry.request.cancelled]
                     entries = execution.entries = [e for e in entries if not e.request.cancelled]
                 gate = self.gate
