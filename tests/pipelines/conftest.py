@@ -11,6 +11,7 @@ from tests.pipelines.models import (
     copy_example_in_processes,
     copy_examples,
     write_bls,
+    write_decoupled_ensembles,
     write_diamond,
     write_sequences,
 )
@@ -27,6 +28,7 @@ def pipelines_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy_example_in_processes(repo, "square_int32", "square_processes")
     copy_example_in_processes(repo, "repeat_int32", "repeat_processes")
     write_diamond(repo, BRANCH_DELAY)
+    write_decoupled_ensembles(repo)
     write_bls(repo, "bls")
     write_bls(repo, "bls_partner")
     write_bls(repo, "bls_processes", count=2)

@@ -169,6 +169,168 @@ def tensors(*names: str, spec: str = FP32_4) -> str:
     return ", ".join(f'{{ name: "{name}" {spec} }}' for name in names)
 
 
+# ---- ensembles with decoupled steps -----------------------------------------------------------------
+
+#: ``int_square``: OUT = IN * IN (INT32 [1]); a negative IN fails the request.
+INT_SQUARE = """
+name: "int_square"
+backend: "python"
+max_batch_size: 0
+input [{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }]
+output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]
+instance_group [{ kind: KIND_CPU }]
+"""
+
+INT_SQUARE_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if (x < 0).any():
+                error = pb_utils.TritonError("negative input", pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * x)]))
+        return responses
+"""
+
+#: ``counter``: decoupled; N responses K = 0..N-1, all sent at once.  K is [1, 1] so that a batching
+#: step can take it (a batch of one).
+COUNTER = """
+name: "counter"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [{ name: "N" data_type: TYPE_INT32 dims: [ 1 ] }]
+output [{ name: "K" data_type: TYPE_INT32 dims: [ 1, 1 ] }]
+instance_group [{ kind: KIND_CPU }]
+"""
+
+COUNTER_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+            sender = request.get_response_sender()
+            for k in range(n):
+                out = pb_utils.Tensor("K", np.full((1, 1), k, np.int32))
+                sender.send(pb_utils.InferenceResponse([out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def probe_config(name: str) -> str:
+    """Dynamic batching that waits up to 100 ms for a batch: requests in flight at once share one."""
+    return f"""
+    name: "{name}"
+    backend: "python"
+    max_batch_size: 8
+    input [{{ name: "K" data_type: TYPE_INT32 dims: [ 1 ] }}]
+    output [
+      {{ name: "K_OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+      {{ name: "BATCH" data_type: TYPE_INT32 dims: [ 1 ] }}
+    ]
+    dynamic_batching {{ max_queue_delay_microseconds: 100000 }}
+    instance_group [{{ kind: KIND_CPU }}]
+    """
+
+
+#: K_OUT = K, and BATCH = how many requests the execution took (its batch size).
+PROBE_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            k = pb_utils.get_input_tensor_by_name(request, "K").as_numpy()
+            batch = pb_utils.Tensor("BATCH", np.full(k.shape, len(requests), np.int32))
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("K_OUT", k), batch]))
+        return responses
+"""
+
+
+def counted_config(name: str, probe: str, max_inflight_requests: int) -> str:
+    """counter -> probe: each of counter's responses is one request to the probe."""
+    k11 = "data_type: TYPE_INT32 dims: [ 1, 1 ]"
+    return f"""
+    name: "{name}"
+    platform: "ensemble"
+    input [{{ name: "N" data_type: TYPE_INT32 dims: [ 1 ] }}]
+    output [{{ name: "K" {k11} }}, {{ name: "BATCH" {k11} }}]
+    ensemble_scheduling {{
+      max_inflight_requests: {max_inflight_requests}
+      step [
+        {step("counter", {"N": "N"}, {"K": "COUNT"})},
+        {step(probe, {"K": "COUNT"}, {"K_OUT": "K", "BATCH": "BATCH"})}
+      ]
+    }}
+    """
+
+
+INT32_1 = "data_type: TYPE_INT32 dims: [ 1 ]"
+#: repeat_int32's inputs, as the ensembles before it take them.
+REPEAT_INPUTS = ", ".join(
+    [
+        tensors("IN", spec="data_type: TYPE_INT32 dims: [ -1 ]"),
+        tensors("DELAY", spec="data_type: TYPE_UINT32 dims: [ -1 ]"),
+        tensors("WAIT", spec="data_type: TYPE_UINT32 dims: [ 1 ]"),
+    ]
+)
+REPEAT_MAP = {"IN": "IN", "DELAY": "DELAY", "WAIT": "WAIT"}
+
+
+def write_decoupled_ensembles(repo: Path) -> None:
+    """``repeat_then_square`` (repeat_int32 -> int_square: OUT = IN[i]^2, IDX = i per response),
+    ``repeat_square_square`` (repeat_int32 -> square_int32 -> int_square: two decoupled steps in a row),
+    and counter -> probe without a cap (``counted``) and with ``max_inflight_requests: 1``
+    (``counted_capped``), each with a probe of its own."""
+    write_model(repo, "int_square", INT_SQUARE, INT_SQUARE_PY)
+    write_model(repo, "counter", COUNTER, COUNTER_PY)
+    write_model(
+        repo,
+        "repeat_then_square",
+        ensemble(
+            "repeat_then_square",
+            step("repeat_int32", REPEAT_MAP, {"OUT": "R", "IDX": "IDX"})
+            + ","
+            + step("int_square", {"IN": "R"}, {"OUT": "OUT"}),
+            REPEAT_INPUTS,
+            tensors("OUT", spec=INT32_1) + ", " + tensors("IDX", spec="data_type: TYPE_UINT32 dims: [ 1 ]"),
+        ),
+    )
+    write_model(
+        repo,
+        "repeat_square_square",
+        ensemble(
+            "repeat_square_square",
+            ",".join(
+                [
+                    step("repeat_int32", REPEAT_MAP, {"OUT": "R"}),
+                    step("square_int32", {"IN": "R"}, {"OUT": "S"}),
+                    step("int_square", {"IN": "S"}, {"OUT": "OUT"}),
+                ]
+            ),
+            REPEAT_INPUTS,
+            tensors("OUT", spec=INT32_1),
+        ),
+    )
+    for name, cap in (("counted", 0), ("counted_capped", 1)):
+        write_model(repo, f"{name}_probe", probe_config(f"{name}_probe"), PROBE_PY)
+        write_model(repo, name, counted_config(name, f"{name}_probe", cap))
+
+
 # ---- BLS --------------------------------------------------------------------------------------------
 
 #: MODE picks what the model does with X (FP32 [4]) through BLS; Y is the result.
@@ -379,6 +541,89 @@ class TritonPythonModel:
 """
 
 
+#: Direct batching over 4 slots, with implicit state: POSITION is the batch position the request had,
+#: TOTAL its sequence's running sum (STATE_IN + INPUT), SEEN what the whole batch was, as
+#: (position, READY, CORRID, STATE_IN) per position.  A request that is not ready (a null request)
+#: gets a state output no sequence may ever see.  A request with a ``gate`` parameter holds the
+#: execution until that file exists (it creates ``<gate>.entered`` first).
+SLOTTED = """
+name: "slotted"
+backend: "python"
+max_batch_size: 4
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  direct { }
+  control_input [
+    { name: "START" control [{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }] },
+    { name: "END" control [{ kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] }] },
+    { name: "READY" control [{ kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] }] },
+    { name: "CORRID" control [{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 }] }
+  ]
+  state [{ input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] }]
+}
+input [{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }]
+output [
+  { name: "POSITION" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "TOTAL" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "SEEN" data_type: TYPE_INT64 dims: [ -1 ] }
+]
+instance_group [{ kind: KIND_CPU }]
+"""
+
+SLOTTED_PY = """
+import json
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def first(request, name):
+    return int(pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        seen = []
+        for position, request in enumerate(requests):
+            seen += [position, first(request, "READY"), first(request, "CORRID"), first(request, "STATE_IN")]
+        for request in requests:
+            gate = json.loads(request.parameters()).get("gate")
+            if gate:
+                open(gate + ".entered", "w").close()
+                deadline = time.monotonic() + 30
+                while not os.path.exists(gate) and time.monotonic() < deadline:
+                    time.sleep(0.005)
+        responses = []
+        for position, request in enumerate(requests):
+            ready = first(request, "READY")
+            total = first(request, "STATE_IN") + first(request, "INPUT") if ready else -999
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("POSITION", np.array([[position]], np.int32)),
+                pb_utils.Tensor("TOTAL", np.array([[total]], np.int32)),
+                pb_utils.Tensor("SEEN", np.array([seen], np.int64)),
+                pb_utils.Tensor("STATE_OUT", np.array([[total]], np.int32)),
+            ]))
+        return responses
+"""
+
+
+def write_seeded(repo: Path, name: str, data_file: str, seed: bytes, data_type: str = "TYPE_INT32") -> None:
+    """``stateful`` with its initial state read from ``<name>/initial_state/<data_file>``, which holds
+    ``seed`` (for a good model, one element); ``data_type`` is the type of the input, output and state
+    (STATEFUL_PY's ``+`` adds numbers and joins strings)."""
+    config = STATEFUL.replace('name: "stateful"', f'name: "{name}"').replace(
+        'initial_state { name: "zero" data_type: TYPE_INT32 dims: [ 1 ] zero_data: true }',
+        f'initial_state {{ name: "seed" data_type: TYPE_INT32 dims: [ 1 ] data_file: "{data_file}" }}',
+    )
+    config = config.replace("TYPE_INT32", data_type)
+    model_dir = write_model(repo, name, config, STATEFUL_PY)
+    path = model_dir / "initial_state" / data_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(seed)
+
+
 def write_sequences(repo: Path) -> None:
     direct = "direct { }"
     oldest = "oldest { max_candidate_sequences: 16 preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 2000 }"
@@ -396,3 +641,6 @@ def write_sequences(repo: Path) -> None:
         ACCUMULATOR_PY,
     )
     write_model(repo, "stateful", STATEFUL, STATEFUL_PY)
+    write_model(repo, "slotted", SLOTTED, SLOTTED_PY)
+    write_seeded(repo, "seeded", "seed.bin", (40).to_bytes(4, "little", signed=True))
+    write_seeded(repo, "seeded_text", "seed", b"\x01\x00\x00\x00>", data_type="TYPE_STRING")

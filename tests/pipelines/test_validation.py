@@ -23,6 +23,7 @@ from tests.support.models import write_model
 from tests.support.server import ServerProcess
 
 ADD_SUB = {"INPUT0": "A", "INPUT1": "B"}
+INT32_1 = "data_type: TYPE_INT32 dims: [ 1 ]"
 SUM_DIFF = {"OUTPUT0": "S", "OUTPUT1": "D"}
 MUL_SD = step("mul", {"INPUT0": "S", "INPUT1": "D"}, {"OUTPUT": "OUT"})
 AB = tensors("A", "B")
@@ -126,15 +127,29 @@ BROKEN: dict[str, tuple[str, str]] = {
         ),
         "ensemble tensor 'OUT' can appear in an output map only once for ensemble 'written_twice' step 1",
     ),
-    "decoupled_step": (
+    "mixed_step_inputs": (
         ensemble(
-            "decoupled_step",
-            step("square_int32", {"IN": "N"}, {"OUT": "OUT"}),
-            tensors("N", spec="data_type: TYPE_INT32 dims: [ 1 ]"),
-            tensors("OUT", spec="data_type: TYPE_INT32 dims: [ 1 ]"),
+            "mixed_step_inputs",
+            step("square_int32", {"IN": "N"}, {"OUT": "SQ"})
+            + ","
+            + step("repeat_int32", {"IN": "SQ", "DELAY": "D", "WAIT": "W"}, {"OUT": "OUT", "IDX": "IDX"}),
+            tensors("N", spec=INT32_1) + "," + tensors("D", "W", spec="data_type: TYPE_UINT32 dims: [ 1 ]"),
+            tensors("OUT", spec=INT32_1) + "," + tensors("IDX", spec="data_type: TYPE_UINT32 dims: [ 1 ]"),
         ),
-        "in ensemble decoupled_step, step 0 model square_int32 is decoupled: decoupled models in ensembles are "
-        "not supported by this server yet",
+        "in ensemble mixed_step_inputs, step of model 'repeat_int32' receives inputs originated from "
+        "different decoupled models",
+    ),
+    "mixed_outputs": (
+        ensemble(
+            "mixed_outputs",
+            step("square_int32", {"IN": "N"}, {"OUT": "A"})
+            + ","
+            + step("square_int32", {"IN": "N"}, {"OUT": "B"}),
+            tensors("N", spec=INT32_1),
+            tensors("A", "B", spec=INT32_1),
+        ),
+        "in ensemble mixed_outputs, step of model 'mixed_outputs' receives inputs originated from different "
+        "decoupled models",
     ),
     "too_big_batch": (
         ensemble(
@@ -160,7 +175,7 @@ BROKEN: dict[str, tuple[str, str]] = {
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, str]]]:
     repo = tmp_path_factory.mktemp("broken_ensembles")
-    copy_examples(repo, ("add_sub", "mul", "add_sub_mul", "square_int32"))
+    copy_examples(repo, ("add_sub", "mul", "add_sub_mul", "square_int32", "repeat_int32"))
     write_model(repo, "batched_add_sub", BATCHED_ADD_SUB, BATCHED_ADD_SUB_PY)
     for name, (config, _) in BROKEN.items():
         write_model(repo, name, config)
@@ -169,7 +184,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[s
         assert client.is_server_live()
         rows: dict[str, dict[str, str]] = {}
         deadline = time.monotonic() + 60
-        while len(rows) < len(BROKEN) + 5 and time.monotonic() < deadline:
+        while len(rows) < len(BROKEN) + 6 and time.monotonic() < deadline:
             rows = {row["name"]: row for row in client.get_model_repository_index() if row.get("state")}
             time.sleep(0.05)
         assert not client.is_server_ready()  # strict readiness: broken models hold it down
@@ -192,5 +207,5 @@ def test_a_broken_ensemble_is_unavailable_with_the_reason(
 
 
 def test_the_valid_models_beside_them_are_ready(index: dict[str, dict[str, str]]) -> None:
-    for name in ("add_sub", "mul", "add_sub_mul", "square_int32", "batched_add_sub"):
+    for name in ("add_sub", "mul", "add_sub_mul", "square_int32", "repeat_int32", "batched_add_sub"):
         assert index[name]["state"] == "READY", name

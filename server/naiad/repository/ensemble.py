@@ -8,12 +8,17 @@ pipeline fails at load with a reason instead of at its first request:
   written twice, no step depends on itself through other steps, every ensemble input is used and
   every ensemble output is written, and no intermediate tensor is left unused;
 * against the step models' configurations: every mapped name exists, every required input is mapped,
-  datatypes and shapes agree wherever two ends of a tensor meet, batch sizes fit.
+  datatypes and shapes agree wherever two ends of a tensor meet, batch sizes fit;
+* Triton's decoupled workflow check: each response of a decoupled step starts a new set of tensors
+  (a *lineage*), so no step (and not the ensemble's outputs) may take tensors of two lineages, which
+  could never be matched; the steps then fall into the scheduler's stages.  An ensemble with a
+  decoupled step is decoupled itself, and its configuration says so (:func:`complete_config`).
 
 The manager loads the step models first (they are the ensemble's dependencies); an ensemble then
 serves only while every step model can: :class:`EnsembleVersion` reports UNAVAILABLE, naming the
 missing step, while one cannot, and checks the graph again when a step model was reloaded with
-another configuration.
+another configuration.  A step model reloaded into, or out of, the decoupled policy holds it
+UNAVAILABLE until the ensemble itself is loaded again: its stages and its own policy are fixed at load.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.request import InferRequest, InferResponse
+from naiad.repository import config as cfg
+from naiad.repository.loader import LoadPlan
 from naiad.repository.model import Model, ModelState, ModelVersion
-from naiad.scheduling.ensemble import EnsembleScheduler, Step, StepRunner, steps_of
+from naiad.scheduling.ensemble import EnsembleScheduler, Stage, Step, StepRunner, steps_of
 
 #: The repository's "which version serves this request" (``ModelRepository.resolve``).
 Resolver = Callable[[str, str], tuple[Model, ModelVersion]]
@@ -277,22 +284,21 @@ def _serving(model: Model | None, version: str) -> bool:
     return mv is not None and mv.state is _READY
 
 
-def _check_steps(config: Any, steps: tuple[Step, ...], models: Mapping[str, Model]) -> None:
-    """The step models serve, and the graph's tensors agree with their configurations."""
+def _check_steps(config: Any, steps: tuple[Step, ...], models: Mapping[str, Model]) -> frozenset[int]:
+    """The step models serve, and the graph's tensors agree with their configurations; the indices
+    of the steps whose model is decoupled."""
     name = config.name
     batched = config.max_batch_size > 0
     nodes = {t.name: _Node(name, t.data_type, _io_dims(t), batched) for t in config.input}
     outputs = {t.name: _Node(name, t.data_type, _io_dims(t), batched) for t in config.output}
+    decoupled: set[int] = set()
     for step in steps:
         problem = _unavailable(name, step, models)
         if problem:
             raise InvalidArgumentError(problem)
         step_config = models[step.model_name].config
         if step_config.model_transaction_policy.decoupled:
-            raise InvalidArgumentError(
-                f"in ensemble {name}, step {step.index} model {step.model_name} is decoupled: decoupled "
-                "models in ensembles are not supported by this server yet"
-            )
+            decoupled.add(step.index)
         if 0 < step_config.max_batch_size < config.max_batch_size:
             raise InvalidArgumentError(
                 f"ensemble {name} allows maximum batch size {config.max_batch_size}, but it contains "
@@ -303,6 +309,61 @@ def _check_steps(config: Any, steps: tuple[Step, ...], models: Mapping[str, Mode
     for tensor, node in outputs.items():
         if tensor in nodes:
             _agree(nodes[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ")
+    return frozenset(decoupled)
+
+
+def _mixed(ensemble: str, model: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"in ensemble {ensemble}, step of model '{model}' receives inputs originated from different "
+        "decoupled models"
+    )
+
+
+def _stages(config: Any, steps: tuple[Step, ...], decoupled: frozenset[int]) -> tuple[Stage, ...]:
+    """Triton's decoupled workflow check, and the stages the scheduler runs.
+
+    Each tensor belongs to a lineage: the ensemble's inputs to lineage 0, a decoupled step's outputs
+    to a new one (one set per response), any other step's outputs to its inputs' lineage.  A step
+    taking tensors of two lineages, or outputs of two lineages, is refused with Triton's message.
+    With the graph checks before, that leaves one chain of lineages (a lineage that does not lead to
+    the outputs would hold an unused tensor): each lineage's steps, then the decoupled step fed by it.
+    """
+    name = config.name
+    lineage = {tensor.name: 0 for tensor in config.input}
+    members: dict[int, list[Step]] = {0: []}
+    producers: dict[int, Step] = {}
+    pending = list(steps)
+    progress = True
+    while progress:
+        progress = False
+        for step in list(pending):
+            if any(tensor not in lineage for _, tensor in step.inputs):
+                continue
+            sources = {lineage[tensor] for _, tensor in step.inputs}
+            if len(sources) > 1:
+                raise _mixed(name, step.model_name)
+            (source,) = sources
+            produced = source
+            if step.index in decoupled:
+                produced = len(members)
+                members[produced] = []
+                producers[source] = step
+            else:
+                members[source].append(step)
+            for _, tensor in step.outputs:
+                lineage[tensor] = produced
+            pending.remove(step)
+            progress = True
+    if len({lineage[tensor.name] for tensor in config.output}) > 1:
+        raise _mixed(name, name)
+    stages: list[Stage] = []
+    source: int | None = 0
+    while source is not None:
+        producer = producers.get(source)
+        stages.append(Stage(tuple(sorted(members[source], key=lambda step: step.index)), producer))
+        source = None if producer is None else lineage[producer.outputs[0][1]]
+    assert sum(len(stage.steps) + (stage.producer is not None) for stage in stages) == len(steps)
+    return tuple(stages)
 
 
 def _unavailable(ensemble: str, step: Step, models: Mapping[str, Model]) -> str:
@@ -318,12 +379,30 @@ def _unavailable(ensemble: str, step: Step, models: Mapping[str, Model]) -> str:
     return f"ensemble '{ensemble}' depends on '{step.model_name}' which has no loaded version."
 
 
-def check_ensemble(config: Any, models: Mapping[str, Model]) -> tuple[Step, ...]:
-    """The ensemble's steps, after every load-time check; INVALID_ARG with the reason otherwise."""
+def check_ensemble(config: Any, models: Mapping[str, Model]) -> tuple[tuple[Step, ...], tuple[Stage, ...]]:
+    """The ensemble's steps and stages, after every load-time check; INVALID_ARG with the reason
+    otherwise."""
     steps = steps_of(config)
     _check_structure(config, steps)
-    _check_steps(config, steps, models)
-    return steps
+    decoupled = _check_steps(config, steps, models)
+    return steps, _stages(config, steps, decoupled)
+
+
+def complete_config(plan: LoadPlan, models: Mapping[str, Model]) -> None:
+    """Say in the ensemble's configuration whether it is decoupled: as Triton fills it, exactly when
+    a step model is, whatever config.pbtxt said (so ``/config`` always shows the policy).  Done once the
+    step models are loaded and before versions are built or kept, so that the model is served,
+    streamed and reported consistently with its version's stages."""
+    config = plan.config
+    decoupled = any(
+        (model := models.get(step.model_name)) is not None and model.decoupled
+        for step in config.ensemble_scheduling.step
+    )
+    policy = config.model_transaction_policy
+    if not config.HasField("model_transaction_policy") or policy.decoupled != decoupled:
+        policy.SetInParent()
+        policy.decoupled = decoupled
+        plan.config_json = cfg.to_json(config)
 
 
 # ---- the version ------------------------------------------------------------------------------------
@@ -337,13 +416,20 @@ class EnsembleVersion(ModelVersion):
     once the version itself is stopped or unloaded.
     """
 
-    __slots__ = ("_checked", "_config", "_models", "_problem", "_steps")
+    __slots__ = ("_checked", "_config", "_decoupled", "_models", "_problem", "_steps")
 
     def __init__(
-        self, config: Any, steps: tuple[Step, ...], models: Mapping[str, Model], **fields: Any
+        self,
+        config: Any,
+        steps: tuple[Step, ...],
+        decoupled: frozenset[int],
+        models: Mapping[str, Model],
+        **fields: Any,
     ) -> None:
+        """``decoupled``: the indices of the steps whose model was decoupled when it was built."""
         self._config = config
         self._steps = steps
+        self._decoupled = decoupled
         self._models = models
         self._checked = self._step_models()
         self._problem = ""
@@ -367,8 +453,8 @@ class EnsembleVersion(ModelVersion):
         if reloaded:  # a step model was reloaded: check the graph against its configuration again
             self._checked = self._step_models()
             try:
-                _check_steps(self._config, self._steps, models)
-                self._problem = ""
+                now = _check_steps(self._config, self._steps, models)
+                self._problem = _policy_change(self._config.name, self._steps, self._decoupled, now)
             except InvalidArgumentError as exc:
                 self._problem = exc.message
         return self._problem
@@ -396,21 +482,43 @@ class EnsembleVersion(ModelVersion):
         _REASON.__set__(self, value)
 
 
+def _policy_change(
+    ensemble: str, steps: tuple[Step, ...], loaded: frozenset[int], now: frozenset[int]
+) -> str:
+    """Why a version cannot serve since a step model's transaction policy changed ("" if none did):
+    its stages, and whether the ensemble is decoupled, were fixed when it was built."""
+    for step in steps:
+        if (step.index in loaded) != (step.index in now):
+            change = "now" if step.index in now else "no longer"
+            return (
+                f"in ensemble {ensemble}, step {step.index} model {step.model_name} is {change} "
+                "decoupled: load the ensemble again"
+            )
+    return ""
+
+
 #: The slots of :class:`ModelVersion` that :class:`EnsembleVersion` derives its views from.
 _STATE = ModelVersion.__dict__["state"]
 _REASON = ModelVersion.__dict__["reason"]
 
 
-def build_version(plan: Any, number: int, models: Mapping[str, Model], resolve: Resolver) -> EnsembleVersion:
+def build_version(
+    plan: LoadPlan, number: int, models: Mapping[str, Model], resolve: Resolver
+) -> EnsembleVersion:
     """A READY ensemble version of the polled ``plan``; INVALID_ARG with the reason if it cannot serve."""
     config = plan.config
-    steps = check_ensemble(config, models)
+    steps, stages = check_ensemble(config, models)
     scheduler = EnsembleScheduler(
-        config.name, steps, tuple(tensor.name for tensor in config.output), step_runner(resolve)
+        config.name,
+        stages,
+        tuple(tensor.name for tensor in config.output),
+        step_runner(resolve),
+        config.ensemble_scheduling.max_inflight_requests,
     )
     return EnsembleVersion(
         config,
         steps,
+        frozenset(stage.producer.index for stage in stages if stage.producer is not None),
         models,
         version=number,
         state=ModelState.READY,

@@ -290,6 +290,7 @@ class ModelRepository:
         except InferenceServerError:
             _remove_scratch(plan.scratch)
             raise
+        self._complete_ensemble(plan)
         reused = _reusable(plan, previous)
         built, failed = await self._build(plan, [v for v in plan.versions if v not in reused])
         if failed:
@@ -455,6 +456,11 @@ class ModelRepository:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     # ---- ensemble hooks (naiad.repository.ensemble) -------------------------------------------
+
+    def _complete_ensemble(self, plan: LoadPlan) -> None:
+        """An ensemble's configuration says it is decoupled once its step models are known."""
+        if ensemble.is_ensemble(plan.config):
+            ensemble.complete_config(plan, self._models)
 
     async def _build_version(self, plan: LoadPlan, number: int) -> ModelVersion:
         """Ensembles hold no instances: their version is checked and built here, on the loop, against

@@ -8,24 +8,41 @@ every step has run.  Steps go through their model's own scheduler, by a callback
 installs (this layer knows nothing of models), so a step's request is queued and batched with that
 model's other traffic exactly as a client's request would be.
 
-The graph was checked when the ensemble loaded (:mod:`naiad.repository.ensemble`), so here every step
-is known to run once its inputs exist.  A failed step fails the request with an error naming the step;
-steps still running are cancelled (queued ones leave their queue).
+A step whose model is decoupled (a *producer*) answers 0..N times, and, as in Triton, each of its
+responses flows on through the steps after it as a set of tensors of its own; the ensemble is then
+decoupled too and answers once per set that reaches its outputs, as each does, then sends the final
+flag (with the last answer when nothing else is still flowing, alone otherwise).  The load checks
+(:mod:`naiad.repository.ensemble`) guarantee that no step mixes tensors of different producers'
+responses, so the steps fall into stages (:class:`Stage`): the steps that run once per set of tensors,
+then the producer whose every response starts the next stage on a copy of them.  An ensemble without
+producers is one stage and runs as it always did, without any of this bookkeeping.
+
+``max_inflight_requests`` (``ensemble_scheduling``, 0: no cap) caps, within one request of a decoupled
+ensemble, how many requests each step has in flight (as Triton first shipped it; later Triton releases
+share the cap among all the ensemble's requests): a producer faster than the steps after it does not
+flood their models' queues; its responses wait in the ensemble, in order, and none is dropped.  The
+producer itself is not paused: its responses come from the model's own threads, and blocking one of
+those on steps that may need the same model instance could deadlock.
+
+The graph was checked when the ensemble loaded, so here every step is known to run once its inputs
+exist.  A failed step fails the request with an error naming the step (after the responses already
+sent, for a decoupled ensemble); steps still running are cancelled (queued ones leave their queue).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 from naiad.core.errors import InferenceServerError, UnavailableError
-from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
+from naiad.core.request import InferRequest, InferResponse, RequestedOutput, ResponseSink, Tensor
 from naiad.scheduling.stats import FailureReason, SchedulerStats
 
 #: Runs one step's request on its model (resolve, validate, schedule); installed by the repository.
+#: A producer's request carries a ``responses`` sink, which gets its answers, as the data plane's does.
 StepRunner = Callable[[InferRequest], Awaitable[InferResponse]]
 
 _MONOTONIC_NS = time.monotonic_ns
@@ -63,6 +80,20 @@ def _chain_of(steps: tuple[Step, ...]) -> tuple[Step, ...] | None:
     return tuple(chain)
 
 
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """The steps that run once per set of tensors (``steps``, in a ``chain`` when they form one),
+    then the decoupled step (``producer``) each of whose responses starts the next stage; the last
+    stage has no producer, and its tensors are the ensemble's answer."""
+
+    steps: tuple[Step, ...]
+    producer: Step | None = None
+    chain: tuple[Step, ...] | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chain", _chain_of(self.steps))
+
+
 def steps_of(config: Any) -> tuple[Step, ...]:
     """The steps of an ensemble's ``ModelConfig``, in configuration order."""
     return tuple(
@@ -81,21 +112,35 @@ class EnsembleScheduler:
     """Runs requests for an ensemble version through its steps' models."""
 
     def __init__(
-        self, name: str, steps: tuple[Step, ...], outputs: tuple[str, ...], run_step: StepRunner
+        self,
+        name: str,
+        stages: tuple[Stage, ...],
+        outputs: tuple[str, ...],
+        run_step: StepRunner,
+        max_inflight_requests: int = 0,
     ) -> None:
-        """``outputs`` are the ensemble's output tensors (the intermediate ones stay inside)."""
+        """``outputs`` are the ensemble's output tensors (the intermediate ones stay inside);
+        ``max_inflight_requests`` (0: no cap) matters only to a decoupled ensemble, since otherwise
+        every step runs once per request."""
         self.name = name
-        self.steps = steps
+        self.stages = stages
         self.outputs = outputs
+        self.max_inflight_requests = max_inflight_requests
         self._run_step = run_step
-        self._chain = _chain_of(steps)
+        self._decoupled = len(stages) > 1
         self.stats = SchedulerStats(lambda: 0)
 
     async def submit(self, request: InferRequest) -> InferResponse:
-        """Run every step as soon as its inputs exist; the ensemble's tensors, or the first error."""
+        """Run every step as soon as its inputs exist; the ensemble's tensors, or the first error.
+
+        A decoupled ensemble answers through ``request.responses`` and returns an empty response."""
         start = _MONOTONIC_NS()
         try:
-            tensors = await self._flow(request)
+            if self._decoupled:
+                await self._stream(request)
+                tensors: dict[str, Tensor] = {}
+            else:
+                tensors = await self._flow(self.stages[0], request, _inputs(request), None)
         except InferenceServerError:
             self.stats.fail(FailureReason.BACKEND, _MONOTONIC_NS() - start)
             raise
@@ -107,19 +152,27 @@ class EnsembleScheduler:
         self.stats.success_ns += elapsed
         self.stats.compute_infer_ns += elapsed
         self.stats.observe(elapsed, 0, 0, elapsed, 0)
-        outputs = [tensors[name] for name in self.outputs if name in tensors]
-        return InferResponse(self.name, "", request.id, outputs)
+        return InferResponse(self.name, "", request.id, self._answer(tensors))
 
-    async def _flow(self, request: InferRequest) -> dict[str, Tensor]:
-        tensors = {tensor.name: tensor for tensor in request.inputs}
-        if self._chain is not None:  # one step after the other: no bookkeeping, no tasks
-            for step in self._chain:
+    def _answer(self, tensors: dict[str, Tensor]) -> list[Tensor]:
+        return [tensors[name] for name in self.outputs if name in tensors]
+
+    async def _flow(
+        self,
+        stage: Stage,
+        request: InferRequest,
+        tensors: dict[str, Tensor],
+        slots: dict[int, asyncio.Semaphore] | None,
+    ) -> dict[str, Tensor]:
+        """Run ``stage``'s steps on ``tensors``, adding their outputs to it."""
+        if stage.chain is not None:  # one step after the other: no bookkeeping, no tasks
+            for step in stage.chain:
                 if any(name not in tensors for _, name in step.inputs):
                     break  # an optional input is missing: say which steps cannot run, below
-                self._collect(step, await self._step(step, request, tensors), tensors)
+                self._collect(step, await self._step(step, request, tensors, slots), tensors)
             else:
                 return tensors
-        waiting = [step for step in self.steps if not all(name in tensors for _, name in step.outputs)]
+        waiting = [step for step in stage.steps if not all(name in tensors for _, name in step.outputs)]
         running: dict[asyncio.Task[InferResponse], Step] = {}
         try:
             while waiting or running:
@@ -128,13 +181,12 @@ class EnsembleScheduler:
                     waiting.remove(step)
                 if len(ready) == 1 and not running:  # a chain: no task needed
                     step = ready[0]
-                    self._collect(step, await self._step(step, request, tensors), tensors)
+                    self._collect(step, await self._step(step, request, tensors, slots), tensors)
                     continue
                 for step in ready:
-                    running[asyncio.ensure_future(self._step(step, request, tensors))] = step
+                    running[asyncio.ensure_future(self._step(step, request, tensors, slots))] = step
                 if not running:  # an optional ensemble input was not given, and these steps need it
-                    names = ", ".join(f"'{step.model_name}'" for step in waiting)
-                    raise UnavailableError(f"ensemble '{self.name}' cannot run steps {names}")
+                    self._cannot_run(waiting)
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     self._collect(running.pop(task), task.result(), tensors)
@@ -143,8 +195,12 @@ class EnsembleScheduler:
                 task.cancel()
         return tensors
 
-    async def _step(self, step: Step, request: InferRequest, tensors: dict[str, Tensor]) -> InferResponse:
-        step_request = InferRequest(
+    def _cannot_run(self, steps: list[Step]) -> NoReturn:
+        names = ", ".join(f"'{step.model_name}'" for step in steps)
+        raise UnavailableError(f"ensemble '{self.name}' cannot run steps {names}")
+
+    def _step_request(self, step: Step, request: InferRequest, tensors: dict[str, Tensor]) -> InferRequest:
+        return InferRequest(
             model_name=step.model_name,
             model_version=step.model_version,
             id=request.id,
@@ -161,10 +217,25 @@ class EnsembleScheduler:
             sequence_end=request.sequence_end,
             headers=request.headers,
         )
+
+    async def _step(
+        self,
+        step: Step,
+        request: InferRequest,
+        tensors: dict[str, Tensor],
+        slots: dict[int, asyncio.Semaphore] | None,
+    ) -> InferResponse:
+        step_request = self._step_request(step, request, tensors)
         try:
-            return await self._run_step(step_request)
+            if slots is None:
+                return await self._run_step(step_request)
+            async with slots[step.index]:
+                return await self._run_step(step_request)
         except InferenceServerError as exc:
-            raise InferenceServerError(f"{step.label(self.name)}: {exc.message}", exc.code) from None
+            raise self._failed(step, exc) from None
+
+    def _failed(self, step: Step, error: InferenceServerError) -> InferenceServerError:
+        return InferenceServerError(f"{step.label(self.name)}: {error.message}", error.code)
 
     def _collect(self, step: Step, response: InferResponse, tensors: dict[str, Tensor]) -> None:
         by_name = {tensor.name: tensor for tensor in response.outputs}
@@ -176,6 +247,148 @@ class EnsembleScheduler:
                 )
             tensors[name] = Tensor(name, tensor.datatype, tensor.data)
 
+    # ---- decoupled ensembles -------------------------------------------------------------------
+
+    async def _stream(self, request: InferRequest) -> None:
+        """Send every answer of a decoupled ensemble through the request's sink, then its final flag."""
+        sink = request.responses
+        assert sink is not None, "a decoupled ensemble is only ever streamed"
+        cap = self.max_inflight_requests
+        slots = None
+        if cap:
+            slots = {step.index: asyncio.Semaphore(cap) for stage in self.stages for step in _all(stage)}
+        run = _Run(request, sink, slots)
+        run.spawn(self._path(run, 0, _inputs(request)))
+        try:
+            await run.done
+        finally:
+            for path in run.paths:
+                path.cancel()
+        sink(run.last, True)  # sent once the request is over, as its scheduler counts it
+
+    async def _path(self, run: _Run, index: int, tensors: dict[str, Tensor]) -> None:
+        """One set of tensors through stage ``index``: the ensemble's answer at the last stage, else
+        the producer's request, each of whose responses starts the next stage on a copy of them."""
+        stage = self.stages[index]
+        await self._flow(stage, run.request, tensors, run.slots)
+        producer = stage.producer
+        if producer is None:
+            run.answer(InferResponse(self.name, "", run.request.id, self._answer(tensors)))
+            return
+        if any(name not in tensors for _, name in producer.inputs):
+            self._cannot_run([producer])
+
+        def each(response: InferResponse) -> None:
+            following = dict(tensors)
+            self._collect(producer, response, following)
+            run.spawn(self._path(run, index + 1, following))
+
+        if run.slots is None:
+            await self._produce(producer, run.request, tensors, each)
+        else:
+            async with run.slots[producer.index]:
+                await self._produce(producer, run.request, tensors, each)
+
+    async def _produce(
+        self,
+        step: Step,
+        request: InferRequest,
+        tensors: dict[str, Tensor],
+        each: Callable[[InferResponse], None],
+    ) -> None:
+        """Run a producer step, handing each of its responses to ``each`` in order, until its final flag."""
+        loop = asyncio.get_running_loop()
+        answers: asyncio.Queue[tuple[InferResponse | InferenceServerError | None, bool] | None]
+        answers = asyncio.Queue()
+
+        def sink(answer: InferResponse | InferenceServerError | None, final: bool) -> None:
+            try:
+                loop.call_soon_threadsafe(answers.put_nowait, (answer, final))
+            except RuntimeError:  # the server is gone: nobody reads any more
+                pass
+
+        step_request = self._step_request(step, request, tensors)
+        step_request.responses = sink
+        execution = asyncio.ensure_future(self._run_step(step_request))
+        execution.add_done_callback(lambda _: answers.put_nowait(None))
+        try:
+            while True:
+                item = await answers.get()
+                if item is None:  # the execution is over; answers may still come from model threads
+                    error = execution.exception()
+                    if isinstance(error, InferenceServerError):
+                        raise self._failed(step, error)
+                    if error is not None:
+                        raise error
+                    continue
+                answer, final = item
+                if isinstance(answer, InferenceServerError):
+                    raise self._failed(step, answer)
+                if answer is not None:
+                    each(answer)
+                if final:
+                    return
+        finally:
+            step_request.cancelled = True  # a no-op once final; else the model may stop sending
+            if not execution.done():
+                execution.cancel()
+
     def close(self) -> None:
         """Nothing to release: the steps' models own their instances (the repository has already
         waited for this version's requests to finish)."""
+
+
+def _inputs(request: InferRequest) -> dict[str, Tensor]:
+    return {tensor.name: tensor for tensor in request.inputs}
+
+
+def _all(stage: Stage) -> tuple[Step, ...]:
+    return stage.steps if stage.producer is None else (*stage.steps, stage.producer)
+
+
+class _Run:
+    """One request to a decoupled ensemble: the paths (sets of tensors) still flowing through it,
+    its steps' slots when ``max_inflight_requests`` caps them, and the sink its answers go to.
+
+    ``done`` resolves when the last path ends, or fails with the first path's error, recorded as the
+    path raises it so that no other path's answer follows it.  ``last`` is the answer of the path
+    that ended last, when no other was left to answer after it: it goes with the final flag."""
+
+    __slots__ = ("done", "last", "paths", "request", "sink", "slots")
+
+    def __init__(
+        self, request: InferRequest, sink: ResponseSink, slots: dict[int, asyncio.Semaphore] | None
+    ) -> None:
+        self.request = request
+        self.sink = sink
+        self.slots = slots
+        self.paths: set[asyncio.Future[None]] = set()
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.last: InferResponse | None = None
+
+    def spawn(self, path: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(self._follow(path))
+        self.paths.add(task)
+        task.add_done_callback(self._ended)
+
+    async def _follow(self, path: Coroutine[Any, Any, None]) -> None:
+        try:
+            await path
+        except Exception as error:  # the first one fails the request at once; later ones add nothing
+            if not self.done.done():
+                self.done.set_exception(error)
+
+    def _ended(self, task: asyncio.Future[None]) -> None:
+        self.paths.discard(task)
+        if not self.paths and not self.done.done():
+            self.done.set_result(None)
+
+    def answer(self, response: InferResponse) -> None:
+        """Send one answer, unless the request already failed; keep it for the final flag when no
+        other path is left (as Triton flags the last answer final when it knows it is)."""
+        if self.done.done():
+            return
+        if len(self.paths) == 1:  # only the path answering
+            self.last = response
+        else:
+            self.sink(response, False)
