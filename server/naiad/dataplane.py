@@ -219,17 +219,14 @@ class DataPlane:
         signature.validate(request)
         if model.decoupled:
             raise UnsupportedError(f"model '{model.name}' is decoupled: its responses can only be streamed")
+        if request.outputs is None or not any(output.parameters for output in request.outputs):
+            # The common case: no output goes to shared memory or asks for classification.
+            response = await self._counted(request, model, version)
+            response.outputs = _select_outputs(request, signature, response.outputs)
+            return response
         targets = shared_memory.hold_outputs(self.shared_memory, request)
         try:
-            self._inflight += 1
-            self._idle.clear()
-            try:
-                response = await self._answer(request, model, version)
-            finally:
-                self._done()
-            response.model_name = model.name
-            response.model_version = str(version.version)
-            response.id = request.id
+            response = await self._counted(request, model, version)
             response.outputs = _select_outputs(request, signature, response.outputs)
             response.outputs = classify_outputs(
                 request, signature, version.model_dir, response.outputs, self._label_files
@@ -237,6 +234,19 @@ class DataPlane:
             shared_memory.write_outputs(targets, response.outputs)
         finally:
             shared_memory.release_outputs(self.shared_memory, targets)
+        return response
+
+    async def _counted(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
+        """The model's answer, counted in flight (a drain waits for it), named as Triton names it."""
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            response = await self._answer(request, model, version)
+        finally:
+            self._done()
+        response.model_name = model.name
+        response.model_version = str(version.version)
+        response.id = request.id
         return response
 
     async def _answer(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:

@@ -1,8 +1,9 @@
 """KServe v2 gRPC messages (``inference.GRPCInferenceService``) <-> core requests and responses.
 
 Tensor bytes dominate large requests, so they never go through the protobuf runtime: the top level of a
-``ModelInferRequest`` is walked by hand, ``raw_input_contents`` become memoryviews of the received
+large ``ModelInferRequest`` is walked by hand, ``raw_input_contents`` become memoryviews of the received
 message (and then zero-copy ``np.frombuffer`` views), and only the small rest is parsed by protobuf.
+Small requests are parsed whole: copying a few tensor bytes costs less than walking fields in Python.
 Responses are built the same way in reverse: protobuf serializes the metadata and each output tensor is
 appended as a ``raw_output_contents`` field straight from its array, so a tensor is copied once, into
 the outgoing message.
@@ -52,6 +53,8 @@ _WIRE_VARINT, _WIRE_FIXED64, _WIRE_LEN, _WIRE_FIXED32 = 0, 1, 2, 5
 _RAW_INPUT_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
 _RAW_OUTPUT_FIELD = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number
 _STREAM_RESPONSE_FIELD = pb.ModelStreamInferResponse.DESCRIPTOR.fields_by_name["infer_response"].number
+#: Requests up to this size are parsed whole by protobuf; larger ones keep their tensors in place.
+_SPLIT_ABOVE = 64 * 1024
 
 #: Typed ``contents`` fields in the order Triton checks them, with the datatype each one carries.
 _CONTENTS_TYPE = {
@@ -143,8 +146,17 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def parse_infer_request(data: bytes) -> ParsedInferRequest:
-    """Split off ``raw_input_contents`` without copying, and parse the rest with protobuf."""
+    """Split off ``raw_input_contents`` without copying, and parse the rest with protobuf.
+
+    A message of at most :data:`_SPLIT_ABOVE` bytes is parsed whole (its tensors are copied).
+    """
     size = len(data)
+    if size <= _SPLIT_ABOVE:
+        message = parse(pb.ModelInferRequest, data)
+        raw = [memoryview(contents) for contents in message.raw_input_contents]
+        if raw:
+            message.ClearField("raw_input_contents")
+        return ParsedInferRequest(message, raw)
     view = memoryview(data)
     raw: list[memoryview] = []
     kept: list[memoryview] = []
@@ -220,8 +232,8 @@ def to_infer_request(
     raw = parsed.raw
     used = 0
     for item in message.inputs:
-        parameters = _tensor_parameters(item.parameters)
-        where = shared_memory.placement(item.name, parameters)
+        parameters = _tensor_parameters(item.parameters) if item.parameters else {}
+        where = shared_memory.placement(item.name, parameters) if parameters else None
         if where is not None:
             datatype, shape = _datatype(item, request), _shape(item, request)[0]
             data = shared_memory.read_input(regions, where, item.name, datatype, shape, request)
@@ -319,7 +331,7 @@ def _tensor_parameters(parameters: Any) -> Parameters:
 def _shape(item: Any, request: InferRequest) -> tuple[tuple[int, ...], int]:
     """The declared shape and element count; the count is only ever compared, never allocated."""
     shape = tuple(item.shape)
-    if any(dim < 0 for dim in shape):
+    if shape and min(shape) < 0:
         raise InvalidArgumentError(
             f"{_prefix(request)}All input dimensions should be specified for input '{item.name}' for "
             f"model '{request.model_name}', got [{','.join(str(d) for d in shape)}]"
@@ -404,6 +416,8 @@ def _strings(item: Any, request: InferRequest, values: Sequence[bytes], count: i
 
 
 def _requested_output(item: Any, regions: SharedMemoryRegistry) -> RequestedOutput:
+    if not item.parameters:
+        return RequestedOutput(item.name)
     parameters = _tensor_parameters(item.parameters)
     class_count(item.name, parameters)
     where = shared_memory.placement(item.name, parameters)
@@ -414,7 +428,9 @@ def _requested_output(item: Any, regions: SharedMemoryRegistry) -> RequestedOutp
 
 def shm_outputs(message: Any) -> list[str]:
     """The outputs a ``ModelInferRequest`` asks to have written into shared memory."""
-    return [item.name for item in message.outputs if shared_memory.REGION in item.parameters]
+    return [
+        item.name for item in message.outputs if item.parameters and shared_memory.REGION in item.parameters
+    ]
 
 
 def repository_parameters(parameters: Any) -> dict[str, Any]:

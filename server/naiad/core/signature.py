@@ -44,6 +44,8 @@ def _prefix(request: InferRequest) -> str:
 
 
 def _matches(dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    if dims == shape:
+        return True
     if len(dims) != len(shape):
         return False
     return all(d == -1 or d == s for d, s in zip(dims, shape, strict=True))

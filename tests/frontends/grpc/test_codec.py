@@ -20,11 +20,22 @@ def _request(**raw: bytes) -> Any:
     return request
 
 
-def test_raw_contents_stay_views_of_the_received_message() -> None:
+def test_raw_contents_of_large_messages_stay_views_of_the_received_message() -> None:
+    big = bytes(range(256)) * 300
+    data = _request(A=big, B=b"").SerializeToString()
+    parsed = grpc_v2.parse_infer_request(data)
+    assert [bytes(view) for view in parsed.raw] == [big, b""]
+    assert all(view.obj is data for view in parsed.raw)
+    assert not parsed.message.raw_input_contents
+    core = grpc_v2.to_infer_request(parsed, {"x-header": "v"})
+    assert core.inputs[0].data.tobytes() == big
+    assert not core.inputs[0].data.flags.writeable
+
+
+def test_small_messages_parse_whole() -> None:
     data = _request(A=b"abc", B=b"").SerializeToString()
     parsed = grpc_v2.parse_infer_request(data)
     assert [bytes(view) for view in parsed.raw] == [b"abc", b""]
-    assert all(view.obj is data for view in parsed.raw)
     assert not parsed.message.raw_input_contents
     core = grpc_v2.to_infer_request(parsed, {"x-header": "v"})
     assert core.headers == {"x-header": "v"}
@@ -33,12 +44,14 @@ def test_raw_contents_stay_views_of_the_received_message() -> None:
 
 
 def test_raw_fields_interleaved_with_others_parse_the_same() -> None:
-    whole = _request(A=b"abc", B=b"de")
-    raw = pb.ModelInferRequest(raw_input_contents=whole.raw_input_contents).SerializeToString()
-    rest = pb.ModelInferRequest(model_name="m", id="i", inputs=whole.inputs).SerializeToString()
-    parsed = grpc_v2.parse_infer_request(raw[:5] + rest + raw[5:])
-    assert [bytes(v) for v in parsed.raw] == [b"abc", b"de"]
-    assert (parsed.message.model_name, parsed.message.id, len(parsed.message.inputs)) == ("m", "i", 2)
+    for pad in (b"", b"\x00" * 70_000):  # parsed whole, and walked by hand (the padding is A's)
+        whole = _request(A=b"abc" + pad, B=b"de")
+        raw = pb.ModelInferRequest(raw_input_contents=whole.raw_input_contents).SerializeToString()
+        rest = pb.ModelInferRequest(model_name="m", id="i", inputs=whole.inputs).SerializeToString()
+        cut = len(raw) - 4  # between A's field and B's
+        parsed = grpc_v2.parse_infer_request(raw[:cut] + rest + raw[cut:])
+        assert [bytes(v) for v in parsed.raw] == [b"abc" + pad, b"de"]
+        assert (parsed.message.model_name, parsed.message.id, len(parsed.message.inputs)) == ("m", "i", 2)
 
 
 @pytest.mark.parametrize(
