@@ -11,6 +11,7 @@ from tests.pipelines.models import (
     copy_example_in_processes,
     copy_examples,
     write_bls,
+    write_bls_helper,
     write_decoupled_ensembles,
     write_diamond,
     write_sequences,
@@ -32,6 +33,7 @@ def pipelines_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_bls(repo, "bls")
     write_bls(repo, "bls_partner")
     write_bls(repo, "bls_processes", count=2)
+    write_bls_helper(repo)
     write_sequences(repo)
     return repo
 

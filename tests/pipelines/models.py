@@ -8,6 +8,7 @@ so a test module builds exactly the repository its server needs.  The example re
 from __future__ import annotations
 
 import shutil
+import textwrap
 from pathlib import Path
 
 from tests.support.models import write_model
@@ -440,6 +441,53 @@ class TritonPythonModel:
 
 def write_bls(repo: Path, name: str, count: int = 1) -> None:
     write_model(repo, name, BLS_CONFIG.format(name=name, count=count), BLS_PY)
+
+
+#: ``bls_helper``: Y = X + X, computed in place, or by a BLS call to add_sub when X[0] < 0; the call is
+#: made by a module beside model.py, so model.py itself never names a request.  A model that may call
+#: out must never run on the event loop, however rarely it does.
+BLS_HELPER_MODEL_PY = """
+import importlib.util
+from pathlib import Path
+
+import triton_python_backend_utils as pb_utils
+
+_spec = importlib.util.spec_from_file_location("bls_helper_calls", Path(__file__).with_name("calls.py"))
+calls = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(calls)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", calls.doubled(x))]))
+        return responses
+"""
+
+BLS_HELPER_CALLS_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+def doubled(x):
+    if x[0] >= 0:
+        return x + x
+    inputs = [pb_utils.Tensor("INPUT0", x), pb_utils.Tensor("INPUT1", x)]
+    request = pb_utils.InferenceRequest(model_name="add_sub", requested_output_names=["OUTPUT0"], inputs=inputs)
+    response = request.exec()
+    if response.has_error():
+        raise pb_utils.TritonModelException(response.error().message())
+    return pb_utils.get_output_tensor_by_name(response, "OUTPUT0").as_numpy()
+"""
+
+
+def write_bls_helper(repo: Path) -> None:
+    config = BLS_CONFIG.format(name="bls_helper", count=1).replace(
+        '{ name: "MODE" data_type: TYPE_STRING dims: [ 1 ] },', ""
+    )
+    model_dir = write_model(repo, "bls_helper", config, BLS_HELPER_MODEL_PY)
+    (model_dir / "1" / "calls.py").write_text(textwrap.dedent(BLS_HELPER_CALLS_PY))
 
 
 # ---- sequences --------------------------------------------------------------------------------------

@@ -110,6 +110,7 @@ def _varint(value: int) -> bytes:
 
 
 _RAW_OUTPUT_KEY = _key(_RAW_OUTPUT_FIELD, _WIRE_LEN)
+_SMALL_VARINTS = [bytes((value,)) for value in range(128)]
 _STREAM_RESPONSE_KEY = _key(_STREAM_RESPONSE_FIELD, _WIRE_LEN)
 
 
@@ -227,8 +228,9 @@ def to_infer_request(
         id=message.id,
         headers=headers,
     )
-    for key, value in message.parameters.items():
-        _request_parameter(request, key, value)
+    if message.parameters:
+        for key, value in message.parameters.items():
+            _request_parameter(request, key, value)
     raw = parsed.raw
     used = 0
     for item in message.inputs:
@@ -475,17 +477,19 @@ def _response_parts(
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
-    _set_parameters(message.parameters, response.parameters)
+    if response.parameters:
+        _set_parameters(message.parameters, response.parameters)
     if final is not None:
         message.parameters["triton_final_response"].bool_param = final
     parts: list[Any] = [b""]
     size = 0
     for tensor in response.outputs:
         output = message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.data.shape)
-        _set_parameters(output.parameters, tensor.parameters)
-        data = b"" if tensor.name in in_shm else wire_data(tensor)
+        if tensor.parameters:
+            _set_parameters(output.parameters, tensor.parameters)
+        data = b"" if in_shm and tensor.name in in_shm else wire_data(tensor)
         length = wire_size(data)
-        key = _RAW_OUTPUT_KEY + _varint(length)
+        key = _RAW_OUTPUT_KEY + (_SMALL_VARINTS[length] if length < 128 else _varint(length))
         parts += (key, data)
         size += len(key) + length
     parts[0] = message.SerializeToString()

@@ -88,10 +88,7 @@ class PythonModelInstance:
         # A model that builds BLS requests blocks its thread until they are answered on the event
         # loop, so it must never run on that loop (see ``inline_safe``).  Reading the source is
         # conservative: any mention disqualifies the model from inline execution, nothing else.
-        try:
-            self._issues_requests = "InferenceRequest" in context.model_file.read_text(errors="replace")
-        except OSError:
-            self._issues_requests = True
+        self._issues_requests = _mentions_requests(context.model_file.parent)
 
     @property
     def inline_safe(self) -> bool:
@@ -106,7 +103,10 @@ class PythonModelInstance:
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
         received = self._received(requests)
         try:
-            with bls.executing(self._caller, requests):
+            if self._issues_requests:
+                with bls.executing(self._caller, requests):
+                    returned = self._host.execute(received)
+            else:  # no BLS call can be made on these requests' behalf: nothing to mark
                 returned = self._host.execute(received)
         except Exception as exc:
             return self._failed(exc, requests)
@@ -169,6 +169,14 @@ class PythonModelInstance:
 
     def close(self) -> None:
         self._host.close()
+
+
+def _mentions_requests(folder: Path) -> bool:
+    """Whether the model's sources (``model.py`` and the modules beside it) mention BLS requests."""
+    try:
+        return any("InferenceRequest" in path.read_text(errors="replace") for path in folder.rglob("*.py"))
+    except OSError:
+        return True
 
 
 class PythonBackend:
