@@ -8,7 +8,7 @@ their tests match on them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.request import InferRequest
@@ -59,22 +59,25 @@ class ModelSignature:
     max_batch_size: int
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    #: Lookups by name and the required inputs, derived once: ``validate`` runs on every request.
+    _inputs: dict[str, TensorSpec] = field(init=False, repr=False, compare=False)
+    _outputs: dict[str, TensorSpec] = field(init=False, repr=False, compare=False)
+    _required: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_inputs", {spec.name: spec for spec in self.inputs})
+        object.__setattr__(self, "_outputs", {spec.name: spec for spec in self.outputs})
+        object.__setattr__(self, "_required", tuple(s.name for s in self.inputs if not s.optional))
 
     def full_shape(self, spec: TensorSpec) -> list[int]:
         """The shape clients see in metadata: ``-1`` prepended when the model batches."""
         return ([-1] if self.max_batch_size > 0 else []) + list(spec.dims)
 
     def input_spec(self, name: str) -> TensorSpec | None:
-        for spec in self.inputs:
-            if spec.name == name:
-                return spec
-        return None
+        return self._inputs.get(name)
 
     def output_spec(self, name: str) -> TensorSpec | None:
-        for spec in self.outputs:
-            if spec.name == name:
-                return spec
-        return None
+        return self._outputs.get(name)
 
     def validate(self, request: InferRequest) -> int:
         """Check ``request`` against the signature; return its batch size (1 when not batching).
@@ -89,7 +92,7 @@ class ModelSignature:
                     f"{_prefix(request)}input '{tensor.name}' already exists in request"
                 )
             seen.add(tensor.name)
-            spec = self.input_spec(tensor.name)
+            spec = self._inputs.get(tensor.name)
             if spec is None:
                 raise InvalidArgumentError(
                     f"unexpected inference input '{tensor.name}' for model '{self.name}'"
@@ -119,8 +122,8 @@ class ModelSignature:
                     f"{_prefix(request)}unexpected shape for input '{tensor.name}' for model "
                     f"'{self.name}'. Expected {_shape_text(spec.dims)}, got {_shape_text(shape)}. "
                 )
-        required = [s.name for s in self.inputs if not s.optional]
-        missing = [n for n in required if n not in seen]
+        required = self._required
+        missing = [n for n in required if n not in seen] if len(seen) < len(self._inputs) else ()
         if missing:
             got = ", ".join(f"'{n}'" for n in seen)
             want = ", ".join(f"'{n}'" for n in missing)
@@ -136,7 +139,7 @@ class ModelSignature:
             )
         if request.outputs is not None:
             for output in request.outputs:
-                if self.output_spec(output.name) is None:
+                if output.name not in self._outputs:
                     raise InvalidArgumentError(
                         f"unexpected inference output '{output.name}' for model '{self.name}'"
                     )
