@@ -130,10 +130,10 @@ class ModelRepository:
                         f"Request for unknown model: '{name}' version {pinned} is not at ready state"
                     )
                 return model, mv
-            ready = model.ready_versions()
-            if not ready:
+            latest = model.latest_ready()
+            if latest is None:
                 raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
-            return model, model.versions[ready[-1]]
+            return model, latest
         number = int(version) if version.isdigit() else -1
         model_version = model.versions.get(number)
         if model_version is None:

@@ -128,6 +128,14 @@ class Model:
     def ready_versions(self) -> list[int]:
         return sorted(v for v, mv in self.versions.items() if mv.state is ModelState.READY)
 
+    def latest_ready(self) -> ModelVersion | None:
+        """The highest READY version (what a request naming none gets), without sorting: per request."""
+        latest: ModelVersion | None = None
+        for number, mv in self.versions.items():
+            if (latest is None or number > latest.version) and mv.state is ModelState.READY:
+                latest = mv
+        return latest
+
     def serving(self) -> list[ModelVersion]:
         """Versions holding instances (READY, or draining while UNLOADING)."""
         return [mv for mv in self.versions.values() if mv.scheduler is not None]
