@@ -13,6 +13,11 @@ server makes on the instance's thread and answers (tensors of both travel pickle
 
 ``execute`` is called on the instance's thread and blocks in socket I/O, releasing the GIL, so N
 instances compute in N processes at once.
+
+A child that dies (a crash, ``os._exit``, an OOM kill) costs the execution it was running, whose
+requests fail naming the instance and the exit status.  Like Triton restarting an unhealthy stub, the
+next execution then starts a new child, which loads the model (``initialize``) again, so the instance
+serves again instead of failing every later request.
 """
 
 from __future__ import annotations
@@ -119,8 +124,13 @@ def bls_request(message: tuple[Any, ...]) -> InferRequest:
 class ProcessModelInstance:
     """A :class:`~naiad.backends.base.ModelInstance` whose model runs in a child process."""
 
+    #: The current child and the server's end of its socket (replaced by a restart).
+    _process: subprocess.Popen[bytes]
+    _conn: Connection
+
     def __init__(self, context: InstanceContext) -> None:
         """Start the child and load the model there; raise the child's load error, if any."""
+        self._context = context
         self._model_name = context.model_name
         self._model_version = str(context.model_version)
         self._instance_name = context.instance_name
@@ -130,22 +140,30 @@ class ProcessModelInstance:
         self._running: dict[int, Sequence[InferRequest]] = {}
         self._inputs: shm.Region | None = None
         self._outputs: shm.Region | None = None
+        #: Why the child cannot serve ("" while it can): the next outer execution restarts it.
         self._failure = ""
+        self._closed = False
+        self._start()
+
+    def _start(self) -> None:
+        """Start a child and load the model there, for the constructor and for every restart alike;
+        raise the child's load error, if any (that child is stopped then)."""
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_SOURCE_ROOT, env.get("PYTHONPATH")]))
-        with theirs:
+        with ours, theirs:  # closes ``ours`` too if the child cannot even start
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "naiad.backends.python.stub", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 env=env,
             )
-        self._conn = Connection(ours.detach())
-        bare = dataclasses.replace(context, config=None)  # protobuf classes of tritonclient don't pickle
+            self._conn = Connection(ours.detach())
+        # protobuf classes of tritonclient don't pickle: the config travels serialized
+        bare = dataclasses.replace(self._context, config=None)
         level = logging.getLogger("naiad").getEffectiveLevel()
         try:
-            self._conn.send(("load", bare, context.config.SerializeToString(), level))
+            self._conn.send(("load", bare, self._context.config.SerializeToString(), level))
             reply = self._conn.recv()
         except (EOFError, OSError):
             reply = ("failed", ErrorCode.INTERNAL.value, self._exit_reason("while loading"))
@@ -158,8 +176,18 @@ class ProcessModelInstance:
 
         Also called while an execution of this instance waits for a BLS call whose answer needs
         this very instance (see :mod:`naiad.backends.python.bls`): that nested execution gets input
-        memory of its own, since the waiting one still reads its inputs.
+        memory of its own, since the waiting one still reads its inputs.  A child that stopped is
+        replaced first (see :meth:`_restart`), but never under a waiting execution, which still
+        talks to the old one: a nested execution then fails as the waiting one will.
         """
+        if not self._running and not self._closed:  # not nested: nothing waits on the current child
+            if not self._failure and self._process.poll() is not None:
+                self._failure = self._exit_reason("between executions")
+            if self._failure:
+                try:
+                    self._restart()
+                except InferenceServerError as exc:
+                    return [InferenceServerError(exc.message, exc.code) for _ in requests]
         if self._failure:
             return [InternalError(self._failure) for _ in requests]
         nested = bool(self._running)
@@ -247,8 +275,32 @@ class ProcessModelInstance:
             f"the model's worker process stopped {when} (exit status {code})"
         )
 
+    def _restart(self) -> None:
+        """Replace the stopped child with a new one that loads the model again, as Triton restarts an
+        unhealthy stub; raise the load error if that fails (``_failure`` stays set, so the next
+        execution tries again: one attempt per execution, never a loop)."""
+        self._stop()  # reaps the old child and drops the mappings it shared
+        log.warning(
+            "the worker process of model '%s' instance '%s' stopped (exit status %s): restarting it",
+            self._model_name,
+            self._instance_name,
+            self._process.returncode,
+        )
+        try:
+            self._start()
+        except InferenceServerError as exc:
+            log.warning(
+                "restarting the worker process of model '%s' instance '%s' failed: %s",
+                self._model_name,
+                self._instance_name,
+                exc.message,
+            )
+            raise
+        self._failure = ""
+
     def close(self) -> None:
-        """``finalize()`` in the child, then stop it (killed if it does not exit in time)."""
+        """``finalize()`` in the child, then stop it (killed if it does not exit in time).  A child
+        that already stopped is only reaped: closing never starts a new one."""
         if not self._failure:
             try:
                 self._conn.send(("close",))
@@ -257,9 +309,13 @@ class ProcessModelInstance:
             except (EOFError, OSError):
                 pass
         self._failure = f"model instance '{self._instance_name}' is closed"
+        self._closed = True
         self._stop()
 
     def _stop(self) -> None:
+        """Close the socket and reap the child; drop the shared-memory mappings, which only that
+        child used: their files are unlinked already, so dropping them frees the memory, and a new
+        child gets regions of its own (it maps no input region until it is sent one)."""
         self._conn.close()
         try:
             self._process.wait(_CLOSE_TIMEOUT)
@@ -267,3 +323,5 @@ class ProcessModelInstance:
             log.warning("worker process of '%s' did not exit: killing it", self._instance_name)
             self._process.kill()
             self._process.wait()
+        self._inputs = None
+        self._outputs = None
