@@ -22,6 +22,7 @@ import uvicorn
 
 from naiad import log_settings
 from naiad.backends.gpus import gpu_count
+from naiad.core.allocator import pin_thresholds
 from naiad.core.shm import SharedMemoryRegistry
 from naiad.dataplane import DataPlane
 from naiad.frontends.access.keyring import Keyring
@@ -217,6 +218,7 @@ async def serve(settings: ServerSettings) -> int:
 
 def run(settings: ServerSettings) -> int:
     configure_logging(settings)
+    pin_thresholds()  # tensor-sized blocks stay in the heap between requests (see naiad.core.allocator)
     try:
         import uvloop
 

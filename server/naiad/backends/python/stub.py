@@ -30,6 +30,7 @@ from naiad.backends.python import bls, pb_utils, shm
 from naiad.backends.python.backend import PythonModelInstance
 from naiad.backends.python.process import PackedAnswer, bls_message, pack_answer, unpack_answer
 from naiad.backends.python.response import to_pb_response
+from naiad.core.allocator import pin_thresholds
 from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 
@@ -261,6 +262,7 @@ class _Worker:
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    pin_thresholds()  # the child moves the same tensors as the server (see naiad.core.allocator)
     conn = Connection(int(argv[1]))
     _, context, config_bytes, level = conn.recv()
     logging.basicConfig(
