@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from naiad.core.shm import SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
 from naiad.repository.manager import IndexEntry, ModelRepository
 from naiad.repository.model import Model, ModelVersion
+from naiad.scheduling.answers import answers
 from naiad.scheduling.cache import ResponseCache
 from naiad.statistics import model_statistics
 from naiad.tracing.tracer import Changes, Tracer
@@ -294,47 +296,20 @@ class DataPlane:
         signature = model.signature
         assert signature is not None
         signature.validate(request)
-        loop = asyncio.get_running_loop()
-        answers: asyncio.Queue[tuple[InferResponse | InferenceServerError | None, bool] | None]
-        answers = asyncio.Queue()
-
-        def sink(answer: InferResponse | InferenceServerError | None, final: bool) -> None:
-            try:
-                loop.call_soon_threadsafe(answers.put_nowait, (answer, final))
-            except RuntimeError:  # the server is gone: nobody reads any more
-                pass
-
-        request.responses = sink
         self._inflight += 1
         self._idle.clear()
-        execution = asyncio.ensure_future(version.submit(request))
-        execution.add_done_callback(lambda _: answers.put_nowait(None))
         try:
-            while True:
-                item = await answers.get()
-                if item is None:  # the execution is over; answers may still come from model threads
-                    error = None if execution.cancelled() else execution.exception()
-                    if isinstance(error, InferenceServerError):
-                        yield error, True
-                        return
-                    if error is not None:
-                        raise error
-                    continue
-                answer, final = item
-                if answer is None:
-                    answer = EmptyFinal(model.name, str(version.version), request.id)
-                elif isinstance(answer, InferResponse):
-                    answer.model_name = model.name
-                    answer.model_version = str(version.version)
-                    answer.id = request.id
-                    answer.outputs = _streamed_outputs(request, answer.outputs)
-                yield answer, final
-                if final:
-                    return
+            async with aclosing(answers(request, version.submit)) as items:
+                async for answer, final in items:
+                    if answer is None:
+                        answer = EmptyFinal(model.name, str(version.version), request.id)
+                    elif isinstance(answer, InferResponse):
+                        answer.model_name = model.name
+                        answer.model_version = str(version.version)
+                        answer.id = request.id
+                        answer.outputs = _streamed_outputs(request, answer.outputs)
+                    yield answer, final
         finally:
-            request.cancelled = True  # a no-op once final; else the model may stop sending
-            if not execution.done():
-                execution.cancel()
             self._done()
 
     async def drain(self, timeout: float) -> bool:

@@ -34,11 +34,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from naiad.core.errors import InferenceServerError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, ResponseSink, Tensor
+from naiad.scheduling.answers import answers
 from naiad.scheduling.stats import FailureReason, SchedulerStats
 
 #: Runs one step's request on its model (resolve, validate, schedule); installed by the repository.
@@ -297,41 +299,13 @@ class EnsembleScheduler:
         each: Callable[[InferResponse], None],
     ) -> None:
         """Run a producer step, handing each of its responses to ``each`` in order, until its final flag."""
-        loop = asyncio.get_running_loop()
-        answers: asyncio.Queue[tuple[InferResponse | InferenceServerError | None, bool] | None]
-        answers = asyncio.Queue()
-
-        def sink(answer: InferResponse | InferenceServerError | None, final: bool) -> None:
-            try:
-                loop.call_soon_threadsafe(answers.put_nowait, (answer, final))
-            except RuntimeError:  # the server is gone: nobody reads any more
-                pass
-
         step_request = self._step_request(step, request, tensors)
-        step_request.responses = sink
-        execution = asyncio.ensure_future(self._run_step(step_request))
-        execution.add_done_callback(lambda _: answers.put_nowait(None))
-        try:
-            while True:
-                item = await answers.get()
-                if item is None:  # the execution is over; answers may still come from model threads
-                    error = execution.exception()
-                    if isinstance(error, InferenceServerError):
-                        raise self._failed(step, error)
-                    if error is not None:
-                        raise error
-                    continue
-                answer, final = item
+        async with aclosing(answers(step_request, self._run_step)) as items:
+            async for answer, _ in items:
                 if isinstance(answer, InferenceServerError):
                     raise self._failed(step, answer)
                 if answer is not None:
                     each(answer)
-                if final:
-                    return
-        finally:
-            step_request.cancelled = True  # a no-op once final; else the model may stop sending
-            if not execution.done():
-                execution.cancel()
 
     def close(self) -> None:
         """Nothing to release: the steps' models own their instances (the repository has already
