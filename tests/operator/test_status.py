@@ -122,6 +122,21 @@ def test_a_failed_load_is_blocked_with_its_reason() -> None:
     assert merge_patch(status.dump(), again.dump()) == {}
 
 
+def test_a_version_unloaded_after_the_failure_does_not_replace_its_reason() -> None:
+    """After a blocked load the server may list the failed version as UNAVAILABLE "unloaded" (the
+    rollback's load dropped it): the status keeps the load error, not "unloaded"."""
+    previous = InferenceServiceStatus(models=[record("m", {1: "h1"})])
+    failed = [pod("p0", m={1: READY, 2: (FAILED, "boom")}, opt={1: READY})]
+    failure = Failure(reason="ModelLoadFailed", message="boom", pod="p0", version=2, time=NOW)
+    blocked = _status(failed, previous, {"m": failure})
+    unloaded = [pod("p0", m={1: READY, 2: (FAILED, "unloaded")}, opt={1: READY})]
+    later = _status(unloaded, blocked)
+    m = later.model("m")
+    assert m is not None and m.transition_status is TransitionStatus.BLOCKED_BY_FAILED_LOAD
+    assert m.last_failure == failure
+    assert [r.state for r in m.replicas] == ["Ready"]  # v1 still serves there
+
+
 def test_optional_models_do_not_block_readiness() -> None:
     pods = [pod("p0", m={2: READY}, opt={1: (FAILED, "no")}), pod("p1", m={2: READY})]
     status = _status(pods)

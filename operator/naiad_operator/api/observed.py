@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+#: The reason Triton's index gives a version that is UNAVAILABLE because it was unloaded (on purpose,
+#: or because it belonged to a load that failed for another version): not a failure of its own.
+UNLOADED = "unloaded"
+
 
 class VersionState(StrEnum):
     """Triton's repository-index states of one model version."""
@@ -55,8 +59,11 @@ class PodObservation:
         return frozenset(v for v, o in self.models.get(model, {}).items() if o.state is VersionState.READY)
 
     def failed_versions(self, model: str) -> dict[int, str]:
+        """The versions that failed to load here, with the server's reason (unloaded ones are not)."""
         return {
-            v: o.reason for v, o in self.models.get(model, {}).items() if o.state is VersionState.UNAVAILABLE
+            v: o.reason
+            for v, o in self.models.get(model, {}).items()
+            if o.state is VersionState.UNAVAILABLE and o.reason != UNLOADED
         }
 
     def loading_versions(self, model: str) -> frozenset[int]:
