@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -121,6 +122,16 @@ def bls_request(message: tuple[Any, ...]) -> InferRequest:
     )
 
 
+def _remove_orphans() -> None:
+    """Delete the region files of processes that are gone (servers or children killed mid-execution)."""
+    for path in shm.remove_orphans():
+        log.info("removed %s: the process that created it is gone", path)
+
+
+#: When this server starts its first child: the files earlier servers left.
+_remove_orphans_once = functools.cache(_remove_orphans)
+
+
 class ProcessModelInstance:
     """A :class:`~naiad.backends.base.ModelInstance` whose model runs in a child process."""
 
@@ -130,6 +141,7 @@ class ProcessModelInstance:
 
     def __init__(self, context: InstanceContext) -> None:
         """Start the child and load the model there; raise the child's load error, if any."""
+        _remove_orphans_once()
         self._context = context
         self._model_name = context.model_name
         self._model_version = str(context.model_version)
@@ -280,6 +292,7 @@ class ProcessModelInstance:
         unhealthy stub; raise the load error if that fails (``_failure`` stays set, so the next
         execution tries again: one attempt per execution, never a loop)."""
         self._stop()  # reaps the old child and drops the mappings it shared
+        _remove_orphans()  # a region it made but had not handed over yet
         log.warning(
             "the worker process of model '%s' instance '%s' stopped (exit status %s): restarting it",
             self._model_name,

@@ -5,6 +5,9 @@ by both processes.  The writer lays tensors out in it and sends only their place
 bytes per tensor) through the pipe, so tensor data crosses the process boundary with one copy.  A
 region is reused for every execution and replaced by a larger one when a batch does not fit; its
 file is unlinked as soon as both sides have mapped it, so nothing is left behind if a process dies.
+Only a process killed in the moment between creating a region and its peer mapping it leaves a file:
+files are named after the process that created them, and :func:`remove_orphans` deletes those whose
+process is gone.
 
 BYTES tensors (numpy object arrays) have no flat layout and travel pickled in the message instead.
 """
@@ -29,6 +32,7 @@ Placement = tuple[str, str, tuple[int, ...], Any, int, Array | None]
 _ALIGN = 64
 _MIN_SIZE = 1 << 20
 _FOLDER = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+_PREFIX = "naiad-"
 
 
 def _aligned(size: int) -> int:
@@ -49,7 +53,7 @@ class Region:
     def create(cls, needed: int) -> Region:
         """A new region of at least ``needed`` bytes (a power of two, 1 MiB or more)."""
         size = max(_MIN_SIZE, 1 << max(0, needed - 1).bit_length())
-        fd, path = tempfile.mkstemp(prefix="naiad-", suffix=".shm", dir=_FOLDER)
+        fd, path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", suffix=".shm", dir=_FOLDER)
         try:
             os.ftruncate(fd, size)
             buffer = mmap.mmap(fd, size)
@@ -73,6 +77,39 @@ class Region:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+def remove_orphans(folder: str | None = None) -> list[str]:
+    """Delete the region files whose creating process no longer runs; the paths deleted.
+
+    ``folder`` defaults to where regions are made (the system's temporary folder without
+    ``/dev/shm``).  A file whose process is alive, or whose name carries no process ID, is kept.
+    """
+    folder = folder or _FOLDER or tempfile.gettempdir()
+    removed: list[str] = []
+    for entry in os.scandir(folder):
+        name = entry.name
+        if not (name.startswith(_PREFIX) and name.endswith(".shm")):
+            continue
+        pid = name[len(_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            os.unlink(entry.path)
+        except FileNotFoundError:  # another server swept it first
+            continue
+        removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def layout_size(arrays: Sequence[Array]) -> int:

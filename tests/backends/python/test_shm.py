@@ -1,0 +1,37 @@
+"""``naiad.backends.python.shm``: region files are named after their process, and the files of
+processes that are gone are swept (a process killed between creating a region and its peer mapping it
+is the one case that leaves a file behind)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from naiad.backends.python import shm
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_regions_carry_the_creating_process_id() -> None:
+    region = shm.Region.create(10)
+    try:
+        assert Path(region.path).name.startswith(f"naiad-{os.getpid()}-")
+    finally:
+        region.unlink()
+
+
+def test_orphans_are_removed_and_nothing_else(tmp_path: Path) -> None:
+    dead = tmp_path / f"naiad-{_dead_pid()}-abc.shm"
+    alive = tmp_path / f"naiad-{os.getpid()}-def.shm"
+    unnamed = tmp_path / "naiad-xyz.shm"  # from before files carried a process ID: cannot tell
+    other = tmp_path / f"other-{_dead_pid()}-abc.shm"
+    for path in (dead, alive, unnamed, other):
+        path.write_bytes(b"x")
+    assert shm.remove_orphans(str(tmp_path)) == [str(dead)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (alive, unnamed, other))
