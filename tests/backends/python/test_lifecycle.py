@@ -134,6 +134,22 @@ def test_modules_next_to_model_py_are_importable_and_private_to_their_model(
     assert "helper" not in sys.modules
 
 
+def test_a_module_that_answers_every_attribute_does_not_break_the_load(
+    tmp_path: Path, instances: LoadInstance
+) -> None:
+    """``import torch`` loads ``torch.classes``, whose ``__getattr__`` answers ``__path__`` with an object
+    that is not a list: NVIDIA's pytorch example failed to load on it."""
+    body = """
+        def report(self):
+            return VALUE
+    """
+    prelude = "from anything import VALUE"
+    anything = "VALUE = 7\n\ndef __getattr__(name):\n    return object()\n"
+    model = reporting_model(tmp_path, "anything", body, prelude, **{"anything.py": anything})
+    assert report(instances(model)) == [7]
+    assert "anything" not in sys.modules
+
+
 def test_close_calls_finalize_once(tmp_path: Path) -> None:
     model_dir = reporting_model(
         tmp_path,

@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -38,7 +38,11 @@ def unique_module_name(model_name: str) -> str:
 
 
 def _is_under(module: ModuleType, folder: str) -> bool:
-    locations = [getattr(module, "__file__", None), *list(getattr(module, "__path__", None) or ())]
+    # Read the module's own namespace, not getattr: a module-level ``__getattr__`` (``torch.classes``
+    # has one) answers any name, ``__path__`` included, with objects that are not lists of folders.
+    namespace = vars(module)
+    package_path = namespace.get("__path__")
+    locations = [namespace.get("__file__"), *(package_path if isinstance(package_path, Iterable) else ())]
     for location in locations:
         if isinstance(location, str) and os.path.realpath(location).startswith(folder):
             return True
