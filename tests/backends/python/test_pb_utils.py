@@ -147,3 +147,13 @@ def test_model_config_setters_check_what_is_already_configured() -> None:
     config.set_model_transaction_policy({"decoupled": True})
     with pytest.raises(ValueError, match="contains property other than 'decoupled'"):
         config.set_model_transaction_policy({"decoupled": True, "other": 1})
+
+
+def test_bls_requests_take_bytes_names_as_tritons_std_string_arguments_do() -> None:
+    """NVIDIA's BLS example names the model with a BYTES tensor's element: ``b"add_sub"``."""
+    request = pb_utils.InferenceRequest(
+        model_name=b"add_sub", requested_output_names=[b"OUTPUT0", "OUTPUT1"], request_id=b"7", inputs=[]
+    )
+    assert request.model_name() == "add_sub"
+    assert request.requested_output_names() == ["OUTPUT0", "OUTPUT1"]
+    assert request.request_id() == "7"

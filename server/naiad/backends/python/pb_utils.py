@@ -237,6 +237,10 @@ def _parameters_dict(parameters: Mapping[str, Any] | str | None) -> dict[str, An
     return dict(parameters)
 
 
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class InferenceRequest:
     """A request: what ``execute`` receives (built by the backend) or, later, a BLS request.
 
@@ -258,11 +262,11 @@ class InferenceRequest:
 
     def __init__(
         self,
-        request_id: str = "",
+        request_id: str | bytes = "",
         correlation_id: int | str = 0,
         inputs: Sequence[Tensor] = (),
-        requested_output_names: Sequence[str] = (),
-        model_name: str = "",
+        requested_output_names: Sequence[str | bytes] = (),
+        model_name: str | bytes = "",
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -270,11 +274,13 @@ class InferenceRequest:
         trace: Any = None,
         parameters: Mapping[str, Any] | str | None = None,
     ) -> None:
-        self._request_id = request_id
+        # Triton's constructor takes std::string arguments, which pybind11 also fills from bytes:
+        # NVIDIA's BLS example passes a BYTES tensor's element (bytes) as the model name.
+        self._request_id = _text(request_id)
         self._correlation_id = correlation_id
         self._inputs = list(inputs)
-        self._requested_output_names = list(requested_output_names)
-        self._model_name = model_name
+        self._requested_output_names = [_text(name) for name in requested_output_names]
+        self._model_name = _text(model_name)
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
