@@ -31,6 +31,7 @@ from naiad.frontends.access.restriction import Restrictions, parse_restrictions
 from naiad.frontends.forwarding import HeaderForwarding
 from naiad.frontends.http.app import HttpFrontend
 from naiad.frontends.metrics import MetricsEndpoint
+from naiad.frontends.openai.app import OpenAIFrontend
 from naiad.frontends.tls import TlsFiles, tls_files
 from naiad.log_settings import LogSettings
 from naiad.metrics.registry import ServerMetrics
@@ -148,6 +149,14 @@ async def serve(settings: ServerSettings) -> int:
         metrics.start()
         endpoint = MetricsEndpoint(metrics)
         servers.append(_uvicorn(endpoint, settings.metrics_address, settings.metrics_port, settings))
+    if settings.openai_port is not None:
+        openai = OpenAIFrontend(
+            dataplane,
+            max_input_size=settings.http_max_input_size,
+            access=AccessPolicy(Restrictions(parse_restrictions(settings.http_restricted_apis)), keyring),
+        )
+        servers.append(_uvicorn(openai, settings.openai_address, settings.openai_port, settings))
+        log.info("serving the OpenAI API on %s:%d", settings.openai_address, settings.openai_port)
     grpc_server = None
     if settings.allow_grpc and importlib.util.find_spec("naiad.frontends.grpc.server") is not None:
         from naiad.frontends.grpc.server import GrpcFrontend

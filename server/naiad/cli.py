@@ -94,6 +94,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--http-address", default=d.http_address)
     p.add_argument("--grpc-address", default=d.grpc_address)
     p.add_argument("--metrics-address", default=d.metrics_address)
+    p.add_argument("--openai-port", type=_port, default=d.openai_port,
+                   help="serve the OpenAI-compatible API on this port (off by default; Triton's uses 9000)")
+    p.add_argument("--openai-address", default=d.openai_address)
     p.add_argument("--allow-http", type=_bool, default=d.allow_http, metavar="BOOL")
     p.add_argument("--allow-grpc", type=_bool, default=d.allow_grpc, metavar="BOOL")
     p.add_argument("--allow-metrics", type=_bool, default=d.allow_metrics, metavar="BOOL")
@@ -279,6 +282,8 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         http_address=args.http_address,
         grpc_address=args.grpc_address,
         metrics_address=args.metrics_address,
+        openai_port=args.openai_port,
+        openai_address=args.openai_address,
         allow_http=args.allow_http,
         allow_grpc=args.allow_grpc,
         allow_metrics=args.allow_metrics,

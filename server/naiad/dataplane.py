@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from naiad import log_settings
@@ -154,6 +155,11 @@ class DataPlane:
 
     def is_decoupled(self, name: str, version: str) -> bool:
         return self._ready_model(name, version)[0].decoupled
+
+    def model_folder(self, name: str, version: str) -> Path | None:
+        """The folder the serving version was loaded from: the OpenAI frontend reads a language
+        model's tokenizer configuration (its chat template) there."""
+        return self.repository.resolve(name, version)[1].model_dir
 
     def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         return self.repository.index(ready_only)

@@ -47,6 +47,13 @@ class ServerSettings:
     metrics_address: str = "0.0.0.0"
     """``--metrics-address``: interface the metrics endpoint binds."""
 
+    openai_port: int | None = None
+    """``--openai-port`` (Naiad): serve OpenAI's completions and chat completions API on this port (off
+    when unset; Triton's OpenAI frontend listens on 9000)."""
+
+    openai_address: str = "0.0.0.0"
+    """``--openai-address`` (Naiad): interface the OpenAI frontend binds."""
+
     allow_http: bool = True
     """``--allow-http``: serve HTTP/REST at all."""
 

@@ -1,0 +1,243 @@
+"""Text generation with a Hugging Face causal LM, streamed one token per response (decoupled).
+
+Request:  ``text_input`` (the prompt, one string) and request parameters ``max_tokens``,
+          ``temperature`` (0 = greedy), ``top_p``, ``seed``, ``stop`` (one string, or a JSON list of
+          strings).  Missing parameters take OpenAI's defaults (temperature 1, top_p 1) and the
+          config's ``default_max_tokens``.
+Response: one per generated token with ``text_output`` (the text that token completes: "" while it
+          ends inside a UTF-8 character or may be the start of a stop string), then a last response,
+          sent with the final flag: the text still held back, ``finish_reason`` ("stop": end of text
+          or a stop string, "length": max_tokens or the context is used up, "cancelled"),
+          ``num_input_tokens`` and ``num_output_tokens``.  A stop string ends the text before it and
+          is never sent.
+
+Each request is generated in a thread of its own, so one instance streams many requests at once,
+and a request whose client has gone (``request.is_cancelled()``) stops at the next token.
+
+Config parameters: ``checkpoint`` (a Hugging Face model folder; relative paths are relative to the
+model's folder), ``default_max_tokens``, ``torch_threads``, and ``timing_log`` (a file: when set, the
+model appends one line per request with the monotonic time each token was sent and the time its
+forward pass and sampling took; ``benchmarks/llm`` reads it).
+"""
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as transformers_logging
+
+_FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        checkpoint = Path(parameters["checkpoint"])
+        if not checkpoint.is_absolute():
+            checkpoint = Path(args["model_repository"]) / checkpoint
+        torch.set_num_threads(int(parameters.get("torch_threads", "1")))
+        transformers_logging.disable_progress_bar()
+        self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        self.model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+        self.context = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        self.default_max_tokens = int(parameters.get("default_max_tokens", "16"))
+        eos = self.tokenizer.eos_token_id
+        self.eos = {eos} if isinstance(eos, int) else set(eos or [])
+        timing_log = parameters.get("timing_log", "")
+        self.timing_log = open(timing_log, "a", encoding="utf-8") if timing_log else None
+        self.log_lock = threading.Lock()
+        self.threads = []
+
+    def execute(self, requests):
+        for request in requests:
+            thread = threading.Thread(target=self.generate, args=(request,), daemon=True)
+            self.threads = [t for t in self.threads if t.is_alive()] + [thread]
+            thread.start()
+        return None
+
+    def generate(self, request):
+        started = time.monotonic_ns()
+        sender = request.get_response_sender()
+        try:
+            prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
+            prompt = prompt.decode("utf-8") if isinstance(prompt, bytes) else str(prompt)
+            sampling = Sampling(json.loads(request.parameters()), self.default_max_tokens)
+            ids = self.tokenizer(prompt, return_tensors="pt").input_ids
+            if ids.shape[1] == 0:
+                raise ValueError("the prompt is empty")
+            if ids.shape[1] >= self.context:
+                raise ValueError(
+                    f"the prompt has {ids.shape[1]} tokens; this model's context is {self.context} tokens"
+                )
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            error = pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)
+            sender.send(pb_utils.InferenceResponse(error=error), flags=_FINAL)
+            return
+        limit = min(sampling.max_tokens, self.context - ids.shape[1])
+        text = Text(self.tokenizer, sampling.stop)
+        generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+        finish, cache, step_input, count = "length", None, ids, 0
+        sent, computed = [], []
+        while count < limit:
+            if request.is_cancelled():
+                finish = "cancelled"
+                pb_utils.Logger.log_info(f"request '{request.request_id()}' cancelled after {count} tokens")
+                break
+            begin = time.monotonic_ns()
+            with torch.inference_mode():
+                output = self.model(step_input, cache=cache, use_cache=True)
+            cache = output.cache
+            token = sampling.pick(output.logits[0, -1], generator)
+            count += 1
+            if token in self.eos:
+                finish = "stop"
+                break
+            piece = text.add(token)
+            computed.append(time.monotonic_ns() - begin)
+            if text.stopped:
+                finish = "stop"
+                break
+            sender.send(pb_utils.InferenceResponse([_text_tensor(piece)]))
+            sent.append(time.monotonic_ns())
+            step_input = torch.tensor([[token]])
+        rest = text.pending_before_stop() if finish == "stop" else text.flush()
+        final = [
+            _text_tensor(rest),
+            pb_utils.Tensor("finish_reason", np.array([finish.encode()], dtype=np.object_)),
+            pb_utils.Tensor("num_input_tokens", np.array([ids.shape[1]], dtype=np.int32)),
+            pb_utils.Tensor("num_output_tokens", np.array([count], dtype=np.int32)),
+        ]
+        sender.send(pb_utils.InferenceResponse(final), flags=_FINAL)
+        sent.append(time.monotonic_ns())
+        if self.timing_log is not None:
+            record = {"id": request.request_id(), "started": started, "sent": sent, "computed": computed}
+            with self.log_lock:
+                self.timing_log.write(json.dumps(record) + "\n")
+                self.timing_log.flush()
+
+    def finalize(self):
+        for thread in self.threads:
+            thread.join()
+        if self.timing_log is not None:
+            self.timing_log.close()
+
+
+def _text_tensor(text):
+    return pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_))
+
+
+class Sampling:
+    """The sampling parameters of one request, checked, and the choice of each next token."""
+
+    def __init__(self, parameters, default_max_tokens):
+        self.max_tokens = _number(parameters, "max_tokens", int, default_max_tokens, low=1)
+        self.temperature = _number(parameters, "temperature", float, 1.0, low=0.0, high=2.0)
+        self.top_p = _number(parameters, "top_p", float, 1.0, low=0.0, high=1.0)
+        seed = parameters.get("seed")
+        self.seed = None if seed is None else _number(parameters, "seed", int, 0, low=0)
+        self.stop = _stop_strings(parameters.get("stop"))
+
+    def pick(self, logits, generator):
+        if self.temperature == 0.0 or self.top_p == 0.0:
+            return int(torch.argmax(logits))
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            ordered, order = torch.sort(probs, descending=True)
+            outside = torch.cumsum(ordered, dim=-1) - ordered >= self.top_p
+            ordered[outside] = 0.0
+            return int(order[torch.multinomial(ordered, 1, generator=generator)])
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def _number(parameters, name, kind, default, low=None, high=None):
+    value = parameters.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
+        raise ValueError(f"parameter '{name}' must be a{'n integer' if kind is int else ' number'}")
+    value = kind(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise ValueError(f"parameter '{name}' must be {bounds}, got {value}")
+    return value
+
+
+def _stop_strings(value):
+    if value is None or value == "":
+        return []
+    if isinstance(value, str) and value.startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return [value]
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise ValueError("parameter 'stop' must be a string or a JSON list of non-empty strings")
+    return stops
+
+
+class Text:
+    """The generated text, decoded token by token.
+
+    A token may end inside a UTF-8 character (byte-level tokenizers), so its text is known only with
+    the tokens after it: pieces are cut from the decoded text of a short window of recent tokens once it
+    no longer ends in a replacement character.  Text that could be the start of a stop string is held
+    back until it is known not to be one.
+    """
+
+    def __init__(self, tokenizer, stop):
+        self.tokenizer = tokenizer
+        self.stop = stop
+        self.tokens = []
+        self.prefix = 0  # the window's first token: decoded with the new ones for context
+        self.read = 0  # tokens before this one have their text in self.text
+        self.text = ""
+        self.sent = 0  # characters of self.text already sent
+        self.stopped = False
+        self.stop_at = None
+
+    def add(self, token):
+        """Add a token; the text that can be sent now ("" if none)."""
+        self.tokens.append(token)
+        decode = self.tokenizer.decode
+        before = decode(self.tokens[self.prefix : self.read], skip_special_tokens=True)
+        after = decode(self.tokens[self.prefix :], skip_special_tokens=True)
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            self.text += after[len(before) :]
+            self.prefix, self.read = self.read, len(self.tokens)
+        return self._release()
+
+    def _release(self):
+        ready = len(self.text)
+        for stop in self.stop:
+            found = self.text.find(stop, max(0, self.sent - len(stop) + 1))
+            if found >= 0 and (self.stop_at is None or found < self.stop_at):
+                self.stop_at = found
+        if self.stop_at is not None:
+            self.stopped = True
+            return ""
+        for stop in self.stop:  # hold back a tail that may grow into a stop string
+            for length in range(min(len(stop) - 1, len(self.text) - self.sent), 0, -1):
+                if self.text.endswith(stop[:length]):
+                    ready = min(ready, len(self.text) - length)
+                    break
+        piece = self.text[self.sent : ready]
+        self.sent = ready
+        return piece
+
+    def pending_before_stop(self):
+        """What is left to send when generation ended on a stop (string or end of text)."""
+        end = self.stop_at if self.stop_at is not None else len(self.text)
+        piece = self.text[self.sent : max(end, self.sent)]
+        self.sent = len(self.text)
+        return piece
+
+    def flush(self):
+        """Everything not sent yet (generation ended without a stop)."""
+        piece = self.text[self.sent :]
+        self.sent = len(self.text)
+        return piece
