@@ -60,6 +60,11 @@ class OperatorSettings(BaseSettings):
     interval): a bucket that was missing or credentials that were wrong are often fixed without a spec
     change."""
 
+    fixed_user_ids: bool = True
+    """Run server pods and sync Jobs as UID/GID/fsGroup 1000 (the images' user). Set false under
+    OpenShift's ``restricted-v2``, which assigns them from the namespace's range and refuses fixed ones.
+    A ``podTemplate.securityContext`` replaces the pod-level context altogether."""
+
     sync_job_ttl_seconds: int = 3600
     """``ttlSecondsAfterFinished`` of sync Jobs: long enough to read their summary and inspect a failure,
     short enough that Jobs do not pile up with an interval sync."""

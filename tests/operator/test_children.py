@@ -20,6 +20,7 @@ from naiad_operator.api.inferenceservice import (
 from naiad_operator.api.modelrepository import ModelRepositorySpec
 from naiad_operator.reconcile import names, server, storage, syncjob
 from naiad_operator.reconcile.children import ChildRef, inference_service_children
+from naiad_operator.reconcile.repository_mount import RepositoryMount
 
 from tests.operator import samples
 
@@ -38,10 +39,18 @@ def _golden(name: str, objects: list[dict[str, Any]]) -> None:
     )
 
 
-def _service_children(spec: dict[str, Any], status: InferenceServiceStatus | None = None) -> Any:
+SHARED = RepositoryMount("models-repository")
+
+
+def _service_children(
+    spec: dict[str, Any],
+    status: InferenceServiceStatus | None = None,
+    mount: RepositoryMount = SHARED,
+    fixed_ids: bool = True,
+) -> Any:
     parsed = InferenceServiceSpec.model_validate(spec)
     return inference_service_children(
-        samples.OWNER_META, parsed, status or InferenceServiceStatus(), "models-repository", IMAGE
+        samples.OWNER_META, parsed, status or InferenceServiceStatus(), mount, IMAGE, fixed_ids
     )
 
 
@@ -106,7 +115,7 @@ def test_pinned_snapshot_is_the_repository_path() -> None:
     spec = InferenceServiceSpec.model_validate(
         {**samples.inference_service()["spec"], "repository": {"name": "models", "snapshot": "sha256:abc"}}
     )
-    assert server.repository_path(spec) == "/repository/snapshots/abc"
+    assert server.repository_path(spec, SHARED) == "/repository/snapshots/abc"
 
 
 @pytest.mark.parametrize(
@@ -163,3 +172,74 @@ def test_long_names_stay_valid_and_distinct() -> None:
     a, b = "x" * 70 + "a", "x" * 70 + "b"
     assert len(names.dns_name(a)) == 63 and names.dns_name(a) != names.dns_name(b)
     assert names.dns_name("short") == "short"
+
+
+def _per_pod_mount(**source: Any) -> RepositoryMount:
+    repo = ModelRepositorySpec.model_validate(
+        {"source": {"uri": "s3://bucket/triton", **source}, "storage": {"size": "20Gi"}}
+    )
+    return RepositoryMount("models-repository", repo.storage.mode, repo, "sha256:abc")
+
+
+def test_per_pod_servers_never_mount_the_claim() -> None:
+    """perPod: the claim stays with the sync Job; each pod pulls the pinned snapshot into its own volume."""
+    mount = _per_pod_mount(credentials={"secretRef": {"name": "s3"}, "serviceAccountName": "reader"})
+    kids = _service_children(samples.inference_service()["spec"], mount=mount)
+    deployment = next(o for o in kids.present if o["kind"] == "Deployment")
+    template = deployment["spec"]["template"]
+    pod = template["spec"]
+    assert "persistentVolumeClaim" not in str(pod)
+    assert pod["volumes"][0] == {"name": "repository", "emptyDir": {"sizeLimit": "20Gi"}}
+    pull = pod["initContainers"][0]
+    assert pull["name"] == "repository"
+    assert pull["command"][4:] == ["s3://bucket/triton", "/repository", "--keep", "1"]
+    assert {"name": "NAIAD_EXPECTED_SNAPSHOT", "value": "sha256:abc"} in pull["env"]
+    assert pull["envFrom"] == [{"secretRef": {"name": "s3"}}]
+    assert pod["serviceAccountName"] == "reader"  # the init step reads the source with its identity
+    assert template["metadata"]["annotations"] == {"serving.naiad.dev/snapshot": "sha256:abc"}
+    # the server reads the copy's current snapshot, even when the service pins one
+    assert pod["containers"][0]["args"][0] == "--model-repository=/repository/current"
+    assert "server" not in [c["name"] for c in pod["initContainers"]]
+
+
+def test_platform_assigned_user_ids() -> None:
+    """OpenShift restricted-v2 assigns UID/GID/fsGroup; fixed ones would be refused."""
+    kids = _service_children(samples.inference_service()["spec"], fixed_ids=False)
+    pod = next(o for o in kids.present if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    spec = {**samples.inference_service()["spec"], "podTemplate": {"securityContext": {"runAsNonRoot": True}}}
+    pod = next(o for o in _service_children(spec).present if o["kind"] == "Deployment")
+    assert pod["spec"]["template"]["spec"]["securityContext"] == {"runAsNonRoot": True}
+
+
+def test_sync_job_template_and_file_credentials() -> None:
+    spec = ModelRepositorySpec.model_validate(samples.FULL_REPOSITORY_SPEC)
+    owner = names.owner_reference("ModelRepository", {**samples.OWNER_META, "name": "models"})
+    job = syncjob.desired_sync_job(
+        "models", samples.NAMESPACE, owner, spec, "models-repository", "models-sync-1", IMAGE, 3600
+    )
+    template = job["spec"]["template"]
+    pod, container = template["spec"], template["spec"]["containers"][0]
+    assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+    assert template["metadata"]["labels"]["team"] == "vision"
+    assert pod["nodeSelector"] == {"pool": "gpu"} and pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert pod["imagePullSecrets"] == [{"name": "registry"}] and pod["priorityClassName"] == "batch"
+    assert pod["serviceAccountName"] == "repo-reader"  # together with the Secret
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GOOGLE_APPLICATION_CREDENTIALS"] == "/var/run/naiad/credentials/gcs/key.json"
+    assert env["AWS_CA_BUNDLE"] == "/var/run/naiad/credentials/ca/ca-bundle.pem"
+    assert env["AWS_DEFAULT_REGION"] == "eu-west-1" and env["NAIAD_S3_ADDRESSING_STYLE"] == "path"
+    assert "NAIAD_S3_VERIFY_TLS" not in env and env["HTTPS_PROXY"] == "http://proxy:3128"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["gcs-key"]["secret"] == {
+        "secretName": "gcs-key",
+        "items": [{"key": "key.json", "path": "key.json"}],
+    }
+    assert volumes["ca-bundle"]["secret"]["items"] == [{"key": "ca.crt", "path": "ca-bundle.pem"}]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/var/run/naiad/credentials/gcs", "/var/run/naiad/credentials/ca", "/scratch"} <= mounts
+    unverified = spec.model_copy(update={"source": spec.source.model_copy(update={"verify_tls": False})})
+    job = syncjob.desired_sync_job("models", "ml", owner, unverified, "c", "j", IMAGE, 60)
+    assert {"name": "NAIAD_S3_VERIFY_TLS", "value": "false"} in job["spec"]["template"]["spec"]["containers"][
+        0
+    ]["env"]

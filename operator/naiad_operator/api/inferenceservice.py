@@ -52,19 +52,37 @@ class ServerSpec(CamelModel):
     image_pull_policy: str = "IfNotPresent"
     args: list[str] = Field(default_factory=list)
     env: list[dict[str, Any]] = Field(default_factory=list)
+    env_from: list[dict[str, Any]] = Field(default_factory=list)
+    volume_mounts: list[dict[str, Any]] = Field(default_factory=list)
     gpus: int = 0
     resources: Resources = Field(default_factory=Resources)
     startup_timeout_seconds: int = 600
+    security_context: dict[str, Any] | None = None
 
 
 class PodTemplate(CamelModel):
+    """The server pods' pod-level fields. Names the operator owns (the ``server`` container, the
+    ``repository`` and ``tmp`` volumes) are refused by the CRD's rules, so an addition can never replace
+    or shadow them."""
+
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     affinity: dict[str, Any] | None = None
+    topology_spread_constraints: list[dict[str, Any]] = Field(default_factory=list)
     service_account_name: str | None = None
     priority_class_name: str | None = None
+    image_pull_secrets: list[dict[str, Any]] = Field(default_factory=list)
+    runtime_class_name: str | None = None
+    scheduler_name: str | None = None
+    security_context: dict[str, Any] | None = None
+    shm_size: str | None = None
+    volumes: list[dict[str, Any]] = Field(default_factory=list)
+    init_containers: list[dict[str, Any]] = Field(default_factory=list)
+    containers: list[dict[str, Any]] = Field(default_factory=list)
+    """Sidecars: extra containers beside ``server`` (init containers with ``restartPolicy: Always`` are
+    native sidecars and go in ``init_containers``)."""
 
 
 class ScaleMetric(StrEnum):

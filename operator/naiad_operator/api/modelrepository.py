@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -28,15 +29,44 @@ class SecretRef(CamelModel):
     name: str
 
 
+class KeyRef(CamelModel):
+    """One key of a Secret (or ConfigMap), mounted as a file."""
+
+    name: str
+    key: str
+
+
 class Credentials(CamelModel):
+    """``secret_ref``'s keys become environment variables; ``gcs_key_secret`` is mounted as a file and
+    named by ``GOOGLE_APPLICATION_CREDENTIALS`` (google-auth reads a path, not the key itself);
+    ``service_account_name`` gives the pod a workload identity (IRSA, GKE Workload Identity), and may be
+    combined with a Secret (e.g. an account for image pulls and a Secret for S3)."""
+
     secret_ref: SecretRef | None = None
+    gcs_key_secret: KeyRef | None = None
     service_account_name: str | None = None
+
+
+class AddressingStyle(StrEnum):
+    AUTO = "auto"
+    PATH = "path"
+    VIRTUAL = "virtual"
+
+
+class CABundle(CamelModel):
+    """A PEM bundle for a private S3 (MinIO, Ceph) behind a private CA: from a Secret or a ConfigMap."""
+
+    secret_ref: KeyRef | None = None
+    config_map_ref: KeyRef | None = None
 
 
 class Source(CamelModel):
     uri: str
     endpoint: str | None = None
     region: str | None = None
+    addressing_style: AddressingStyle | None = None
+    verify_tls: bool = Field(default=True, alias="verifyTLS")
+    ca_bundle: CABundle | None = None
     credentials: Credentials = Field(default_factory=Credentials)
 
     def sync_uri(self) -> str:
@@ -47,11 +77,40 @@ class Source(CamelModel):
         return self.uri
 
 
+class StorageMode(StrEnum):
+    """Where server pods read the repository from (the decision table is in operator/README.md).
+
+    ``perPod`` (the default) binds wherever a default StorageClass exists: the claim is mounted only by
+    the sync Job (one pod at a time, so ReadWriteOnce block storage works), and every server pod copies
+    the snapshot into its own volume in an init step. ``shared`` mounts the one claim read-only on every
+    server pod, which needs ReadWriteMany storage when pods run on several nodes."""
+
+    SHARED = "shared"
+    PER_POD = "perPod"
+
+
 class Storage(CamelModel):
+    mode: StorageMode = StorageMode.PER_POD
     claim_name: str | None = None
     size: str = "10Gi"
     storage_class_name: str | None = None
-    access_modes: list[str] = Field(default_factory=lambda: ["ReadWriteMany"])
+    access_modes: list[str] = Field(default_factory=lambda: ["ReadWriteOnce"])
+
+
+class JobTemplate(CamelModel):
+    """What a platform needs on the sync Job's pod: Istio-injected namespaces turn the sidecar off with
+    an annotation (or the Job never completes), and placement/pull secrets as on any other pod."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    affinity: dict[str, Any] | None = None
+    image_pull_secrets: list[dict[str, Any]] = Field(default_factory=list)
+    priority_class_name: str | None = None
+    volumes: list[dict[str, Any]] = Field(default_factory=list)
+    volume_mounts: list[dict[str, Any]] = Field(default_factory=list)
+    env: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class SyncPolicy(CamelModel):
@@ -62,6 +121,7 @@ class SyncPolicy(CamelModel):
     backoff_limit: int = 2
     active_deadline_seconds: int = 7200
     resources: dict[str, object] | None = None
+    template: JobTemplate = Field(default_factory=JobTemplate)
 
     def interval_seconds(self) -> float | None:
         """``1h30m`` -> 5400.0; None when no interval is set (sync on change and trigger only)."""

@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from naiad_operator import GROUP
+
+#: The pod annotation naming the snapshot a ``perPod`` server pod pulled into its own volume.
+SNAPSHOT_ANNOTATION = f"{GROUP}/snapshot"
+
 #: The reason Triton's index gives a version that is UNAVAILABLE because it was unloaded (on purpose,
 #: or because it belonged to a load that failed for another version): not a failure of its own.
 UNLOADED = "unloaded"
@@ -43,6 +48,8 @@ class PodObservation:
     ready: bool
     models: dict[str, dict[int, VersionObservation]] = field(default_factory=dict)
     index_error: str | None = None
+    snapshot: str | None = None
+    """The snapshot the pod was started with (``perPod`` storage: its own copy), from its annotation."""
 
     @property
     def reporting(self) -> bool:

@@ -15,7 +15,7 @@ import kopf
 from naiad_operator import API_VERSION, GROUP, VERSION
 from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
 from naiad_operator.api.modelrepository import ModelRepositorySpec, ModelRepositoryStatus
-from naiad_operator.api.observed import DeploymentObservation
+from naiad_operator.api.observed import DeploymentObservation, PodObservation
 from naiad_operator.handlers import children, drive
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
@@ -23,6 +23,7 @@ from naiad_operator.k8s.pods import list_pods, observe
 from naiad_operator.reconcile import names, rollout, traffic
 from naiad_operator.reconcile.children import inference_service_children
 from naiad_operator.reconcile.compare import merge_patch
+from naiad_operator.reconcile.repository_mount import RepositoryMount
 from naiad_operator.reconcile.service_status import Observed, service_status
 from naiad_operator.reconcile.syncjob import format_time
 from naiad_operator.settings import load
@@ -89,12 +90,21 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
 
     repo_body = await ctx.kube.get(API_VERSION, "ModelRepository", namespace, spec.repository.name)
     repo_status = ModelRepositoryStatus.model_validate(repo_body.get("status") or {}) if repo_body else None
-    claim = names.claim_name(spec.repository.name, None)
+    mount = RepositoryMount(names.claim_name(spec.repository.name, None))
     if repo_body is not None:
         repo_spec = ModelRepositorySpec.model_validate(repo_body.get("spec") or {})
-        claim = names.claim_name(spec.repository.name, repo_spec.storage.claim_name)
+        current = repo_status.snapshot.current if repo_status is not None else None
+        mount = RepositoryMount(
+            names.claim_name(spec.repository.name, repo_spec.storage.claim_name),
+            repo_spec.storage.mode,
+            repo_spec,
+            spec.repository.snapshot or current,
+        )
 
-    wanted = inference_service_children(meta, spec, before, claim, ctx.settings.server_image)
+    settings = ctx.settings
+    wanted = inference_service_children(
+        meta, spec, before, mount, settings.server_image, settings.fixed_user_ids
+    )
     deployment: dict[str, Any] | None = None
     for obj in wanted.present:
         applied = await children.ensure(ctx.kube, obj)
@@ -107,9 +117,13 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     pod_objects = await list_pods(ctx.kube, namespace, names.selector_labels(name))
     pods = await observe(ctx.server, pod_objects, ctx.resolve)
     records = {m.name: m for m in before.models}
-    snapshot = rollout.target_snapshot(spec.repository.snapshot, repo_status, records, pods)
-    plan = rollout.plan(spec.models, snapshot, records, pods)
-    pods, failures = await drive.run(ctx, body, plan, spec.models, pod_objects, pods)
+    acting = mount.acting_pods(pods)
+    snapshot = rollout.target_snapshot(spec.repository.snapshot, repo_status, records, acting)
+    plan = rollout.plan(spec.models, snapshot, mount.planning_records(records), acting)
+    acting_names = {p.name for p in acting}
+    acting_objects = [o for o in pod_objects if o["metadata"]["name"] in acting_names]
+    acted, failures = await drive.run(ctx, body, plan, spec.models, acting_objects, acting)
+    pods = _replace(pods, acted)
 
     status = service_status(
         name,
@@ -127,6 +141,12 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     patch = merge_patch(before.dump(), status.dump())
     if patch:
         await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)
+
+
+def _replace(pods: list[PodObservation], fresh: list[PodObservation]) -> list[PodObservation]:
+    """``pods`` with the ones a rollout re-read after acting replaced by their new observation."""
+    by_name = {p.name: p for p in fresh}
+    return [by_name.get(p.name, p) for p in pods]
 
 
 def _deployment(obj: dict[str, Any] | None) -> DeploymentObservation | None:

@@ -100,6 +100,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
             job_name,
             ctx.settings.server_image,
             ctx.settings.sync_job_ttl_seconds,
+            ctx.settings.fixed_user_ids,
         )
         try:
             await ctx.kube.create(job_body)

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from naiad_operator.api.observed import PodObservation
+from naiad_operator.api.observed import SNAPSHOT_ANNOTATION, PodObservation
 from naiad_operator.k8s.client import Kube
 from naiad_operator.k8s.modelserver import ModelServer, ServerCallError
 
@@ -53,11 +53,12 @@ async def observe(
 
     async def one(pod: dict[str, Any]) -> PodObservation:
         name, url, ready = pod["metadata"]["name"], resolve(pod), pod_ready(pod)
+        snapshot = (pod["metadata"].get("annotations") or {}).get(SNAPSHOT_ANNOTATION)
         if url is None:
-            return PodObservation(name, None, ready)
+            return PodObservation(name, None, ready, snapshot=snapshot)
         try:
-            return PodObservation(name, url, ready, await server.index(url))
+            return PodObservation(name, url, ready, await server.index(url), snapshot=snapshot)
         except ServerCallError as exc:
-            return PodObservation(name, url, ready, index_error=exc.message)
+            return PodObservation(name, url, ready, index_error=exc.message, snapshot=snapshot)
 
     return list(await asyncio.gather(*(one(p) for p in pods)))

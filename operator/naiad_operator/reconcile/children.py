@@ -12,6 +12,7 @@ from typing import Any
 from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
 from naiad_operator.reconcile import names, server, traffic
 from naiad_operator.reconcile.compare import stamp
+from naiad_operator.reconcile.repository_mount import RepositoryMount
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,14 +32,15 @@ def inference_service_children(
     meta: dict[str, Any],
     spec: InferenceServiceSpec,
     status: InferenceServiceStatus,
-    claim: str,
+    mount: RepositoryMount,
     default_image: str,
+    fixed_ids: bool = True,
 ) -> Children:
     name, namespace = meta["name"], meta["namespace"]
     owner = names.owner_reference("InferenceService", meta)
     present: list[dict[str, Any]] = [
         server.desired_models_configmap(name, namespace, owner, server.startup_models(spec, status)),
-        server.desired_deployment(name, namespace, owner, spec, claim, default_image),
+        server.desired_deployment(name, namespace, owner, spec, mount, default_image, fixed_ids),
         traffic.desired_service(name, namespace, owner),
     ]
     absent: list[ChildRef] = []

@@ -12,14 +12,16 @@ from typing import Any
 USER = 1000
 
 
-def pod() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": USER,
-        "runAsGroup": USER,
-        "fsGroup": USER,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+def pod(fixed_ids: bool = True) -> dict[str, Any]:
+    """``fixed_ids=False`` leaves the user, group and fsGroup to the platform: OpenShift's
+    ``restricted-v2`` assigns them from the namespace's range and rejects any other fixed value.
+    ``OnRootMismatch`` spares a large claim the recursive chown on every pod start."""
+    context: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    if fixed_ids:
+        context.update(
+            runAsUser=USER, runAsGroup=USER, fsGroup=USER, fsGroupChangePolicy="OnRootMismatch"
+        )
+    return context
 
 
 def container() -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
 from naiad_operator.reconcile import names, security
+from naiad_operator.reconcile.repository_mount import RepositoryMount
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 LOAD_MODELS_KEY = "load-model-args"
@@ -24,10 +25,11 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SERVE_SCRIPT = f'exec naiad serve "$@" ${LOAD_MODELS_ENV}'
 
 
-def repository_path(spec: InferenceServiceSpec) -> str:
+def repository_path(spec: InferenceServiceSpec, mount: RepositoryMount) -> str:
     """Where the server reads models: the pinned snapshot, or ``current``, which each sync switches
-    atomically, so loads after a sync read the new snapshot without a restart."""
-    if spec.repository.snapshot:
+    atomically, so loads after a sync read the new snapshot without a restart. A perPod copy holds
+    exactly one snapshot, behind ``current``."""
+    if spec.repository.snapshot and not mount.per_pod:
         return f"{names.REPOSITORY_MOUNT}/snapshots/{spec.repository.snapshot.removeprefix('sha256:')}"
     return f"{names.REPOSITORY_MOUNT}/current"
 
@@ -67,12 +69,14 @@ def desired_deployment(
     namespace: str,
     owner: dict[str, Any],
     spec: InferenceServiceSpec,
-    claim: str,
+    mount: RepositoryMount,
     default_image: str,
+    fixed_ids: bool = True,
 ) -> dict[str, Any]:
     server = spec.server
+    image = server.image or default_image
     args = [
-        f"--model-repository={repository_path(spec)}",
+        f"--model-repository={repository_path(spec, mount)}",
         "--model-control-mode=explicit",
         "--strict-readiness=true",
         f"--http-port={HTTP_PORT}",
@@ -90,9 +94,18 @@ def desired_deployment(
         },
         *server.env,
     ]
+    template = spec.pod_template
+    mounts: list[dict[str, Any]] = [
+        {"name": "repository", "mountPath": names.REPOSITORY_MOUNT, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[dict[str, Any]] = [mount.volume(), {"name": "tmp", "emptyDir": {}}]
+    if template.shm_size:
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": template.shm_size}})
     container: dict[str, Any] = {
         "name": "server",
-        "image": server.image or default_image,
+        "image": image,
         "imagePullPolicy": server.image_pull_policy,
         "command": ["/bin/sh", "-c", SERVE_SCRIPT, "naiad-serve"],
         "args": args,
@@ -107,38 +120,39 @@ def desired_deployment(
         ),
         "readinessProbe": _probe("/v2/health/ready", period=5, failures=2),
         "livenessProbe": _probe("/v2/health/live", period=10, failures=3),
-        "volumeMounts": [
-            {"name": "repository", "mountPath": names.REPOSITORY_MOUNT, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
-        "securityContext": security.container(),
+        "volumeMounts": [*mounts, *server.volume_mounts],
+        "securityContext": server.security_context or security.container(),
     }
+    if server.env_from:
+        container["envFrom"] = list(server.env_from)
     resources = _resources(spec)
     if resources:
         container["resources"] = resources
-    template = spec.pod_template
+    pull, pull_volumes = mount.init_containers(image, server.image_pull_policy)
     labels = {**template.labels, **names.server_labels(name)}
     pod_spec: dict[str, Any] = {
-        "securityContext": security.pod(),
-        "containers": [container],
-        "volumes": [
-            {"name": "repository", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}},
-            {"name": "tmp", "emptyDir": {}},
-        ],
+        "securityContext": template.security_context or security.pod(fixed_ids),
+        "containers": [container, *template.containers],
+        "volumes": [*volumes, *pull_volumes, *template.volumes],
     }
-    if template.node_selector:
-        pod_spec["nodeSelector"] = dict(template.node_selector)
-    if template.tolerations:
-        pod_spec["tolerations"] = list(template.tolerations)
-    if template.affinity:
-        pod_spec["affinity"] = template.affinity
-    if template.service_account_name:
-        pod_spec["serviceAccountName"] = template.service_account_name
-    if template.priority_class_name:
-        pod_spec["priorityClassName"] = template.priority_class_name
+    if pull or template.init_containers:
+        pod_spec["initContainers"] = [*pull, *template.init_containers]
+    optional: dict[str, Any] = {
+        "nodeSelector": dict(template.node_selector),
+        "tolerations": list(template.tolerations),
+        "affinity": template.affinity,
+        "topologySpreadConstraints": list(template.topology_spread_constraints),
+        "serviceAccountName": template.service_account_name or mount.service_account(),
+        "priorityClassName": template.priority_class_name,
+        "imagePullSecrets": list(template.image_pull_secrets),
+        "runtimeClassName": template.runtime_class_name,
+        "schedulerName": template.scheduler_name,
+    }
+    pod_spec.update({k: v for k, v in optional.items() if v})
     pod_meta: dict[str, Any] = {"labels": labels}
-    if template.annotations:
-        pod_meta["annotations"] = dict(template.annotations)
+    annotations = {**template.annotations, **mount.annotations()}
+    if annotations:
+        pod_meta["annotations"] = annotations
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -20,9 +20,8 @@ from naiad_operator.api.modelrepository import (
     ModelRepositoryStatus,
     SyncResult,
     SyncSummary,
-    Verify,
 )
-from naiad_operator.reconcile import names, security
+from naiad_operator.reconcile import names, security, source
 
 TERMINATION_LOG = "/dev/termination-log"
 
@@ -122,47 +121,59 @@ def desired_sync_job(
     job_name: str,
     image: str,
     ttl_seconds: int,
+    fixed_ids: bool = True,
 ) -> dict[str, Any]:
-    """The Job for one sync. Only this pod sees the source credentials; servers never do."""
-    args = [spec.source.sync_uri(), names.REPOSITORY_MOUNT, "--keep", str(spec.sync.keep_snapshots)]
-    if spec.sync.verify is Verify.SHA256:
-        args += ["--verify", "sha256"]
+    """The Job for one sync. Only this pod (and, with ``perPod`` storage, the servers' init step)
+    sees the source credentials."""
+    reader = source.access(spec, spec.sync.keep_snapshots)
+    template = spec.sync.template
     env: list[dict[str, Any]] = [
         {"name": "NAIAD_COMPACT_SUMMARY", "value": COMPACT_SUMMARY},
         {"name": "HOME", "value": "/tmp"},
+        *template.env,
     ]
-    if spec.source.region:
-        env.append({"name": "AWS_DEFAULT_REGION", "value": spec.source.region})
     container: dict[str, Any] = {
         "name": "sync",
         "image": image,
-        "command": ["/bin/sh", "-c", SYNC_SCRIPT, "naiad-sync", *args],
+        "command": ["/bin/sh", "-c", SYNC_SCRIPT, "naiad-sync", *reader.args],
         "env": env,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "repository", "mountPath": names.REPOSITORY_MOUNT},
             {"name": "tmp", "mountPath": "/tmp"},
+            *template.volume_mounts,
         ],
         "securityContext": security.container(),
     }
-    creds = spec.source.credentials
-    if creds.secret_ref is not None:
-        container["envFrom"] = [{"secretRef": {"name": creds.secret_ref.name}}]
+    reader.apply(container)
     if spec.sync.resources:
         container["resources"] = spec.sync.resources
-    labels = {**names.repository_labels(name), names.ROLE_LABEL: "sync"}
+    labels = {**template.labels, **names.repository_labels(name), names.ROLE_LABEL: "sync"}
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "securityContext": security.pod(),
+        "securityContext": security.pod(fixed_ids),
         "containers": [container],
         "volumes": [
             {"name": "repository", "persistentVolumeClaim": {"claimName": claim}},
             {"name": "tmp", "emptyDir": {}},
+            *reader.volumes,
+            *template.volumes,
         ],
     }
-    if creds.service_account_name:
-        pod_spec["serviceAccountName"] = creds.service_account_name
+    if reader.service_account_name:
+        pod_spec["serviceAccountName"] = reader.service_account_name
+    placement: dict[str, Any] = {
+        "nodeSelector": dict(template.node_selector),
+        "tolerations": list(template.tolerations),
+        "affinity": template.affinity,
+        "imagePullSecrets": list(template.image_pull_secrets),
+        "priorityClassName": template.priority_class_name,
+    }
+    pod_spec.update({k: v for k, v in placement.items() if v})
+    pod_meta: dict[str, Any] = {"labels": labels}
+    if template.annotations:
+        pod_meta["annotations"] = dict(template.annotations)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -171,7 +182,7 @@ def desired_sync_job(
             "backoffLimit": spec.sync.backoff_limit,
             "activeDeadlineSeconds": spec.sync.active_deadline_seconds,
             "ttlSecondsAfterFinished": ttl_seconds,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": {"metadata": pod_meta, "spec": pod_spec},
         },
     }
 

@@ -11,6 +11,7 @@ Every read is conditional on the ETag listed (``If-Match``): an object rewritten
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -78,14 +79,18 @@ class S3Source:
     def __init__(self, uri: str, connections: int = 16) -> None:
         self.uri = uri
         self.location = parse_s3_uri(uri)
+        # botocore reads neither setting from the environment; the operator's pods set them by name
+        style = os.environ.get("NAIAD_S3_ADDRESSING_STYLE")
         config = Config(
             max_pool_connections=max(10, connections),
             retries={"max_attempts": 5, "mode": "standard"},
             connect_timeout=10,
             read_timeout=60,
+            s3={"addressing_style": style} if style in ("auto", "path", "virtual") else None,
         )
+        verify = os.environ.get("NAIAD_S3_VERIFY_TLS", "true").lower() not in ("false", "0", "no")
         self._client: Any = boto3.session.Session().client(
-            "s3", endpoint_url=self.location.endpoint, config=config
+            "s3", endpoint_url=self.location.endpoint, config=config, verify=None if verify else False
         )
         self._base = f"{self.location.prefix}/" if self.location.prefix else ""
 

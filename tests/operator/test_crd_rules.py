@@ -1,0 +1,131 @@
+"""The CRDs' CEL rules, evaluated (cel-python): what a platform team's first specs get back from
+``kubectl apply``. Each rejection case is a spec that cannot work on a real cluster."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import celpy
+import pytest
+
+from tests.operator import samples
+from tests.operator.cel import admit, rules, schema
+
+
+@pytest.mark.parametrize("plural", ["modelrepositories", "inferenceservices"])
+def test_every_rule_compiles(plural: str) -> None:
+    env = celpy.Environment()
+    found = rules(schema(plural))
+    assert len(found) >= 4
+    for path, rule, message in found:
+        env.compile(rule)  # raises on a syntax error
+        assert message, f"{path}: a rule without a message leaves users guessing"
+
+
+def _repo(**storage: Any) -> dict[str, Any]:
+    return samples.repository(storage=storage)
+
+
+def test_storage_default_is_per_pod_on_read_write_once() -> None:
+    """The default binds on a cluster whose only StorageClass is RWO block storage (EBS, PD, Azure Disk)."""
+    assert admit("modelrepositories", samples.repository()) == []
+    from tests.operator.cel import defaulted
+
+    storage = defaulted(schema("modelrepositories"), samples.repository())["spec"]["storage"]
+    assert storage["mode"] == "perPod" and storage["accessModes"] == ["ReadWriteOnce"]
+
+
+@pytest.mark.parametrize(
+    ("storage", "fragment"),
+    [
+        ({"mode": "shared"}, "needs accessModes [ReadWriteMany]"),
+        ({"mode": "shared", "accessModes": ["ReadWriteOnce"]}, "needs accessModes [ReadWriteMany]"),
+        (
+            {"mode": "shared", "accessModes": ["ReadWriteMany", "ReadWriteOncePod"]},
+            "ReadWriteOncePod allows one pod",
+        ),
+        ({"accessModes": ["ReadOnlyMany"]}, "schema"),  # the sync Job writes the claim
+        ({"mode": "nodeLocal"}, "schema"),
+    ],
+)
+def test_impossible_storage_is_refused(storage: dict[str, Any], fragment: str) -> None:
+    messages = admit("modelrepositories", _repo(**storage))
+    assert any(fragment in m for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    "storage",
+    [
+        {"mode": "shared", "accessModes": ["ReadWriteMany"]},
+        {"mode": "shared", "claimName": "team-nfs"},  # the user's claim: its modes are theirs
+        {"mode": "perPod", "accessModes": ["ReadWriteOncePod"]},  # only the sync Job mounts it
+        {"mode": "perPod", "accessModes": ["ReadWriteMany"]},
+    ],
+)
+def test_storage_that_works_is_admitted(storage: dict[str, Any]) -> None:
+    assert admit("modelrepositories", _repo(**storage)) == []
+
+
+def test_credentials_secret_and_service_account_together() -> None:
+    """A ServiceAccount (image pulls, workload identity) and a Secret (S3 keys) may be combined."""
+    repo = samples.repository()
+    repo["spec"]["source"]["credentials"] = {
+        "secretRef": {"name": "s3"},
+        "serviceAccountName": "reader",
+        "gcsKeySecret": {"name": "gcs", "key": "key.json"},
+    }
+    assert admit("modelrepositories", repo) == []
+
+
+def test_ca_bundle_names_exactly_one_source() -> None:
+    repo = samples.repository()
+    repo["spec"]["source"]["caBundle"] = {}
+    assert any("exactly one" in m for m in admit("modelrepositories", repo))
+    repo["spec"]["source"]["caBundle"] = {"configMapRef": {"name": "ca", "key": "ca.pem"}}
+    assert admit("modelrepositories", repo) == []
+
+
+def test_sync_template_keeps_operator_names() -> None:
+    repo = samples.repository(sync={"template": {"volumes": [{"name": "repository", "emptyDir": {}}]}})
+    assert any("belong to the operator" in m for m in admit("modelrepositories", repo))
+    repo = samples.repository(
+        sync={"template": {"annotations": {"sidecar.istio.io/inject": "false"}, "env": [{"name": "HOME"}]}}
+    )
+    assert any("HOME" in m for m in admit("modelrepositories", repo))
+
+
+def _isvc(**changes: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(samples.FULL_SERVICE_SPEC)
+    for key, value in changes.items():
+        spec[key] = {**spec.get(key, {}), **value}
+    return {**samples.inference_service(), "spec": spec}
+
+
+def test_full_service_is_admitted() -> None:
+    assert admit("inferenceservices", _isvc()) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"server": {"args": ["--model-control-mode=poll"]}}, "--model-control-mode"),
+        ({"server": {"args": ["--load-model", "x"]}}, "--load-model"),
+        ({"server": {"env": [{"name": "NAIAD_LOAD_MODEL_ARGS", "value": ""}]}}, "NAIAD_LOAD_MODEL_ARGS"),
+        ({"server": {"volumeMounts": [{"name": "x", "mountPath": "/repository"}]}}, "/repository"),
+        ({"server": {"gpus": 1, "resources": {"limits": {"nvidia.com/gpu": 2}}}}, "not both"),
+        ({"podTemplate": {"volumes": [{"name": "tmp", "emptyDir": {}}]}}, "belong to the operator"),
+        ({"podTemplate": {"containers": [{"name": "server", "image": "x"}]}}, "container name server"),
+        ({"podTemplate": {"initContainers": [{"name": "repository", "image": "x"}]}}, "repository"),
+        ({"podTemplate": {"shmSize": "lots"}}, "schema"),
+    ],
+)
+def test_operator_owned_names_are_refused(changes: dict[str, Any], fragment: str) -> None:
+    messages = admit("inferenceservices", _isvc(**changes))
+    assert any(fragment in m for m in messages), messages
+
+
+def test_mig_profile_through_resources_is_admitted() -> None:
+    spec = _isvc(server={"gpus": 0, "resources": {"limits": {"nvidia.com/mig-1g.10gb": 1}}})
+    assert admit("inferenceservices", spec) == []
+    assert admit("inferenceservices", _isvc(server={"args": ["--log-verbose=1", "--grpc-port-x"]})) == []
