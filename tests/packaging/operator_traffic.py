@@ -10,7 +10,9 @@ with them switched off (so they are deleted); the repository deleted, and its cl
 Requests become RBAC triples (API group, resource[/subresource], verb) the way the API server authorizes
 them: a GET of a collection is ``list`` (``watch`` with ``?watch=true``), of an object ``get``; POST is
 ``create``; PATCH ``patch``, and a server-side apply also needs ``create``, since it creates an object that
-does not exist yet; DELETE ``delete``. Discovery (``/api``, ``/apis``, ``/version``) is open to every
+does not exist yet; DELETE ``delete``. A write that sets an ownerReference with ``blockOwnerDeletion``
+also needs ``update`` on the owner's ``finalizers`` subresource: that is what the
+OwnerReferencesPermissionEnforcement admission plugin (on by default in OpenShift) checks. Discovery (``/api``, ``/apis``, ``/version``) is open to every
 authenticated user and is left out.
 """
 
@@ -55,6 +57,23 @@ class Request:
     path: str
     watch: bool
     content_type: str
+    blocking_owners: tuple[str, ...] = ()
+    """``apiVersion/kind`` of each ownerReference the written object sets with blockOwnerDeletion."""
+
+
+#: The operator's owner kinds -> their plural (for the ``<plural>/finalizers`` subresource).
+OWNER_PLURALS = {"ModelRepository": "modelrepositories", "InferenceService": "inferenceservices"}
+
+
+def _blocking_owners(data: Any) -> tuple[str, ...]:
+    if not isinstance(data, dict) or request_is_status(data):
+        return ()
+    owners = (data.get("metadata") or {}).get("ownerReferences") or []
+    return tuple(f"{o['apiVersion']}/{o['kind']}" for o in owners if o.get("blockOwnerDeletion"))
+
+
+def request_is_status(data: dict[str, Any]) -> bool:
+    return set(data) == {"status"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +105,7 @@ class RecordingEmulator(kmock_k8s.K8sEmulator):
                     request.url.path,
                     request.params.get("watch") in ("true", "1"),
                     (headers.get("content-type") or "").split(";")[0].strip(),
+                    _blocking_owners(request.data) if request.method.value.upper() in ("POST", "PATCH") else (),
                 )
             )
         return await super()._handle(request)
@@ -123,6 +143,9 @@ def rules_of(requests: list[Request]) -> Traffic:
             raise AssertionError(f"unexpected method {r.method} {r.path}")
         rules = traffic.namespaced if namespaced else traffic.cluster
         rules.update((group, resource, verb) for verb in verbs)
+        for owner in r.blocking_owners:
+            owner_group, kind = owner.split("/")[0], owner.rsplit("/", 1)[1]
+            rules.add((owner_group, f"{OWNER_PLURALS[kind]}/finalizers", "update"))
     return traffic
 
 

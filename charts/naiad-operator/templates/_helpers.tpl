@@ -88,7 +88,10 @@ Namespaced rules, granted cluster-wide or per watched namespace:
   (the HPA and PDB when switched off, a claim with retentionPolicy Delete);
 - sync Jobs are created once and read; pods are only listed (server pods by label, a Job's pod for its
   termination message); no Secrets at all: a sync Job gets its Secret by name (envFrom), never read here;
-- Events: created through kopf.event.
+- Events: created through kopf.event;
+- "update" on our resources' finalizers: children carry ownerReferences with blockOwnerDeletion, which
+  the OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift) allows only to whoever
+  may set finalizers on the owner.
 */}}
 {{- define "naiad-operator.namespacedRules" -}}
 - apiGroups: ["serving.naiad.dev"]
@@ -97,6 +100,9 @@ Namespaced rules, granted cluster-wide or per watched namespace:
 - apiGroups: ["serving.naiad.dev"]
   resources: ["modelrepositories/status", "inferenceservices/status"]
   verbs: ["patch"]
+- apiGroups: ["serving.naiad.dev"]
+  resources: ["modelrepositories/finalizers", "inferenceservices/finalizers"]
+  verbs: ["update"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "create", "patch", "delete"]
