@@ -42,6 +42,7 @@ async def answers(
     request.responses = sink
     execution = asyncio.ensure_future(run(request))
     execution.add_done_callback(lambda _: queue.put_nowait(None))
+    finished = False
     try:
         while True:
             item = await queue.get()
@@ -53,10 +54,22 @@ async def answers(
                 if error is not None:
                     raise error
                 continue
+            finished = item[1]
             yield item
-            if item[1]:
+            if finished:
                 return
     finally:
-        request.cancelled = True  # a no-op once final; else the model may stop sending
-        if not execution.done():
-            execution.cancel()
+        if not finished:  # left early: the model may stop sending, and a running execution stops
+            request.cancelled = True
+            if not execution.done():
+                execution.cancel()
+        elif not execution.done():
+            # The final answer often comes before the execution that started it returns (a model
+            # answering from its own threads): it ends as it would have, counted as a success, not
+            # cancelled; nobody waits for it (a failure is counted by its scheduler).
+            execution.add_done_callback(_retrieve)
+
+
+def _retrieve(execution: asyncio.Future[object]) -> None:
+    if not execution.cancelled():
+        execution.exception()

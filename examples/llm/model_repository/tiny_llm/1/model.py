@@ -2,8 +2,9 @@
 
 Request:  ``text_input`` (the prompt, one string) and request parameters ``max_tokens``,
           ``temperature`` (0 = greedy), ``top_p``, ``seed``, ``stop`` (one string, or a JSON list of
-          strings).  Missing parameters take OpenAI's defaults (temperature 1, top_p 1) and the
-          config's ``default_max_tokens``.
+          strings) and ``stream`` (false: one response with the whole text, as Triton's ``generate``
+          endpoint needs).  Missing parameters take OpenAI's defaults (temperature 1, top_p 1), the
+          config's ``default_max_tokens`` and ``stream`` true.
 Response: one per generated token with ``text_output`` (the text that token completes: "" while it
           ends inside a UTF-8 character or may be the start of a stop string), then a last response,
           sent with the final flag: the text still held back, ``finish_reason`` ("stop": end of text
@@ -67,7 +68,11 @@ class TritonPythonModel:
         try:
             prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
             prompt = prompt.decode("utf-8") if isinstance(prompt, bytes) else str(prompt)
-            sampling = Sampling(json.loads(request.parameters()), self.default_max_tokens)
+            parameters = json.loads(request.parameters())
+            sampling = Sampling(parameters, self.default_max_tokens)
+            streaming = parameters.get("stream", True)
+            if not isinstance(streaming, bool):
+                raise ValueError("parameter 'stream' must be a boolean")
             ids = self.tokenizer(prompt, return_tensors="pt").input_ids
             if ids.shape[1] == 0:
                 raise ValueError("the prompt is empty")
@@ -83,7 +88,7 @@ class TritonPythonModel:
         text = Text(self.tokenizer, sampling.stop)
         generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
         finish, cache, step_input, count = "length", None, ids, 0
-        sent, computed = [], []
+        sent, computed, held = [], [], []
         while count < limit:
             if request.is_cancelled():
                 finish = "cancelled"
@@ -103,10 +108,13 @@ class TritonPythonModel:
             if text.stopped:
                 finish = "stop"
                 break
-            sender.send(pb_utils.InferenceResponse([_text_tensor(piece)]))
-            sent.append(time.monotonic_ns())
+            if streaming:
+                sender.send(pb_utils.InferenceResponse([_text_tensor(piece)]))
+                sent.append(time.monotonic_ns())
+            else:
+                held.append(piece)
             step_input = torch.tensor([[token]])
-        rest = text.pending_before_stop() if finish == "stop" else text.flush()
+        rest = "".join(held) + (text.pending_before_stop() if finish == "stop" else text.flush())
         final = [
             _text_tensor(rest),
             pb_utils.Tensor("finish_reason", np.array([finish.encode()], dtype=np.object_)),
