@@ -16,7 +16,8 @@ the same for both kinds, and the non-decoupled fast path pays nothing for stream
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,6 +46,30 @@ class InstanceContext:
     instance_name: str
     kind: str
     device_id: int
+    #: Where an instance whose model runs in a process of its own reports that process's failures.
+    health: InstanceHealth | None = field(default=None, compare=False)
+
+
+class InstanceHealth:
+    """What the instances of one model version report about the processes that run their model.
+
+    An instance counts each unexpected end of a model process (``exits``, by cause, for metrics) and
+    calls :meth:`fail` when it gives up restarting it; the repository sets ``on_failure`` once the
+    version exists, to make the version UNAVAILABLE with the reason.  Called from instance threads.
+    """
+
+    def __init__(self) -> None:
+        self.exits: dict[str, int] = {}
+        self.failure = ""
+        self.on_failure: Callable[[str], None] | None = None
+
+    def exited(self, cause: str) -> None:
+        self.exits[cause] = self.exits.get(cause, 0) + 1
+
+    def fail(self, reason: str) -> None:
+        self.failure = reason
+        if self.on_failure is not None:
+            self.on_failure(reason)
 
 
 class ModelInstance(Protocol):

@@ -195,6 +195,7 @@ class ModelMetrics(Collector):
             "gauge",
             [(labels, mv.memory_bytes) for labels, mv, _ in versions],
         )
+        yield _process_exits(versions)
 
     def _serving(self) -> list[tuple[_Labels, ModelVersion, SchedulerStats]]:
         """Versions holding instances, by model name and version number."""
@@ -219,6 +220,21 @@ class ModelMetrics(Collector):
                 labels = {"model": entry.name, "version": entry.version, "state": state.value}
                 family.add_sample(family.name, labels, int(entry.state == state.value))
         return family
+
+
+def _process_exits(versions: list[tuple[_Labels, ModelVersion, SchedulerStats]]) -> Metric:
+    """Naiad's: model processes that ended unexpectedly, by cause (``signal``, ``exit``,
+    ``memory_limit``, ``execution_timeout``), for versions whose instances run in model processes."""
+    family = Metric(
+        "naiad_model_process_exits",
+        "Model processes of the version that ended unexpectedly (then restarted, or given up), by cause",
+        "counter",
+    )
+    for labels, mv, _ in versions:
+        health = mv.health
+        for cause, count in sorted(health.exits.items()) if health is not None else ():
+            family.add_sample("naiad_model_process_exits_total", {**labels, "cause": cause}, count)
+    return family
 
 
 def _family(name: str, doc: str, kind: str, rows: list[tuple[_Labels, float]]) -> Metric:

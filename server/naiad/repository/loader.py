@@ -18,7 +18,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from naiad.backends.base import InstanceContext
+from naiad.backends.base import InstanceContext, InstanceHealth
 from naiad.backends.registry import get_backend
 from naiad.core.errors import InferenceServerError, InternalError, InvalidArgumentError
 from naiad.core.signature import ModelSignature
@@ -169,6 +169,7 @@ class ModelLoader:
         backend = get_backend(config.backend)
         version_dir = plan.path / str(version)
         workers: list[InstanceWorker] = []
+        health = InstanceHealth()
         try:
             for group in config.instance_group:
                 kind = _KIND_NAMES.get(group.kind, "CPU")
@@ -187,6 +188,7 @@ class ModelLoader:
                             instance_name=instance_name,
                             kind=kind,
                             device_id=device,
+                            health=health,
                         )
                         instance = backend.create_instance(context)
                         worker = InstanceWorker(instance, instance_name)
@@ -198,7 +200,7 @@ class ModelLoader:
                 worker.close()
             raise
         scheduler = create_scheduler(config, workers, plan.path)  # owns the workers, even if it raises
-        return ModelVersion(
+        model_version = ModelVersion(
             version,
             ModelState.READY,
             scheduler=scheduler,
@@ -208,4 +210,9 @@ class ModelLoader:
             scratch=plan.scratch,
             load_ns=time.monotonic_ns() - started,
             memory_bytes=max(0, resident_bytes() - resident),
+            health=health,
         )
+        health.on_failure = model_version.fail
+        if health.failure:  # an instance gave up between loading and now
+            model_version.fail(health.failure)
+        return model_version

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from naiad.backends.base import InstanceHealth
 from naiad.core.errors import UnavailableError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
@@ -50,6 +51,8 @@ class ModelVersion:
     scratch: Path | None = None
     load_ns: int = 0
     memory_bytes: int = 0
+    #: What its instances report about their model processes (restarts; giving up, see ``fail``).
+    health: InstanceHealth | None = None
     inflight: int = 0
     _drained: asyncio.Event | None = None
 
@@ -67,6 +70,17 @@ class ModelVersion:
             self.inflight -= 1
             if self.inflight == 0 and self._drained is not None:
                 self._drained.set()
+
+    def fail(self, reason: str) -> None:
+        """UNAVAILABLE with ``reason``: an instance gave up restarting its crashing model process.
+
+        Requests are refused from now on; the instances stay until the model is loaded again or
+        unloaded.  Such a version still counts as ready for strict readiness (see
+        ``counts_as_ready``): one crashing model must not take the server out of service.
+        """
+        if self.state is ModelState.READY:
+            self.reason = reason
+            self.state = ModelState.UNAVAILABLE
 
     def stop(self) -> None:
         """Refuse new requests from now on (state UNLOADING); those already submitted carry on."""
@@ -86,9 +100,11 @@ class ModelVersion:
 
     @property
     def counts_as_ready(self) -> bool:
-        """Strict readiness: READY, or unloaded on purpose."""
+        """Strict readiness: READY, unloaded on purpose, or failed at run time (a model that kept
+        crashing after it loaded: the server itself and its other models still serve, as with
+        Triton, whose readiness ignores a crashing stub)."""
         return self.state is ModelState.READY or (
-            self.state is ModelState.UNAVAILABLE and self.reason == UNLOADED
+            self.state is ModelState.UNAVAILABLE and (self.reason == UNLOADED or self.scheduler is not None)
         )
 
 

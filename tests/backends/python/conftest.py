@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from naiad.backends.python.backend import PythonBackend, PythonModelInstance
+from naiad.backends.python.instance import PythonModelInstance
+from naiad.backends.registry import get_backend
 
 from tests.backends.python.models import LoadInstance, instance_context
 
@@ -17,7 +18,7 @@ def instances() -> Iterator[LoadInstance]:
     loaded: list[PythonModelInstance] = []
 
     def load(model_dir: Path, index: int = 0) -> PythonModelInstance:
-        instance = PythonBackend().create_instance(instance_context(model_dir, index))
+        instance = get_backend("python").create_instance(instance_context(model_dir, index))
         loaded.append(instance)
         return instance
 

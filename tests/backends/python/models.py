@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 from naiad.backends.base import InstanceContext
-from naiad.backends.python.backend import PythonBackend, PythonModelInstance
+from naiad.backends.python.instance import PythonModelInstance
+from naiad.backends.registry import get_backend
 from naiad.core.request import InferRequest, RequestedOutput, Tensor
 from naiad.repository.config import normalize, parse_text, resolve_backend, signature_of
 from naiad.repository.layout import CONFIG_FILE, available_versions
@@ -49,7 +50,7 @@ def load_config(model_dir: Path) -> Any:
     config = parse_text(path.read_text() if path.exists() else "", str(path))
     versions = available_versions(model_dir)
     resolve_backend(config, model_dir, versions)
-    PythonBackend().auto_complete(config, model_dir, model_dir / str(versions[-1]))
+    get_backend("python").auto_complete(config, model_dir, model_dir / str(versions[-1]))
     normalize(config, model_dir.name)
     return config
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from naiad.backends.python.backend import PythonBackend
+from naiad.backends.registry import get_backend
 from naiad.core.errors import InferenceServerError, InvalidArgumentError
 from naiad.core.request import InferResponse
 from naiad.repository.config import parse_text
@@ -120,6 +120,7 @@ def test_auto_complete_that_contradicts_the_config_fails_with_tritons_value_erro
 
 
 def test_a_model_without_auto_complete_config_leaves_the_config_alone(tmp_path: Path) -> None:
+    """Only the isolation choice is added (the default: model processes), so ``/config`` shows it."""
     model_dir = write_model(
         tmp_path,
         "plain",
@@ -127,10 +128,11 @@ def test_a_model_without_auto_complete_config_leaves_the_config_alone(tmp_path: 
         'backend: "python"\ninput [{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }]\n',
     )
     config = parse_text((model_dir / "config.pbtxt").read_text())
-    before = config.SerializeToString()
-    PythonBackend().auto_complete(config, model_dir, model_dir / "1")
-    PythonBackend().auto_complete(config, model_dir, None)
-    assert config.SerializeToString() == before
+    expected = parse_text((model_dir / "config.pbtxt").read_text())
+    expected.parameters["NAIAD_INSTANCE_PROCESSES"].string_value = "true"
+    get_backend("python").auto_complete(config, model_dir, model_dir / "1")
+    get_backend("python").auto_complete(config, model_dir, None)
+    assert config == expected
 
 
 @pytest.mark.parametrize(
@@ -185,6 +187,7 @@ def test_an_auto_complete_that_changes_nothing_leaves_the_config_byte_identical(
         """,
     )
     config = parse_text((model_dir / "config.pbtxt").read_text())
+    config.parameters["NAIAD_INSTANCE_PROCESSES"].string_value = "true"  # the one thing it adds
     before = config.SerializeToString(deterministic=True)
-    PythonBackend().auto_complete(config, model_dir, model_dir / "1")
+    get_backend("python").auto_complete(config, model_dir, model_dir / "1")
     assert config.SerializeToString(deterministic=True) == before

@@ -9,11 +9,15 @@ import threading
 from pathlib import Path
 
 import pytest
-from naiad.backends.python.backend import PythonBackend, PythonModelInstance
+from naiad.backends.python.instance import PythonModelInstance
+from naiad.backends.registry import get_backend
 from naiad.core.errors import InferenceServerError
 from naiad.core.request import InferResponse
 
 from tests.backends.python.models import LoadInstance, instance_context, request, write_model
+
+#: Opts a model into running inside the engine instead of a model process.
+IN_THE_ENGINE = 'parameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_value: "false" } }\n'
 
 FP32_IO = """
     backend: "python"
@@ -166,7 +170,7 @@ def test_close_calls_finalize_once(tmp_path: Path) -> None:
             return 0
         """,
     )
-    instance = PythonBackend().create_instance(instance_context(model_dir))
+    instance = get_backend("python").create_instance(instance_context(model_dir))
     assert not (model_dir / "finalized").exists()
     instance.close()
     instance.close()
@@ -174,6 +178,7 @@ def test_close_calls_finalize_once(tmp_path: Path) -> None:
 
 
 def test_a_failing_finalize_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """In the engine (where ``caplog`` sees the log; a model process logs to the server's stderr)."""
     model_dir = reporting_model(
         tmp_path,
         "bad_finalize",
@@ -185,7 +190,9 @@ def test_a_failing_finalize_is_logged_not_raised(tmp_path: Path, caplog: pytest.
             return 0
         """,
     )
-    instance = PythonBackend().create_instance(instance_context(model_dir))
+    config = model_dir / "config.pbtxt"
+    config.write_text(config.read_text() + IN_THE_ENGINE)
+    instance = get_backend("python").create_instance(instance_context(model_dir))
     instance.close()
     assert "cleanup went wrong" in caplog.text
 
@@ -261,7 +268,7 @@ def test_a_model_that_cannot_load_fails_with_a_reason_naming_it(
     context = instance_context(model_dir)
     (model_dir / "1" / "model.py").write_text(model_py)
     with pytest.raises(InferenceServerError) as caught:
-        PythonBackend().create_instance(context)
+        get_backend("python").create_instance(context)
     assert "model 'broken'" in caught.value.message
     assert expected in caught.value.message
     assert not any(name.startswith("_naiad_model_broken") for name in sys.modules)
@@ -276,6 +283,7 @@ def test_a_model_py_that_cannot_import_fails_auto_complete_naming_it(tmp_path: P
 
 
 def test_execute_sees_the_request_buffers_without_copies(tmp_path: Path, instances: LoadInstance) -> None:
+    """In the engine; a model process reads them in shared memory (tests/backends/python/test_shm.py)."""
     model_dir = write_model(
         tmp_path,
         "views",
@@ -296,7 +304,8 @@ def test_execute_sees_the_request_buffers_without_copies(tmp_path: Path, instanc
         backend: "python"
         input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
         output [{ name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 2 ] }]
-        """,
+        """
+        + IN_THE_ENGINE,
     )
     inputs = request("m", INPUT0=[1, 2, 3, 4])
     (result,) = instances(model_dir).execute([inputs])

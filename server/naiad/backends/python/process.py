@@ -1,125 +1,63 @@
-"""A Python model instance in a worker process of its own, for real parallelism between instances.
+"""A Python model instance in a model process of its own: a crash, a hang or runaway memory costs
+only that model's requests, never the server.
 
-Python models hold the GIL while they compute, so ``count: N`` threads in one interpreter would run
-one at a time.  Like Triton's stub processes, each instance here is then a child interpreter
-(:mod:`naiad.backends.python.stub`) that loads the model with the same
-:class:`~naiad.backends.python.backend.PythonModelInstance` as an in-process instance, so both
-behave the same way.  Per execution the server writes the input tensors into a shared-memory region
-and sends their placement and the request fields through a socket; the child answers with its
+Like Triton's stub processes, each instance is a child interpreter (:mod:`naiad.backends.python.stub`,
+forked from the template process of :mod:`naiad.backends.python.zygote`) that loads the model with
+the same :class:`~naiad.backends.python.instance.PythonModelInstance` the engine would use, so both
+behave the same way.  Per execution the engine writes the input tensors into a shared-memory region
+and sends their placement and the request fields through a socket; the model process answers with its
 outputs placed in a region of its own (see :mod:`naiad.backends.python.shm`).  ``is_cancelled()`` in
-the child asks the server, which answers from the live request.  While an execution runs, the child
-also sends a decoupled model's responses as they come, and forwards the model's BLS calls, which the
-server makes on the instance's thread and answers (tensors of both travel pickled in the message).
+the model process asks the engine, which answers from the live request.  While an execution runs, the
+model process also sends a decoupled model's responses as they come, and forwards the model's BLS
+calls, which the engine makes on the instance's thread and answers.  ``execute`` blocks in socket I/O,
+releasing the GIL, so N instances compute in N processes at once.
 
-``execute`` is called on the instance's thread and blocks in socket I/O, releasing the GIL, so N
-instances compute in N processes at once.
-
-A child that dies (a crash, ``os._exit``, an OOM kill) costs the execution it was running, whose
-requests fail naming the instance and the exit status.  Like Triton restarting an unhealthy stub, the
-next execution then starts a new child, which loads the model (``initialize``) again, so the instance
-serves again instead of failing every later request.
+A watcher thread per instance learns at once that the model process ended (the template reports its
+exit status), kills it when it crosses the model's memory limit or runs one execution past the
+model's timeout, and restarts it (``initialize`` again) with a growing delay.  The requests the
+process held fail with Triton's message, ``Stub process '<instance>' is not healthy.``, followed by
+what happened; so do requests that arrive while it restarts.  After :data:`MAX_CRASHES` ends within
+:data:`CRASH_WINDOW_S` the instance stops restarting and reports the model UNAVAILABLE with the
+reason (:class:`~naiad.backends.base.InstanceHealth`); loading the model again starts afresh.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import collections
 import functools
 import itertools
 import logging
 import os
-import socket
-import subprocess
-import sys
-from collections.abc import Sequence
-from multiprocessing.connection import Connection
-from pathlib import Path
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait
 from typing import Any
 
-from naiad.backends.base import ExecuteResult, InstanceContext
+from naiad.backends.base import ExecuteResult, InstanceHealth
 from naiad.backends.python import bls, shm
+from naiad.backends.python.instance import mentions_requests
+from naiad.backends.python.launcher import Launcher
+from naiad.backends.python.messages import bls_request, pack_answer, request_message, unpack_answer
+from naiad.backends.python.spec import MEMORY_LIMIT_PARAMETER, TIMEOUT_PARAMETER, ModelSpec, ProcessOptions
+from naiad.backends.python.zygote import ModelProcess, describe_status
 from naiad.core.errors import ErrorCode, InferenceServerError, InternalError
-from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
+from naiad.core.request import InferRequest, InferResponse, Tensor
 
 log = logging.getLogger(__name__)
 
-#: The folder that holds the ``naiad`` package, so the child imports the same code as the server.
-_SOURCE_ROOT = str(Path(__file__).resolve().parents[3])
 _CLOSE_TIMEOUT = 30.0
-
-
-def request_message(request: InferRequest, placements: list[shm.Placement]) -> tuple[Any, ...]:
-    """The fields of ``request`` a Python model can read, with its inputs' placements."""
-    outputs = None if request.outputs is None else [output.name for output in request.outputs]
-    return (
-        request.model_name,
-        request.id,
-        request.parameters,
-        outputs,
-        request.timeout_us,
-        request.sequence_id,
-        request.sequence_start,
-        request.sequence_end,
-        placements,
-    )
-
-
-#: An answer as it crosses the pipe: ``("ok", parameters, [(name, datatype, array)])``,
-#: ``("error", code, message)``, or ``None`` (a decoupled model's final flag without a response).
-PackedAnswer = tuple[Any, ...] | None
-
-
-def pack_answer(answer: InferResponse | InferenceServerError | None) -> PackedAnswer:
-    if answer is None:
-        return None
-    if isinstance(answer, InferenceServerError):
-        return ("error", answer.code.value, answer.message)
-    return ("ok", answer.parameters, [(t.name, t.datatype, t.data) for t in answer.outputs])
-
-
-def unpack_answer(
-    packed: PackedAnswer, model_name: str, model_version: str
-) -> InferResponse | InferenceServerError | None:
-    if packed is None:
-        return None
-    if packed[0] == "error":
-        return InferenceServerError(packed[2], ErrorCode(packed[1]))
-    outputs = [Tensor(name, datatype, array) for name, datatype, array in packed[2]]
-    return InferResponse(model_name, model_version, "", outputs, packed[1])
-
-
-def bls_message(request: InferRequest) -> tuple[Any, ...]:
-    """A model's BLS request as its worker process forwards it (tensors travel pickled)."""
-    outputs = None if request.outputs is None else [output.name for output in request.outputs]
-    inputs = [(t.name, t.datatype, t.data) for t in request.inputs]
-    return (
-        request.model_name,
-        request.model_version,
-        request.id,
-        request.parameters,
-        outputs,
-        request.timeout_us,
-        request.sequence_id,
-        request.sequence_start,
-        request.sequence_end,
-        inputs,
-    )
-
-
-def bls_request(message: tuple[Any, ...]) -> InferRequest:
-    name, version, request_id, parameters, outputs, timeout_us, sequence_id, start, end, inputs = message
-    return InferRequest(
-        name,
-        version,
-        request_id,
-        [Tensor(tensor_name, datatype, array) for tensor_name, datatype, array in inputs],
-        None if outputs is None else [RequestedOutput(output) for output in outputs],
-        parameters,
-        timeout_us=timeout_us,
-        sequence_id=sequence_id,
-        sequence_start=start,
-        sequence_end=end,
-    )
+#: A model process that ends this many times within CRASH_WINDOW_S seconds is not restarted again.
+MAX_CRASHES = 5
+CRASH_WINDOW_S = 60.0
+#: Restart delays: the first restart waits BACKOFF_FIRST_S, each further one twice the last, at most
+#: BACKOFF_MAX_S (a model that crashes on every request must not spin the CPU restarting).
+BACKOFF_FIRST_S = 0.1
+BACKOFF_MAX_S = 5.0
+#: How often the watcher checks memory and the execution deadline of a model that has limits.
+_POLL_S = 0.05
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _remove_orphans() -> None:
@@ -128,89 +66,120 @@ def _remove_orphans() -> None:
         log.info("removed %s: the process that created it is gone", path)
 
 
-#: When this server starts its first child: the files earlier servers left.
+#: When this server starts its first model process: the files earlier servers left.
 _remove_orphans_once = functools.cache(_remove_orphans)
 
 
+#: Results go to this callback (on the loop).
+_Done = Callable[[list[ExecuteResult]], None]
+
+
+class _Child:
+    """One model process and the shared memory it was handed; replaced whole by a restart."""
+
+    __slots__ = ("cause", "inputs", "outputs", "process")
+
+    def __init__(self, process: ModelProcess) -> None:
+        self.process = process
+        self.inputs: shm.Region | None = None
+        self.outputs: shm.Region | None = None
+        #: Why the engine killed it ("" unless it did): the memory limit or the execution timeout.
+        self.cause = ""
+
+
+#: An execution sent from the loop: to whom, its key, its requests, its callback, its fresh region.
+_Sent = tuple[_Child, int, Sequence[InferRequest], _Done, shm.Region | None]
+
+
 class ProcessModelInstance:
-    """A :class:`~naiad.backends.base.ModelInstance` whose model runs in a child process."""
+    """A :class:`~naiad.backends.base.ModelInstance` whose model runs in a model process."""
 
-    #: The current child and the server's end of its socket (replaced by a restart).
-    _process: subprocess.Popen[bytes]
-    _conn: Connection
-
-    def __init__(self, context: InstanceContext) -> None:
-        """Start the child and load the model there; raise the child's load error, if any."""
+    def __init__(
+        self, spec: ModelSpec, options: ProcessOptions, launcher: Launcher, health: InstanceHealth | None
+    ) -> None:
+        """Start the model process and load the model there; raise its load error, if any."""
         _remove_orphans_once()
-        self._context = context
-        self._model_name = context.model_name
-        self._model_version = str(context.model_version)
-        self._instance_name = context.instance_name
-        self._caller = bls.Caller(context.model_name, context.model_version, self)
+        self._spec = spec
+        self._options = options
+        self._launcher = launcher
+        self._health = health if health is not None else InstanceHealth()
+        self._model_name = spec.model_name
+        self._model_version = spec.model_version
+        self._instance_name = spec.instance_name
+        self._caller = bls.Caller(spec.model_name, int(spec.model_version), self)
         self._serial = itertools.count()
         #: The executions under way, by key: the outer one, and nested ones (see ``execute``).
         self._running: dict[int, Sequence[InferRequest]] = {}
-        self._inputs: shm.Region | None = None
-        self._outputs: shm.Region | None = None
-        #: Why the child cannot serve ("" while it can): the next outer execution restarts it.
-        self._failure = ""
-        self._closed = False
-        self._start()
+        self._lock = threading.Lock()
+        #: Why no model process serves now ("" while one does): what requests fail with meanwhile.
+        self._unhealthy = ""
+        self._closing = False
+        #: When the outer execution under way must have finished (monotonic seconds; 0: none).
+        self._deadline = 0.0
+        self._crashes: collections.deque[float] = collections.deque()
+        self._loop_driven = not spec.decoupled and not mentions_requests(spec.model_file.parent)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The execution the loop waits for, and those waiting to be sent after it.
+        self._current: tuple[_Child, int, Sequence[InferRequest], _Done] | None = None
+        self._backlog: collections.deque[tuple[Sequence[InferRequest], _Done]] = collections.deque()
+        #: The model process whose socket the loop watches.
+        self._reading: _Child | None = None
+        self._child = _Child(launcher.start(spec, options))
+        self._wake_r, self._wake_w = os.pipe()
+        self._watcher = threading.Thread(
+            target=self._watch, name=f"naiad-watch-{spec.instance_name}", daemon=True
+        )
+        self._watcher.start()
 
-    def _start(self) -> None:
-        """Start a child and load the model there, for the constructor and for every restart alike;
-        raise the child's load error, if any (that child is stopped then)."""
-        ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_SOURCE_ROOT, env.get("PYTHONPATH")]))
-        with ours, theirs:  # closes ``ours`` too if the child cannot even start
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "naiad.backends.python.stub", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-            self._conn = Connection(ours.detach())
-        # protobuf classes of tritonclient don't pickle: the config travels serialized
-        bare = dataclasses.replace(self._context, config=None)
-        level = logging.getLogger("naiad").getEffectiveLevel()
-        try:
-            self._conn.send(("load", bare, self._context.config.SerializeToString(), level))
-            reply = self._conn.recv()
-        except (EOFError, OSError):
-            reply = ("failed", ErrorCode.INTERNAL.value, self._exit_reason("while loading"))
-        if reply[0] != "loaded":
-            self._stop()
-            raise InferenceServerError(reply[2], ErrorCode(reply[1]))
+    @property
+    def pid(self) -> int:
+        """The current model process's id (tests and the isolation benchmark read it)."""
+        return self._child.process.pid
+
+    @property
+    def loop_driven(self) -> bool:
+        """Whether the scheduler may drive this instance from the event loop (``start_on_loop``):
+        a model that is neither decoupled nor issues BLS requests only ever answers an execution
+        (and whether a request was cancelled), so the loop can talk to its process directly."""
+        return self._loop_driven
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
-        """Run ``requests`` in the child.
+        """Run ``requests`` in the model process, on the calling thread.
 
         Also called while an execution of this instance waits for a BLS call whose answer needs
         this very instance (see :mod:`naiad.backends.python.bls`): that nested execution gets input
-        memory of its own, since the waiting one still reads its inputs.  A child that stopped is
-        replaced first (see :meth:`_restart`), but never under a waiting execution, which still
-        talks to the old one: a nested execution then fails as the waiting one will.
+        memory of its own, since the waiting one still reads its inputs.
         """
-        if not self._running and not self._closed:  # not nested: nothing waits on the current child
-            if not self._failure and self._process.poll() is not None:
-                self._failure = self._exit_reason("between executions")
-            if self._failure:
-                try:
-                    self._restart()
-                except InferenceServerError as exc:
-                    return [InferenceServerError(exc.message, exc.code) for _ in requests]
-        if self._failure:
-            return [InternalError(self._failure) for _ in requests]
+        with self._lock:
+            child, unhealthy = self._child, self._unhealthy
+        if unhealthy:
+            return [InternalError(unhealthy) for _ in requests]
         nested = bool(self._running)
+        key, message, fresh = self._prepare(child, requests, nested)
+        try:
+            child.process.conn.send(message)
+            with bls.executing(self._caller, requests):
+                reply = self._serve_child(child)
+        except (EOFError, OSError):
+            message = self._stopped(child, "while executing")
+            return [InternalError(message) for _ in requests]
+        finally:
+            self._finish(key, nested, fresh)
+        return self._collect(child, requests, reply)
+
+    def _prepare(
+        self, child: _Child, requests: Sequence[InferRequest], nested: bool
+    ) -> tuple[int, tuple[Any, ...], shm.Region | None]:
+        """Place the inputs and register the execution: its key, its message, and the fresh region
+        made for it (to unlink once sent)."""
         tensors = [(t.name, t.datatype, t.data) for request in requests for t in request.inputs]
         needed = shm.layout_size([array for _, _, array in tensors])
         fresh: shm.Region | None = None
-        if needed and (nested or self._inputs is None or needed > self._inputs.size):
+        if needed and (nested or child.inputs is None or needed > child.inputs.size):
             fresh = shm.Region.create(needed)
             if not nested:
-                self._inputs = fresh
-        placements = shm.place(fresh if nested else self._inputs, tensors)
+                child.inputs = fresh
+        placements = shm.place(fresh if nested else child.inputs, tensors)
         messages = []
         start = 0
         for request in requests:
@@ -219,22 +188,138 @@ class ProcessModelInstance:
             start = end
         key = next(self._serial)
         self._running[key] = requests
-        try:
-            self._conn.send(("execute", key, nested, fresh and fresh.path, fresh and fresh.size, messages))
-            with bls.executing(self._caller, requests):
-                reply = self._serve_child()
-        except (EOFError, OSError):
-            self._failure = self._exit_reason("while executing")
-            return [InternalError(self._failure) for _ in requests]
-        finally:
-            del self._running[key]
-            if fresh is not None:  # the child has mapped it by now, or never will
-                fresh.unlink()
+        timeout = self._options.execution_timeout_s
+        if timeout and not nested:
+            self._deadline = time.monotonic() + timeout
+        return key, ("execute", key, nested, fresh and fresh.path, fresh and fresh.size, messages), fresh
+
+    def _finish(self, key: int, nested: bool, fresh: shm.Region | None) -> None:
+        del self._running[key]
+        if not nested:
+            self._deadline = 0.0
+        if fresh is not None:  # the model process has mapped it by now, or never will
+            fresh.unlink()
+
+    def _collect(
+        self, child: _Child, requests: Sequence[InferRequest], reply: tuple[Any, ...]
+    ) -> list[ExecuteResult]:
         _, path, size, results = reply
         if path is not None:
-            self._outputs = shm.Region.attach(path, size)
-            self._outputs.unlink()
-        return [self._result(request, result) for request, result in zip(requests, results, strict=True)]
+            child.outputs = shm.Region.attach(path, size)
+            child.outputs.unlink()
+        return [
+            self._result(child, request, result) for request, result in zip(requests, results, strict=True)
+        ]
+
+    # ---- driven from the event loop -------------------------------------------------------------
+
+    def start_on_loop(self, requests: Sequence[InferRequest], done: _Done) -> None:
+        """Send ``requests`` to the model process now, or after the executions before them, and call
+        ``done`` with their results on the loop; only for a ``loop_driven`` instance, on the loop."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        if self._current is not None:
+            self._backlog.append((requests, done))
+            return
+        self._send_on_loop(requests, done)
+
+    def _send_on_loop(self, requests: Sequence[InferRequest], done: _Done) -> None:
+        with self._lock:
+            child, unhealthy = self._child, self._unhealthy
+        if unhealthy:
+            done([InternalError(unhealthy) for _ in requests])
+            self._next_on_loop()
+            return
+        key, message, fresh = self._prepare(child, requests, False)
+        try:
+            child.process.conn.send(message)
+        except OSError:
+            self._finish(key, False, fresh)
+            self._await_status(child, requests, done)
+            return
+        self._current = (child, key, requests, done, fresh)
+        if self._reading is not child:
+            loop = self._loop
+            assert loop is not None
+            if self._reading is not None:
+                loop.remove_reader(self._reading.process.conn.fileno())
+            loop.add_reader(child.process.conn.fileno(), self._readable, child)
+            self._reading = child
+
+    def _readable(self, child: _Child) -> None:
+        """The model process sent something (or ended): answer a question, or deliver the results."""
+        loop = self._loop
+        assert loop is not None
+        conn = child.process.conn
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            loop.remove_reader(conn.fileno())
+            self._reading = None
+            current, self._current = self._current, None
+            if current is not None and current[0] is child:
+                _, key, requests, done, fresh = current
+                self._finish(key, False, fresh)
+                self._await_status(child, requests, done)
+            return
+        if message[0] == "is_cancelled":
+            conn.send(self._running[message[1]][message[2]].cancelled)
+            return
+        current, self._current = self._current, None
+        assert current is not None
+        _, key, requests, done, fresh = current
+        self._finish(key, False, fresh)
+        try:
+            done(self._collect(child, requests, message))
+        finally:
+            self._next_on_loop()
+
+    def _await_status(self, child: _Child, requests: Sequence[InferRequest], done: _Done) -> None:
+        """Fail ``requests`` once the template reported how ``child`` ended (never blocks the loop)."""
+        loop = self._loop
+        assert loop is not None
+        sentinel = child.process.sentinel
+
+        def ended() -> None:
+            loop.remove_reader(sentinel)
+            message = self._stopped(child, "while executing")
+            try:
+                done([InternalError(message) for _ in requests])
+            finally:
+                self._next_on_loop()
+
+        loop.add_reader(sentinel, ended)
+
+    def _next_on_loop(self) -> None:
+        if self._backlog and self._current is None:
+            requests, done = self._backlog.popleft()
+            self._send_on_loop(requests, done)
+
+    def _stop_reading(self) -> None:
+        """Take the current socket off the loop before it is closed (from the closing thread)."""
+        loop, reading = self._loop, self._reading
+        if loop is None or reading is None or loop.is_closed():
+            return
+        fd = reading.process.conn.fileno()
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or not loop.is_running():
+            loop.remove_reader(fd)
+        else:
+            done = threading.Event()
+            loop.call_soon_threadsafe(lambda: (loop.remove_reader(fd), done.set()))
+            done.wait(5.0)
+        self._reading = None
+
+    def _stopped(self, child: _Child, when: str) -> str:
+        """Triton's message for requests whose model process ended under them, and what happened."""
+        code = child.process.wait(5.0)
+        return self._not_healthy(f"its model process stopped {when}: {child.cause or describe_status(code)}")
+
+    def _not_healthy(self, detail: str) -> str:
+        return f"Stub process '{self._instance_name}' is not healthy. Model '{self._model_name}': {detail}"
 
     def run_inline(self, requests: list[InferRequest]) -> list[ExecuteResult]:
         """A nested execution for a BLS call this instance waits for (``bls`` decides when)."""
@@ -243,14 +328,14 @@ class ProcessModelInstance:
     async def run_inline_async(self, requests: list[InferRequest]) -> list[ExecuteResult]:
         return await asyncio.to_thread(self.execute, requests)
 
-    def _serve_child(self) -> tuple[Any, ...]:
+    def _serve_child(self, child: _Child) -> tuple[Any, ...]:
         """Answer what the child asks while it executes; its ``results`` message.
 
         The child asks whether a request was cancelled, sends a decoupled model's responses
         (``respond``), and forwards the model's BLS calls, which are made here, on this thread,
         while the child waits for their answers.  Both name the execution (a nested one may run).
         """
-        conn = self._conn
+        conn = child.process.conn
         while True:
             message = conn.recv()
             kind = message[0]
@@ -267,74 +352,161 @@ class ProcessModelInstance:
             else:
                 return tuple(message)
 
-    def _result(self, request: InferRequest, result: tuple[Any, ...]) -> ExecuteResult:
+    def _result(self, child: _Child, request: InferRequest, result: tuple[Any, ...]) -> ExecuteResult:
         if result[0] == "error":
             return InferenceServerError(result[2], ErrorCode(result[1]))
         _, parameters, placements = result
         outputs = [
-            Tensor(placement[0], placement[1], shm.view(self._outputs, placement).copy())
+            Tensor(placement[0], placement[1], shm.view(child.outputs, placement).copy())
             for placement in placements
         ]
         return InferResponse(self._model_name, self._model_version, request.id, outputs, parameters)
 
-    def _exit_reason(self, when: str) -> str:
-        try:
-            code = self._process.wait(5.0)
-        except subprocess.TimeoutExpired:
-            code = None
-        return (
-            f"Failed to process the request(s) for model instance '{self._instance_name}', message: "
-            f"the model's worker process stopped {when} (exit status {code})"
-        )
+    # ---- the watcher: death, memory, timeout, restarts -------------------------------------------
 
-    def _restart(self) -> None:
-        """Replace the stopped child with a new one that loads the model again, as Triton restarts an
-        unhealthy stub; raise the load error if that fails (``_failure`` stays set, so the next
-        execution tries again: one attempt per execution, never a loop)."""
-        self._stop()  # reaps the old child and drops the mappings it shared
-        _remove_orphans()  # a region it made but had not handed over yet
-        log.warning(
-            "the worker process of model '%s' instance '%s' stopped (exit status %s): restarting it",
-            self._model_name,
-            self._instance_name,
-            self._process.returncode,
-        )
-        try:
-            self._start()
-        except InferenceServerError as exc:
+    def _watch(self) -> None:
+        """Until the instance closes: wait for the model process to end (killing it past a limit),
+        then restart it with backoff, or give up after too many ends in the window."""
+        while True:
+            child = self._child
+            if not self._await_end(child):
+                return
+            cause = child.cause or describe_status(child.process.returncode)
             log.warning(
-                "restarting the worker process of model '%s' instance '%s' failed: %s",
+                "the model process of model '%s' instance '%s' (pid %d) stopped: %s",
                 self._model_name,
                 self._instance_name,
-                exc.message,
+                child.process.pid,
+                cause,
             )
-            raise
-        self._failure = ""
+            self._health.exited(_cause_kind(child))
+            with self._lock:
+                self._unhealthy = self._not_healthy(f"its model process stopped ({cause}) and is restarting")
+            if not self._restart(cause):
+                return
+
+    def _await_end(self, child: _Child) -> bool:
+        """True once ``child`` ended; False when the instance closes first."""
+        limit = self._options.memory_limit_bytes
+        timeout = self._options.execution_timeout_s
+        interval = _POLL_S if (limit or timeout) else None
+        process = child.process
+        while True:
+            ready = wait([process.sentinel, self._wake_r], interval)
+            if self._closing:
+                return False
+            if process.sentinel in ready:
+                process.poll()
+                return True
+            if limit and not child.cause:
+                resident = _resident_bytes(process.pid)
+                if resident > limit:
+                    child.cause = (
+                        f"its resident memory ({resident >> 20} MiB) exceeded the model's memory limit "
+                        f"({MEMORY_LIMIT_PARAMETER} {limit >> 20}), so it was killed"
+                    )
+                    process.kill()
+            deadline = self._deadline
+            if timeout and deadline and not child.cause and time.monotonic() > deadline:
+                child.cause = (
+                    f"an execution ran past the model's execution timeout ({TIMEOUT_PARAMETER} "
+                    f"{timeout:g}), so it was killed"
+                )
+                process.kill()
+
+    def _restart(self, cause: str) -> bool:
+        """Start a new model process after the backoff delay; False when giving up or closing."""
+        while True:
+            now = time.monotonic()
+            crashes = self._crashes
+            crashes.append(now)
+            while crashes and crashes[0] < now - CRASH_WINDOW_S:
+                crashes.popleft()
+            if len(crashes) >= MAX_CRASHES:
+                reason = (
+                    f"model instance '{self._instance_name}' stopped {len(crashes)} times within "
+                    f"{CRASH_WINDOW_S:g} s and is not restarted again (last: {cause}); load the model "
+                    "again to retry"
+                )
+                log.error("model '%s': %s", self._model_name, reason)
+                with self._lock:
+                    self._unhealthy = self._not_healthy(reason)
+                self._health.fail(reason)
+                return False
+            delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (len(crashes) - 1))
+            if wait([self._wake_r], delay) or self._closing:
+                return False
+            try:
+                process = self._launcher.start(self._spec, self._options)
+            except InferenceServerError as exc:
+                cause = f"restarting failed: {exc.message}"
+                log.warning("model '%s' instance '%s': %s", self._model_name, self._instance_name, cause)
+                with self._lock:
+                    self._unhealthy = self._not_healthy(cause)
+                continue
+            with self._lock:
+                closing = self._closing
+                if not closing:
+                    old, self._child, self._unhealthy = self._child, _Child(process), ""
+            if closing:
+                _stop(process)
+                return False
+            old.process.close()
+            log.info(
+                "restarted the model process of model '%s' instance '%s'",
+                self._model_name,
+                self._instance_name,
+            )
+            return True
 
     def close(self) -> None:
-        """``finalize()`` in the child, then stop it (killed if it does not exit in time).  A child
-        that already stopped is only reaped: closing never starts a new one."""
-        if not self._failure:
+        """``finalize()`` in the model process, then stop it (killed if it does not exit in time).
+        A model process that already stopped is only reaped: closing never starts a new one, and
+        closing twice does nothing the second time."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            child, healthy = self._child, not self._unhealthy
+        os.write(self._wake_w, b"x")
+        self._stop_reading()
+        conn = child.process.conn
+        if healthy and child.process.poll() is None:
             try:
-                self._conn.send(("close",))
-                if self._conn.poll(_CLOSE_TIMEOUT):
-                    self._conn.recv()
+                conn.send(("close",))
+                if conn.poll(_CLOSE_TIMEOUT):
+                    conn.recv()
             except (EOFError, OSError):
                 pass
-        self._failure = f"model instance '{self._instance_name}' is closed"
-        self._closed = True
-        self._stop()
+        _stop(child.process)
+        self._watcher.join(_CLOSE_TIMEOUT)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
-    def _stop(self) -> None:
-        """Close the socket and reap the child; drop the shared-memory mappings, which only that
-        child used: their files are unlinked already, so dropping them frees the memory, and a new
-        child gets regions of its own (it maps no input region until it is sent one)."""
-        self._conn.close()
-        try:
-            self._process.wait(_CLOSE_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            log.warning("worker process of '%s' did not exit: killing it", self._instance_name)
-            self._process.kill()
-            self._process.wait()
-        self._inputs = None
-        self._outputs = None
+
+def _stop(process: ModelProcess) -> None:
+    """Close the socket (an idle stub leaves on EOF), reap the process, kill it if it lingers."""
+    process.conn.close()
+    if process.wait(_CLOSE_TIMEOUT) is None:
+        log.warning("model process %d did not exit: killing it", process.pid)
+        process.kill()
+        process.wait(None)
+    process.close()
+
+
+def _cause_kind(child: _Child) -> str:
+    """The metric label for how a model process ended."""
+    if child.cause.startswith("its resident memory"):
+        return "memory_limit"
+    if child.cause:
+        return "execution_timeout"
+    code = child.process.returncode
+    return "signal" if code is not None and code < 0 else "exit"
+
+
+def _resident_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0

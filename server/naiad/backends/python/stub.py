@@ -1,18 +1,20 @@
-"""The worker process of a Python model instance (``python -m naiad.backends.python.stub FD``).
+"""A model process: hosts one Python model instance for the engine.
 
-Started by :class:`~naiad.backends.python.process.ProcessModelInstance` with one end of a socket
-pair as ``FD``.  It loads the model with the same :class:`PythonModelInstance` the server uses in
-process, then serves ``execute`` messages until told to close or until the server goes away (the
-socket closes), so a worker never outlives its server.  SIGINT is ignored: a Ctrl-C reaches the
-whole process group, and the server decides when its instances finish.  The model's BLS calls and a
-decoupled model's responses go to the server over the same socket, while an execution runs.
+Forked from the template process (:mod:`naiad.backends.python.zygote`), or run as
+``python -m naiad.backends.python.stub FD`` by a custom execution environment's Python, with one end
+of a socket pair.  The first message says what to do: ``load`` an instance with the same
+:class:`PythonModelInstance` the engine uses for a model that runs inside it, then serve ``execute``
+messages until told to close or until the engine goes away (the socket closes), so a model process
+never outlives its server; or ``auto_complete`` a configuration and leave.  SIGINT is ignored: a
+Ctrl-C reaches the whole process group, and the engine decides when its instances finish.  The
+model's BLS calls and a decoupled model's responses go to the engine over the same socket, while an
+execution runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import functools
 import logging
 import queue
@@ -24,11 +26,10 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2 as mc
-
 from naiad.backends.python import bls, pb_utils, shm
-from naiad.backends.python.backend import PythonModelInstance
-from naiad.backends.python.process import PackedAnswer, bls_message, pack_answer, unpack_answer
+from naiad.backends.python.host import auto_complete_config
+from naiad.backends.python.instance import PythonModelInstance
+from naiad.backends.python.messages import PackedAnswer, bls_message, pack_answer, unpack_answer
 from naiad.backends.python.response import to_pb_response
 from naiad.core.allocator import pin_thresholds
 from naiad.core.errors import ErrorCode, InferenceServerError
@@ -260,31 +261,58 @@ class _Worker:
             self._channel.tell(self.execute(message))
 
 
-def main(argv: list[str]) -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    pin_thresholds()  # the child moves the same tensors as the server (see naiad.core.allocator)
-    conn = Connection(int(argv[1]))
-    _, context, config_bytes, level = conn.recv()
+def _configure_logging(level: int) -> None:
     logging.basicConfig(
         level=level,
         format="%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s",
         datefmt="%m%d %H:%M:%S",
         stream=sys.stderr,
     )
-    config = mc.ModelConfig.FromString(config_bytes)
+
+
+def _failed(exc: BaseException) -> tuple[Any, ...]:
+    if isinstance(exc, InferenceServerError):
+        return ("failed", exc.code.value, exc.message)
+    return ("failed", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}")
+
+
+def _auto_complete(conn: Connection, message: tuple[Any, ...]) -> int:
+    _, model_file, model_name, config_json, level = message
+    _configure_logging(level)
     try:
-        instance = PythonModelInstance(dataclasses.replace(context, config=config))
-    except InferenceServerError as exc:
-        conn.send(("failed", exc.code.value, exc.message))
-        return 1
+        conn.send(("completed", auto_complete_config(model_file, model_name, config_json)))
     except Exception as exc:
-        conn.send(("failed", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}"))
+        conn.send(_failed(exc))
+        return 1
+    return 0
+
+
+def run(conn: Connection) -> int:
+    """Do what the engine's first message says; the exit status."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    pin_thresholds()  # the model process moves the same tensors as the engine (see naiad.core.allocator)
+    try:
+        message = conn.recv()
+    except EOFError:
+        return 0
+    if message[0] == "auto_complete":
+        return _auto_complete(conn, message)
+    _, spec, level = message
+    _configure_logging(level)
+    try:
+        instance = PythonModelInstance(spec)
+    except Exception as exc:
+        conn.send(_failed(exc))
         return 1
     conn.send(("loaded",))
     channel = _Channel(conn)
     pb_utils.bls_runner = _RemoteRunner(channel)
-    _Worker(channel, instance, config.model_transaction_policy.decoupled).serve()
+    _Worker(channel, instance, spec.decoupled).serve()
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return run(Connection(int(argv[1])))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,167 @@
+"""What fault isolation costs: Naiad with model processes, Naiad with the model inside the engine, and
+real Triton 2.51, side by side in one run.
+
+1. Start-up: a repository of 17 single-instance Python models (copies of the reference ``add_sub``):
+   seconds from starting the server to ``/v2/health/ready`` answering 200, and the memory of the whole
+   process tree once ready: the sum of RSS (pages shared between processes counted in each) and of
+   PSS (shared pages split between the processes that share them: what the tree really holds).
+2. Per core: each server (with its model processes) pinned to one core with ``taskset``, wrk pinned
+   to another; HTTP ``add_sub`` (the reference JSON body) at 16 connections (req/s) and at one
+   connection (p50 latency), in interleaved rounds; medians and ratios.
+
+usage: python benchmarks/isolation/run.py [--duration 8] [--rounds 3] [--server-cpu 1] [--client-cpu 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.common.references import SHARED, Served, naiad, triton
+from benchmarks.common.wrk import ADD_SUB_SCRIPT, wrk
+
+MODELS = 17
+IN_THE_ENGINE = 'parameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_value: "false" } }\n'
+
+
+def repository(count: int, in_engine: bool) -> Path:
+    """``count`` copies of the reference ``add_sub`` (the first keeps its name)."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
+    for index in range(count):
+        name = "add_sub" if index == 0 else f"add_sub_{index}"
+        target = folder / name
+        shutil.copytree(SHARED / "models" / "add_sub", target)
+        config = (target / "config.pbtxt").read_text().replace('name: "add_sub"', f'name: "{name}"')
+        (target / "config.pbtxt").write_text(config + (IN_THE_ENGINE if in_engine else ""))
+    return folder
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants."""
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                children = Path(f"/proc/{current}/task/{task}/children").read_text().split()
+                queue += [int(child) for child in children]
+        except OSError:
+            continue
+    return found
+
+
+def memory_mib(pid: int) -> tuple[float, float, int]:
+    """Summed RSS and PSS (MiB) of the process tree under ``pid``, and how many processes it has."""
+    rss = pss = 0
+    pids = tree(pid)
+    for member in pids:
+        try:
+            for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1])
+        except OSError:
+            continue
+    return rss / 1024, pss / 1024, len(pids)
+
+
+def pinned(server: Served, cpu: int) -> Served:
+    server.command = ["taskset", "-c", str(cpu), *server.command]
+    return server
+
+
+def startup(name: str, server: Served) -> dict[str, float]:
+    started = time.monotonic()
+    with server:
+        ready = time.monotonic() - started
+        time.sleep(1.0)  # let the last model processes settle
+        assert server.process is not None
+        rss, pss, processes = memory_mib(server.process.pid)
+    print(
+        f"  {name:<22} ready {ready:6.2f} s   RSS {rss:7.1f} MiB   PSS {pss:7.1f} MiB   {processes} processes"
+    )
+    return {"ready": ready, "rss": rss, "pss": pss}
+
+
+def load(server: Served, duration: int, client_cpu: int) -> tuple[float, float]:
+    """(req/s at 16 connections, p50 ms at 1 connection)."""
+    url = f"{server.http_url}/v2/models/add_sub/infer"
+    busy = _wrk_on(client_cpu, url, duration, 16)
+    idle = _wrk_on(client_cpu, url, duration, 1)
+    return busy["rps"], idle["p50"]
+
+
+def _wrk_on(cpu: int, url: str, duration: int, connections: int) -> dict[str, float]:
+    os.sched_setaffinity(0, {cpu})  # wrk inherits it
+    try:
+        return wrk(url, ADD_SUB_SCRIPT, duration, connections)
+    finally:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--server-cpu", type=int, default=1)
+    parser.add_argument("--client-cpu", type=int, default=0)
+    parser.add_argument("--skip-startup", action="store_true")
+    args = parser.parse_args()
+    print(f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+
+    if not args.skip_startup:
+        print(f"start-up with {MODELS} single-instance Python models (add_sub copies):")
+        startup("naiad model processes", naiad(repository(MODELS, False)))
+        startup("naiad in the engine", naiad(repository(MODELS, True)))
+        startup("triton 2.51", triton(repository(MODELS, False)))
+
+    servers = {
+        "naiad model processes": pinned(naiad(repository(1, False)), args.server_cpu),
+        "naiad in the engine": pinned(naiad(repository(1, True)), args.server_cpu),
+        "triton 2.51": pinned(triton(repository(1, False)), args.server_cpu),
+    }
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in servers}
+    started: list[Served] = []
+    try:
+        for server in servers.values():
+            started.append(server.__enter__())
+        for server in started:  # warm-up
+            _wrk_on(args.client_cpu, f"{server.http_url}/v2/models/add_sub/infer", 2, 16)
+        for _ in range(args.rounds):
+            for name, server in servers.items():
+                results[name].append(load(server, args.duration, args.client_cpu))
+    finally:
+        for server in started:
+            server.__exit__(None, None, None)
+    print(
+        f"per core (server on cpu {args.server_cpu}, wrk on cpu {args.client_cpu}), medians of {args.rounds}:"
+    )
+    medians = {
+        name: (statistics.median(r for r, _ in rows), statistics.median(p for _, p in rows))
+        for name, rows in results.items()
+    }
+    triton_rps, _ = medians["triton 2.51"]
+    engine_rps, engine_p50 = medians["naiad in the engine"]
+    for name, (rps, p50) in medians.items():
+        print(
+            f"  {name:<22} {rps:9.0f} req/s ({rps / triton_rps:4.2f}x triton)   "
+            f"c=1 p50 {p50 * 1000:6.0f} us ({(p50 - engine_p50) * 1000:+5.0f} us vs in the engine)"
+        )
+    print(
+        f"  in the engine / model processes throughput: {engine_rps / medians['naiad model processes'][0]:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""A model instance hosted in this interpreter: the engine side of :class:`ModelHost`.
+
+It turns server requests into ``pb_utils`` requests and the model's responses back into server
+results.  It runs in a model process (:mod:`naiad.backends.python.stub`), or inside the engine for a
+trusted model that opted into it: the same class in both places, so both behave the same way.  It
+imports no protobuf and no tritonclient, which a model process does not need.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from naiad.backends.base import ExecuteResult
+from naiad.backends.python import bls
+from naiad.backends.python.host import ModelHost, describe
+from naiad.backends.python.request import ReceivedRequest
+from naiad.backends.python.response import to_results
+from naiad.backends.python.spec import ModelSpec
+from naiad.core.errors import InternalError
+from naiad.core.request import InferRequest, InferResponse
+
+
+class PythonModelInstance:
+    """One loaded instance; ``execute`` is called only from the instance's own thread.
+
+    ``run_inline`` and ``run_inline_async`` run a BLS request on the calling thread instead, for a
+    caller this instance is waiting for (see :mod:`naiad.backends.python.bls`).
+    """
+
+    __slots__ = (
+        "_caller",
+        "_decoupled",
+        "_host",
+        "_instance_name",
+        "_issues_requests",
+        "_model_name",
+        "_model_version",
+        "_outputs",
+    )
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self._model_name = spec.model_name
+        self._model_version = spec.model_version
+        self._instance_name = spec.instance_name
+        self._outputs = spec.outputs
+        self._decoupled = spec.decoupled
+        self._caller = bls.Caller(spec.model_name, int(spec.model_version), self)
+        self._host = ModelHost(spec.model_file, spec.model_name, spec.args)
+        # A model that builds BLS requests blocks its thread until they are answered on the event
+        # loop, so it must never run on that loop (see ``inline_safe``).  Reading the source is
+        # conservative: any mention disqualifies the model from inline execution, nothing else.
+        self._issues_requests = mentions_requests(spec.model_file.parent)
+
+    @property
+    def inline_safe(self) -> bool:
+        """Whether the scheduler may run this instance's ``execute`` on the event loop thread.
+
+        True for a synchronous, non-decoupled model that issues no BLS requests: such an execution
+        never waits for the loop, so when it is short, running it in place saves the two thread
+        hand-offs that otherwise cost more than the model itself (add_sub takes a few µs).
+        """
+        return not self._decoupled and not self._issues_requests and self._host.synchronous
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
+        received = self._received(requests)
+        try:
+            if self._issues_requests:
+                with bls.executing(self._caller, requests):
+                    returned = self._host.execute(received)
+            else:  # no BLS call can be made on these requests' behalf: nothing to mark
+                returned = self._host.execute(received)
+        except Exception as exc:
+            return self._failed(exc, requests)
+        return self._results(returned, received, requests)
+
+    def run_inline(self, requests: list[InferRequest]) -> list[ExecuteResult]:
+        """``execute``, on the calling thread (an async ``execute`` gets a loop of its own when
+        the host's is busy with the execution that waits for this one)."""
+        return self.execute(requests)
+
+    async def run_inline_async(self, requests: list[InferRequest]) -> list[ExecuteResult]:
+        received = self._received(requests)
+        try:
+            with bls.executing(self._caller, requests):
+                returned = self._host.call(received)
+                if inspect.iscoroutine(returned):
+                    returned = await returned
+        except Exception as exc:
+            return self._failed(exc, requests)
+        return self._results(returned, received, requests)
+
+    def _received(self, requests: Sequence[InferRequest]) -> list[ReceivedRequest]:
+        outputs = self._outputs
+        decoupled = self._decoupled
+        return [ReceivedRequest(request, outputs, decoupled) for request in requests]
+
+    def _failed(self, exc: Exception, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
+        message = (
+            f"Failed to process the request(s) for model instance '{self._instance_name}', "
+            f"message: {describe(exc)}"
+        )
+        return [InternalError(message) for _ in requests]
+
+    def _results(
+        self, returned: Any, received: list[ReceivedRequest], requests: Sequence[InferRequest]
+    ) -> list[ExecuteResult]:
+        """What ``execute`` returned, as one result per request (see :mod:`.sender` for ``None``)."""
+        name, version = self._model_name, self._model_version
+        if self._decoupled:
+            if returned is not None:
+                error = InternalError(
+                    f"Python model '{self._instance_name}' is using the decoupled mode and the execute "
+                    "function must return None."
+                )
+                return [error for _ in requests]
+            return [InferResponse(name, version, request.id) for request in requests]
+        if returned is None:
+            return [self._sent(request) for request in received]
+        return to_results(returned, requests, name, version)
+
+    def _sent(self, request: ReceivedRequest) -> ExecuteResult:
+        """The one response a non-decoupled model sent through the request's sender."""
+        sender = request.sender
+        if sender is None or sender.result is None:
+            return InternalError(
+                f"Expected a list in the execute return, got NoneType, and model '{self._model_name}' "
+                f"sent no response for request '{request.request_id()}' through its response sender"
+            )
+        return sender.result
+
+    def close(self) -> None:
+        self._host.close()
+
+
+def mentions_requests(folder: Path) -> bool:
+    """Whether the model's sources (``model.py`` and the modules beside it) mention BLS requests."""
+    try:
+        return any("InferenceRequest" in path.read_text(errors="replace") for path in folder.rglob("*.py"))
+    except OSError:
+        return True

@@ -1,0 +1,89 @@
+"""Model processes started and loaded: the engine's one entry point for running model code.
+
+:class:`Launcher` starts a model process (see :mod:`naiad.backends.python.zygote`), has it load an
+instance (import ``model.py``, ``initialize``) or auto-complete a configuration, and raises the
+model's own error when that fails.  Auto-completion imports ``model.py`` too, so it also runs in a
+throwaway model process, as Triton runs it in a throwaway stub.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from naiad.backends.python.environment import Environments
+from naiad.backends.python.host import auto_complete_config
+from naiad.backends.python.spec import ModelSpec, ProcessOptions
+from naiad.backends.python.zygote import ModelProcess, Zygote, describe_status
+from naiad.core.errors import ErrorCode, InferenceServerError, InvalidArgumentError
+
+log = logging.getLogger(__name__)
+
+
+class Launcher:
+    """Starts model processes for the Python backend (one per server, shared by every model)."""
+
+    def __init__(self) -> None:
+        self._zygote = Zygote()
+        self._environments = Environments()
+
+    def _start(self, options: ProcessOptions) -> ModelProcess:
+        if options.environment is None:
+            return self._zygote.start()
+        argv, env = self._environments.command(options.environment)
+        return self._zygote.start(argv, env)
+
+    def start(self, spec: ModelSpec, options: ProcessOptions) -> ModelProcess:
+        """A model process with ``spec`` loaded; raise the load error (that process is gone then)."""
+        process = self._start(options)
+        reply = _exchange(process, ("load", spec, _level()), "while loading")
+        if reply[0] != "loaded":
+            _discard(process)
+            raise InferenceServerError(reply[2], ErrorCode(reply[1]))
+        return process
+
+    def auto_complete(
+        self, model_file: Path, model_name: str, config_json: str, options: ProcessOptions
+    ) -> str | None:
+        """The configuration the model's ``auto_complete_config`` returns (None if it has none)."""
+        if options.in_process:
+            return auto_complete_config(model_file, model_name, config_json)
+        process = self._start(options)
+        try:
+            reply = _exchange(process, ("auto_complete", model_file, model_name, config_json, _level()), "")
+        finally:
+            _discard(process)
+        if reply[0] == "completed":
+            return None if reply[1] is None else str(reply[1])
+        message = str(reply[2])
+        if reply[0] == "stopped":
+            message = f"failed to auto-complete the configuration of model '{model_name}': {message}"
+        raise InvalidArgumentError(message)
+
+    def close(self) -> None:
+        self._zygote.close()
+
+
+def _level() -> int:
+    return logging.getLogger("naiad").getEffectiveLevel()
+
+
+def _exchange(process: ModelProcess, message: tuple[object, ...], when: str) -> tuple[object, ...]:
+    """Send ``message`` and return the reply, or a ``stopped`` reply naming how the process ended."""
+    try:
+        process.conn.send(message)
+        reply: tuple[object, ...] = process.conn.recv()
+        return reply
+    except (EOFError, OSError):
+        status = describe_status(process.wait(5.0))
+        text = f"the model process stopped{' ' + when if when else ''} ({status})"
+        return ("stopped", ErrorCode.INTERNAL.value, text)
+
+
+def _discard(process: ModelProcess) -> None:
+    """Stop a model process that has nothing more to do, and release what the engine holds of it."""
+    process.conn.close()  # an idle stub leaves on EOF
+    if process.wait(5.0) is None:
+        process.kill()
+        process.wait(None)
+    process.close()

@@ -1,0 +1,93 @@
+"""What a model process needs to host one instance, and the per-model options of the Python backend.
+
+The engine never runs model code, so the instance is described to the model process by a small,
+picklable :class:`ModelSpec` built from the instance's context: plain strings and flags, no
+protobuf, so a model process imports neither protobuf nor tritonclient (it starts faster and stays
+smaller, and a custom execution environment needs nothing but numpy).  This module imports nothing
+that needs them either, since a model process unpickles the spec.
+
+:class:`ProcessOptions` reads the config parameters that decide how the instance is isolated.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from naiad.core.errors import InvalidArgumentError
+
+#: ``"true"`` (the default) runs the model's instances in model processes; ``"false"`` runs a trusted
+#: model inside the engine, the fastest path, where its crash is the server's crash.
+PROCESSES_PARAMETER = "NAIAD_INSTANCE_PROCESSES"
+#: Resident memory a model process may use, in MiB; crossing it kills that process (Naiad only).
+MEMORY_LIMIT_PARAMETER = "NAIAD_MEMORY_LIMIT_MIB"
+#: Seconds one execution may take; a longer one fails its requests and restarts the instance (Naiad only).
+TIMEOUT_PARAMETER = "NAIAD_EXECUTION_TIMEOUT_SECONDS"
+#: Triton's custom execution environment: a conda-pack archive or a folder (see ``environment``).
+ENV_PARAMETER = "EXECUTION_ENV_PATH"
+#: Triton's placeholder for the model's folder in ``EXECUTION_ENV_PATH``.
+MODEL_DIRECTORY_PLACEHOLDER = "$$TRITON_MODEL_DIRECTORY"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """One instance, as its host (in a model process or in the engine) loads it."""
+
+    model_file: Path
+    model_name: str
+    model_version: str
+    instance_name: str
+    #: The seven string arguments Triton passes to ``initialize``.
+    args: dict[str, str]
+    outputs: tuple[str, ...]
+    decoupled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOptions:
+    """How a model's instances are isolated, from its config parameters."""
+
+    in_process: bool = False
+    memory_limit_bytes: int = 0
+    execution_timeout_s: float = 0.0
+    #: The custom execution environment (archive or folder), ``None`` for the server's own Python.
+    environment: Path | None = None
+
+    @classmethod
+    def of(cls, config: Any, model_dir: Path) -> ProcessOptions:
+        """Read the options; raise InvalidArgumentError (the load fails) for a malformed one."""
+        name = config.name or model_dir.name
+        choice = _text(config, PROCESSES_PARAMETER).lower() or "true"
+        if choice not in ("true", "false"):
+            raise InvalidArgumentError(
+                f"model '{name}': parameter {PROCESSES_PARAMETER} must be 'true' or 'false', not '{choice}'"
+            )
+        limit = _number(config, MEMORY_LIMIT_PARAMETER, name)
+        timeout = _number(config, TIMEOUT_PARAMETER, name)
+        env = _text(config, ENV_PARAMETER)
+        environment = Path(env.replace(MODEL_DIRECTORY_PLACEHOLDER, str(model_dir))) if env else None
+        if environment is not None and not environment.is_absolute():
+            environment = model_dir / environment
+        in_process = choice == "false"
+        if in_process and (limit or timeout or environment):
+            raise InvalidArgumentError(
+                f"model '{name}': {PROCESSES_PARAMETER} 'false' runs the model inside the server, where "
+                f"{MEMORY_LIMIT_PARAMETER}, {TIMEOUT_PARAMETER} and {ENV_PARAMETER} cannot apply"
+            )
+        return cls(in_process, int(limit * (1 << 20)), timeout, environment)
+
+
+def _text(config: Any, key: str) -> str:
+    parameter = config.parameters.get(key)
+    return "" if parameter is None else str(parameter.string_value).strip()
+
+
+def _number(config: Any, key: str, name: str) -> float:
+    text = _text(config, key)
+    if not text:
+        return 0.0
+    if not re.fullmatch(r"\d+(\.\d*)?|\.\d+", text) or float(text) <= 0:
+        raise InvalidArgumentError(f"model '{name}': parameter {key} must be a positive number, not '{text}'")
+    return float(text)

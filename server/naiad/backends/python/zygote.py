@@ -1,0 +1,290 @@
+"""Starting model processes: forked from one template process that has already imported the stub.
+
+Starting a Python interpreter and importing numpy and the stub costs about a second and 40 MiB per
+process; Triton pays that for every instance (27 s and 674 MiB for 17 Python models).  Here the
+engine starts one template process (``python -m naiad.backends.python.zygote FD``) that imports the
+stub once and freezes its objects (``gc.freeze``: the collector then never writes to them, so their
+pages stay shared); every model process is then a ``fork`` of it, which takes milliseconds and shares
+those pages copy-on-write.  Model processes start in parallel (the repository loads models on a
+pool), the template serving one fork at a time.
+
+A model with its own execution environment (``EXECUTION_ENV_PATH``) needs that environment's Python:
+the template forks a child that ``exec``s it, so every model process is the template's child either
+way.  The template reaps its children and writes each one's exit status (negative: the signal that
+ended it) to a pipe the engine holds for that process, which is also how the engine learns at once
+that a model process ended, even an idle one.  Every model process dies with the template
+(``PR_SET_PDEATHSIG``), and the template leaves when the engine goes away (its socket closes): so
+killing the server, even with SIGKILL, leaves no model process behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import logging
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: The folder that holds the ``naiad`` package, so a model process imports the engine's code.
+SOURCE_ROOT = str(Path(__file__).resolve().parents[3])
+_PR_SET_PDEATHSIG = 1
+_STATUS = struct.Struct("i")
+#: The exit status reported when the template went away before the process's own status came.
+UNKNOWN_STATUS = 255
+
+
+class ModelProcess:
+    """A model process as the engine sees it: its socket, its pid, and its exit status once it ended.
+
+    ``sentinel`` is a file descriptor that becomes readable when the process has ended.
+    """
+
+    def __init__(self, pid: int, conn: Connection, status: int) -> None:
+        self.pid = pid
+        self.conn = conn
+        self.sentinel = status
+        self.returncode: int | None = None
+        self._reading = threading.Lock()  # the executing thread and the watcher both ask
+
+    def poll(self) -> int | None:
+        """The exit status if the process ended, else None (never blocks)."""
+        return self.wait(0)
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The exit status, waiting up to ``timeout`` seconds; None if it still runs."""
+        if self.returncode is None and wait([self.sentinel], timeout):
+            with self._reading:
+                if self.returncode is None:
+                    self._read_status()
+        return self.returncode
+
+    def _read_status(self) -> None:
+        data = b""
+        try:
+            data = os.read(self.sentinel, _STATUS.size)
+        except OSError:
+            pass
+        self.returncode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else UNKNOWN_STATUS
+
+    def kill(self) -> None:
+        """SIGKILL, unless the process already ended (its pid may belong to another one by then)."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        """Close the socket and the status pipe (after the process ended, or to abandon it)."""
+        self.conn.close()
+        try:
+            os.close(self.sentinel)
+        except OSError:
+            pass
+
+
+def describe_status(code: int | None) -> str:
+    """``exit status 3``, ``killed by signal 11 (SIGSEGV)``, or that it did not end."""
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown"
+        return f"killed by signal {-code} ({name})"
+    return f"exit status {code}"
+
+
+class Zygote:
+    """The engine's end of the template process; started on first use, shared by every model."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+
+    def start(self, argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> ModelProcess:
+        """A new model process: a fork of the template running the stub, or with ``argv``, a fork
+        that ``exec``s ``argv`` (with ``env``), which must run the stub on file descriptor 3."""
+        ours, theirs = socket.socketpair()
+        status_r, status_w = os.pipe()
+        try:
+            payload = pickle.dumps((list(argv) if argv is not None else None, env))
+            with self._lock:
+                control = self._running()
+                request = struct.pack("I", len(payload)) + payload
+                socket.send_fds(control, [request], [theirs.fileno(), status_w])
+                reply = _read_exactly(control, _STATUS.size)
+            pid = _STATUS.unpack(reply)[0]
+        except BaseException:
+            ours.close()
+            os.close(status_r)
+            raise
+        finally:
+            theirs.close()
+            os.close(status_w)
+        return ModelProcess(pid, Connection(ours.detach()), status_r)
+
+    def _running(self) -> socket.socket:
+        """The control socket of a live template, started (again) if needed; with the lock held."""
+        if self._process is not None and self._process.poll() is None and self._control is not None:
+            return self._control
+        if self._control is not None:
+            self._control.close()
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [SOURCE_ROOT, env.get("PYTHONPATH")]))
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "naiad.backends.python.zygote", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        self._control = ours
+        return ours
+
+    def close(self) -> None:
+        """Stop the template (its model processes die with it)."""
+        with self._lock:
+            if self._control is not None:
+                self._control.close()
+                self._control = None
+            if self._process is not None:
+                try:
+                    self._process.wait(10.0)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    self._process.wait()
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise OSError("the model process template stopped")
+        data += chunk
+    return data
+
+
+# ---- the template process ------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when its parent (the template) ends, whatever it is doing then."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the socket's EOF still ends an idle model process
+        pass
+
+
+def _child(
+    control: socket.socket,
+    fds: list[int],
+    inherited: list[int],
+    argv: list[str] | None,
+    env: dict[str, str] | None,
+) -> None:
+    """In a fresh fork: become the model process (never returns).  ``inherited`` are the template's
+    own descriptors (its wake-up pipe, its other children's status pipes): closed here, so that a
+    status pipe reaches EOF when the template ends."""
+    code = 1
+    try:
+        control.close()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in inherited:
+            os.close(fd)
+        _die_with_parent()
+        conn_fd, status_w = fds
+        os.close(status_w)
+        if argv is not None:
+            os.dup2(conn_fd, 3)
+            os.execve(argv[0], argv, env if env is not None else dict(os.environ))
+        from naiad.backends.python import stub
+
+        code = stub.run(Connection(conn_fd))
+    except BaseException:
+        logging.getLogger(__name__).exception("model process failed to start")
+    finally:
+        os._exit(code)
+
+
+def _reap(statuses: dict[int, int]) -> None:
+    """Write the exit status of each ended child to its pipe, and close it."""
+    while statuses:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        status_w = statuses.pop(pid, None)
+        if status_w is not None:
+            try:
+                os.write(status_w, _STATUS.pack(os.waitstatus_to_exitcode(status)))
+            finally:
+                os.close(status_w)
+
+
+def serve(control_fd: int) -> int:
+    """The template: fork a model process per request on the control socket, until it closes."""
+    control = socket.socket(fileno=control_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the group: the engine decides
+    statuses: dict[int, int] = {}
+    gc.freeze()  # what was imported so far stays shared with every fork
+    while True:
+        readable, _, _ = select.select([control, wake_r], [], [])
+        if wake_r in readable:
+            os.read(wake_r, 512)
+            _reap(statuses)
+        if control not in readable:
+            continue
+        try:
+            header, fds, _, _ = socket.recv_fds(control, 4, 2)
+        except OSError:
+            header, fds = b"", []
+        if len(header) < 4 or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            return 0  # the engine went away: leaving kills every model process (PDEATHSIG)
+        (size,) = struct.unpack("I", header)
+        argv, env = pickle.loads(_read_exactly(control, size))
+        pid = os.fork()
+        if pid == 0:
+            _child(control, fds, [wake_r, wake_w, *statuses.values()], argv, env)
+        os.close(fds[0])
+        statuses[pid] = fds[1]
+        control.sendall(_STATUS.pack(pid))
+
+
+def _preload() -> None:
+    """Import what every model process needs, once, before any fork."""
+    from naiad.backends.python import stub  # noqa: F401
+
+
+def main(argv: list[str]) -> int:
+    _preload()
+    return serve(int(argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
