@@ -1,4 +1,8 @@
-"""The composition root: repository + data plane + frontends on one event loop, and graceful exit.
+"""The composition root: the engine (repository + data plane), its frontends, and graceful exit.
+
+With ``--frontend-workers 0`` the frontends run in this process over the data plane.  With N > 0 this
+process is the engine alone (plus ``/metrics``) and N worker processes serve HTTP and gRPC on the same
+ports (see docs/architecture.md and :mod:`naiad.engine.workers`).
 
 Frontends start before models load, so liveness answers during a long start while readiness stays false
 until loading is done (Kubernetes probes rely on exactly that split).  SIGTERM/SIGINT stop the listeners,
@@ -8,32 +12,21 @@ let in-flight requests finish within ``--exit-timeout-secs``, finalize every mod
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import gc
-import importlib.util
 import logging
 import signal
-import ssl
 import time
-from collections.abc import Iterator
-from typing import Any
-
-import uvicorn
 
 from naiad import log_settings
 from naiad.backends.gpus import gpu_count
 from naiad.core.allocator import pin_thresholds
 from naiad.core.shm import SharedMemoryRegistry
 from naiad.dataplane import DataPlane
+from naiad.engine.workers import FrontendWorkers
 from naiad.frontends.access.keyring import Keyring
-from naiad.frontends.access.policy import AccessPolicy
-from naiad.frontends.access.restriction import Restrictions, parse_restrictions
-from naiad.frontends.forwarding import HeaderForwarding
-from naiad.frontends.http.app import HttpFrontend
+from naiad.frontends.listeners import Listeners, uvicorn_server
 from naiad.frontends.metrics import MetricsEndpoint
-from naiad.frontends.openai.app import OpenAIFrontend
-from naiad.frontends.tls import TlsFiles, tls_files
-from naiad.log_settings import LogSettings
 from naiad.metrics.registry import ServerMetrics
 from naiad.repository.manager import ModelRepository, RepositoryUnavailable
 from naiad.scheduling.cache import ResponseCache, parse_cache_config
@@ -45,60 +38,9 @@ from naiad.tracing.tracer import Tracer
 log = logging.getLogger("naiad")
 
 
-class _Server(uvicorn.Server):
-    """uvicorn, minus its own signal handling: the app decides when and how to stop."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-def _uvicorn(
-    app: Any, host: str, port: int, settings: ServerSettings, tls: TlsFiles | None = None
-) -> _Server:
-    """A uvicorn server for ``app``; HTTPS with ``tls`` (client certificates required when mutual)."""
-    secure: dict[str, Any] = {}
-    if tls is not None:
-        secure = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
-        if tls.root is not None:
-            secure["ssl_ca_certs"] = str(tls.root)
-        if tls.mutual:
-            secure["ssl_cert_reqs"] = ssl.CERT_REQUIRED
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        loop="none",
-        http="httptools",
-        lifespan="off",
-        access_log=False,
-        log_level="info" if settings.log_verbose else "warning",
-        log_config=None,  # uvicorn's records go through the server's own handler and format
-        timeout_graceful_shutdown=settings.exit_timeout_secs,
-        timeout_keep_alive=75,
-        backlog=4096,
-        # X-Forwarded-* rewriting and a "server: uvicorn" header cost per request and are not
-        # Triton's behaviour; clients see the peer address they connect from, as with tritonserver.
-        proxy_headers=False,
-        server_header=False,
-        **secure,
-    )
-    return _Server(config)
-
-
 def configure_logging(settings: ServerSettings) -> None:
     """Triton's log lines and the ``--log-*`` settings, changeable later through the logging extension."""
-    log_file = str(settings.log_file) if settings.log_file else ""
-    log_settings.configure(
-        LogSettings(
-            log_file,
-            settings.log_info,
-            settings.log_warning,
-            settings.log_error,
-            settings.log_verbose,
-            settings.log_format,
-        )
-    )
+    log_settings.configure_server(settings)
 
 
 async def serve(settings: ServerSettings) -> int:
@@ -125,59 +67,30 @@ async def serve(settings: ServerSettings) -> int:
         response_cache=ResponseCache(cache_size) if cache_size is not None else None,
     )
     keyring = Keyring(settings.auth_key_file) if settings.auth_key_file is not None else None
-    servers: list[_Server] = []
+    workers: FrontendWorkers | None = None
+    if settings.frontend_workers > 0:
+        # The engine serves only /metrics; the workers build their own listeners (each process its own).
+        listeners = Listeners(dataplane, _metrics_only(settings), keyring, reuse_port=False)
+        workers = FrontendWorkers(settings.frontend_workers, settings, dataplane)
+    else:
+        listeners = Listeners(dataplane, settings, keyring, reuse_port=False)
     metrics: ServerMetrics | None = None
-    if settings.allow_http:
-        pattern = settings.http_header_forward_pattern
-        app = HttpFrontend(
-            dataplane,
-            max_input_size=settings.http_max_input_size,
-            access=AccessPolicy(Restrictions(parse_restrictions(settings.http_restricted_apis)), keyring),
-            forwarding=HeaderForwarding(pattern) if pattern else None,
-        )
-        tls = tls_files(
-            settings.http_use_ssl,
-            settings.http_use_ssl_mutual,
-            settings.http_server_cert,
-            settings.http_server_key,
-            settings.http_root_cert,
-            "--http",
-        )
-        servers.append(_uvicorn(app, settings.http_address, settings.http_port, settings, tls))
     if settings.allow_metrics:
         metrics = ServerMetrics(repository, settings)
         metrics.start()
         endpoint = MetricsEndpoint(metrics)
-        servers.append(_uvicorn(endpoint, settings.metrics_address, settings.metrics_port, settings))
-    if settings.openai_port is not None:
-        openai = OpenAIFrontend(
-            dataplane,
-            max_input_size=settings.http_max_input_size,
-            access=AccessPolicy(Restrictions(parse_restrictions(settings.http_restricted_apis)), keyring),
-        )
-        servers.append(_uvicorn(openai, settings.openai_address, settings.openai_port, settings))
-        log.info("serving the OpenAI API on %s:%d", settings.openai_address, settings.openai_port)
-    grpc_server = None
-    if settings.allow_grpc and importlib.util.find_spec("naiad.frontends.grpc.server") is not None:
-        from naiad.frontends.grpc.server import GrpcFrontend
-
-        grpc_server = GrpcFrontend(dataplane, settings, keyring)
+        listeners.add(uvicorn_server(endpoint, settings.metrics_address, settings.metrics_port, settings))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    tasks = [asyncio.create_task(s.serve()) for s in servers]
-    if grpc_server is not None:
-        await grpc_server.start()
-    for server in servers:
-        while not server.started and not tasks[servers.index(server)].done():
-            await asyncio.sleep(0.01)
-    for task in tasks:
-        if task.done() and task.exception() is None and not stop.is_set():
-            log.error("a frontend failed to start (is its port free?)")
-            stop.set()
+    if not await listeners.start():
+        stop.set()
+    if workers is not None:
+        await workers.start()
+        log.info("serving through %d frontend workers", settings.frontend_workers)
     log.info(
         "serving HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
         settings.http_address,
@@ -206,12 +119,11 @@ async def serve(settings: ServerSettings) -> int:
 
     deadline = time.monotonic() + settings.exit_timeout_secs
     log.info("exit requested: draining in-flight requests (up to %ds)", settings.exit_timeout_secs)
+    if workers is not None:
+        # The workers drain first: the engine keeps serving what they forward until they are gone.
+        await workers.stop(deadline)
     dataplane.exiting = True
-    for server in servers:
-        server.should_exit = True
-    if grpc_server is not None:
-        await grpc_server.stop(max(0.0, deadline - time.monotonic()))
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await listeners.stop(max(0.0, deadline - time.monotonic()))
     await dataplane.drain(max(0.0, deadline - time.monotonic()))
     if not loader.done():
         loader.cancel()
@@ -223,6 +135,11 @@ async def serve(settings: ServerSettings) -> int:
         metrics.stop()
     log.info("stopped")
     return status
+
+
+def _metrics_only(settings: ServerSettings) -> ServerSettings:
+    """The engine's own listeners in worker mode: none but the metrics endpoint added to them."""
+    return dataclasses.replace(settings, allow_http=False, allow_grpc=False, openai_port=None)
 
 
 def run(settings: ServerSettings) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -63,6 +64,14 @@ def _positive(text: str) -> int:
     if value == 0:
         raise argparse.ArgumentTypeError("expected a positive integer, got 0")
     return value
+
+
+def _workers(text: str) -> int:
+    """``--frontend-workers``: a count, or ``auto`` (see :attr:`ServerSettings.frontend_workers`)."""
+    if text.strip().lower() == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return 0 if cores <= 2 else min(16, cores // 2)
+    return _non_negative(text)
 
 
 def _message_size(text: str) -> int:
@@ -129,6 +138,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--grpc-max-connection-age-grace", type=_non_negative,
                    default=d.grpc_max_connection_age_grace)
     p.add_argument("--reuse-grpc-port", type=_bool, default=d.reuse_grpc_port, metavar="BOOL")
+    p.add_argument("--frontend-workers", type=_workers, metavar="N|auto",
+                   default=os.environ.get("NAIAD_FRONTEND_WORKERS", "auto"),
+                   help="frontend worker processes over one engine (0: one process; auto: 0 with at most "
+                   "2 cores, else half the cores, at most 16); env NAIAD_FRONTEND_WORKERS")
     _extension_flags(p, d)
     _observability_flags(p, d)
 
@@ -306,6 +319,7 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         grpc_max_connection_age=args.grpc_max_connection_age,
         grpc_max_connection_age_grace=args.grpc_max_connection_age_grace,
         reuse_grpc_port=args.reuse_grpc_port,
+        frontend_workers=args.frontend_workers,
     )
 
 

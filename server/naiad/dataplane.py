@@ -21,7 +21,7 @@ from naiad.codecs import shared_memory
 from naiad.codecs.classification import LabelFiles, classify_outputs
 from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnavailableError, UnsupportedError
 from naiad.core.request import InferRequest, InferResponse, Tensor
-from naiad.core.shm import SharedMemoryRegistry
+from naiad.core.shm import RegionStatus, SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
 from naiad.repository.manager import IndexEntry, ModelRepository
 from naiad.repository.model import Model, ModelVersion
@@ -161,7 +161,7 @@ class DataPlane:
         model's tokenizer configuration (its chat template) there."""
         return self.repository.resolve(name, version)[1].model_dir
 
-    def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
+    async def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         return self.repository.index(ready_only)
 
     async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
@@ -180,27 +180,40 @@ class DataPlane:
 
     # ---- statistics, trace and logging extensions -------------------------------------------------
 
-    def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+    async def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """Statistics extension: Triton's ``{"model_stats": [...]}`` (all models when ``name`` is "")."""
         return model_statistics(self.repository, name, version)
 
-    def trace_settings(self, model: str = "") -> dict[str, Any]:
+    async def trace_settings(self, model: str = "") -> dict[str, Any]:
         """Trace extension: the global settings, or those ``model`` is traced with."""
         self._check_trace_model(model)
         return self.tracer.settings(model)
 
-    def update_trace_settings(self, model: str, changes: Changes) -> dict[str, Any]:
+    async def update_trace_settings(self, model: str, changes: Changes) -> dict[str, Any]:
         """Trace extension: change settings (values are lists of strings, ``None`` clears a key)."""
         self._check_trace_model(model)
         return self.tracer.update(model, changes)
 
-    def log_settings(self) -> dict[str, Any]:
+    async def log_settings(self) -> dict[str, Any]:
         """Logging extension: the log settings in force."""
         return log_settings.document()
 
-    def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Logging extension: change log settings now (``log_file`` only at start)."""
         return log_settings.update(changes)
+
+    # ---- client shared memory (calls, so that a frontend worker can make them in the engine) --------
+
+    async def region_status(self, name: str = "") -> list[RegionStatus]:
+        """System shared memory extension: the registered regions (one, when ``name`` is given)."""
+        return self.shared_memory.status(name)
+
+    async def register_region(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    async def unregister_region(self, name: str = "") -> None:
+        """Unregister ``name`` (every region when ``name`` is "")."""
+        self.shared_memory.unregister(name)
 
     def _check_trace_model(self, model: str) -> None:
         if model and model not in self.repository.models():

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from naiad.core.errors import InvalidArgumentError, UnsupportedError
+from naiad.settings import ServerSettings
 
 FORMATS = ("default", "ISO8601", "json")
 _LETTERS = {logging.ERROR: "E", logging.WARNING: "W"}
@@ -165,6 +166,20 @@ class LogControl:
 
 
 _control: LogControl | None = None
+
+
+def configure_server(settings: ServerSettings) -> LogControl:
+    """Triton's log lines and the ``--log-*`` settings of ``naiad serve`` (each process, at start)."""
+    return configure(
+        LogSettings(
+            str(settings.log_file) if settings.log_file else "",
+            settings.log_info,
+            settings.log_warning,
+            settings.log_error,
+            settings.log_verbose,
+            settings.log_format,
+        )
+    )
 
 
 def configure(settings: LogSettings) -> LogControl:

@@ -131,6 +131,11 @@ class ServerSettings:
     reuse_grpc_port: bool = False
     """``--reuse-grpc-port``: let several servers listen on the gRPC port (SO_REUSEPORT)."""
 
+    frontend_workers: int = 0
+    """``--frontend-workers`` (Naiad; env ``NAIAD_FRONTEND_WORKERS``): processes that serve HTTP and gRPC
+    over one engine (0: the single-process server).  The CLI's default, ``auto``, is 0 on machines with
+    at most two usable cores and half of them (at most 16) elsewhere (see docs/architecture.md)."""
+
     allow_cpu_metrics: bool = True
     """``--allow-cpu-metrics``: publish ``nv_cpu_*`` (Linux, from ``/proc``)."""
 

@@ -32,14 +32,13 @@ from naiad.core.errors import (
     InferenceServerError,
     InternalError,
     InvalidArgumentError,
-    NotFoundError,
     UnavailableError,
     unknown_model,
 )
 from naiad.repository import ensemble
 from naiad.repository.layout import ModelLocation, check_model_name, scan_repositories
 from naiad.repository.loader import LoadPlan, ModelLoader, NoVersionsError, PollError
-from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion
+from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion, resolve
 from naiad.repository.overrides import LoadRequest, parse_load_parameters
 from naiad.repository.poller import Poller
 from naiad.repository.roots import CloudRoot, open_root
@@ -120,29 +119,7 @@ class ModelRepository:
 
         ``""`` means the pinned default version if the model has one, else the highest READY one.
         """
-        model = self.get_model(name)
-        if not version:
-            pinned = model.default_version
-            if pinned is not None:
-                mv = model.versions.get(pinned)
-                if mv is None or mv.state is not ModelState.READY:
-                    raise UnavailableError(
-                        f"Request for unknown model: '{name}' version {pinned} is not at ready state"
-                    )
-                return model, mv
-            latest = model.latest_ready()
-            if latest is None:
-                raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
-            return model, latest
-        number = int(version) if version.isdigit() else -1
-        model_version = model.versions.get(number)
-        if model_version is None:
-            raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
-        if model_version.state is not ModelState.READY:
-            raise UnavailableError(
-                f"Request for unknown model: '{name}' version {version} is not at ready state"
-            )
-        return model, model_version
+        return resolve(self._models, name, version)
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Every model in the repositories or ever loaded: one entry per known version.

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from naiad.backends.base import InstanceHealth
-from naiad.core.errors import UnavailableError
+from naiad.core.errors import NotFoundError, UnavailableError, unknown_model
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
 from naiad.scheduling.scheduler import Scheduler
@@ -167,3 +167,36 @@ class Model:
         if any(mv.state is ModelState.LOADING for mv in self.versions.values()):
             return ModelState.LOADING
         return ModelState.UNAVAILABLE
+
+
+def resolve(models: dict[str, Model], name: str, version: str) -> tuple[Model, ModelVersion]:
+    """The model and the version that serves a request for ``version``, with Triton's errors.
+
+    ``""`` means the pinned default version if the model has one, else the highest READY one.  The
+    engine's repository and a frontend worker's copy of its catalog answer with this one function.
+    """
+    model = models.get(name)
+    if model is None:
+        raise unknown_model(name)
+    if not version:
+        pinned = model.default_version
+        if pinned is not None:
+            mv = model.versions.get(pinned)
+            if mv is None or mv.state is not ModelState.READY:
+                raise UnavailableError(
+                    f"Request for unknown model: '{name}' version {pinned} is not at ready state"
+                )
+            return model, mv
+        latest = model.latest_ready()
+        if latest is None:
+            raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
+        return model, latest
+    number = int(version) if version.isdigit() else -1
+    model_version = model.versions.get(number)
+    if model_version is None:
+        raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
+    if model_version.state is not ModelState.READY:
+        raise UnavailableError(
+            f"Request for unknown model: '{name}' version {version} is not at ready state"
+        )
+    return model, model_version

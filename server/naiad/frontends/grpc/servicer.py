@@ -116,7 +116,7 @@ class InferenceServicer:
 
     async def ModelStatistics(self, request: Any, context: Context) -> Any:
         version = grpc_v2.model_version(request.version)
-        return extensions.statistics_response(self.dataplane.model_statistics(request.name, version))
+        return extensions.statistics_response(await self.dataplane.model_statistics(request.name, version))
 
     # ---- inference --------------------------------------------------------------------------------
 
@@ -272,7 +272,7 @@ class InferenceServicer:
                 pb.RepositoryIndexResponse.ModelIndex(
                     name=entry.name, version=entry.version, state=entry.state, reason=entry.reason
                 )
-                for entry in self.dataplane.repository_index(request.ready)
+                for entry in await self.dataplane.repository_index(request.ready)
             ]
         )
 
@@ -296,7 +296,7 @@ class InferenceServicer:
 
     async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
         status = pb.SystemSharedMemoryStatusResponse()
-        for region in self.dataplane.shared_memory.status(request.name):
+        for region in await self.dataplane.region_status(request.name):
             status.regions[region.name].CopyFrom(
                 pb.SystemSharedMemoryStatusResponse.RegionStatus(
                     name=region.name, key=region.key, offset=region.offset, byte_size=region.byte_size
@@ -307,11 +307,11 @@ class InferenceServicer:
     async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
         if not request.name:
             raise InvalidArgumentError("'region name' is necessary to register system shared memory region")
-        self.dataplane.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        await self.dataplane.register_region(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
-        self.dataplane.shared_memory.unregister(request.name)
+        await self.dataplane.unregister_region(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Context) -> Any:
@@ -332,15 +332,15 @@ class InferenceServicer:
     async def TraceSetting(self, request: Any, context: Context) -> Any:
         if request.settings:
             changes = extensions.trace_changes(request)
-            settings = self.dataplane.update_trace_settings(request.model_name, changes)
+            settings = await self.dataplane.update_trace_settings(request.model_name, changes)
             return extensions.trace_response(settings)
-        return extensions.trace_response(self.dataplane.trace_settings(request.model_name))
+        return extensions.trace_response(await self.dataplane.trace_settings(request.model_name))
 
     async def LogSettings(self, request: Any, context: Context) -> Any:
         if request.settings:
-            settings = self.dataplane.update_log_settings(extensions.log_changes(request))
+            settings = await self.dataplane.update_log_settings(extensions.log_changes(request))
             return extensions.log_response(settings)
-        return extensions.log_response(self.dataplane.log_settings())
+        return extensions.log_response(await self.dataplane.log_settings())
 
 
 def _parsing(

@@ -150,7 +150,7 @@ class HttpFrontend:
             if call.method not in ("GET", "POST"):
                 return _not_allowed()
             body = await read_body(call.receive, None, self.max_input_size) if call.method == "POST" else None
-            return 200, extensions.logging_setting(self.dataplane, body), [_JSON]
+            return 200, await extensions.logging_setting(self.dataplane, body), [_JSON]
         if n >= 3 and s[1] in ("systemsharedmemory", "cudasharedmemory"):
             return await self._shared_memory(call, s[1], s[2:])
         return _not_found()
@@ -185,13 +185,13 @@ class HttpFrontend:
     async def _stats(
         self, call: _Call, name: str, version: str
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        return 200, extensions.statistics(self.dataplane, name, version), [_JSON]
+        return 200, await extensions.statistics(self.dataplane, name, version), [_JSON]
 
     async def _trace_setting(self, call: _Call, model: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         if call.method not in ("GET", "POST"):
             return _not_allowed()
         body = await read_body(call.receive, None, self.max_input_size) if call.method == "POST" else None
-        return 200, extensions.trace_setting(self.dataplane, model, body), [_JSON]
+        return 200, await extensions.trace_setting(self.dataplane, model, body), [_JSON]
 
     async def _infer(
         self, call: _Call, name: str, version: str
@@ -268,7 +268,7 @@ class HttpFrontend:
             return await read_body(call.receive, None, self.max_input_size)
 
         if extension == "systemsharedmemory":
-            answer = await shared_memory.system(self.dataplane.shared_memory, call.method, rest, body)
+            answer = await shared_memory.system(self.dataplane, call.method, rest, body)
         else:
             answer = await shared_memory.cuda(call.method, rest, body)
         return _not_found() if answer is None else answer
@@ -289,7 +289,7 @@ class HttpFrontend:
                     raise InvalidArgumentError("Unable to parse 'ready': expected a boolean")
                 ready_only = ready
             entries = []
-            for entry in self.dataplane.repository_index(ready_only):
+            for entry in await self.dataplane.repository_index(ready_only):
                 item: dict[str, Any] = {"name": entry.name}
                 if entry.version:
                     item["version"] = entry.version

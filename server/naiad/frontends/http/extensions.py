@@ -19,14 +19,14 @@ from naiad.dataplane import DataPlane
 _PROPAGATION = (b"traceparent", b"tracestate")
 
 
-def statistics(dataplane: DataPlane, name: str, version: str) -> bytes:
-    return orjson.dumps(dataplane.model_statistics(name, version))
+async def statistics(dataplane: DataPlane, name: str, version: str) -> bytes:
+    return orjson.dumps(await dataplane.model_statistics(name, version))
 
 
-def trace_setting(dataplane: DataPlane, model: str, body: bytes | None) -> bytes:
+async def trace_setting(dataplane: DataPlane, model: str, body: bytes | None) -> bytes:
     """The settings (``body`` is ``None`` for a GET), after applying the update a POST carries."""
     if body is None:
-        return orjson.dumps(dataplane.trace_settings(model))
+        return orjson.dumps(await dataplane.trace_settings(model))
     changes: dict[str, list[str] | None] = {}
     for key, value in _object(body).items():
         if value is None or key == "trace_file":
@@ -39,13 +39,13 @@ def trace_setting(dataplane: DataPlane, model: str, body: bytes | None) -> bytes
             if not isinstance(value, str):
                 raise InvalidArgumentError("attempt to access JSON non-string as string")
             changes[key] = [value]
-    return orjson.dumps(dataplane.update_trace_settings(model, changes))
+    return orjson.dumps(await dataplane.update_trace_settings(model, changes))
 
 
-def logging_setting(dataplane: DataPlane, body: bytes | None) -> bytes:
+async def logging_setting(dataplane: DataPlane, body: bytes | None) -> bytes:
     if body is None:
-        return orjson.dumps(dataplane.log_settings())
-    return orjson.dumps(dataplane.update_log_settings(_object(body)))
+        return orjson.dumps(await dataplane.log_settings())
+    return orjson.dumps(await dataplane.update_log_settings(_object(body)))
 
 
 def trace_headers(headers: dict[bytes, bytes]) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from naiad.core.errors import InvalidArgumentError, NotFoundError
-from naiad.core.shm import SharedMemoryRegistry
+from naiad.dataplane import DataPlane
 
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
 ReadBody = Callable[[], Awaitable[bytes]]
@@ -35,7 +35,7 @@ def _route(rest: list[str]) -> tuple[str, str] | None:
 
 
 async def system(
-    registry: SharedMemoryRegistry, method: str, rest: list[str], read_body: ReadBody
+    dataplane: DataPlane, method: str, rest: list[str], read_body: ReadBody
 ) -> Answer | None:
     """Serve a system shared memory route; ``None`` when the path is not one (404)."""
     route = _route(rest)
@@ -47,11 +47,11 @@ async def system(
     if action == "status":
         regions = [
             {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
-            for r in registry.status(region)
+            for r in await dataplane.region_status(region)
         ]
         return 200, orjson.dumps(regions), [_JSON]
     if action == "unregister":
-        registry.unregister(region)
+        await dataplane.unregister_region(region)
         return 200, b"", [_JSON]
     if not region:
         raise InvalidArgumentError("'region name' is necessary to register system shared memory region")
@@ -61,7 +61,7 @@ async def system(
         raise InvalidArgumentError("Shared memory register request has no 'key' field")
     if "byte_size" not in body:
         raise InvalidArgumentError("Shared memory register request has no 'byte_size' field")
-    registry.register(region, key, _unsigned(body, "offset"), _unsigned(body, "byte_size"))
+    await dataplane.register_region(region, key, _unsigned(body, "offset"), _unsigned(body, "byte_size"))
     return 200, b"", [_JSON]
 
 

@@ -138,12 +138,12 @@ class OpenAIFrontend:
         if path == "/v1/models":
             if method != "GET":
                 raise _not_allowed(method, path)
-            return 200, models_list(self._generators(), self.created), list(_JSON)
+            return 200, models_list(await self._generators(), self.created), list(_JSON)
         if path.startswith("/v1/models/"):
             if method != "GET":
                 raise _not_allowed(method, path)
             name = path[len("/v1/models/") :]
-            if name not in self._generators():
+            if name not in await self._generators():
                 raise model_not_found(name)
             return 200, orjson.dumps(model_document(name, self.created)), list(_JSON)
         if path == "/health/ready":
@@ -152,10 +152,10 @@ class OpenAIFrontend:
             return (200 if self.dataplane.ready() else 503), b"", [(b"content-type", b"text/plain")]
         raise OpenAIError(404, f"no route for {method} {path}", code="not_found")
 
-    def _generators(self) -> list[str]:
+    async def _generators(self) -> list[str]:
         """The ready models a completion can use (text in, text out), by name."""
         names: list[str] = []
-        for entry in self.dataplane.repository_index(ready_only=True):
+        for entry in await self.dataplane.repository_index(ready_only=True):
             if entry.name in names:
                 continue
             try:

@@ -1,0 +1,108 @@
+"""The engine's published models as a :class:`~naiad.ipc.messages.Catalog`, and how a worker rebuilds them.
+
+A worker answers metadata, config and model readiness, and makes the checks that come before decoding a
+request, from its copy of the catalog, with the same :func:`~naiad.repository.model.resolve` the engine
+uses.  The engine sends a new catalog whenever :func:`digest` changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+
+from naiad.core.signature import ModelSignature, TensorSpec
+from naiad.ipc.messages import Catalog, ModelEntry, VersionEntry
+from naiad.repository.config import ModelConfig
+from naiad.repository.model import Model, ModelState, ModelVersion
+
+
+class SignatureMsg(msgspec.Struct, array_like=True):
+    name: str
+    max_batch_size: int
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+def digest(models: dict[str, Model], ready: bool, started: bool) -> Hashable:
+    """What a catalog depends on, cheap enough to compare a few times a second."""
+    return (
+        ready,
+        started,
+        tuple(
+            (
+                name,
+                id(model),
+                model.default_version,
+                model.reason,
+                tuple((v, mv.state, mv.reason, id(mv)) for v, mv in model.versions.items()),
+            )
+            for name, model in models.items()
+        ),
+    )
+
+
+def catalog(catalog_id: int, models: dict[str, Model], ready: bool, started: bool) -> Catalog:
+    return Catalog(catalog_id, [_entry(model) for model in models.values()], ready, started)
+
+
+def _entry(model: Model) -> ModelEntry:
+    signature = b""
+    if model.signature is not None:
+        s = model.signature
+        signature = msgspec.msgpack.encode(
+            SignatureMsg(s.name, s.max_batch_size, list(s.inputs), list(s.outputs))
+        )
+    return ModelEntry(
+        model.name,
+        str(model.path),
+        model.config.SerializeToString() if model.config is not None else b"",
+        orjson.dumps(model.config_json) if model.config_json is not None else b"",
+        signature,
+        [
+            VersionEntry(
+                v, mv.state.value, mv.reason, str(mv.model_dir) if mv.model_dir is not None else None
+            )
+            for v, mv in model.versions.items()
+        ],
+        model.reason,
+        model.default_version,
+    )
+
+
+def models(message: Catalog) -> dict[str, Model]:
+    """The models a catalog describes (no schedulers: requests go to the engine)."""
+    rebuilt: dict[str, Model] = {}
+    for entry in message.models:
+        config: Any = None
+        if entry.config or entry.config_json:
+            config = ModelConfig()
+            config.ParseFromString(entry.config)
+        signature = None
+        if entry.signature:
+            s = msgspec.msgpack.decode(entry.signature, type=SignatureMsg)
+            signature = ModelSignature(s.name, s.max_batch_size, tuple(s.inputs), tuple(s.outputs))
+        versions = {
+            v.version: ModelVersion(
+                v.version,
+                ModelState(v.state),
+                v.reason,
+                model_name=entry.name,
+                model_dir=Path(v.model_dir) if v.model_dir is not None else None,
+            )
+            for v in entry.versions
+        }
+        rebuilt[entry.name] = Model(
+            entry.name,
+            Path(entry.path),
+            config=config,
+            signature=signature,
+            versions=versions,
+            reason=entry.reason,
+            config_json=orjson.loads(entry.config_json) if entry.config_json else None,
+            default_version=entry.default_version,
+        )
+    return rebuilt

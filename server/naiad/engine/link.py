@@ -1,0 +1,194 @@
+"""The engine's end of one frontend worker: requests in, answers out, through the data plane.
+
+Every request runs as its own task, exactly as the frontend's handler would run it in process, so
+queueing, priorities, timeouts and cancellation behave the same; a ``Cancel`` cancels that task.  A
+request's input block stays the worker's until the final :class:`Answer` for it, which is always sent
+(``done``), whatever happened, so the worker never reuses memory the engine may still read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+from typing import Any
+
+import msgspec
+
+from naiad.core.errors import ErrorCode, InferenceServerError
+from naiad.core.request import InferRequest, InferResponse
+from naiad.dataplane import DataPlane, EmptyFinal
+from naiad.ipc import tensors
+from naiad.ipc.arena import Arena
+from naiad.ipc.channel import Channel
+from naiad.ipc.messages import (
+    Ack,
+    Answer,
+    Call,
+    Cancel,
+    ErrorMsg,
+    Infer,
+    Release,
+    Reply,
+    ResponseMsg,
+    Serving,
+    Stream,
+    ToEngine,
+)
+
+log = logging.getLogger("naiad.engine")
+
+#: Runs one control-plane call for a worker: ``(method, raw arguments) -> value``.
+CallHandler = Callable[[str, list[msgspec.Raw]], Awaitable[Any]]
+
+
+def error_message(error: BaseException) -> ErrorMsg:
+    """What the worker re-raises: Triton's code and message (an unexpected exception is INTERNAL)."""
+    if isinstance(error, InferenceServerError):
+        return ErrorMsg(error.code.value, error.message)
+    if isinstance(error, asyncio.CancelledError):
+        return ErrorMsg(ErrorCode.CANCELLED.value, "request cancelled")
+    return ErrorMsg(ErrorCode.INTERNAL.value, f"internal error: {type(error).__name__}: {error}")
+
+
+class WorkerLink:
+    """One worker's requests, served by ``dataplane``; control calls go to ``calls``."""
+
+    def __init__(
+        self,
+        index: int,
+        dataplane: DataPlane,
+        requests: Arena,
+        responses: Arena,
+        calls: CallHandler,
+        on_serving: Callable[[WorkerLink], None],
+    ) -> None:
+        self.index = index
+        self.dataplane = dataplane
+        self.requests = requests
+        self.responses = responses
+        self.channel: Channel[ToEngine] | None = None
+        self.serving = False
+        self.lost = asyncio.Event()
+        self.lost_inflight = 0
+        self._calls = calls
+        self._on_serving = on_serving
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._acks: dict[int, asyncio.Future[None]] = {}
+
+    @property
+    def inflight(self) -> int:
+        return len(self._tasks)
+
+    def bind(self, channel: Channel[ToEngine]) -> None:
+        self.channel = channel
+
+    def send(self, message: Any) -> None:
+        if self.channel is not None:
+            self.channel.send(message)
+
+    def expect_ack(self, broadcast_id: int) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._acks[broadcast_id] = future
+        return future
+
+    # ---- incoming -----------------------------------------------------------------------------------
+
+    def on_message(self, message: ToEngine) -> None:
+        kind = type(message)
+        if kind is Infer:
+            assert isinstance(message, Infer)
+            self._start(message.id, self._infer(message))
+        elif kind is Release:
+            assert isinstance(message, Release)
+            free = self.responses.free
+            for offset in message.offsets:
+                free(offset)
+        elif kind is Stream:
+            assert isinstance(message, Stream)
+            self._start(message.id, self._stream(message))
+        elif kind is Cancel:
+            assert isinstance(message, Cancel)
+            task = self._tasks.get(message.id)
+            if task is not None:
+                task.cancel()
+        elif kind is Call:
+            assert isinstance(message, Call)
+            asyncio.get_running_loop().create_task(self._call(message))
+        elif kind is Ack:
+            assert isinstance(message, Ack)
+            future = self._acks.pop(message.id, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+        elif kind is Serving:
+            self.serving = True
+            self._on_serving(self)
+
+    def on_lost(self) -> None:
+        """The worker is gone: cancel what it was waiting for, and every broadcast waiting on it."""
+        self.serving = False
+        self.lost_inflight = len(self._tasks)
+        for task in self._tasks.values():
+            task.cancel()
+        for future in self._acks.values():
+            if not future.done():
+                future.set_result(None)
+        self._acks.clear()
+        self.lost.set()
+
+    def _start(self, request_id: int, work: Awaitable[None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)  # type: ignore[arg-type]
+        self._tasks[request_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(request_id, None))
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def _answer(self, request_id: int, response: InferResponse, request: InferRequest, final: bool) -> Answer:
+        blocks: list[int] = []
+        message = tensors.response_message(response, self.requests, self.responses, blocks)
+        return Answer(request_id, final, message, timestamps=request.timestamps, done=False)
+
+    async def _infer(self, message: Infer) -> None:
+        request: InferRequest | None = None
+        try:
+            request = tensors.request_from(message.request, self.requests)
+            response = await self.dataplane.infer(request)
+            answer = self._answer(message.id, response, request, True)
+            answer.done = True
+            self.send(answer)
+        except BaseException as error:  # every request gets its final answer, whatever happened
+            self.send(Answer(message.id, True, error=error_message(error), done=True))
+            if not isinstance(error, (InferenceServerError, asyncio.CancelledError)):
+                log.exception("unhandled error serving a request from frontend worker %d", self.index)
+            if not isinstance(error, Exception | asyncio.CancelledError):
+                raise
+
+    async def _stream(self, message: Stream) -> None:
+        try:
+            request = tensors.request_from(message.request, self.requests)
+            async with aclosing(self.dataplane.stream(request)) as items:
+                async for item, final in items:
+                    if isinstance(item, EmptyFinal):
+                        empty = ResponseMsg(item.model_name, item.model_version, item.id, [], {})
+                        self.send(Answer(message.id, final, empty, empty=True))
+                    elif isinstance(item, InferResponse):
+                        self.send(self._answer(message.id, item, request, final))
+                    else:
+                        self.send(Answer(message.id, final, error=error_message(item)))
+            self.send(Answer(message.id, True, done=True, timestamps=request.timestamps))
+        except BaseException as error:
+            self.send(Answer(message.id, True, error=error_message(error), done=True))
+            if not isinstance(error, (InferenceServerError, asyncio.CancelledError)):
+                log.exception("unhandled error streaming a request from frontend worker %d", self.index)
+            if not isinstance(error, Exception | asyncio.CancelledError):
+                raise
+
+    async def _call(self, message: Call) -> None:
+        try:
+            value = await self._calls(message.method, message.args)
+            self.send(Reply(message.id, msgspec.Raw(msgspec.msgpack.encode(value))))
+        except Exception as error:
+            if not isinstance(error, InferenceServerError):
+                log.exception("unhandled error in %s for frontend worker %d", message.method, self.index)
+            self.send(Reply(message.id, error=error_message(error)))

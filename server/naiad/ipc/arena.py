@@ -1,0 +1,110 @@
+"""A shared-memory arena: one ``memfd`` mapped by two processes, written by one and read by the other.
+
+The writer allocates blocks in ring order and frees them in any order: the ring's free space is what
+lies between the newest block's end and the oldest live block, so allocation and release cost a few
+Python operations, whatever the number of blocks in flight.  A block that cannot fit (the ring is full
+of live blocks, or the tensor is larger than the arena) gets ``None``: the caller sends it inline.
+
+An arena is created by the engine with ``memfd_create``: it has no name under ``/dev/shm``, so a
+process killed at any moment leaves nothing behind; its memory goes with the last descriptor.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+#: Blocks start on cache-line boundaries (numpy and the backends like aligned data).
+ALIGN = 64
+
+
+def create(name: str, size: int) -> int:
+    """A new anonymous shared-memory file of ``size`` bytes (its pages are allocated when touched)."""
+    fd = os.memfd_create(name, 0)
+    os.ftruncate(fd, size)
+    return fd
+
+
+class Arena:
+    """``size`` bytes of the memfd ``fd``, mapped writable or read-only."""
+
+    def __init__(self, fd: int, size: int, *, writable: bool) -> None:
+        self.size = size
+        self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
+        self.view = memoryview(self._map)
+        self.writable = writable
+        #: The mapping's address: an array whose data lies in [base, base + size) is in this arena.
+        self.base = int(np.frombuffer(self._map, np.uint8, 1).ctypes.data)
+        self._live: dict[int, int] = {}  # offset -> end
+        self._order: deque[int] = deque()  # live offsets, oldest first
+        self._head = 0  # start of the oldest live block
+        self._tail = 0  # end of the newest block
+
+    # ---- writer side ------------------------------------------------------------------------------
+
+    def allocate(self, nbytes: int) -> int | None:
+        """The offset of a new block of at least ``nbytes``, or ``None`` when none fits now."""
+        size = max(ALIGN, (nbytes + ALIGN - 1) & ~(ALIGN - 1))
+        if not self._live:
+            self._head = self._tail = 0
+        head, tail = self._head, self._tail
+        if tail >= head:
+            if tail + size <= self.size:
+                offset = tail
+            elif size < head:
+                offset = 0  # wrap: [tail, size) stays unused until the head passes it
+            else:
+                return None
+        elif tail + size < head:
+            offset = tail
+        else:
+            return None
+        self._tail = offset + size
+        self._live[offset] = offset + size
+        self._order.append(offset)
+        return offset
+
+    def free(self, offset: int) -> None:
+        """Give a block back (any order); unknown offsets are ignored (a block is freed once)."""
+        if self._live.pop(offset, None) is None:
+            return
+        order = self._order
+        while order and order[0] not in self._live:
+            order.popleft()
+        self._head = order[0] if order else self._tail
+
+    @property
+    def in_use(self) -> int:
+        return len(self._live)
+
+    def write(self, offset: int, data: Any) -> None:
+        """Copy a buffer (bytes, memoryview, contiguous array) into the block at ``offset``."""
+        source = memoryview(data).cast("B")
+        self.view[offset : offset + source.nbytes] = source
+
+    # ---- both sides -------------------------------------------------------------------------------
+
+    def array(self, offset: int, nbytes: int, dtype: Any) -> np.ndarray[Any, Any]:
+        """A flat numpy view of a block (read-only on the reading side)."""
+        itemsize = np.dtype(dtype).itemsize
+        return np.frombuffer(self.view, dtype=dtype, count=nbytes // itemsize, offset=offset)
+
+    def contains(self, array: np.ndarray[Any, Any]) -> int | None:
+        """The offset of ``array``'s data in this arena when it is a contiguous view into it."""
+        if not array.flags.c_contiguous or array.dtype.hasobject:
+            return None
+        address = int(array.ctypes.data) - self.base
+        if 0 <= address and address + array.nbytes <= self.size:
+            return address
+        return None
+
+    def close(self) -> None:
+        try:
+            self.view.release()
+            self._map.close()
+        except BufferError:  # a view still exported (a response being encoded): the GC unmaps it later
+            pass

@@ -1,0 +1,133 @@
+"""A framed, typed message channel over a stream socket, for asyncio.
+
+Frames are a 4-byte little-endian length and a MessagePack body.  Sending queues the encoded frame and,
+once per turn of the event loop, writes every queued frame with one system call: under load one wake-up
+of the receiver carries many messages, and the sender pays one ``write`` for all of them.  Receiving
+decodes every complete frame a read returned and hands each to ``on_message`` in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+M = TypeVar("M")
+
+_LENGTH = struct.Struct("<I")
+#: Largest frame accepted: a tensor sent inline is at most the HTTP/gRPC input limit (2 GiB).
+MAX_FRAME = 2**31
+
+
+class Channel(asyncio.Protocol, Generic[M]):
+    """One end of a channel: ``send(message)``; incoming messages go to ``on_message``."""
+
+    def __init__(self, kind: Any, on_message: Callable[[M], None], on_lost: Callable[[], None]) -> None:
+        self._decoder: msgspec.msgpack.Decoder[M] = msgspec.msgpack.Decoder(kind)
+        self._encoder = msgspec.msgpack.Encoder()
+        self._on_message = on_message
+        self._on_lost = on_lost
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._queued: list[bytes] = []
+        self._flush_scheduled = False
+        self.closed = False
+
+    # ---- asyncio.Protocol --------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is a Transport, not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        start = 0
+        end = len(buffer)
+        decode = self._decoder.decode
+        messages: list[M] = []
+        with memoryview(buffer) as view:
+            while end - start >= 4:
+                (length,) = _LENGTH.unpack_from(view, start)
+                if length > MAX_FRAME:
+                    raise ConnectionError(f"frame of {length} bytes on the engine channel")
+                if end - start - 4 < length:
+                    break
+                # a copy: decoded ``Raw`` fields keep their source alive, and the buffer must stay resizable
+                messages.append(decode(bytes(view[start + 4 : start + 4 + length])))
+                start += 4 + length
+        if start:
+            del buffer[:start]
+        for message in messages:
+            self._on_message(message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._on_lost()
+
+    # ---- sending ------------------------------------------------------------------------------------
+
+    def send(self, message: Any) -> None:
+        if self.closed:
+            return
+        body = self._encoder.encode(message)
+        self._queued += (_LENGTH.pack(len(body)), body)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        queued, self._queued = self._queued, []
+        if self._transport is not None and not self.closed:
+            self._transport.writelines(queued)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._flush()
+            self._transport.close()
+
+
+async def connect(
+    sock: socket.socket,
+    kind: Any,
+    on_message: Callable[[Any], None],
+    on_lost: Callable[[], None],
+    bind: Callable[[Channel[Any]], None],
+) -> Channel[Any]:
+    """Wrap a connected socket (one end of a socketpair) as a :class:`Channel`; ``bind`` gets it before
+    the first message arrives (a handler may answer at once)."""
+    loop = asyncio.get_running_loop()
+
+    def made() -> Channel[Any]:
+        channel: Channel[Any] = Channel(kind, on_message, on_lost)
+        bind(channel)
+        return channel
+
+    _, channel = await loop.connect_accepted_socket(made, sock)
+    return channel
+
+
+def read_frame(sock: socket.socket, kind: Any) -> Any:
+    """One frame read synchronously (a worker's :class:`~naiad.ipc.messages.Welcome`, before its loop)."""
+    header = _recv_exactly(sock, 4)
+    (length,) = _LENGTH.unpack(header)
+    return msgspec.msgpack.decode(_recv_exactly(sock, length), type=kind)
+
+
+def write_frame(sock: socket.socket, message: Any) -> None:
+    body = msgspec.msgpack.encode(message)
+    sock.sendall(_LENGTH.pack(len(body)) + body)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < n:
+        chunk = sock.recv(n - len(chunks))
+        if not chunk:
+            raise ConnectionError("the engine closed the channel")
+        chunks += chunk
+    return bytes(chunks)

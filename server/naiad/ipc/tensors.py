@@ -1,0 +1,154 @@
+"""Requests and responses to and from their messages: tensors into an arena, descriptors out of it.
+
+The writing side copies a tensor's wire bytes (:mod:`naiad.codecs.wire`) into its arena once; the
+reading side wraps them as numpy views without a copy.  An output whose memory already lies in the
+request arena (a model that returns an input, or a view of one) is sent as a descriptor into that
+arena and not copied at all.  BYTES tensors are length-prefixed in the arena and decoded into objects
+by the reader.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from naiad.codecs import bytes_tensor
+from naiad.codecs.wire import wire_data
+from naiad.core import datatypes
+from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
+from naiad.ipc.arena import Arena
+from naiad.ipc.messages import (
+    INLINE,
+    REQUEST_ARENA,
+    RESPONSE_ARENA,
+    OutputRef,
+    RequestMsg,
+    ResponseMsg,
+    TensorRef,
+)
+
+
+def _put(tensor: Tensor, arena: Arena, which: int, blocks: list[int]) -> TensorRef:
+    data = wire_data(tensor)
+    nbytes = data.nbytes if isinstance(data, np.ndarray) else len(data)
+    offset = arena.allocate(nbytes)
+    shape = list(tensor.data.shape)
+    if offset is None:
+        inline = data.tobytes() if isinstance(data, np.ndarray) else data
+        return TensorRef(tensor.name, tensor.datatype, shape, INLINE, 0, nbytes, inline, tensor.parameters)
+    if nbytes:
+        arena.write(offset, data)
+    blocks.append(offset)
+    return TensorRef(tensor.name, tensor.datatype, shape, which, offset, nbytes, None, tensor.parameters)
+
+
+def _array(ref: TensorRef, arena: Arena | None) -> np.ndarray[Any, Any]:
+    """The tensor a descriptor names (a view when it is in ``arena``, decoded objects for BYTES)."""
+    shape = tuple(ref.shape)
+    if ref.inline is not None or arena is None:
+        buffer: Any = ref.inline or b""
+    else:
+        buffer = arena.view[ref.offset : ref.offset + ref.nbytes]
+    if ref.datatype == "BYTES":
+        return bytes_tensor.deserialize(buffer, math.prod(shape), ref.name).reshape(shape)
+    dtype = datatypes.WIRE_DTYPE[ref.datatype]
+    return np.frombuffer(buffer, dtype=dtype, count=ref.nbytes // dtype.itemsize).reshape(shape)
+
+
+# ---- worker: requests out, responses in -----------------------------------------------------------------
+
+
+def request_message(request: InferRequest, arena: Arena, blocks: list[int]) -> RequestMsg:
+    """``request`` as a message, its inputs written into the request arena (their blocks in ``blocks``)."""
+    return RequestMsg(
+        request.model_name,
+        request.model_version,
+        request.id,
+        [_put(tensor, arena, REQUEST_ARENA, blocks) for tensor in request.inputs],
+        None if request.outputs is None else [OutputRef(o.name, o.parameters) for o in request.outputs],
+        request.parameters,
+        request.priority,
+        request.timeout_us,
+        request.sequence_id,
+        request.sequence_start,
+        request.sequence_end,
+        request.headers,
+        request.timestamps is not None,
+    )
+
+
+def response_from(
+    message: ResponseMsg,
+    requests: Arena,
+    responses: Arena,
+    keep: Callable[[np.ndarray[Any, Any], int, int], None],
+) -> InferResponse:
+    """The response a message describes.  ``keep(array, arena, offset)`` is called for every view into
+    an arena, so the caller can hold the block until the view is gone."""
+    outputs: list[Tensor] = []
+    for ref in message.outputs:
+        arena = responses if ref.arena == RESPONSE_ARENA else requests if ref.arena == REQUEST_ARENA else None
+        if arena is None or ref.datatype == "BYTES":
+            data = _array(ref, arena)
+            if arena is not None and ref.arena == RESPONSE_ARENA:
+                keep(data, RESPONSE_ARENA, ref.offset)  # decoded already: nothing holds the block
+        else:
+            flat = arena.array(ref.offset, ref.nbytes, datatypes.WIRE_DTYPE[ref.datatype])
+            keep(flat, ref.arena, ref.offset)
+            data = flat.reshape(ref.shape)
+        outputs.append(Tensor(ref.name, ref.datatype, data, ref.parameters))
+    return InferResponse(message.model_name, message.model_version, message.id, outputs, message.parameters)
+
+
+# ---- engine: requests in, responses out -----------------------------------------------------------------
+
+
+def request_from(message: RequestMsg, arena: Arena) -> InferRequest:
+    """The request a message describes; its inputs are read-only views into the request arena."""
+    outputs = message.outputs
+    return InferRequest(
+        message.model_name,
+        message.model_version,
+        message.id,
+        [Tensor(ref.name, ref.datatype, _array(ref, arena), ref.parameters) for ref in message.inputs],
+        None if outputs is None else [RequestedOutput(o.name, o.parameters) for o in outputs],
+        message.parameters,
+        message.priority,
+        message.timeout_us,
+        message.sequence_id,
+        message.sequence_start,
+        message.sequence_end,
+        message.headers,
+        timestamps=[] if message.traced else None,
+    )
+
+
+def response_message(
+    response: InferResponse, requests: Arena, responses: Arena, blocks: list[int]
+) -> ResponseMsg:
+    """``response`` as a message: outputs that are views into the request arena by reference, the
+    others written into the response arena (their blocks in ``blocks``)."""
+    outputs: list[TensorRef] = []
+    for tensor in response.outputs:
+        data = tensor.data
+        if tensor.datatype != "BYTES" and data.dtype == datatypes.WIRE_DTYPE.get(tensor.datatype):
+            offset = requests.contains(data)
+            if offset is not None:
+                outputs.append(
+                    TensorRef(
+                        tensor.name,
+                        tensor.datatype,
+                        list(data.shape),
+                        REQUEST_ARENA,
+                        offset,
+                        data.nbytes,
+                        None,
+                        tensor.parameters,
+                    )
+                )
+                continue
+        outputs.append(_put(tensor, responses, RESPONSE_ARENA, blocks))
+    return ResponseMsg(response.model_name, response.model_version, response.id, outputs, response.parameters)

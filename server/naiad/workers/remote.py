@@ -1,0 +1,433 @@
+"""A worker's data plane: the in-process :class:`~naiad.dataplane.DataPlane`'s behaviour, with the engine
+doing what needs shared state.
+
+Metadata, config, model readiness and the checks made before a request is decoded are answered from the
+worker's copy of the engine's catalog, by the in-process code itself (the catalog is a repository with
+the same models); inference, statistics, the repository index, model control, trace and log settings
+and client shared-memory registration go to the engine over the channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import weakref
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from naiad import log_settings
+from naiad.core.errors import ErrorCode, InferenceServerError, UnavailableError
+from naiad.core.request import InferRequest, InferResponse
+from naiad.core.shm import RegionStatus, SharedMemoryRegistry
+from naiad.dataplane import DataPlane, EmptyFinal, StreamItem
+from naiad.engine import catalog
+from naiad.ipc import tensors
+from naiad.ipc.arena import Arena
+from naiad.ipc.channel import Channel
+from naiad.ipc.messages import (
+    INLINE,
+    RESPONSE_ARENA,
+    Ack,
+    Answer,
+    Call,
+    Cancel,
+    Catalog,
+    ErrorMsg,
+    Infer,
+    LogChange,
+    RegionChange,
+    Release,
+    Reply,
+    ResponseMsg,
+    Stream,
+    ToWorker,
+    TraceChange,
+)
+from naiad.repository.manager import IndexEntry
+from naiad.repository.model import Model, ModelVersion, resolve
+from naiad.settings import ServerSettings
+from naiad.tracing.tracer import Changes, Tracer
+
+log = logging.getLogger("naiad.worker")
+
+_CODES = {code.value: code for code in ErrorCode}
+#: The error a request gets when the engine went away under it.
+ENGINE_GONE = "the inference engine stopped: the server is restarting"
+
+
+def raise_error(message: ErrorMsg) -> InferenceServerError:
+    return InferenceServerError(message.message, _CODES.get(message.code, ErrorCode.INTERNAL))
+
+
+class CatalogRepository:
+    """The engine's models as last published to this worker (no schedulers: requests go to the engine)."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, Model] = {}
+        self.ready = False
+        self.started = False
+
+    def models(self) -> dict[str, Model]:
+        return self._models
+
+    def resolve(self, name: str, version: str) -> tuple[Model, ModelVersion]:
+        return resolve(self._models, name, version)
+
+    def apply(self, message: Catalog) -> None:
+        self._models = catalog.models(message)
+        self.ready = message.ready
+        self.started = message.started
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    """A request sent to the engine and not finished there yet."""
+
+    blocks: list[tuple[int, int]]
+    future: asyncio.Future[Answer] | None = None
+    queue: asyncio.Queue[Answer] | None = None
+    abandoned: bool = False
+    answers: list[Answer] = field(default_factory=list)
+
+
+class EngineLink:
+    """The worker's end of the channel: requests out, answers in, broadcasts applied and acknowledged."""
+
+    def __init__(
+        self,
+        requests: Arena,
+        responses: Arena,
+        repository: CatalogRepository,
+        shared_memory: SharedMemoryRegistry,
+        tracer: Tracer,
+    ) -> None:
+        self.requests = requests
+        self.responses = responses
+        self.repository = repository
+        self.shared_memory = shared_memory
+        self.tracer = tracer
+        self.channel: Channel[ToWorker] | None = None
+        self.lost = asyncio.Event()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._calls: dict[int, asyncio.Future[Reply]] = {}
+        self._refs: dict[int, int] = {}
+        self._released: list[int] = []
+        self._release_scheduled = False
+
+    def bind(self, channel: Channel[ToWorker]) -> None:
+        self.channel = channel
+
+    def send(self, message: Any) -> None:
+        if self.channel is None or self.lost.is_set():
+            raise UnavailableError(ENGINE_GONE)
+        self.channel.send(message)
+
+    # ---- incoming ---------------------------------------------------------------------------------
+
+    def on_message(self, message: ToWorker) -> None:
+        if type(message) is Answer:
+            assert isinstance(message, Answer)
+            self._on_answer(message)
+        elif isinstance(message, Reply):
+            future = self._calls.pop(message.id, None)
+            if future is not None and not future.done():
+                future.set_result(message)
+        elif isinstance(message, Catalog):
+            self.repository.apply(message)
+            self.send(Ack(message.id))
+        elif isinstance(message, RegionChange):
+            self._region(message)
+            self.send(Ack(message.id))
+        elif isinstance(message, TraceChange):
+            try:
+                self.tracer.update(message.model, message.changes)
+            except InferenceServerError as error:
+                log.warning("trace settings change not applied in this worker: %s", error.message)
+            self.send(Ack(message.id))
+        elif isinstance(message, LogChange):
+            log_settings.update(msgspec.msgpack.decode(message.changes, type=dict[str, Any]))
+            self.send(Ack(message.id))
+
+    def on_lost(self) -> None:
+        self.lost.set()
+        for pending in self._pending.values():
+            answer = Answer(0, True, error=ErrorMsg(ErrorCode.UNAVAILABLE.value, ENGINE_GONE), done=True)
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_result(answer)
+            elif pending.queue is not None:
+                pending.queue.put_nowait(answer)
+        self._pending.clear()
+        for call in self._calls.values():
+            if not call.done():
+                call.set_result(Reply(0, error=ErrorMsg(ErrorCode.UNAVAILABLE.value, ENGINE_GONE)))
+        self._calls.clear()
+
+    def _region(self, change: RegionChange) -> None:
+        try:
+            if change.key is None:
+                self.shared_memory.unregister(change.name)
+            else:
+                self.shared_memory.unregister(change.name)
+                self.shared_memory.register(change.name, change.key, change.offset, change.byte_size)
+        except InferenceServerError as error:
+            log.warning(
+                "shared memory region '%s' not mirrored in this worker: %s", change.name, error.message
+            )
+
+    def _on_answer(self, answer: Answer) -> None:
+        pending = self._pending.get(answer.id)
+        if pending is None:
+            self._drop(answer)
+            return
+        if answer.done:
+            del self._pending[answer.id]
+        if pending.abandoned:
+            self._drop(answer)
+            if answer.done:
+                self._unref_all(pending)
+            return
+        if pending.future is not None:
+            pending.future.set_result(answer)
+        elif pending.queue is not None:
+            pending.queue.put_nowait(answer)
+
+    # ---- arena blocks -------------------------------------------------------------------------------
+
+    def _drop(self, answer: Answer) -> None:
+        """Give back the response blocks of an answer nobody will read."""
+        response = answer.response
+        if response is not None:
+            for ref in response.outputs:
+                if ref.arena == RESPONSE_ARENA:
+                    self._release(ref.offset)
+
+    def _release(self, offset: int) -> None:
+        self._released.append(offset)
+        if not self._release_scheduled and not self.lost.is_set():
+            self._release_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_releases)
+
+    def _send_releases(self) -> None:
+        self._release_scheduled = False
+        released, self._released = self._released, []
+        if released and not self.lost.is_set():
+            self.send(Release(released))
+
+    def _unref(self, offset: int) -> None:
+        count = self._refs[offset] - 1
+        if count:
+            self._refs[offset] = count
+        else:
+            del self._refs[offset]
+            self.requests.free(offset)
+
+    def _unref_all(self, pending: _Pending) -> None:
+        for offset, _ in pending.blocks:
+            self._unref(offset)
+        pending.blocks = []
+
+    def _response(self, message: ResponseMsg, pending: _Pending) -> InferResponse:
+        def keep(array: np.ndarray[Any, Any], arena: int, offset: int) -> None:
+            if arena == RESPONSE_ARENA:
+                weakref.finalize(array, self._release, offset)
+                return
+            for start, size in pending.blocks:
+                if start <= offset < start + max(size, 1):
+                    self._refs[start] += 1
+                    weakref.finalize(array, self._unref, start)
+                    return
+
+        return tensors.response_from(message, self.requests, self.responses, keep)
+
+    # ---- requests -----------------------------------------------------------------------------------
+
+    def _submit(self, request: InferRequest, stream: bool) -> tuple[int, _Pending]:
+        offsets: list[int] = []
+        message = tensors.request_message(request, self.requests, offsets)
+        blocks = [(ref.offset, ref.nbytes) for ref in message.inputs if ref.arena != INLINE]
+        for offset, _ in blocks:
+            self._refs[offset] = 1
+        request_id = next(self._ids)
+        loop = asyncio.get_running_loop()
+        if stream:
+            pending = _Pending(blocks, queue=asyncio.Queue())
+        else:
+            pending = _Pending(blocks, future=loop.create_future())
+        self._pending[request_id] = pending
+        try:
+            self.send(Stream(request_id, message) if stream else Infer(request_id, message))
+        except BaseException:
+            del self._pending[request_id]
+            self._unref_all(pending)
+            raise
+        return request_id, pending
+
+    def _abandon(self, request_id: int, pending: _Pending) -> None:
+        """The caller stopped waiting: the engine cancels the request; its blocks come back with its
+        final answer."""
+        if request_id not in self._pending:
+            self._unref_all(pending)
+            return
+        pending.abandoned = True
+        if not self.lost.is_set():
+            self.send(Cancel(request_id))
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        request_id, pending = self._submit(request, stream=False)
+        assert pending.future is not None
+        try:
+            answer = await pending.future
+        except asyncio.CancelledError:
+            if pending.future.done() and not pending.future.cancelled():
+                self._drop(pending.future.result())
+                self._unref_all(pending)
+            else:
+                self._abandon(request_id, pending)
+            raise
+        try:
+            if answer.timestamps and request.timestamps is not None:
+                request.timestamps += [tuple(point) for point in answer.timestamps]  # type: ignore[misc]
+            if answer.error is not None:
+                raise raise_error(answer.error)
+            assert answer.response is not None
+            return self._response(answer.response, pending)
+        finally:
+            self._unref_all(pending)
+
+    async def stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        request_id, pending = self._submit(request, stream=True)
+        assert pending.queue is not None
+        done = False
+        try:
+            while True:
+                answer = await pending.queue.get()
+                if answer.done:
+                    done = True
+                    if answer.timestamps and request.timestamps is not None:
+                        request.timestamps += [tuple(point) for point in answer.timestamps]  # type: ignore[misc]
+                    if answer.error is not None:
+                        raise raise_error(answer.error)
+                    return
+                if answer.empty:
+                    named = answer.response
+                    assert named is not None
+                    yield EmptyFinal(named.model_name, named.model_version, named.id), answer.final
+                elif answer.error is not None:
+                    yield raise_error(answer.error), answer.final
+                else:
+                    assert answer.response is not None
+                    yield self._response(answer.response, pending), answer.final
+        finally:
+            if done:
+                self._unref_all(pending)
+            else:
+                queue = pending.queue
+                while not queue.empty():
+                    left = queue.get_nowait()
+                    self._drop(left)
+                    if left.done:
+                        done = True
+                if done:
+                    self._unref_all(pending)
+                else:
+                    self._abandon(request_id, pending)
+
+    async def call(self, method: str, *args: Any, kind: Any = Any) -> Any:
+        request_id = next(self._ids)
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._calls[request_id] = future
+        self.send(Call(request_id, method, [msgspec.Raw(msgspec.msgpack.encode(a)) for a in args]))
+        reply = await future
+        if reply.error is not None:
+            raise raise_error(reply.error)
+        return msgspec.msgpack.decode(reply.value, type=kind)
+
+
+class RemoteDataPlane(DataPlane):
+    """The data plane the frontends of a worker call (see the module docstring)."""
+
+    def __init__(self, link: EngineLink, settings: ServerSettings) -> None:
+        super().__init__(
+            link.repository,  # type: ignore[arg-type]
+            strict_readiness=settings.strict_readiness,
+            tracer=link.tracer,
+            shared_memory=link.shared_memory,
+        )
+        self.link = link
+        self._catalog = link.repository
+
+    def ready(self) -> bool:
+        return not self.exiting and self._catalog.ready
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if self.exiting:
+            raise UnavailableError("Server is exiting")
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            return await self.link.infer(request)
+        finally:
+            self._done()
+
+    async def stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
+        if self.exiting:
+            raise UnavailableError("Server is exiting")
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            items = self.link.stream(request)
+            try:
+                async for item in items:
+                    yield item
+            finally:
+                await items.aclose()
+        finally:
+            self._done()
+
+    async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
+        await self.link.call("load_model", name, parameters)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self.link.call("unload_model", name, unload_dependents)
+
+    async def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        result: dict[str, Any] = await self.link.call("model_statistics", name, version, kind=dict[str, Any])
+        return result
+
+    async def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
+        result: list[IndexEntry] = await self.link.call("repository_index", ready_only, kind=list[IndexEntry])
+        return result
+
+    async def trace_settings(self, model: str = "") -> dict[str, Any]:
+        result: dict[str, Any] = await self.link.call("trace_settings", model, kind=dict[str, Any])
+        return result
+
+    async def update_trace_settings(self, model: str, changes: Changes) -> dict[str, Any]:
+        result: dict[str, Any] = await self.link.call(
+            "update_trace_settings", model, dict(changes), kind=dict[str, Any]
+        )
+        return result
+
+    async def log_settings(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self.link.call("log_settings", kind=dict[str, Any])
+        return result
+
+    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self.link.call("update_log_settings", changes, kind=dict[str, Any])
+        return result
+
+    async def region_status(self, name: str = "") -> list[RegionStatus]:
+        result: list[RegionStatus] = await self.link.call("region_status", name, kind=list[RegionStatus])
+        return result
+
+    async def register_region(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        await self.link.call("register_region", name, key, offset, byte_size)
+
+    async def unregister_region(self, name: str = "") -> None:
+        await self.link.call("unregister_region", name)
