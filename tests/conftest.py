@@ -21,6 +21,12 @@ def _build_examples() -> None:
 
 
 @pytest.fixture(scope="session")
+def frontend_workers() -> int:
+    """One process, unless the package runs both modes (:mod:`tests.support.modes`)."""
+    return 0
+
+
+@pytest.fixture(scope="session")
 def example_repository() -> Path:
     """``examples/model_repository`` with its ONNX files built."""
     if (ROOT / "scripts" / "build_examples.py").exists():

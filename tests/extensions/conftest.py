@@ -24,8 +24,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.support import modes
 from tests.support.models import write_model
 from tests.support.server import EXAMPLES, ServerProcess
+
+# Every test here runs against both server modes (one process; frontend workers over one engine).
+frontend_workers = modes.frontend_workers
+_server_mode = modes._server_mode
+
 
 CLASSIFIER_PY = """
 import numpy as np
@@ -131,7 +137,7 @@ def ext_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def ext_server(ext_repository: Path) -> Iterator[ServerProcess]:
+def ext_server(ext_repository: Path, frontend_workers: int) -> Iterator[ServerProcess]:
     """Shared memory on, a 1 MiB response cache, ``x-fwd-*`` headers forwarded."""
     args = [
         "--allow-client-shm=true",
@@ -140,7 +146,7 @@ def ext_server(ext_repository: Path) -> Iterator[ServerProcess]:
         "--grpc-header-forward-pattern=^x-fwd-",
         "--strict-readiness=false",
     ]
-    with ServerProcess([ext_repository], args) as server:
+    with ServerProcess([ext_repository], args, frontend_workers=frontend_workers) as server:
         yield server
 
 
@@ -152,9 +158,9 @@ def add_sub_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def plain_server(add_sub_repository: Path) -> Iterator[ServerProcess]:
+def plain_server(add_sub_repository: Path, frontend_workers: int) -> Iterator[ServerProcess]:
     """Triton's defaults: no client shared memory, no restrictions, no keys."""
-    with ServerProcess([add_sub_repository]) as server:
+    with ServerProcess([add_sub_repository], frontend_workers=frontend_workers) as server:
         yield server
 
 

@@ -10,9 +10,15 @@ from pathlib import Path
 import pytest
 
 from tests.scheduling.models import write_probe
+from tests.support import modes
 from tests.support.http import RawClient
 from tests.support.models import write_model
 from tests.support.server import EXAMPLES, ServerProcess
+
+# Every test here runs against both server modes (one process; frontend workers over one engine).
+frontend_workers = modes.frontend_workers
+_server_mode = modes._server_mode
+
 
 #: A Python model that logs one line at each level per request (through ``pb_utils.Logger``).
 CHATTY_PY = """
@@ -68,13 +74,13 @@ def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="package")
-def server(repo: Path, trace_file: Path) -> Iterator[ServerProcess]:
+def server(repo: Path, trace_file: Path, frontend_workers: int) -> Iterator[ServerProcess]:
     args = [
         f"--trace-config=triton,file={trace_file}",
         "--metrics-config=summary_latencies=true",
         "--metrics-interval-ms=100",
     ]
-    with ServerProcess([repo], args) as process:
+    with ServerProcess([repo], args, frontend_workers=frontend_workers) as process:
         yield process
 
 

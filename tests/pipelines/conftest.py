@@ -16,7 +16,13 @@ from tests.pipelines.models import (
     write_diamond,
     write_sequences,
 )
+from tests.support import modes
 from tests.support.server import ServerProcess
+
+# Every test here runs against both server modes (one process; frontend workers over one engine).
+frontend_workers = modes.frontend_workers
+_server_mode = modes._server_mode
+
 
 #: How long each branch of the diamond ensemble takes (the branches must overlap to finish in time).
 BRANCH_DELAY = 0.4
@@ -39,6 +45,6 @@ def pipelines_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="package")
-def server(pipelines_repo: Path) -> Iterator[ServerProcess]:
-    with ServerProcess([pipelines_repo]) as process:
+def server(pipelines_repo: Path, frontend_workers: int) -> Iterator[ServerProcess]:
+    with ServerProcess([pipelines_repo], frontend_workers=frontend_workers) as process:
         yield process

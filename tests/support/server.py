@@ -24,6 +24,11 @@ EXAMPLES = ROOT / "examples" / "model_repository"
 TRITON_EXAMPLES = ROOT.parent / "shared" / "triton-examples" / "model_repository"
 
 
+#: ``--frontend-workers`` of servers started without an explicit count: 0 (one process) unless a test
+#: runs in the frontend-workers mode (see :mod:`tests.support.modes`).
+FRONTEND_WORKERS = 0
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -40,8 +45,10 @@ class ServerProcess:
         *,
         wait_ready: bool = True,
         env: dict[str, str] | None = None,
+        frontend_workers: int | None = None,
     ) -> None:
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.frontend_workers = FRONTEND_WORKERS if frontend_workers is None else frontend_workers
         self.repositories = [str(r) for r in repositories]
         self.args = list(args)
         self.wait_ready = wait_ready
@@ -73,6 +80,8 @@ class ServerProcess:
             "--grpc-address=127.0.0.1",
             "--metrics-address=127.0.0.1",
         ]
+        if not any(arg.startswith("--frontend-workers") for arg in self.args):
+            cmd.append(f"--frontend-workers={self.frontend_workers}")
         return cmd + self.args
 
     def start(self) -> ServerProcess:

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import modes
 from tests.support.server import EXAMPLES, ServerProcess
+
+# Every test here runs against both server modes (one process; frontend workers over one engine).
+frontend_workers = modes.frontend_workers
+_server_mode = modes._server_mode
+
 
 #: Datatypes a Python-backend model can carry (BF16 has no numpy type there, as in Triton).
 DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
@@ -65,15 +71,15 @@ def grpc_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def grpc_server(grpc_repository: Path) -> Iterator[ServerProcess]:
+def grpc_server(grpc_repository: Path, frontend_workers: int) -> Iterator[ServerProcess]:
     """One server with Triton's defaults, shared by the tests that do not change its state."""
-    with ServerProcess([grpc_repository]) as server:
+    with ServerProcess([grpc_repository], frontend_workers=frontend_workers) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
-def limited_server(grpc_repository: Path) -> Iterator[ServerProcess]:
+def limited_server(grpc_repository: Path, frontend_workers: int) -> Iterator[ServerProcess]:
     """A server with a 32 MiB message limit and compressed inference responses."""
     args = ["--grpc-max-message-size=33554432", "--grpc-infer-response-compression-level=high"]
-    with ServerProcess([grpc_repository], args) as server:
+    with ServerProcess([grpc_repository], args, frontend_workers=frontend_workers) as server:
         yield server

@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import modes
 from tests.support.http import RawClient
 from tests.support.models import write_identity, write_model
 from tests.support.server import ServerProcess
+
+# Every test here runs against both server modes (one process; frontend workers over one engine).
+frontend_workers = modes.frontend_workers
+_server_mode = modes._server_mode
+
 
 DTYPES = [
     "BOOL",
@@ -105,8 +111,8 @@ def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository
 
 
 @pytest.fixture(scope="package")
-def server(http_repository: Path) -> Iterator[ServerProcess]:
-    with ServerProcess([http_repository]) as process:
+def server(http_repository: Path, frontend_workers: int) -> Iterator[ServerProcess]:
+    with ServerProcess([http_repository], frontend_workers=frontend_workers) as process:
         yield process
 
 
