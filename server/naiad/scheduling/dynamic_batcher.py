@@ -207,7 +207,8 @@ class DynamicBatchScheduler:
         self._sequence += 1
         entry.state = TAKEN
         execution.start_ns = _MONOTONIC_NS()
-        execution.results = InstanceWorker.run_batch(self._workers[0].instance, [entry])
+        worker = self._workers[0]
+        execution.results = InstanceWorker.run_batch(worker.instance, [entry], worker.name)
         execution.end_ns = _MONOTONIC_NS()
         self._deliver(execution, execution.end_ns)
 
