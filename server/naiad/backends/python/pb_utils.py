@@ -242,13 +242,27 @@ class TritonError:
 
 
 def _parameters_dict(parameters: Mapping[str, Any] | str | None) -> dict[str, Any]:
+    """Request/response parameters checked as Triton's constructors check them, with its messages.
+
+    A JSON object string is also taken (Naiad's extension); anything else must be a mapping of str
+    keys to bool, int or str values, which is all the parameters of a Triton response can carry.
+    """
     if parameters is None or parameters == "":
         return {}
     if isinstance(parameters, str):
         loaded = json.loads(parameters)
         if not isinstance(loaded, dict):
             raise TritonModelException("parameters must be a JSON object")
-        return loaded
+        parameters = loaded
+    if not isinstance(parameters, Mapping):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
     return dict(parameters)
 
 
