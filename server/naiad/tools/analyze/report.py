@@ -47,7 +47,8 @@ def write_best_configs(out: Path, ranked: dict[str, list[CandidateResult]]) -> d
         if results and results[0].feasible:
             folder = out / model
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "config.pbtxt").write_text(pbtxt(results[0].config))
+            best = results[0]
+            (folder / "config.pbtxt").write_text(pbtxt(best.file_config or best.config))
             written[model] = folder / "config.pbtxt"
     return written
 
@@ -335,7 +336,8 @@ def _model_section(model: str, results: list[CandidateResult], objectives: Objec
         )
     )
     if winner is not None:
-        parts.append(f"<h3>Best config.pbtxt</h3><pre>{html.escape(pbtxt(winner.config))}</pre>")
+        text = pbtxt(winner.file_config or winner.config)
+        parts.append(f"<h3>Best config.pbtxt</h3><pre>{html.escape(text)}</pre>")
     return "\n".join(parts)
 
 

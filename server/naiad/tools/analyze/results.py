@@ -45,8 +45,10 @@ def latency_ms(point: Measurement, metric: str) -> float:
 class CandidateResult:
     model: str
     candidate: Candidate
-    config: dict[str, Any]
+    config: dict[str, Any]  # what the server loaded (the model's full config with the candidate applied)
     objectives: Objectives
+    #: what to write as config.pbtxt: the repository's own file with the candidate applied (None: ``config``)
+    file_config: dict[str, Any] | None = None
     points: list[Measurement] = field(default_factory=list)
     memory_bytes: int = 0
     error: str = ""  # the load failed, or the server answered requests with errors

@@ -9,9 +9,13 @@ repository's files are never written), and the sweep starts over.  Every step ch
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
 
 from naiad.tools.analyze.results import CandidateResult, Objectives, latency_ms
 from naiad.tools.analyze.server import PeakMemory, ServerUnderTest
@@ -33,6 +37,19 @@ class SweepOptions:
 
 class OutOfTime(Exception):
     """The time budget ran out; what was measured so far stands."""
+
+
+def repository_config(repositories: Sequence[Path], model: str) -> dict[str, Any] | None:
+    """The model's own ``config.pbtxt`` as JSON (None when it has none, or it does not parse)."""
+    for repository in repositories:
+        path = repository / model / "config.pbtxt"
+        if path.is_file():
+            try:
+                message = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+            except text_format.ParseError:
+                return None
+            return json_format.MessageToDict(message, preserving_proto_field_name=True)
+    return None
 
 
 class Analyzer:
@@ -62,6 +79,7 @@ class Analyzer:
         """Every candidate measured for ``name``, in the order measured."""
         self.control.load(name)
         base: dict[str, Any] = self.control.config(name, "")
+        original = repository_config(self.server.repositories, name)
         space = self.space
         if int(base.get("max_batch_size", 0) or 0) == 0:
             space = SearchSpace(
@@ -75,6 +93,8 @@ class Analyzer:
             def measure(candidate: Candidate) -> float | None:
                 self._check_time()
                 result = self._candidate(session, name, base, candidate)
+                if original is not None:
+                    result.file_config = candidate.apply(original)
                 results.append(result)
                 return result.score()
 

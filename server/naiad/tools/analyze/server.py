@@ -66,6 +66,7 @@ class ServerUnderTest:
         log_dir: Path | None = None,
         start_timeout: float = 120.0,
     ) -> None:
+        self.repositories = list(repositories)
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         self.command = [
             sys.executable,

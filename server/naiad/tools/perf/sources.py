@@ -78,6 +78,13 @@ class Source:
     def next(self) -> bytes:
         return self.requests.next_prebuilt()
 
+    def unfinished(self) -> bool:
+        """A sequence is under way (its END not sent yet)."""
+        return False
+
+    def end_next(self) -> None:
+        """Make the next request the last of the current sequence."""
+
 
 class SequenceSource(Source):
     def __init__(self, requests: Requests, plan: SequencePlan) -> None:
@@ -98,6 +105,12 @@ class SequenceSource(Source):
         self.length = max(1, length)
         self.position = 0
         self.correlation_id = requests.new_sequence_id(plan)
+
+    def unfinished(self) -> bool:
+        return 0 < self.position < self.length
+
+    def end_next(self) -> None:
+        self.length = self.position + 1
 
     def next(self) -> bytes:
         if self.position >= self.length:

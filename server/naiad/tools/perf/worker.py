@@ -226,7 +226,10 @@ class HttpWorker:
             self._idle(slot)
 
     def finished(self, slot: HttpSlot) -> None:
-        if not slot.active:
+        if not slot.active and slot.source.unfinished():
+            slot.source.end_next()  # a sequence left open would hold its correlation ID on the server
+            slot.send()
+        elif not slot.active:
             self._retire(slot)
         elif self.closed_loop:
             slot.send()
@@ -303,10 +306,19 @@ def _run_http(plan: WorkerPlan, requests: Requests, conn: Connection) -> None:
     worker = HttpWorker(plan, requests, loop)
     done = loop.create_future()
 
+    deadline = [0.0]
+
+    def drained() -> None:
+        """Done once no request is in flight (open sequences get their END), or after five seconds."""
+        if any(slot.busy for slot in worker.slots) and loop.time() < deadline[0]:
+            loop.call_later(0.01, drained)
+        elif not done.done():
+            done.set_result(None)
+
     def finish() -> None:
         worker.stop()
-        if not done.done():
-            done.set_result(None)
+        deadline[0] = loop.time() + 5
+        drained()
 
     def commands() -> None:
         while True:
@@ -369,6 +381,11 @@ class GrpcWorker:
             ("grpc.max_receive_message_length", -1),
         ]
         self.channels = [grpc.insecure_channel(target, options=options) for _ in range(plan.grpc_channels)]
+        for channel in self.channels:  # connected before the first window opens
+            try:
+                grpc.channel_ready_future(channel).result(timeout=30)
+            except grpc.FutureTimeoutError:
+                break  # the calls will fail and be counted as errors
         self.unary = [
             c.unary_unary(_INFER, request_serializer=None, response_deserializer=None) for c in self.channels
         ]
@@ -377,6 +394,7 @@ class GrpcWorker:
             for c in self.channels
         ]
         self.generation = 0
+        self.open_calls = 0
         self.lock = threading.Lock()
         self.ticker: threading.Thread | None = None
 
@@ -397,11 +415,13 @@ class GrpcWorker:
     def _call(self, index: int, source: Source, generation: int, chain: bool) -> None:
         payload = source.next()
         start = _now()
+        self.open_calls += 1
         future = self.unary[index % len(self.unary)].future(payload)
         sent = _now()
 
         def done(f: grpc.Future) -> None:
             arrived = _now()
+            self.open_calls -= 1
             try:
                 raw = f.result()
             except grpc.RpcError as error:
@@ -416,6 +436,9 @@ class GrpcWorker:
                     self.tally.ok(start, end, end - start, sent - start, end - arrived)
             if chain and generation == self.generation:
                 self._call(index, source, generation, chain)
+            elif source.unfinished():  # end the sequence: the server would hold its correlation ID
+                source.end_next()
+                self._call(index, source, generation, chain=False)
 
         future.add_done_callback(done)
 
@@ -479,12 +502,16 @@ class GrpcWorker:
     def stop(self) -> None:
         with self.lock:
             self.generation += 1
+        deadline = time.monotonic() + 5
+        while self.open_calls and time.monotonic() < deadline:  # sequences being ended
+            time.sleep(0.01)
         for channel in self.channels:
             channel.close()
 
 
 def _run_grpc(plan: WorkerPlan, requests: Requests, conn: Connection) -> None:
     worker = GrpcWorker(plan, requests)
+    conn.send(("ready",))
     try:
         while True:
             try:
@@ -501,8 +528,8 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
     """Entry point of a worker process."""
     builder = PayloadBuilder(plan.wire, plan.steps)
     requests = Requests(builder, plan.streams, plan.sequence, plan.worker, plan.workers)
-    conn.send(("ready",))
     if plan.wire.protocol == "grpc":
         _run_grpc(plan, requests, conn)
     else:
+        conn.send(("ready",))
         _run_http(plan, requests, conn)
