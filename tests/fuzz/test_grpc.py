@@ -77,7 +77,8 @@ def mutated_infer_requests(draw: st.DrawFn) -> bytes:
         item: Any = inputs[draw(st.integers(0, len(inputs) - 1))] if inputs else None
         if change == "shape" and item is not None:
             del item.shape[:]
-            item.shape.extend(draw(st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-2, 5), max_size=70)))
+            dims = st.integers(-(2**63), 2**63 - 1) | st.integers(-2, 5) | st.sampled_from([1, 1, 0, 2**31, 2**63 - 1])
+            item.shape.extend(draw(st.lists(dims, max_size=80)))
         elif change == "datatype" and item is not None:
             item.datatype = draw(st.sampled_from(DATATYPES))
         elif change == "raw" and request.raw_input_contents:

@@ -48,13 +48,19 @@ SEEDS: list[tuple[str, dict[str, Any]]] = [
     ),
 ]
 
+#: Values at the edges of what the decoders take: sizes past int64 and uint64, negative ones, ranks past
+#: numpy's 64 dimensions, numbers where strings belong and the reverse.
+edge_values = st.sampled_from([0, -1, 1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64, -(2**63), 1e300, -0.0, "1", "", "\u0000"])
+shapes = st.lists(st.sampled_from([0, 1, 1, 1, 2, 3, -1, 2**31, 2**63 - 1, 2**64]), max_size=80)
+
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8)
-    | st.sampled_from(["BYTES", "FP32", "BF16", "INT64", "binary_data", "shared_memory_region", "-1"]),
+    | st.sampled_from(["BYTES", "FP32", "BF16", "INT64", "binary_data", "shared_memory_region", "-1"])
+    | edge_values,
     lambda children: (
         st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=3)
     ),
@@ -87,8 +93,12 @@ def mutated_requests(draw: st.DrawFn) -> tuple[str, bytes, dict[str, str]]:
         parent = document
         for key in path[:-1]:
             parent = parent[key]
-        action = draw(st.sampled_from(["replace", "delete", "add"]))
-        if action == "delete":
+        action = draw(st.sampled_from(["replace", "delete", "add", "shape"]))
+        if action == "shape":  # a shape at the edges, kept or not in step with the data
+            for item in document.get("inputs", []) if isinstance(document.get("inputs"), list) else []:
+                if isinstance(item, dict):
+                    item["shape"] = draw(shapes)
+        elif action == "delete":
             del parent[path[-1]]
         elif action == "add" and isinstance(parent, dict):
             parent[draw(st.sampled_from(["parameters", "binary_data_size", "shape", "x", "outputs"]))] = draw(

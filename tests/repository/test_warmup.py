@@ -54,6 +54,11 @@ REFUSED = {
         "Invalid argument: [request id: <id_unknown>] warmup setting expects input 'INPUT0' to have "
         "input_data_type set",
     ),
+    "pair": (  # max_batch_size 0: two requests of one sample are one execution of batch 2
+        _warmup("zero_data: true", batch_size=2),
+        "Invalid argument: failed to run warmup sample 'w': "
+        + "batch size 2 for 'pair_0_0', max allowed is 0; " * 2,  # instance 0 of group pair_0
+    ),
 }
 
 

@@ -43,16 +43,6 @@ def warmup_samples(config: Any, model_dir: Path) -> list[WarmupSample]:
         if setting.batch_size == 0:
             continue  # Triton: "Skipping batch 0 warmup sample"
         batch = setting.batch_size
-        if config.max_batch_size == 0 and batch != 1:
-            raise InvalidArgumentError(
-                f"warmup setting '{setting.name}' of model '{config.name}': batch_size must be 1 for a "
-                "model that does not support batching"
-            )
-        if config.max_batch_size and batch > config.max_batch_size:
-            raise InvalidArgumentError(
-                f"warmup setting '{setting.name}' of model '{config.name}': batch_size {batch} exceeds "
-                f"max_batch_size {config.max_batch_size}"
-            )
         for name, spec in setting.inputs.items():  # Triton's first pass: every input's dims first
             if any(d < 0 for d in spec.dims):
                 raise InvalidArgumentError(
@@ -67,6 +57,12 @@ def warmup_samples(config: Any, model_dir: Path) -> list[WarmupSample]:
         requests = [
             InferRequest(config.name, inputs=list(inputs)) for _ in range(batch)
         ]
+        if batch > max(config.max_batch_size, 1):
+            # batch_size requests of batch 1 run as one execution, which the backend refuses (Triton's
+            # words, once per request) on the first instance it warms up, after the data is made
+            group = config.instance_group[0].name if config.instance_group else config.name
+            refusal = f"batch size {batch} for '{group}_0', max allowed is {config.max_batch_size}"
+            raise _failed(setting.name, [refusal] * batch)
         samples.append(WarmupSample(setting.name, requests, max(1, setting.count)))
     return samples
 
@@ -126,12 +122,12 @@ def run_warmup(instance: ModelInstance, samples: list[WarmupSample]) -> None:
             try:
                 results = instance.execute(sample.requests)
             except InferenceServerError as exc:
-                raise _failed(sample, [exc.message]) from exc
+                raise _failed(sample.name, [exc.message]) from exc
             except Exception as exc:
-                raise _failed(sample, [f"{type(exc).__name__}: {exc}"]) from exc
+                raise _failed(sample.name, [f"{type(exc).__name__}: {exc}"]) from exc
             errors = [r.message for r in results if isinstance(r, InferenceServerError)]
             if errors:
-                raise _failed(sample, errors)
+                raise _failed(sample.name, errors)
 
 
 #: What Triton's warmup requests (which have no ID) put before a message.
@@ -140,7 +136,7 @@ _NO_ID = "[request id: <id_unknown>] "
 _INVALID = "Invalid argument: "
 
 
-def _failed(sample: WarmupSample, errors: list[str]) -> InvalidArgumentError:
+def _failed(sample: str, errors: list[str]) -> InvalidArgumentError:
     return InvalidArgumentError(
-        f"{_INVALID}failed to run warmup sample '{sample.name}': " + "".join(f"{error}; " for error in errors)
+        f"{_INVALID}failed to run warmup sample '{sample}': " + "".join(f"{error}; " for error in errors)
     )
