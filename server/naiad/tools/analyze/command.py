@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         f"{time.monotonic() - started:.0f} s over {args.protocol.upper()}."
     )
     ranked = write_all(out, measured, objectives, context)
-    table_console = Console()
+    table_console = Console() if sys.stdout.isatty() else Console(width=120)
     failed = False
     for model, results in ranked.items():
         table = Table(title=f"{model}: candidates, best first")
@@ -214,10 +214,10 @@ def run(args: argparse.Namespace) -> int:
             )
         table_console.print(table)
         if results and results[0].feasible:
-            table_console.print(f"best config for {model}: {out / model / 'config.pbtxt'}")
+            print(f"best config for {model}: {out / model / 'config.pbtxt'}")
         else:
             failed = True
-            table_console.print(f"{model}: no candidate met the constraints")
-    table_console.print(f"report: {out / 'report.html'}")
+            print(f"{model}: no candidate met the constraints")
+    print(f"report: {out / 'report.html'}")
     sys.stdout.flush()
     return 1 if failed or len(ranked) < len(args.models) else 0
