@@ -185,6 +185,21 @@ def test_a_client_that_disconnects_cancels_the_generation(server: LlmServer) -> 
     assert 3 <= generated < 4000
 
 
+def test_a_client_that_leaves_before_a_whole_answer_cancels_it_too(server: LlmServer) -> None:
+    before = server.log().count("cancelled after ")
+    body = json.dumps({"model": MODEL, "prompt": "The weir", "max_tokens": 4000})
+    connection = http.client.HTTPConnection("127.0.0.1", server.openai_port, timeout=30)
+    connection.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+    time.sleep(0.3)  # generating: the whole answer would take seconds
+    assert connection.sock is not None
+    connection.sock.shutdown(socket.SHUT_RDWR)
+    connection.close()
+    deadline = time.monotonic() + 20
+    while server.log().count("cancelled after ") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.log().count("cancelled after ") == before + 1
+
+
 def test_generate_and_generate_stream_serve_the_same_model(server: LlmServer, client: openai.OpenAI) -> None:
     whole = complete(client, max_tokens=6, temperature=0).choices[0].text
     raw = RawClient(server.http_url)
