@@ -60,6 +60,8 @@ def _in_order(stamps: dict[str, int], protocol: str) -> None:
 def test_a_sampled_request_leaves_its_timestamps_in_the_trace_file(
     server: ServerProcess, client: RawClient, trace_file: Path
 ) -> None:
+    if server.frontend_workers:
+        pytest.skip("with frontend workers, trace_rate and trace_count are counted in each worker")
     update = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "log_frequency": "1", "trace_count": "2"}
     settings = client.post_json("/v2/trace/setting", update).json()
     assert settings == {
