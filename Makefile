@@ -28,6 +28,7 @@ serve: $(VENV)/.serve
 lint: $(VENV)/.test
 	$(BIN)/ruff check server operator tests scripts benchmarks e2e
 	$(BIN)/lint-imports
+	cd server && ../$(BIN)/python -m mypy
 
 test: $(VENV)/.test lint
 	$(BIN)/python scripts/build_examples.py
