@@ -14,7 +14,12 @@ Python model, and ``identity_large``, a Python identity of one FP32[1,3,224,224]
 Medians of ``--rounds`` interleaved rounds.  The machine these figures come from is shared: the script
 prints ``uptime`` before and after.
 
+Naiad's Python models run in the engine here (``NAIAD_INSTANCE_PROCESSES=false``), as when issue 15
+measured them, so the figures show the frontends and the engine, not the model-process hop;
+``--model-processes`` measures Naiad's default instead.
+
 usage: python benchmarks/scaling/run.py [--rounds 3] [--duration 5] [--workers 0,1,2] [--skip 1,2,3]
+                                        [--model-processes]
 """
 
 from __future__ import annotations
@@ -62,12 +67,23 @@ instance_group [{ kind: KIND_CPU }]
 """
 
 
-def repository() -> Path:
+#: Naiad runs Python models in model processes by default; this parameter (which Triton ignores) keeps
+#: them in the engine, as the single-process figures of issue 15 were measured.
+IN_ENGINE = '\nparameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_value: "false" } }\n'
+
+
+def repository(in_engine: bool) -> Path:
     root = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
     shutil.copytree(SHARED / "models" / "add_sub", root / "add_sub")
+    if in_engine:
+        with (root / "add_sub" / "config.pbtxt").open("a") as config:
+            config.write(IN_ENGINE)
     (root / "identity_large" / "1").mkdir(parents=True)
     (root / "identity_large" / "config.pbtxt").write_text(textwrap.dedent(IDENTITY_CONFIG))
     (root / "identity_large" / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_PY))
+    if in_engine:
+        with (root / "identity_large" / "config.pbtxt").open("a") as config:
+            config.write(IN_ENGINE)
     return root
 
 
@@ -242,11 +258,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=int, default=5)
     parser.add_argument("--workers", default="0,1,2")
     parser.add_argument("--skip", default="")
+    parser.add_argument(
+        "--model-processes", action="store_true", help="Naiad's default: Python models in model processes"
+    )
     args = parser.parse_args(argv)
     skip = set(args.skip.split(",")) if args.skip else set()
-    repo = repository()
+    repo = repository(in_engine=not args.model_processes)
     work = Path(tempfile.mkdtemp(prefix="bench-scaling-work-"))
-    print(f"cores: {os.cpu_count()}  uptime: {uptime()}", flush=True)
+    where = "model processes" if args.model_processes else "the engine (NAIAD_INSTANCE_PROCESSES=false)"
+    print(f"cores: {os.cpu_count()}  Naiad's Python models in {where}  uptime: {uptime()}", flush=True)
     report: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731
     if "1" not in skip:
         report("\n(1) engine CPU per request (2 frontend workers, engine unpinned)")
