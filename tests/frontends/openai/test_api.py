@@ -61,6 +61,13 @@ def test_a_streamed_completion_is_the_whole_one_sent_token_by_token(client: open
     assert len({c.id for c in chunks}) == 1
 
 
+def test_echo_puts_the_prompt_before_the_completion(client: openai.OpenAI) -> None:
+    plain = complete(client, max_tokens=3, temperature=0).choices[0].text
+    assert complete(client, max_tokens=3, temperature=0, echo=True).choices[0].text == PROMPT + plain
+    chunks = list(complete(client, max_tokens=3, temperature=0, echo=True, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == PROMPT + plain
+
+
 def test_a_chat_completion_renders_the_models_chat_template(client: openai.OpenAI, tokenizer: Any) -> None:
     done = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=5, temperature=0)
     prompt = tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
