@@ -65,19 +65,31 @@ class TritonPythonModel:
 
     def generate(self):
         """The generation loop: one token of every active request in turn, new requests joining as
-        they arrive (one thread, so the server's event loop never waits behind many)."""
-        active = []
-        while True:
+        they arrive (one thread, so the server's event loop never waits behind many).  Unloading
+        (``finalize``) lets the requests under way finish."""
+        active, stopping = [], False
+        while active or not stopping:
             arrivals = [] if active else [self.arrivals.get()]
             while not self.arrivals.empty():
                 arrivals.append(self.arrivals.get())
             for arrival in arrivals:
-                if arrival is None:  # finalize
-                    return
+                if arrival is None:
+                    stopping = True
+                    continue
                 generation = self.start(*arrival)
                 if generation is not None:
                     active.append(generation)
-            active = [generation for generation in active if generation.step()]
+            active = [generation for generation in active if self.advance(generation)]
+
+    @staticmethod
+    def advance(generation):
+        """One step of ``generation``; a failure ends only that request, with the error."""
+        try:
+            return generation.step()
+        except Exception as exc:
+            error = pb_utils.TritonError(f"generation failed: {type(exc).__name__}: {exc}")
+            generation.sender.send(pb_utils.InferenceResponse(error=error), flags=_FINAL)
+            return False
 
     def start(self, request, arrived):
         sender = request.get_response_sender()
