@@ -181,6 +181,8 @@ def line_chart(
     ys = [y for _, _, pts in series for _, y in pts] or [1.0]
     if x_marker is not None:
         xs.append(x_marker[0])
+    if log2_x:
+        xs.append(2.0)  # at least one doubling, so a single point does not sit on a zero-width axis
 
     def fx(value: float) -> float:
         if log2_x:
@@ -256,7 +258,7 @@ h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { margin-top: 2.4rem; border-
        border-radius: 6px; }
 table { border-collapse: collapse; width: 100%; margin: 1rem 0; font-size: 13px; }
 th, td { border-bottom: 1px solid #e5e7eb; padding: .35rem .5rem; text-align: right; }
-th:nth-child(2), td:nth-child(2), td.reason { text-align: left; }
+th:nth-child(2), td:nth-child(2), th:last-child, td.reason { text-align: left; }
 tr.best td { font-weight: 600; background: #f0fdf4; }
 tr.out td { color: #9ca3af; }
 pre { background: #f9fafb; border: 1px solid #e5e7eb; padding: .8rem; overflow-x: auto; }

@@ -88,6 +88,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--sequence-length", type=_positive, default=None)
     p.add_argument("--sequence-length-variation", type=float, default=20.0)
     p.add_argument("--sequence-id-range", default="1:2147483648", metavar="START:END")
+    p.add_argument("-v", dest="verbose", action="store_true", help="also print the client's CPU overhead")
     p.add_argument(
         "--workers",
         type=_positive,
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
                     session.profiler.rate(level) if by_rate else session.profiler.concurrency(int(level))
                 )
                 results.append(measured)
-                print(level_text(measured, args.protocol, info, session.profiler.server_stats))
+                print(level_text(measured, args.protocol, info, session.profiler.server_stats, args.verbose))
                 sys.stdout.flush()
                 latency_ms = measured.stabilizing_latency_us / 1000
                 if args.latency_threshold is not None and latency_ms > args.latency_threshold:

@@ -77,8 +77,9 @@ def split_url(url: str, protocol: str) -> tuple[str, int]:
 
 
 def default_workers(load: int) -> int:
-    """One process per core the server leaves us, never more than the requests in flight."""
-    return max(1, min(os.cpu_count() or 1, load, 4))
+    """One process per core this process may run on (at most 4), never more than the requests in flight."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, load, 4))
 
 
 class Session:

@@ -59,6 +59,7 @@ class Tally:
     def __init__(self) -> None:
         self.records: list[Record] = []
         self.errors: dict[str, int] = {}
+        self.cpu = time.process_time()
 
     def ok(self, start: int, end: int, latency: int, send: int, receive: int, responses: int = 1) -> None:
         self.records.append((start, end, latency, send, receive, 1, responses))
@@ -68,10 +69,12 @@ class Tally:
         if message in self.errors or len(self.errors) < _MAX_ERRORS:
             self.errors[message] = self.errors.get(message, 0) + 1
 
-    def take(self) -> tuple[np.ndarray, dict[str, int]]:
+    def take(self) -> tuple[np.ndarray, dict[str, int], float]:
+        """Records, error counts and this process's CPU seconds (all threads) since the last take."""
         records, self.records = self.records, []
         errors, self.errors = self.errors, {}
-        return np.array(records, dtype=np.int64).reshape(-1, 7), errors
+        cpu, self.cpu = self.cpu, time.process_time()
+        return np.array(records, dtype=np.int64).reshape(-1, 7), errors, self.cpu - cpu
 
 
 def _missing(names: list[str], expected: tuple[str, ...]) -> str:
