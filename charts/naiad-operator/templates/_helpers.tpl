@@ -86,9 +86,11 @@ Namespaced rules, granted cluster-wide or per watched namespace:
 - children are written with server-side apply, which needs "create" for an object that does not exist
   yet besides "patch"; "get" reads them back to write only on drift; "delete" only for what can go away
   (the HPA and PDB when switched off, a claim with retentionPolicy Delete);
-- sync Jobs are created once and read; pods are only listed (server pods by label, a Job's pod for its
+- sync Jobs are created once and read, and deleted when the spec changes (or suspend is set) while one
+  runs; pods are only listed (server pods by label, a Job's pod for its
   termination message); no Secrets at all: a sync Job gets its Secret by name (envFrom), never read here;
-- Events: created through kopf.event;
+- Events: created through kopf.event, and listed (by involvedObject) for a pod that waits for its
+  volumes, since FailedMount and Multi-Attach are said only there;
 - "update" on our resources' finalizers: children carry ownerReferences with blockOwnerDeletion, which
   the OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift) allows only to whoever
   may set finalizers on the owner.
@@ -114,13 +116,13 @@ Namespaced rules, granted cluster-wide or per watched namespace:
   verbs: ["list"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "create", "patch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "delete"]
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get", "create", "patch", "delete"]

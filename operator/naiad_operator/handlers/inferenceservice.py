@@ -20,6 +20,7 @@ from naiad_operator.handlers import children, drive
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.pods import list_pods, observe
+from naiad_operator.k8s.problems import volume_events
 from naiad_operator.reconcile import names, rollout, traffic
 from naiad_operator.reconcile.children import inference_service_children
 from naiad_operator.reconcile.compare import merge_patch
@@ -115,7 +116,8 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
             await children.remove(ctx.kube, namespace, ref)
 
     pod_objects = await list_pods(ctx.kube, namespace, names.selector_labels(name))
-    pods = await observe(ctx.server, pod_objects, ctx.resolve)
+    events = await volume_events(ctx.kube, namespace, pod_objects)
+    pods = await observe(ctx.server, pod_objects, ctx.resolve, events)
     records = {m.name: m for m in before.models}
     acting = mount.acting_pods(pods)
     snapshot = rollout.target_snapshot(spec.repository.snapshot, repo_status, records, acting)
@@ -153,10 +155,19 @@ def _deployment(obj: dict[str, Any] | None) -> DeploymentObservation | None:
     if obj is None:
         return None
     status = obj.get("status") or {}
+    stalled = next(
+        (
+            c.get("message") or "the Deployment's progress deadline passed"
+            for c in status.get("conditions") or []
+            if c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        ),
+        None,
+    )
     return DeploymentObservation(
         replicas=int(status.get("replicas") or 0),
         ready_replicas=int(status.get("readyReplicas") or 0),
         updated_replicas=int(status.get("updatedReplicas") or 0),
         generation=int(obj["metadata"].get("generation") or 0),
         observed_generation=int(status.get("observedGeneration") or 0),
+        stalled=stalled,
     )

@@ -14,6 +14,7 @@ from naiad_operator.api.modelrepository import (
     RetentionPolicy,
     SyncResult,
 )
+from naiad_operator.api.observed import PodProblem
 from naiad_operator.handlers import children
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
@@ -79,14 +80,23 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         await children.ensure(ctx.kube, stamp(desired_claim))
     status = before.model_copy(update={"claim_name": claim})
 
+    stuck: PodProblem | None = None
     if status.active_job:
         job = await observe_job(ctx.kube, namespace, status.active_job)
+        stuck = job.problem if job is not None and not job.finished else None
         if job is None or job.finished:
             summary = syncjob.parse_summary(job.message) if job is not None else None
             status = repository_status.finish_sync(
                 status, spec, job, summary, now, ctx.settings.sync_retry_seconds
             )
             _sync_event(body, status)
+
+    if syncjob.superseded(spec, status, generation) and status.active_job:
+        cancelled = status.active_job
+        await ctx.kube.delete("batch/v1", "Job", namespace, cancelled)
+        status = repository_status.cancel_sync(status, generation, now)
+        stuck = None
+        kopf.event(body, type="Normal", reason="SyncCancelled", message=f"Job {cancelled}: the spec changed")
 
     reason = syncjob.sync_reason(spec, status, generation, now)
     if reason is not None:
@@ -118,7 +128,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
             message=f"{reason}: Job {job_name} syncs {spec.source.uri}",
         )
 
-    status = repository_status.with_conditions(status, generation, now)
+    status = repository_status.with_conditions(status, generation, now, stuck if status.active_job else None)
     patch = merge_patch(before.dump(), status.dump())
     if patch:
         await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)

@@ -6,6 +6,7 @@ from typing import Any
 
 from naiad_operator.api.observed import JobObservation
 from naiad_operator.k8s.client import Kube
+from naiad_operator.k8s.problems import pod_problem, volume_events
 
 
 async def observe_job(kube: Kube, namespace: str, name: str) -> JobObservation | None:
@@ -17,10 +18,13 @@ async def observe_job(kube: Kube, namespace: str, name: str) -> JobObservation |
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     succeeded = bool(status.get("succeeded")) or conditions.get("Complete") == "True"
     failed = conditions.get("Failed") == "True"
-    message = None
-    if succeeded or failed:
-        pods = await kube.list("v1", "Pod", namespace, {"job-name": name})
-        message = _termination_message(pods)
+    pods = await kube.list("v1", "Pod", namespace, {"job-name": name})
+    message = _termination_message(pods) if succeeded or failed else None
+    problem = None
+    if not (succeeded or failed):
+        events = await volume_events(kube, namespace, pods)
+        found = (pod_problem(pod, events.get(pod["metadata"]["name"], ())) for pod in pods)
+        problem = next((p for p in found if p is not None), None)
     return JobObservation(
         name=name,
         succeeded=succeeded,
@@ -28,6 +32,7 @@ async def observe_job(kube: Kube, namespace: str, name: str) -> JobObservation |
         start_time=status.get("startTime"),
         completion_time=status.get("completionTime"),
         message=message,
+        problem=problem,
     )
 
 
