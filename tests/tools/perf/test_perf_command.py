@@ -188,11 +188,11 @@ def test_failed_requests_are_counted_apart(tool_server: ServerProcess, tmp_path:
     assert "x HTTP 400: odd input" in done.stdout or "x HTTP 500: odd input" in done.stdout
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_sequences_keep_their_correlation_ids(tool_server: ServerProcess, protocol: str) -> None:
+@pytest.mark.parametrize(("protocol", "client"), [("http", "auto"), ("grpc", "auto"), ("grpc", "grpcio")])
+def test_sequences_keep_their_correlation_ids(tool_server: ServerProcess, protocol: str, client: str) -> None:
     url = tool_server.grpc_url if protocol == "grpc" else tool_server.http_url
     done = perf("-m", "seq", "-i", protocol, "-u", url, "--concurrency-range", "4", "--sequence-length", "5",
-                *FAST[:-1], "2")
+                "--grpc-client", client, *FAST[:-1], "2")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Error count" not in done.stdout
     count_line = next(line for line in done.stdout.splitlines() if "Sequence count:" in line)

@@ -51,6 +51,7 @@ class WorkerPlan:
     worker: int
     workers: int
     grpc_channels: int = 4
+    raw_grpc: bool = False  # unary gRPC over naiad.tools.perf.h2 instead of grpcio
 
 
 class Tally:
@@ -189,7 +190,16 @@ class HttpSlot(asyncio.Protocol):
 class HttpWorker:
     """Slots of :class:`HttpSlot`: a fixed set for concurrency, an idle pool for a request rate."""
 
-    def __init__(self, plan: WorkerPlan, requests: Requests, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, plan: WorkerPlan, requests: Requests, loop: asyncio.AbstractEventLoop,
+        slot: Callable[[HttpWorker, Source], HttpSlot] | None = None,
+    ) -> None:
+        self.slot = slot or HttpSlot
+        self.h2_headers = b""
+        if plan.raw_grpc:
+            from naiad.tools.perf.h2 import request_headers
+
+            self.h2_headers = request_headers(plan.wire.host, _INFER)
         self.plan = plan
         self.requests = requests
         self.loop = loop
@@ -204,7 +214,7 @@ class HttpWorker:
         self.timer: asyncio.TimerHandle | None = None
 
     def _open(self) -> None:
-        slot = HttpSlot(self, self.requests.source())
+        slot = self.slot(self, self.requests.source())
         self.slots.add(slot)
         task = self.loop.create_task(
             self.loop.create_connection(lambda: slot, self.plan.host, self.plan.port)
@@ -306,7 +316,12 @@ def _run_http(plan: WorkerPlan, requests: Requests, conn: Connection) -> None:
         loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
         loop = asyncio.new_event_loop()
-    worker = HttpWorker(plan, requests, loop)
+    slot = None
+    if plan.raw_grpc:
+        from naiad.tools.perf.h2 import GrpcH2Slot
+
+        slot = GrpcH2Slot
+    worker = HttpWorker(plan, requests, loop, slot)  # type: ignore[arg-type]
     done = loop.create_future()
 
     deadline = [0.0]
@@ -531,7 +546,7 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
     """Entry point of a worker process."""
     builder = PayloadBuilder(plan.wire, plan.steps)
     requests = Requests(builder, plan.streams, plan.sequence, plan.worker, plan.workers)
-    if plan.wire.protocol == "grpc":
+    if plan.wire.protocol == "grpc" and not plan.raw_grpc:
         _run_grpc(plan, requests, conn)
     else:
         conn.send(("ready",))
