@@ -72,7 +72,7 @@ def _exchange(process: ModelProcess, message: tuple[object, ...], when: str) -> 
     """Send ``message`` and return the reply, or a ``stopped`` reply naming how the process ended."""
     try:
         process.conn.send(message)
-        reply: tuple[object, ...] = process.conn.recv()
+        reply: tuple[object, ...] = process.conn.receive()
         return reply
     except (EOFError, OSError):
         status = describe_status(process.wait(5.0))

@@ -32,8 +32,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from pathlib import Path
+
+from naiad.backends.python.messages import Wire
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ class ModelProcess:
     ``sentinel`` is a file descriptor that becomes readable when the process has ended.
     """
 
-    def __init__(self, pid: int, conn: Connection, status: int) -> None:
+    def __init__(self, pid: int, conn: Wire, status: int) -> None:
         self.pid = pid
         self.conn = conn
         self.sentinel = status
@@ -136,7 +138,7 @@ class Zygote:
         finally:
             theirs.close()
             os.close(status_w)
-        return ModelProcess(pid, Connection(ours.detach()), status_r)
+        return ModelProcess(pid, Wire(ours), status_r)
 
     def _running(self) -> socket.socket:
         """The control socket of a live template, started (again) if needed; with the lock held."""
@@ -217,7 +219,7 @@ def _child(
             os.execve(argv[0], argv, env if env is not None else dict(os.environ))
         from naiad.backends.python import stub
 
-        code = stub.run(Connection(conn_fd))
+        code = stub.run(Wire(socket.socket(fileno=conn_fd)))
     except BaseException:
         logging.getLogger(__name__).exception("model process failed to start")
     finally:
