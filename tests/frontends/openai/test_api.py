@@ -55,7 +55,9 @@ def test_a_streamed_completion_is_the_whole_one_sent_token_by_token(client: open
     with_choices = [c for c in chunks if c.choices]
     texts = [c.choices[0].text for c in with_choices]
     assert "".join(texts) == whole
-    assert len([t for t in texts if t]) == 12  # one chunk per token, as the model sends them
+    # One chunk per token as the model sends them (a token ending inside a UTF-8 character waits for
+    # the next one, so there may be fewer chunks than tokens, never more).
+    assert 2 <= len([t for t in texts if t]) <= 12
     assert [c.choices[0].finish_reason for c in with_choices] == [None] * (len(texts) - 1) + ["length"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12
     assert len({c.id for c in chunks}) == 1
