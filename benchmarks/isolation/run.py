@@ -29,6 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import numpy as np
+import tritonclient.grpc as grpcclient
+
 from benchmarks.common.references import SHARED, Served, naiad, triton
 from benchmarks.common.wrk import ADD_SUB_SCRIPT, wrk
 
@@ -111,15 +114,35 @@ def cpu_seconds(pid: int) -> float:
     return total / _TICK
 
 
-def load(server: Served, duration: int, client_cpu: int | None) -> tuple[float, float, float]:
-    """(req/s at 16 connections, CPU µs per request meanwhile, p50 ms at 1 connection)."""
+def load(server: Served, duration: int, client_cpu: int | None) -> tuple[float, float, float, float]:
+    """(req/s at 16 connections, CPU µs per request meanwhile, p50 ms at 1 connection, gRPC p50 ms
+    of one client calling in a loop)."""
     url = f"{server.http_url}/v2/models/add_sub/infer"
     assert server.process is not None
     before = cpu_seconds(server.process.pid)
     busy = _wrk_on(client_cpu, url, duration, 16)
     spent = cpu_seconds(server.process.pid) - before
     idle = _wrk_on(client_cpu, url, duration, 1)
-    return busy["rps"], spent / (busy["rps"] * duration) * 1e6, idle["p50"]
+    return busy["rps"], spent / (busy["rps"] * duration) * 1e6, idle["p50"], grpc_p50(server, duration)
+
+
+def grpc_p50(server: Served, duration: int) -> float:
+    """p50 (ms) of sequential gRPC ``add_sub`` calls with tritonclient for ``duration`` seconds."""
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = grpcclient.InferInput(name, [4], "FP32")
+        tensor.set_data_from_numpy(np.arange(4, dtype=np.float32))
+        inputs.append(tensor)
+    times = []
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}") as client:
+        for _ in range(200):  # warm-up
+            client.infer("add_sub", inputs)
+        end = time.monotonic() + duration
+        while time.monotonic() < end:
+            started = time.perf_counter()
+            client.infer("add_sub", inputs)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e3
 
 
 def _wrk_on(cpu: int | None, url: str, duration: int, connections: int) -> dict[str, float]:
@@ -164,7 +187,7 @@ def main() -> None:
     if args.pin:
         for server in servers.values():
             pinned(server, args.server_cpu)
-    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in servers}
+    results: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in servers}
     started: list[Served] = []
     try:
         for server in servers.values():
@@ -189,7 +212,7 @@ def main() -> None:
     engine_p50 = medians["naiad in the engine"][2]
     for name, (rps, cpu_us, p50) in medians.items():
         print(
-            f"  {name:<22} c=16 {rps:7.0f} req/s, {cpu_us:5.0f} CPU-us/req = {1e6 / cpu_us:6.0f} req/s per core "
+            f"  {name:<22} c=16 {rps:7.0f} req/s, {cpu_us:5.0f} CPU-us/req = {1e6 / cpu_us:6.0f} per core "
             f"({triton_cpu / cpu_us:4.2f}x triton)   c=1 p50 {p50 * 1000:5.0f} us "
             f"({(p50 - engine_p50) * 1000:+5.0f} us vs in the engine)"
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from naiad.backends.python.environment import Environments
 from naiad.backends.python.host import auto_complete_config
+from naiad.backends.python.instance import mentions
 from naiad.backends.python.spec import ModelSpec, ProcessOptions
 from naiad.backends.python.zygote import ModelProcess, Zygote, describe_status
 from naiad.core.errors import ErrorCode, InferenceServerError, InvalidArgumentError
@@ -45,7 +46,11 @@ class Launcher:
     def auto_complete(
         self, model_file: Path, model_name: str, config_json: str, options: ProcessOptions
     ) -> str | None:
-        """The configuration the model's ``auto_complete_config`` returns (None if it has none)."""
+        """The configuration the model's ``auto_complete_config`` returns (None if it has none).
+
+        A model whose sources never mention it has none: no process is started for it."""
+        if not mentions(model_file.parent, "auto_complete_config"):
+            return None
         if options.in_process:
             return auto_complete_config(model_file, model_name, config_json)
         process = self._start(options)
