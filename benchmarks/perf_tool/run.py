@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import struct
@@ -57,7 +58,14 @@ def grpc_body(path: Path) -> Path:
     return path
 
 
-def h2load(port: int, body: Path, requests: int, connections: int, cpu: str) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def h2load(port: int, body: Path, requests: int, connections: int, cpu: str) -> tuple[float, float]:
+    """req/s and the client's CPU microseconds per request."""
+    spent = _children_cpu()
     out = subprocess.run(
         pinned(cpu, ["h2load", "-n", str(requests), "-c", str(connections), "-m", "1", "-d", str(body),
                      "-H", "content-type: application/grpc", "-H", "te: trailers",
@@ -70,21 +78,23 @@ def h2load(port: int, body: Path, requests: int, connections: int, cpu: str) -> 
     rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
     if rate is None:
         raise RuntimeError(f"h2load output has no rate:\n{out}")
-    return float(rate.group(1))
+    return float(rate.group(1)), (_children_cpu() - spent) * 1e6 / requests
 
 
-def naiad_perf(url: str, protocol: str, seconds: int, connections: int, cpu: str) -> float:
+def naiad_perf(url: str, protocol: str, seconds: int, connections: int, cpu: str) -> tuple[float, float]:
+    """Inferences/s and the load generator's CPU microseconds per request (its ``-v`` figure)."""
     args = ["-m", "add_sub", "-i", protocol, "-u", url, "--concurrency-range", str(connections),
-            "-p", str(seconds * 1000 // 3), "-r", "3", "-s", "100"]
+            "-p", str(seconds * 1000 // 3), "-r", "3", "-s", "100", "-v"]
     if protocol == "http":
         args += ["--input-tensor-format", "json", "--output-tensor-format", "json"]
     done = subprocess.run(pinned(cpu, [NAIAD, "perf", *args]), capture_output=True, text=True)
     if done.returncode != 0 or "Error count" in done.stdout:
         raise RuntimeError(f"naiad perf failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     match = re.search(r"Throughput: ([\d.e+]+) infer/sec", done.stdout)
-    if match is None:
+    cpu_match = re.search(r"\(([\d.]+) usec CPU per request\)", done.stdout)
+    if match is None or cpu_match is None:
         raise RuntimeError(f"naiad perf printed no throughput:\n{done.stdout}")
-    return float(match.group(1))
+    return float(match.group(1)), float(cpu_match.group(1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,34 +114,41 @@ def main(argv: list[str] | None = None) -> int:
     command = pinned("0", [NAIAD, "serve", f"--model-repository={repository}", f"--http-port={http}",
                            f"--grpc-port={grpc_port}", f"--metrics-port={metrics}"])
     figures: dict[str, list[float]] = {"wrk": [], "perf http": [], "h2load": [], "perf grpc": []}
+    cpu: dict[str, list[float]] = {key: [] for key in figures}
     with tempfile.TemporaryDirectory() as scratch, Served("naiad", command, http, grpc_port):
         body = grpc_body(Path(scratch) / "add_sub.grpc")
         url = f"http://127.0.0.1:{http}/v2/models/add_sub/infer"
         wrk(url, ADD_SUB_SCRIPT, 2, args.connections)  # warm-up
         for round_ in range(1, args.rounds + 1):
-            wrk_rps = wrk_pinned(url, args.seconds, args.connections)
-            perf_http = naiad_perf(f"127.0.0.1:{http}", "http", args.seconds, args.connections, "1")
-            requests = int(max(wrk_rps, 1000) * args.seconds / 2)  # about `seconds` at gRPC's lower rate
-            h2_rps = h2load(grpc_port, body, requests, args.connections, "1")
-            perf_grpc = naiad_perf(f"127.0.0.1:{grpc_port}", "grpc", args.seconds, args.connections, "1")
-            for key, value in zip(figures, (wrk_rps, perf_http, h2_rps, perf_grpc), strict=True):
-                figures[key].append(value)
+            seconds, connections = args.seconds, args.connections
+            results = {"wrk": wrk_pinned(url, seconds, connections)}
+            results["perf http"] = naiad_perf(f"127.0.0.1:{http}", "http", seconds, connections, "1")
+            requests = int(max(results["wrk"][0], 1000) * seconds / 2)  # about `seconds` over gRPC
+            results["h2load"] = h2load(grpc_port, body, requests, connections, "1")
+            results["perf grpc"] = naiad_perf(f"127.0.0.1:{grpc_port}", "grpc", seconds, connections, "1")
+            for key, (rate, spent) in results.items():
+                figures[key].append(rate)
+                cpu[key].append(spent)
+            wrk_rps, perf_http, h2_rps, perf_grpc = (results[k][0] for k in figures)
             print(f"round {round_}: wrk {wrk_rps:,.0f}  naiad perf http {perf_http:,.0f}  "
                   f"h2load {h2_rps:,.0f}  naiad perf grpc {perf_grpc:,.0f} req/s", flush=True)
     median = {key: statistics.median(values) for key, values in figures.items()}
+    us = {key: statistics.median(values) for key, values in cpu.items()}
     print()
-    print("| protocol | reference | reference req/s | naiad perf req/s | naiad perf / reference |")
-    print("|---|---|---:|---:|---:|")
-    print(f"| HTTP/JSON | wrk -t1 | {median['wrk']:,.0f} | {median['perf http']:,.0f} | "
-          f"{median['perf http'] / median['wrk']:.2f}x |")
-    print(f"| gRPC | h2load | {median['h2load']:,.0f} | {median['perf grpc']:,.0f} | "
-          f"{median['perf grpc'] / median['h2load']:.2f}x |")
+    print("| protocol | reference | reference req/s | naiad perf req/s | naiad perf / reference | "
+          "client CPU us/request: reference, naiad perf |")
+    print("|---|---|---:|---:|---:|---:|")
+    for label, ref, ours in (("HTTP/JSON", "wrk", "perf http"), ("gRPC", "h2load", "perf grpc")):
+        ratio = median[ours] / median[ref]
+        print(f"| {label} | {ref} | {median[ref]:,.0f} | {median[ours]:,.0f} | {ratio:.2f}x | "
+              f"{us[ref]:.0f}, {us[ours]:.0f} |")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     return 0
 
 
-def wrk_pinned(url: str, seconds: int, connections: int) -> float:
-    """wrk on CPU 1 (``benchmarks.common.wrk`` runs it unpinned)."""
+def wrk_pinned(url: str, seconds: int, connections: int) -> tuple[float, float]:
+    """wrk on CPU 1 (``benchmarks.common.wrk`` runs it unpinned): req/s and CPU microseconds per request."""
+    spent = _children_cpu()
     out = subprocess.run(
         pinned("1", ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(ADD_SUB_SCRIPT), url]),
         capture_output=True, text=True, check=True,
@@ -139,9 +156,10 @@ def wrk_pinned(url: str, seconds: int, connections: int) -> float:
     if re.search(r"Non-2xx or 3xx responses: (\d+)", out):
         raise RuntimeError(f"wrk: failed responses:\n{out}")
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    if match is None:
+    total = re.search(r"(\d+) requests in", out)
+    if match is None or total is None:
         raise RuntimeError(f"wrk printed no rate:\n{out}")
-    return float(match.group(1))
+    return float(match.group(1)), (_children_cpu() - spent) * 1e6 / int(total.group(1))
 
 
 if __name__ == "__main__":

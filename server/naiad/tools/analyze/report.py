@@ -38,7 +38,8 @@ PALETTE = (
 def pbtxt(config: dict[str, Any]) -> str:
     """A config (JSON form) as ``config.pbtxt`` text, through Triton's own ModelConfig message."""
     message = json_format.ParseDict(config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
-    return text_format.MessageToString(message)
+    text: str = text_format.MessageToString(message)
+    return text
 
 
 def write_best_configs(out: Path, ranked: dict[str, list[CandidateResult]]) -> dict[str, Path]:

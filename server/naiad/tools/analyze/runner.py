@@ -48,7 +48,8 @@ def repository_config(repositories: Sequence[Path], model: str) -> dict[str, Any
                 message = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
             except text_format.ParseError:
                 return None
-            return json_format.MessageToDict(message, preserving_proto_field_name=True)
+            config: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
+            return config
     return None
 
 

@@ -66,7 +66,9 @@ class LoadGenerator:
         """Every request finished since the last collect, errors, sequences started and CPU seconds spent."""
         for pipe in self.pipes:
             pipe.send(("collect",))
-        arrays, errors, sequences, cpu = [], {}, 0, 0.0
+        arrays: list[np.ndarray] = []
+        errors: dict[str, int] = {}
+        sequences, cpu = 0, 0.0
         for pipe in self.pipes:
             records, worker_errors, spent, started = pipe.recv()
             arrays.append(records)
@@ -118,7 +120,8 @@ class Window:
     cpu_seconds: float = 0.0  # the load generator's, all processes
 
     def ok(self) -> np.ndarray:
-        return self.records[self.records[:, _OK] == 1]
+        rows: np.ndarray = self.records[self.records[:, _OK] == 1]
+        return rows
 
 
 @dataclass

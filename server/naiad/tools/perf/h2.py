@@ -81,7 +81,7 @@ class GrpcH2Slot(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.transport.write(preface())
+        transport.write(preface())  # type: ignore[attr-defined]
         self.worker.connected(self)
 
     def send(self) -> None:
@@ -168,7 +168,7 @@ class GrpcH2Slot(asyncio.Protocol):
             return fields
         table = self.decoder.header_table.dynamic_entries
         before = (len(table), id(table[0]) if table else 0)
-        fields = dict(self.decoder.decode(block))
+        fields = {str(name): str(value) for name, value in self.decoder.decode(block)}
         if (len(table), id(table[0]) if table else 0) != before:
             self.generation += 1
             self.blocks.clear()

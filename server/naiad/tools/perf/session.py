@@ -180,7 +180,9 @@ class Session:
         for index, step in enumerate(steps):
             for tensor in step:
                 start, size = inputs[(index, tensor.name)]
-                input_region[1].buf[start : start + size] = tensor.raw
+                buffer = input_region[1].buf
+                assert buffer is not None
+                buffer[start : start + size] = tensor.raw
         outputs: dict[str, tuple[int, int]] = {}
         at = 0
         for spec in info.outputs:
