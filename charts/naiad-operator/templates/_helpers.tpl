@@ -83,6 +83,8 @@ requires these rules to equal it, verb for verb.
 Namespaced rules, granted cluster-wide or per watched namespace:
 - our resources: kopf lists and watches them and patches them (finalizers, its annotations); the
   operator reads each one fresh and writes status through the status subresource only;
+- children, pods and sync Jobs are listed and watched (kopf indexes): a pass reads them from memory, and
+  "get" is the fallback for an object the watch has not delivered yet;
 - children are written with server-side apply, which needs "create" for an object that does not exist
   yet besides "patch"; "get" reads them back to write only on drift; "delete" only for what can go away
   (the HPA and PDB when switched off, a claim with retentionPolicy Delete);
@@ -107,28 +109,28 @@ Namespaced rules, granted cluster-wide or per watched namespace:
   verbs: ["update"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "list"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- end -}}
 
 {{/*

@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from naiad_operator.api.observed import SNAPSHOT_ANNOTATION, PodObservation
-from naiad_operator.k8s.client import Kube
 from naiad_operator.k8s.modelserver import ModelServer, ServerCallError
 from naiad_operator.k8s.problems import pod_problem
 
@@ -39,11 +38,6 @@ def pod_ready(pod: dict[str, Any]) -> bool:
         return False
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-async def list_pods(kube: Kube, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
-    pods = await kube.list("v1", "Pod", namespace, selector)
-    return sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
 async def observe(
