@@ -91,13 +91,13 @@ class Analyzer:
         target = Target(self.url, self.sweep.protocol, name)
         with Session(target, options, self.settings, max(self.sweep.concurrencies)) as session:
 
-            def measure(candidate: Candidate) -> float | None:
+            def measure(candidate: Candidate) -> tuple[int, float]:
                 self._check_time()
                 result = self._candidate(session, name, base, candidate)
                 if original is not None:
                     result.file_config = candidate.apply(original)
                 results.append(result)
-                return result.score()
+                return result.search_rank()
 
             try:
                 if self.mode == "brute":
