@@ -253,7 +253,9 @@ class ProcessModelInstance:
         key, message, fresh = self._prepare(child, requests, slot)
         self._sent.append((child, key, slot, requests, done, fresh))
         child.process.conn.queue(message)
-        if not self._flushing:
+        if len(self._sent) == 1:  # the process is idle: at once
+            self._flush(child)
+        elif not self._flushing:  # it is busy: with whatever else this loop iteration sends it
             self._flushing = True
             assert self._loop is not None
             self._loop.call_soon(self._flush, child)

@@ -89,20 +89,16 @@ class _Channel:
             self.conn.flush()
 
     def next_message(self, wait: bool) -> tuple[Any, ...] | None:
-        """The next message from the engine (None when ``wait`` is false and none has arrived);
-        EOFError once the engine is gone."""
+        """The next message from the engine; without ``wait``, only one already read (None if
+        none: no system call to look for more, the results go out at once); EOFError once the
+        engine is gone."""
         if self.waiting:
             return self.waiting.popleft()
         conn = self.conn
-        if wait:
+        if wait or conn.has_message():
             message: tuple[Any, ...] = conn.receive()
             return message
-        if not conn.has_message():
-            for message in conn.receive_ready():
-                self.waiting.append(message)
-            return self.waiting.popleft() if self.waiting else None
-        message = conn.receive()
-        return message
+        return None
 
     def call(self, message: tuple[Any, ...]) -> list[tuple[PackedAnswer, bool]]:
         """Forward a BLS call; its answers, the last one final."""
