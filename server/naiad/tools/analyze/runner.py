@@ -147,7 +147,6 @@ class Analyzer:
         return result
 
     def _sweep(self, session: Session, name: str, candidate: Candidate, points: list[Measurement]) -> None:
-        budget = self.objectives.latency_budget_ms
         slow_steps = 0
         for concurrency in self.sweep.concurrencies:
             self._check_time()
@@ -157,11 +156,18 @@ class Analyzer:
             points.append(point)
             if point.error_count:
                 return
-            if budget is not None and latency_ms(point, self.objectives.latency_metric) > budget:
-                return  # more requests in flight only wait longer
+            # more requests in flight only wait longer; but one tail over the budget may be noise: stop after
+            # two points over it, or one whose median is over it
+            twice = len(points) > 1 and self._over(points[-2])
+            if self._over(point) and (twice or self._over(point, "p50")):
+                return
             slow_steps = slow_steps + 1 if point.throughput < best * (1 + self.sweep.plateau_gain) else 0
             if slow_steps >= 2:
                 return
+
+    def _over(self, point: Measurement, metric: str | None = None) -> bool:
+        budget = self.objectives.latency_budget_ms
+        return budget is not None and latency_ms(point, metric or self.objectives.latency_metric) > budget
 
     def close(self) -> None:
         self.control.close()
