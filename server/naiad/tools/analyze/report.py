@@ -68,6 +68,11 @@ def _candidate_columns(result: CandidateResult) -> list[object]:
     ]
 
 
+def _gpu_mib(result: CandidateResult) -> str:
+    """Empty where GPU memory was not measured (no GPU, or no NVML)."""
+    return "" if result.gpu_memory_bytes is None else f"{result.gpu_memory_bytes / 2**20:.1f}"
+
+
 _CANDIDATE_HEADER = [
     "Model",
     "Candidate",
@@ -93,6 +98,7 @@ def write_csvs(out: Path, ranked: dict[str, list[CandidateResult]], objectives: 
                 "Inferences/Second",
                 f"{metric} latency (ms)",
                 "Peak RSS (MiB)",
+                "Peak GPU memory (MiB)",
                 "Reason",
             ]
         )
@@ -108,6 +114,7 @@ def write_csvs(out: Path, ranked: dict[str, list[CandidateResult]], objectives: 
                         f"{best.throughput:.1f}" if best else "",
                         f"{latency_ms(best, metric):.3f}" if best else "",
                         f"{result.memory_mb:.1f}",
+                        _gpu_mib(result),
                         result.reason(),
                     ]
                 )
@@ -296,7 +303,7 @@ def _model_section(model: str, results: list[CandidateResult], objectives: Objec
         parts.append('<p class="none">No candidate met the constraints; no config.pbtxt was written.</p>')
     parts.append(
         f"<table><tr><th>#</th><th>Candidate</th><th>Concurrency</th><th>Infer/s</th><th>{metric} ms</th>"
-        "<th>Peak RSS MiB</th><th>Points</th><th>Status</th></tr>"
+        "<th>Peak RSS MiB</th><th>Peak GPU MiB</th><th>Points</th><th>Status</th></tr>"
     )
     for index, result in enumerate(results, 1):
         best = result.best_point()
@@ -306,6 +313,7 @@ def _model_section(model: str, results: list[CandidateResult], objectives: Objec
             f"<td>{best.concurrency if best else '-'}</td>"
             f"<td>{f'{best.throughput:,.0f}' if best else '-'}</td>"
             f"<td>{f'{latency_ms(best, metric):.2f}' if best else '-'}</td><td>{result.memory_mb:,.0f}</td>"
+            f"<td>{_gpu_mib(result) or '-'}</td>"
             f'<td>{len(result.points)}</td>'
             f'<td class="reason">{html.escape(result.reason() or "ok")}</td></tr>'
         )
@@ -365,7 +373,8 @@ def write_html(
         '<p class="meta">Each line is one candidate configuration; each point one concurrency level '
         "(requests in flight), measured until stable. A candidate is ranked by its best point within the "
         "constraints; one with no such point is listed after the others and never chosen. Memory is the peak "
-        "resident set of the server process tree while the candidate ran.</p>",
+        "resident set of the server process tree while the candidate ran (GPU memory: NVML, where "
+        "present).</p>",
     ]
     body += [_model_section(model, results, objectives) for model, results in ranked.items()]
     body.append("</body></html>")

@@ -51,6 +51,7 @@ class CandidateResult:
     file_config: dict[str, Any] | None = None
     points: list[Measurement] = field(default_factory=list)
     memory_bytes: int = 0
+    gpu_memory_bytes: int | None = None  # None: not measured (no GPU or no NVML)
     error: str = ""  # the load failed, or the server answered requests with errors
 
     @property

@@ -136,11 +136,11 @@ class Analyzer:
             try:
                 self._sweep(session, name, candidate, result.points)
             except OutOfTime:
-                result.memory_bytes = memory.peak
+                result.memory_bytes, result.gpu_memory_bytes = memory.peak, memory.gpu_peak
                 raise
             finally:
                 session.generator.concurrency(0)
-        result.memory_bytes = memory.peak
+        result.memory_bytes, result.gpu_memory_bytes = memory.peak, memory.gpu_peak
         if any(p.error_count for p in result.points):
             first = next(iter(next(p for p in result.points if p.error_count).errors), "")
             result.error = f"requests failed: {first}"
