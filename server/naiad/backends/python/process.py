@@ -427,12 +427,16 @@ class ProcessModelInstance:
         timeout = self._options.execution_timeout_s
         interval = _POLL_S if (limit or timeout) else None
         process = child.process
+        watched = [process.sentinel, self._wake_r, process.log]
         while True:
-            ready = wait([process.sentinel, self._wake_r], interval)
+            ready = wait(watched, interval)
+            if process.log in ready and not process.relay_logs():
+                watched.remove(process.log)  # closed: the process is ending
             if self._closing:
                 return False
             if process.sentinel in ready:
                 process.poll()
+                process.relay_logs()  # what it logged last
                 return True
             if limit and not child.cause:
                 resident = _resident_bytes(process.pid)

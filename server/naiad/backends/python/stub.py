@@ -17,7 +17,6 @@ import asyncio
 import collections
 import contextvars
 import functools
-import logging
 import queue
 import signal
 import socket
@@ -26,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from naiad.backends.python import bls, pb_utils, shm
+from naiad.backends.python import bls, logrelay, pb_utils, shm
 from naiad.backends.python.host import auto_complete_config
 from naiad.backends.python.instance import PythonModelInstance
 from naiad.backends.python.messages import PackedAnswer, Wire, bls_message, pack_answer, unpack_answer
@@ -316,15 +315,6 @@ class _Worker:
             unsent = True
 
 
-def _configure_logging(level: int) -> None:
-    logging.basicConfig(
-        level=level,
-        format="%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s",
-        datefmt="%m%d %H:%M:%S",
-        stream=sys.stderr,
-    )
-
-
 def _failed(exc: BaseException) -> tuple[Any, ...]:
     if isinstance(exc, InferenceServerError):
         return ("failed", exc.code.value, exc.message)
@@ -332,8 +322,7 @@ def _failed(exc: BaseException) -> tuple[Any, ...]:
 
 
 def _auto_complete(conn: Wire, message: tuple[Any, ...]) -> int:
-    _, model_file, model_name, config_json, level = message
-    _configure_logging(level)
+    _, model_file, model_name, config_json = message
     try:
         conn.send(("completed", auto_complete_config(model_file, model_name, config_json)))
     except Exception as exc:
@@ -342,9 +331,11 @@ def _auto_complete(conn: Wire, message: tuple[Any, ...]) -> int:
     return 0
 
 
-def run(conn: Wire) -> int:
-    """Do what the engine's first message says; the exit status."""
+def run(conn: Wire, log: int) -> int:
+    """Do what the engine's first message says; the exit status.  Log records go to the engine
+    through the pipe ``log`` (see :mod:`naiad.backends.python.logrelay`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logrelay.install(log)
     pin_thresholds()  # the model process moves the same tensors as the engine (see naiad.core.allocator)
     try:
         message = conn.receive()
@@ -352,8 +343,7 @@ def run(conn: Wire) -> int:
         return 0
     if message[0] == "auto_complete":
         return _auto_complete(conn, message)
-    _, spec, level = message
-    _configure_logging(level)
+    _, spec = message
     try:
         instance = PythonModelInstance(spec)
     except Exception as exc:
@@ -367,7 +357,7 @@ def run(conn: Wire) -> int:
 
 
 def main(argv: list[str]) -> int:
-    return run(Wire(socket.socket(fileno=int(argv[1]))))
+    return run(Wire(socket.socket(fileno=int(argv[1]))), int(argv[2]))
 
 
 if __name__ == "__main__":
