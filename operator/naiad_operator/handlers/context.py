@@ -29,6 +29,8 @@ class OperatorContext:
     cache: Cache = field(init=False)
     """Reads from the watches (kopf indexes), attached by the first handler call."""
     queued: set[str] = field(default_factory=set)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    """The last status seen of each watched child, so only real changes trigger a pass."""
     """Objects with a triggered pass waiting for their lock (see ``watches.nudge``)."""
     configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """The last full config seen per (InferenceService uid, model): the base for a load on a pod
