@@ -65,6 +65,11 @@ class OpenAIError(Exception):
         self.kind = kind
         self.param = param
         self.code = code
+        #: Headers the answer needs beyond its content type (``WWW-Authenticate`` for a 401).
+        self.extra_headers: list[tuple[bytes, bytes]] = []
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"content-type", b"application/json"), *self.extra_headers]
 
     def body(self) -> bytes:
         return orjson.dumps(
