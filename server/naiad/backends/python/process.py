@@ -218,11 +218,10 @@ class ProcessModelInstance:
     ) -> list[ExecuteResult]:
         _, path, size, results = reply
         region = child.outputs.get(slot)
-        if path is not None:
+        if path is not None:  # the model process reuses it for the next execution of this slot
             region = shm.Region.attach(path, size)
             region.unlink()
-            if slot >= 0:
-                child.outputs[slot] = region
+            child.outputs[slot] = region
         return [
             self._result(region, request, result) for request, result in zip(requests, results, strict=True)
         ]
@@ -313,8 +312,9 @@ class ProcessModelInstance:
         def ended() -> None:
             loop.remove_reader(sentinel)
             message = self._stopped(child, "while executing")
-            for _, key, slot, requests, done, fresh in lost:
-                self._sent.remove((_, key, slot, requests, done, fresh))
+            for sent in lost:
+                self._sent.remove(sent)
+                _, key, slot, requests, done, fresh = sent
                 self._finish(key, False, fresh)
                 self._free_slots.append(slot)
                 done([InternalError(message) for _ in requests])
