@@ -11,8 +11,10 @@ rollouts on one claim); ``test_storage_modes.py`` covers ``perPod``.
 
 from __future__ import annotations
 
+import os
 import re
 import time
+import urllib.request
 from collections import Counter
 from typing import Any
 
@@ -36,6 +38,18 @@ from tests.operator.harness import (
     upload,
 )
 from tests.support.kmock_k8s import ApiServer
+
+
+def metrics() -> dict[str, float]:
+    """The operator's /metrics, sample name with labels -> value."""
+    port = os.environ["NAIAD_OPERATOR_METRICS_PORT"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def test_operator_lifecycle(s3: Any, api_server: ApiServer, cluster: FakeCluster, operator: Any) -> None:
@@ -163,6 +177,14 @@ def test_operator_lifecycle(s3: Any, api_server: ApiServer, cluster: FakeCluster
     assert svc["Servable"] == "True" and svc["Ready"] == "False" and svc["ModelsReady"] == "False"
     assert status_of(api, "inferenceservices", "vision")["phase"] == "Degraded"
     assert any("weights are corrupt" in m for m in events(api, "BlockedByFailedLoad"))
+    # the operator's own metrics say it too
+    scraped = metrics()
+    assert scraped['naiad_operator_blocked_models{inferenceservice="vision",namespace="default"}'] == 1
+    assert scraped['naiad_operator_model_load_failures_total{namespace="default"}'] >= 1
+    assert scraped['naiad_operator_syncs_total{result="Succeeded"}'] >= 3
+    assert scraped['naiad_operator_rollout_stage_duration_seconds_count{stage="Load"}'] >= 3
+    assert scraped['naiad_operator_reconcile_duration_seconds_count{kind="InferenceService"}'] >= 5
+    assert scraped.get('naiad_operator_reconcile_errors_total{kind="InferenceService"}', 0) == 0
     time.sleep(2.5)  # two more timer passes: the failed target is not retried
     assert sum("alpha versions [2, 3]" in m for m in events(api, "ModelLoaded")) <= 1
 

@@ -183,6 +183,7 @@ def operator(server: kmock_k8s.ApiServer, namespaces: list[str], workdir: Path) 
         NAIAD_OPERATOR_RECONCILE_INTERVAL="0.5",
         NAIAD_OPERATOR_SYNC_POLL_INTERVAL="0.3",
         NAIAD_OPERATOR_SERVER_IMAGE="naiad/server:test",
+        NAIAD_OPERATOR_METRICS_PORT=str(free_port()),
     )
     log = workdir / "operator.log"
     with log.open("wb") as out:

@@ -16,6 +16,7 @@ from naiad_operator.k8s.cache import Cache
 from naiad_operator.k8s.client import Kube
 from naiad_operator.k8s.modelserver import ModelServer
 from naiad_operator.k8s.pods import PodResolver, pod_address
+from naiad_operator.metrics import Metrics
 from naiad_operator.settings import OperatorSettings
 
 
@@ -25,6 +26,7 @@ class OperatorContext:
     kube: Kube
     server: ModelServer
     resolve: PodResolver = pod_address
+    metrics: Metrics = field(default_factory=Metrics)
     locks: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
     cache: Cache = field(init=False)
     """Reads from the watches (kopf indexes), attached by the first handler call."""
@@ -40,5 +42,6 @@ class OperatorContext:
         self.cache = Cache(self.kube)
 
     async def close(self) -> None:
+        self.metrics.close()
         await self.server.close()
         await self.kube.close()

@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from naiad_operator import API_VERSION, GROUP, VERSION
-from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
+from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus, TransitionStatus
 from naiad_operator.api.modelrepository import ModelRepositorySpec, ModelRepositoryStatus
 from naiad_operator.api.observed import DeploymentObservation, PodObservation
 from naiad_operator.handlers import children, drive, watches
@@ -107,7 +107,12 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
     key = f"{KIND}/{namespace}/{name}"
     async with ctx.locks[key]:
         ctx.queued.discard(key)
-        await _reconcile_locked(ctx, namespace, name)
+        with ctx.metrics.reconcile_seconds.labels(KIND).time():
+            try:
+                await _reconcile_locked(ctx, namespace, name)
+            except Exception:
+                ctx.metrics.reconcile_errors.labels(KIND).inc()
+                raise
 
 
 async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> None:
@@ -170,6 +175,10 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         format_time(datetime.now(UTC)),
         ctx.settings.replica_detail_limit,
     )
+    blocked = sum(m.transition_status is TransitionStatus.BLOCKED_BY_FAILED_LOAD for m in status.models)
+    ctx.metrics.blocked_models.labels(namespace, name).set(blocked)
+    if failures:
+        ctx.metrics.load_failures.labels(namespace).inc(len(failures))
     patch = merge_patch(before.dump(), status.dump())
     if patch:
         await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)

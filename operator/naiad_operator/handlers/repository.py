@@ -91,7 +91,12 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
     key = f"{KIND}/{namespace}/{name}"
     async with ctx.locks[key]:
         ctx.queued.discard(key)
-        await _reconcile_locked(ctx, namespace, name)
+        with ctx.metrics.reconcile_seconds.labels(KIND).time():
+            try:
+                await _reconcile_locked(ctx, namespace, name)
+            except Exception:
+                ctx.metrics.reconcile_errors.labels(KIND).inc()
+                raise
 
 
 async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> None:
@@ -119,6 +124,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
                 status, spec, job, summary, now, ctx.settings.sync_retry_seconds
             )
             _sync_event(body, status)
+            _count_sync(ctx, status)
 
     if syncjob.superseded(spec, status, generation) and status.active_job:
         cancelled = status.active_job
@@ -161,6 +167,16 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     patch = merge_patch(before.dump(), status.dump())
     if patch:
         await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)
+
+
+def _count_sync(ctx: OperatorContext, status: ModelRepositoryStatus) -> None:
+    last = status.last_sync
+    if last is None or last.result is None:
+        return
+    ctx.metrics.syncs.labels(last.result.value).inc()
+    if last.result is not SyncResult.FAILED:
+        ctx.metrics.sync_seconds.observe(last.duration_seconds or 0.0)
+        ctx.metrics.sync_bytes.inc(last.bytes_copied or 0)
 
 
 def _sync_event(body: dict[str, Any], status: ModelRepositoryStatus) -> None:
