@@ -95,6 +95,7 @@ def changed_state(ctx: OperatorContext, body: dict[str, Any], event_type: str | 
         ctx.fingerprints.pop(key, None)
         return True
     status = body.get("status") or {}
+    quiet = event_type == "ADDED" and not status  # just created (often by us): nothing to report yet
     fingerprint = repr(
         (
             status.get("phase"),
@@ -113,7 +114,7 @@ def changed_state(ctx: OperatorContext, body: dict[str, Any], event_type: str | 
     if ctx.fingerprints.get(key) == fingerprint:
         return False
     ctx.fingerprints[key] = fingerprint
-    return True
+    return not quiet
 
 
 async def nudge(ctx: OperatorContext, kind: str, namespace: str, name: str, run: Callable[..., Any]) -> None:
