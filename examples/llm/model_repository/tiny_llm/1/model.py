@@ -50,8 +50,11 @@ class TritonPythonModel:
         self.model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
         self.context = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.default_max_tokens = int(parameters.get("default_max_tokens", "16"))
-        eos = self.tokenizer.eos_token_id
-        self.eos = {eos} if isinstance(eos, int) else set(eos or [])
+        # Chat models often end a turn with a token of their own (Llama 3's <|eot_id|>), listed in the
+        # generation config beside the tokenizer's end-of-text token.
+        self.eos = set()
+        for ids in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            self.eos.update([ids] if isinstance(ids, int) else ids or [])
         timing_log = parameters.get("timing_log", "")
         self.timing_log = open(timing_log, "a", encoding="utf-8") if timing_log else None
         self.arrivals = queue.SimpleQueue()
