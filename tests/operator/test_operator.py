@@ -209,8 +209,12 @@ def test_operator_lifecycle(s3: Any, api_server: ApiServer, cluster: FakeCluster
     assert window[("GET", f"/api/v1/namespaces/{NS}/pods")] == 0
     assert window[("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/vision")] == 0
 
-    # -- delete the repository: the finalizer keeps the claim (retentionPolicy: Retain) ----------------
+    # -- no finalizers: deleting never waits for the operator (an uninstalled one cannot wedge it) --------
+    for plural, name in (("inferenceservices", "vision"), ("modelrepositories", "models")):
+        assert not api.get(f"{GROUP_PATH}/{plural}/{name}")["metadata"].get("finalizers"), plural
+
+    # -- delete the repository: retentionPolicy Retain leaves the claim unowned, so it stays -------------
     api.request("DELETE", f"{GROUP_PATH}/modelrepositories/models")
     eventually(lambda: api.get(f"{GROUP_PATH}/modelrepositories/models") is None, what="repository deleted")
-    assert api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-repository") is not None
-    assert events(api, "ClaimRetained")
+    claim = api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-repository")
+    assert claim is not None and not claim["metadata"].get("ownerReferences")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,9 @@ class OperatorContext:
     """Reads from the watches (kopf indexes), attached by the first handler call."""
     queued: set[str] = field(default_factory=set)
     fingerprints: dict[str, str] = field(default_factory=dict)
+    services: Mapping[Any, Iterable[str]] = field(default_factory=dict)
+    """InferenceService names by (namespace, label value): what the periodic passes go over."""
+    repositories: Mapping[Any, Iterable[str]] = field(default_factory=dict)
     """The last status seen of each watched child, so only real changes trigger a pass."""
     """Objects with a triggered pass waiting for their lock (see ``watches.nudge``)."""
     configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)

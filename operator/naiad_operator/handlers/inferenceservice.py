@@ -27,7 +27,6 @@ from naiad_operator.reconcile.compare import merge_patch
 from naiad_operator.reconcile.repository_mount import RepositoryMount
 from naiad_operator.reconcile.service_status import Observed, service_status
 from naiad_operator.reconcile.syncjob import format_time
-from naiad_operator.settings import load
 
 KIND = "InferenceService"
 PLURAL = "inferenceservices"
@@ -48,14 +47,10 @@ async def changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> 
     await reconcile(ctx, namespace, name)
 
 
-@kopf.timer(
-    GROUP, VERSION, PLURAL, interval=load().reconcile_interval, initial_delay=load().reconcile_interval
-)
-async def tick(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
-    """Level-triggered pass: the truth from every pod, drift repaired; writes nothing when all is well."""
-    ctx = context_of(memo)
-    watches.attach(ctx, kwargs)
-    await reconcile(ctx, namespace, name)
+async def tick(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """Level-triggered pass (``periodic``): the truth from every pod, drift repaired; writes nothing
+    when all is well."""
+    await watches.nudge(ctx, KIND, namespace, name, reconcile)
 
 
 @kopf.on.event("v1", "pods", labels={names.ISVC_LABEL: kopf.PRESENT})

@@ -82,6 +82,7 @@ def attach(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:
     objects.update({key: kwargs[_index_id(plural)] for key, plural in OURS.items()})
     cache.objects = objects
     cache.pods, cache.job_pods = kwargs["cached_server_pods"], kwargs["cached_job_pods"]
+    ctx.services, ctx.repositories = kwargs["services_by_label"], kwargs["repositories_by_label"]
     cache.ready = True
 
 
