@@ -2,9 +2,11 @@
 
 Request:  ``text_input`` (the prompt, one string) and request parameters ``max_tokens``,
           ``temperature`` (0 = greedy), ``top_p``, ``seed``, ``stop`` (one string, or a JSON list of
-          strings) and ``stream`` (false: one response with the whole text, as Triton's ``generate``
-          endpoint needs).  Missing parameters take OpenAI's defaults (temperature 1, top_p 1), the
-          config's ``default_max_tokens`` and ``stream`` true.
+          strings), ``stream`` (false: one response with the whole text, as Triton's ``generate``
+          endpoint needs) and ``add_special_tokens`` (false for a prompt that has them already, as
+          one rendered from the chat template does).  Missing parameters take OpenAI's defaults
+          (temperature 1, top_p 1), the config's ``default_max_tokens``, ``stream`` true and
+          ``add_special_tokens`` true.
 Response: one per generated token with ``text_output`` (the text that token completes: "" while it
           ends inside a UTF-8 character or may be the start of a stop string), then a last response,
           sent with the final flag: the text still held back, ``finish_reason`` ("stop": end of text
@@ -104,7 +106,10 @@ class TritonPythonModel:
             streaming = parameters.get("stream", True)
             if not isinstance(streaming, bool):
                 raise ValueError("parameter 'stream' must be a boolean")
-            ids = self.tokenizer(prompt, return_tensors="pt").input_ids
+            special = parameters.get("add_special_tokens", True)  # false: a prompt from a chat template
+            if not isinstance(special, bool):
+                raise ValueError("parameter 'add_special_tokens' must be a boolean")
+            ids = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=special).input_ids
             if ids.shape[1] == 0:
                 raise ValueError("the prompt is empty")
             if ids.shape[1] >= self.context:
