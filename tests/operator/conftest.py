@@ -15,10 +15,12 @@ import pytest
 from tests.operator.cluster import NS, Api, FakeCluster
 from tests.operator.harness import BUCKET, ROOT
 from tests.support.kmock_k8s import ApiServer
+from tests.support.server import free_port
 
 os.environ.setdefault("NAIAD_OPERATOR_RECONCILE_INTERVAL", "1")
 os.environ.setdefault("NAIAD_OPERATOR_SYNC_POLL_INTERVAL", "0.5")
 os.environ.setdefault("NAIAD_OPERATOR_SYNC_RETRY_SECONDS", "3600")
+os.environ.setdefault("NAIAD_OPERATOR_METRICS_PORT", str(free_port()))
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +43,10 @@ def api_server() -> Iterator[ApiServer]:
 
 
 @pytest.fixture(scope="module")
-def cluster(api_server: ApiServer) -> Iterator[FakeCluster]:
-    fake = FakeCluster(Api(api_server.url), {"AWS_EC2_METADATA_DISABLED": "true"}).start()
+def cluster(api_server: ApiServer, request: pytest.FixtureRequest) -> Iterator[FakeCluster]:
+    """The simulated cluster; a test module shapes it (nodes, GPUs, missing images) with ``CLUSTER``."""
+    shape = getattr(request.module, "CLUSTER", {})
+    fake = FakeCluster(Api(api_server.url), {"AWS_EC2_METADATA_DISABLED": "true"}, **shape).start()
     yield fake
     fake.stop()
     assert not fake.errors, fake.errors

@@ -4,8 +4,8 @@ The real ``naiad-operator`` (a subprocess, started as the chart's Deployment sta
 (``tests/support/kmock_k8s.py``) through one lifecycle that reaches every code path that calls the API: a
 ModelRepository whose claim is created and whose sync Job is created, finished (the test plays the Job
 controller) and read back with its pod; an InferenceService with every optional child (HPA, PDB), then
-with them switched off (so they are deleted); the repository deleted, and its claim with it
-(``retentionPolicy: Delete``). Every request signed with the operator's token is kept.
+with them switched off (so they are deleted); the repository deleted (its claim, owned under
+``retentionPolicy: Delete``, is garbage collection's to delete). Every request signed with the operator's token is kept.
 
 Requests become RBAC triples (API group, resource[/subresource], verb) the way the API server authorizes
 them: a GET of a collection is ``list`` (``watch`` with ``?watch=true``), of an object ``get``; POST is
@@ -105,7 +105,9 @@ class RecordingEmulator(kmock_k8s.K8sEmulator):
                     request.url.path,
                     request.params.get("watch") in ("true", "1"),
                     (headers.get("content-type") or "").split(";")[0].strip(),
-                    _blocking_owners(request.data) if request.method.value.upper() in ("POST", "PATCH") else (),
+                    _blocking_owners(request.data)
+                    if request.method.value.upper() in ("POST", "PATCH")
+                    else (),
                 )
             )
         return await super()._handle(request)
@@ -181,6 +183,7 @@ def operator(server: kmock_k8s.ApiServer, namespaces: list[str], workdir: Path) 
         NAIAD_OPERATOR_RECONCILE_INTERVAL="0.5",
         NAIAD_OPERATOR_SYNC_POLL_INTERVAL="0.3",
         NAIAD_OPERATOR_SERVER_IMAGE="naiad/server:test",
+        NAIAD_OPERATOR_METRICS_PORT=str(free_port()),
     )
     log = workdir / "operator.log"
     with log.open("wb") as out:
@@ -269,7 +272,10 @@ def record(namespaces: list[str], workdir: Path) -> Traffic:
             },
         )
         eventually(lambda: api.get(f"/apis/batch/v1/namespaces/{NS}/jobs/models-sync-1"), "the sync Job")
-        _finish_job(api, "models-sync-1")
+        # a spec change while it runs: the Job (its pod template cannot change) is replaced
+        api.patch(f"{GROUP_PATH}/modelrepositories/models", {"spec": {"sync": {"keepSnapshots": 4}}})
+        eventually(lambda: api.get(f"/apis/batch/v1/namespaces/{NS}/jobs/models-sync-2"), "the new sync Job")
+        _finish_job(api, "models-sync-2")
         eventually(lambda: _phase(api, "modelrepositories", "models") == "Ready", "the repository Ready")
 
         isvc = f"{GROUP_PATH}/inferenceservices/vision"
@@ -287,6 +293,28 @@ def record(namespaces: list[str], workdir: Path) -> Traffic:
                 },
             },
         )
+        # a server pod waiting for its volume: the operator reads the Events about it (FailedMount...)
+        api.create(
+            f"/api/v1/namespaces/{NS}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "vision-0", "labels": {"serving.naiad.dev/inferenceservice": "vision"}},
+                "spec": {"containers": [{"name": "server", "image": "naiad/server:test"}]},
+            },
+        )
+        api.patch(
+            f"/api/v1/namespaces/{NS}/pods/vision-0/status",
+            {
+                "status": {
+                    "phase": "Pending",
+                    "conditions": [{"type": "PodScheduled", "status": "True"}],
+                    "containerStatuses": [
+                        {"name": "server", "state": {"waiting": {"reason": "ContainerCreating"}}}
+                    ],
+                }
+            },
+        )
         hpa = f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers/vision"
         pdb = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/vision"
         eventually(lambda: api.get(hpa) and api.get(pdb), "the HPA and the PDB")
@@ -295,11 +323,11 @@ def record(namespaces: list[str], workdir: Path) -> Traffic:
         api.patch(isvc, {"spec": {"autoscaling": None, "disruption": None}})
         eventually(lambda: api.get(hpa) is None and api.get(pdb) is None, "the HPA and PDB deleted")
 
-        # The deletion handler deletes the claim (retentionPolicy: Delete); the finalizer's release is one
-        # more patch of the ModelRepository, a verb already recorded. It is not waited for: kopf holds it
-        # back while a timer pass is in flight, and then looks again only a minute later.
+        # retentionPolicy Delete: the repository owns its claim, so garbage collection (not the operator,
+        # and no finalizer) deletes it with the repository; KMock has no garbage collector
+        claim = api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-repository")
+        assert [o["kind"] for o in claim["metadata"]["ownerReferences"]] == ["ModelRepository"]
         api.request("DELETE", f"{GROUP_PATH}/modelrepositories/models")
-        claim = f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-repository"
-        eventually(lambda: api.get(claim) is None, "the claim deleted (retentionPolicy: Delete)")
+        eventually(lambda: api.get(f"{GROUP_PATH}/modelrepositories/models") is None, "the repository deleted")
         assert isinstance(server.emulator, RecordingEmulator)
         return replace(rules_of(server.emulator.requests), liveness_ok=healthy(port))

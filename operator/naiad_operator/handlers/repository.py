@@ -11,17 +11,16 @@ from naiad_operator import API_VERSION, GROUP, VERSION
 from naiad_operator.api.modelrepository import (
     ModelRepositorySpec,
     ModelRepositoryStatus,
-    RetentionPolicy,
     SyncResult,
 )
-from naiad_operator.handlers import children
+from naiad_operator.api.observed import PodProblem
+from naiad_operator.handlers import children, watches
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.errors import ConflictError
 from naiad_operator.k8s.jobs import observe_job
 from naiad_operator.reconcile import names, repository_status, storage, syncjob
 from naiad_operator.reconcile.compare import merge_patch, stamp
-from naiad_operator.settings import load
 
 KIND = "ModelRepository"
 PLURAL = "modelrepositories"
@@ -30,38 +29,51 @@ PLURAL = "modelrepositories"
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def changed(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """A new or changed repository: reconcile now rather than at the next tick."""
-    await reconcile(context_of(memo), namespace, name)
+    ctx = context_of(memo)
+    watches.attach(ctx, kwargs)
+    await reconcile(ctx, namespace, name)
 
 
-@kopf.timer(
-    GROUP, VERSION, PLURAL, interval=load().sync_poll_interval, initial_delay=load().sync_poll_interval
-)
-async def tick(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    """Level-triggered pass: finish running syncs, start interval syncs, repair the claim."""
-    await reconcile(context_of(memo), namespace, name)
+async def tick(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """Level-triggered pass (``periodic``): finish running syncs, start interval syncs, repair the claim."""
+    await watches.nudge(ctx, KIND, namespace, name, reconcile)
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL)
-async def deleted(
-    spec: kopf.Spec, namespace: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
+@kopf.on.event("batch", "v1", "jobs", labels={names.REPO_LABEL: kopf.PRESENT, **watches.MANAGED})
+@kopf.on.event("v1", "pods", labels={names.REPO_LABEL: kopf.PRESENT, "job-name": kopf.PRESENT})
+async def job_changed(
+    event: kopf.RawEvent,
+    namespace: str,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    repositories_by_label: kopf.Index[tuple[str, str], str],
+    **kwargs: Any,
 ) -> None:
-    """Honour ``retentionPolicy`` for a claim we created; a user's own claim is never touched."""
-    parsed = ModelRepositorySpec.model_validate(dict(spec))
-    claim = names.claim_name(name, parsed.storage.claim_name)
-    if not storage.owns_claim(parsed) or parsed.retention_policy is RetentionPolicy.RETAIN:
-        kopf.event(body, type="Normal", reason="ClaimRetained", message=f"PersistentVolumeClaim {claim} kept")
+    """A sync Job or its pod changed (finished, stuck): a pass now rather than at the next poll."""
+    repository = watches.owner(repositories_by_label, namespace, labels.get(names.REPO_LABEL))
+    ctx = context_of(memo)
+    body = event.get("object") or {}
+    kind = event.get("type")
+    if kind is None or repository is None:  # the initial listing: resume handlers cover it
         return
-    if await context_of(memo).kube.delete("v1", "PersistentVolumeClaim", namespace, claim):
-        kopf.event(
-            body, type="Normal", reason="ClaimDeleted", message=f"PersistentVolumeClaim {claim} deleted"
-        )
+    if not watches.changed_state(ctx, body, kind):
+        return
+    watches.attach(ctx, kwargs)
+    await watches.nudge(ctx, KIND, namespace, repository, reconcile)
 
 
 async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
-    async with ctx.locks[f"{KIND}/{namespace}/{name}"]:
-        await _reconcile_locked(ctx, namespace, name)
+    key = f"{KIND}/{namespace}/{name}"
+    async with ctx.locks[key]:
+        ctx.queued.discard(key)
+        with ctx.metrics.reconcile_seconds.labels(KIND).time():
+            try:
+                await _reconcile_locked(ctx, namespace, name)
+            except Exception:
+                ctx.metrics.reconcile_errors.labels(KIND).inc()
+                raise
 
 
 async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> None:
@@ -74,19 +86,29 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     before = ModelRepositoryStatus.model_validate(body.get("status") or {})
     now = datetime.now(UTC)
     claim = names.claim_name(name, spec.storage.claim_name)
-    desired_claim = storage.desired_claim(name, namespace, spec)
+    desired_claim = storage.desired_claim(name, namespace, spec, names.owner_reference(KIND, meta))
     if desired_claim is not None:
-        await children.ensure(ctx.kube, stamp(desired_claim))
+        await children.ensure(ctx.cache, stamp(desired_claim))
     status = before.model_copy(update={"claim_name": claim})
 
+    stuck: PodProblem | None = None
     if status.active_job:
-        job = await observe_job(ctx.kube, namespace, status.active_job)
+        job = await observe_job(ctx.cache, namespace, status.active_job)
+        stuck = job.problem if job is not None and not job.finished else None
         if job is None or job.finished:
             summary = syncjob.parse_summary(job.message) if job is not None else None
             status = repository_status.finish_sync(
                 status, spec, job, summary, now, ctx.settings.sync_retry_seconds
             )
             _sync_event(body, status)
+            _count_sync(ctx, status)
+
+    if syncjob.superseded(spec, status, generation) and status.active_job:
+        cancelled = status.active_job
+        await ctx.kube.delete("batch/v1", "Job", namespace, cancelled)
+        status = repository_status.cancel_sync(status, generation, now)
+        stuck = None
+        kopf.event(body, type="Normal", reason="SyncCancelled", message=f"Job {cancelled}: the spec changed")
 
     reason = syncjob.sync_reason(spec, status, generation, now)
     if reason is not None:
@@ -118,10 +140,20 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
             message=f"{reason}: Job {job_name} syncs {spec.source.uri}",
         )
 
-    status = repository_status.with_conditions(status, generation, now)
+    status = repository_status.with_conditions(status, generation, now, stuck if status.active_job else None)
     patch = merge_patch(before.dump(), status.dump())
     if patch:
         await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)
+
+
+def _count_sync(ctx: OperatorContext, status: ModelRepositoryStatus) -> None:
+    last = status.last_sync
+    if last is None or last.result is None:
+        return
+    ctx.metrics.syncs.labels(last.result.value).inc()
+    if last.result is not SyncResult.FAILED:
+        ctx.metrics.sync_seconds.observe(last.duration_seconds or 0.0)
+        ctx.metrics.sync_bytes.inc(last.bytes_copied or 0)
 
 
 def _sync_event(body: dict[str, Any], status: ModelRepositoryStatus) -> None:

@@ -121,6 +121,8 @@ def desired_deployment(
         "readinessProbe": _probe("/v2/health/ready", period=5, failures=2),
         "livenessProbe": _probe("/v2/health/live", period=10, failures=3),
         "volumeMounts": [*mounts, *server.volume_mounts],
+        # a server that dies at start leaves its last log lines as the message status shows
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": server.security_context or security.container(),
     }
     if server.env_from:
