@@ -12,8 +12,13 @@ import pytest
 from tests.repository.clients import RepositoryClient, error_of, eventually, rows
 from tests.repository.conftest import ServerFactory, connect
 from tests.repository.models import set_mark, write_marked
+from tests.support import modes
 from tests.support.models import write_model
 from tests.support.server import ServerProcess
+
+# Model control answers the same in both server modes.
+frontend_workers = modes.frontend_workers
+_server_mode = modes._server_mode
 
 BROKEN_CONFIG = """
 backend: "python"
@@ -36,9 +41,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory, protocol: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path) -> Iterator[ServerProcess]:
+def server(repo: Path, frontend_workers: int) -> Iterator[ServerProcess]:
     args = ["--model-control-mode=explicit", "--load-model=alpha"]
-    with ServerProcess([repo], args) as process:
+    with ServerProcess([repo], args, frontend_workers=frontend_workers) as process:
         yield process
 
 

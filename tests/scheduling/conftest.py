@@ -81,6 +81,6 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="package")
-def server(repo: Path) -> Iterator[ServerProcess]:
-    with ServerProcess([repo]) as process:
+def server(repo: Path, frontend_workers: int) -> Iterator[ServerProcess]:
+    with ServerProcess([repo], frontend_workers=frontend_workers) as process:
         yield process

@@ -28,8 +28,13 @@ from tests.scheduling.models import (
     wait_for,
     write_probe,
 )
+from tests.support import modes
 from tests.support.http import RawResponse
 from tests.support.server import ServerProcess
+
+# Priorities, timeouts, queue policies and cancellation answer the same in both server modes.
+frontend_workers = modes.frontend_workers
+_server_mode = modes._server_mode
 
 
 @pytest.fixture
