@@ -64,6 +64,10 @@ class OperatorSettings(BaseSettings):
     """Port of the operator's own Prometheus ``/metrics`` (0: none). kopf's liveness endpoint keeps
     8080."""
 
+    server_frontend_workers: str = ""
+    """``NAIAD_FRONTEND_WORKERS`` of every server pod (a count, or ``auto``; empty: the server's own
+    default, ``auto``). An InferenceService's ``server.env`` can still set it for one service."""
+
     fixed_user_ids: bool = True
     """Run server pods and sync Jobs as UID/GID/fsGroup 1000 (the images' user). Set false under
     OpenShift's ``restricted-v2``, which assigns them from the namespace's range and refuses fixed ones.

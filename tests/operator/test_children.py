@@ -47,10 +47,11 @@ def _service_children(
     status: InferenceServiceStatus | None = None,
     mount: RepositoryMount = SHARED,
     fixed_ids: bool = True,
+    frontend_workers: str = "",
 ) -> Any:
     parsed = InferenceServiceSpec.model_validate(spec)
     return inference_service_children(
-        samples.OWNER_META, parsed, status or InferenceServiceStatus(), mount, IMAGE, fixed_ids
+        samples.OWNER_META, parsed, status or InferenceServiceStatus(), mount, IMAGE, fixed_ids, frontend_workers
     )
 
 
@@ -202,6 +203,20 @@ def test_per_pod_servers_never_mount_the_claim() -> None:
     # the server reads the copy's current snapshot, even when the service pins one
     assert pod["containers"][0]["args"][0] == "--model-repository=/repository/current"
     assert "server" not in [c["name"] for c in pod["initContainers"]]
+
+
+def _server_env(kids: Any) -> dict[str, Any]:
+    pod = next(o for o in kids.present if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    container = next(c for c in pod["containers"] if c["name"] == "server")
+    return {item["name"]: item.get("value") for item in container["env"]}
+
+
+def test_frontend_workers_default_reaches_server_pods_unless_the_service_sets_it() -> None:
+    spec = samples.inference_service()["spec"]
+    assert "NAIAD_FRONTEND_WORKERS" not in _server_env(_service_children(spec))
+    assert _server_env(_service_children(spec, frontend_workers="8"))["NAIAD_FRONTEND_WORKERS"] == "8"
+    own = {**spec, "server": {**spec.get("server", {}), "env": [{"name": "NAIAD_FRONTEND_WORKERS", "value": "0"}]}}
+    assert _server_env(_service_children(own, frontend_workers="8"))["NAIAD_FRONTEND_WORKERS"] == "0"
 
 
 def test_platform_assigned_user_ids() -> None:

@@ -35,12 +35,15 @@ def inference_service_children(
     mount: RepositoryMount,
     default_image: str,
     fixed_ids: bool = True,
+    frontend_workers: str = "",
 ) -> Children:
     name, namespace = meta["name"], meta["namespace"]
     owner = names.owner_reference("InferenceService", meta)
     present: list[dict[str, Any]] = [
         server.desired_models_configmap(name, namespace, owner, server.startup_models(spec, status)),
-        server.desired_deployment(name, namespace, owner, spec, mount, default_image, fixed_ids),
+        server.desired_deployment(
+            name, namespace, owner, spec, mount, default_image, fixed_ids, frontend_workers
+        ),
         traffic.desired_service(name, namespace, owner),
     ]
     absent: list[ChildRef] = []

@@ -64,6 +64,10 @@ def desired_models_configmap(
     }
 
 
+#: How many frontend worker processes a server runs (see the server's docs/architecture.md).
+FRONTEND_WORKERS_ENV = "NAIAD_FRONTEND_WORKERS"
+
+
 def desired_deployment(
     name: str,
     namespace: str,
@@ -72,7 +76,9 @@ def desired_deployment(
     mount: RepositoryMount,
     default_image: str,
     fixed_ids: bool = True,
+    frontend_workers: str = "",
 ) -> dict[str, Any]:
+    """``frontend_workers``: the default ``NAIAD_FRONTEND_WORKERS`` (the service's ``env`` wins)."""
     server = spec.server
     image = server.image or default_image
     args = [
@@ -94,6 +100,8 @@ def desired_deployment(
         },
         *server.env,
     ]
+    if frontend_workers and not any(item.get("name") == FRONTEND_WORKERS_ENV for item in server.env):
+        env.append({"name": FRONTEND_WORKERS_ENV, "value": frontend_workers})
     template = spec.pod_template
     mounts: list[dict[str, Any]] = [
         {"name": "repository", "mountPath": names.REPOSITORY_MOUNT, "readOnly": True},
