@@ -414,6 +414,7 @@ class ProcessModelInstance:
                 cause,
             )
             self._health.exited(_cause_kind(child))
+            _remove_orphans()  # a region it made but had not handed over yet
             with self._lock:
                 self._unhealthy = self._not_healthy(f"its model process stopped ({cause}) and is restarting")
             if not self._restart(cause):
