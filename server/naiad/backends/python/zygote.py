@@ -120,7 +120,8 @@ def describe_status(code: int | None) -> str:
 
 
 class Zygote:
-    """The engine's end of the template process; started on first use, shared by every model."""
+    """The engine's end of the template process; started on first use, shared by every model, and
+    gone with the engine (its socket closes)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -172,19 +173,6 @@ class Zygote:
             )
         self._control = ours
         return ours
-
-    def close(self) -> None:
-        """Stop the template (its model processes die with it)."""
-        with self._lock:
-            if self._control is not None:
-                self._control.close()
-                self._control = None
-            if self._process is not None:
-                try:
-                    self._process.wait(10.0)
-                except subprocess.TimeoutExpired:
-                    self._process.kill()
-                    self._process.wait()
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:
