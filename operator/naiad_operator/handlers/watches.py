@@ -10,6 +10,7 @@ for the object's lock, further changes add nothing (the queued pass will see the
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +79,9 @@ def attach(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:
     cache = ctx.cache
     if cache.ready:
         return
+    # kopf.event() reads its queue from context variables that kopf sets only inside its handlers: the
+    # periodic passes run in a copy of this handler's context, or their Events would be lost
+    ctx.handler_context = contextvars.copy_context()
     objects = {key: kwargs[_index_id(plural)] for key, (_, _, plural) in OWNED.items()}
     objects.update({key: kwargs[_index_id(plural)] for key, plural in OURS.items()})
     cache.objects = objects
