@@ -367,11 +367,13 @@ def test_a_server_killed_with_sigkill_leaves_no_model_process_behind(tmp_path: P
         time.sleep(0.5)
         tree = _descendants(server.process.pid)
         assert len(tree) >= 3  # the template and two model processes
+        assert _shm_files([server.process.pid])  # the hung execution's inputs
         server.stop(signal.SIGKILL)
         deadline = time.monotonic() + 10
         while any(_alive(pid) for pid in tree) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert [pid for pid in tree if _alive(pid)] == []
+        assert _shm_files([server.process.pid, *tree]) == []
 
 
 def _hang_until_the_server_dies(server: ServerProcess) -> None:

@@ -273,7 +273,8 @@ def serve(control_fd: int) -> int:
         if len(header) < 4 or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
-            return 0  # the engine went away: leaving kills every model process (PDEATHSIG)
+            _leave(statuses)
+            return 0
         (size,) = struct.unpack("I", header)
         argv, env = pickle.loads(_read_exactly(control, size))
         pid = os.fork()
@@ -283,6 +284,25 @@ def serve(control_fd: int) -> int:
         os.close(fds[2])
         statuses[pid] = fds[1]
         control.sendall(_STATUS.pack(pid))
+
+
+def _leave(statuses: dict[int, int]) -> None:
+    """The engine went away (killed, even with SIGKILL, or exiting): stop every model process left
+    and remove the shared-memory files that the engine and they no longer can (an execution that was
+    running holds its input region's file until its answer, which will never be read now)."""
+    for pid in statuses:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in statuses:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    from naiad.backends.python import shm
+
+    shm.remove_orphans()
 
 
 def _preload() -> None:
