@@ -11,7 +11,7 @@ for the object's lock, further changes add nothing (the queued pass will see the
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -90,7 +90,7 @@ def attach(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:
     cache.ready = True
 
 
-def changed_state(ctx: OperatorContext, body: dict[str, Any], event_type: str | None) -> bool:
+def changed_state(ctx: OperatorContext, body: Mapping[str, Any], event_type: str | None) -> bool:
     """Whether a watched object's status moved in a way a pass cares about (readiness, counts,
     conditions, container states); our own writes to a Deployment's spec, and repeated events with the
     same status, trigger nothing. Remembered per object in memory; a deletion always counts."""
