@@ -31,6 +31,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -258,6 +259,7 @@ def serve(control_fd: int) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the group: the engine decides
     statuses: dict[int, int] = {}
+    engine = os.getppid()
     gc.freeze()  # what was imported so far stays shared with every fork
     while True:
         readable, _, _ = select.select([control, wake_r], [], [])
@@ -273,7 +275,7 @@ def serve(control_fd: int) -> int:
         if len(header) < 4 or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
-            _leave(statuses)
+            _leave(statuses, engine)
             return 0
         (size,) = struct.unpack("I", header)
         argv, env = pickle.loads(_read_exactly(control, size))
@@ -286,10 +288,11 @@ def serve(control_fd: int) -> int:
         control.sendall(_STATUS.pack(pid))
 
 
-def _leave(statuses: dict[int, int]) -> None:
+def _leave(statuses: dict[int, int], engine: int) -> None:
     """The engine went away (killed, even with SIGKILL, or exiting): stop every model process left
-    and remove the shared-memory files that the engine and they no longer can (an execution that was
-    running holds its input region's file until its answer, which will never be read now)."""
+    and, once the engine has exited, remove the shared-memory files that it and they no longer can
+    (an execution that was running holds its input region's file until its answer, which will never
+    be read now)."""
     for pid in statuses:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -300,6 +303,9 @@ def _leave(statuses: dict[int, int]) -> None:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
+    deadline = time.monotonic() + 2.0
+    while os.getppid() == engine and time.monotonic() < deadline:  # until the engine has exited
+        time.sleep(0.01)
     from naiad.backends.python import shm
 
     shm.remove_orphans()
