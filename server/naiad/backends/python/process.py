@@ -10,7 +10,10 @@ outputs placed in a region of its own (see :mod:`naiad.backends.python.shm`).  `
 the model process asks the engine, which answers from the live request.  While an execution runs, the
 model process also sends a decoupled model's responses as they come, and forwards the model's BLS
 calls, which the engine makes on the instance's thread and answers.  ``execute`` blocks in socket I/O,
-releasing the GIL, so N instances compute in N processes at once.
+releasing the GIL, so N instances compute in N processes at once.  A single instance that only ever
+answers executions (not decoupled, no BLS) is driven from the event loop instead (``start_on_loop``),
+with executions sent ahead under load.  Log records come through a pipe of their own
+(:mod:`naiad.backends.python.logrelay`).
 
 A watcher thread per instance learns at once that the model process ended (the template reports its
 exit status), kills it when it crosses the model's memory limit or runs one execution past the
@@ -137,11 +140,6 @@ class ProcessModelInstance:
             target=self._watch, name=f"naiad-watch-{spec.instance_name}", daemon=True
         )
         self._watcher.start()
-
-    @property
-    def pid(self) -> int:
-        """The current model process's id (tests and the isolation benchmark read it)."""
-        return self._child.process.pid
 
     @property
     def loop_driven(self) -> bool:
@@ -416,6 +414,7 @@ class ProcessModelInstance:
                 cause,
             )
             self._health.exited(_cause_kind(child))
+            _remove_orphans()  # a region it made but had not handed over yet
             with self._lock:
                 self._unhealthy = self._not_healthy(f"its model process stopped ({cause}) and is restarting")
             if not self._restart(cause):

@@ -31,6 +31,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -44,8 +45,9 @@ log = logging.getLogger(__name__)
 SOURCE_ROOT = str(Path(__file__).resolve().parents[3])
 _PR_SET_PDEATHSIG = 1
 _STATUS = struct.Struct("i")
-#: The exit status reported when the template went away before the process's own status came.
-UNKNOWN_STATUS = 255
+#: The exit status recorded when the template went away before reporting the process's own (no
+#: real status is this low: signals are -1..-64).
+UNKNOWN_STATUS = -1000
 
 
 class ModelProcess:
@@ -110,6 +112,8 @@ def describe_status(code: int | None) -> str:
     """``exit status 3``, ``killed by signal 11 (SIGSEGV)``, or that it did not end."""
     if code is None:
         return "did not exit"
+    if code == UNKNOWN_STATUS:
+        return "ended with the model process template (status unknown)"
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -120,7 +124,8 @@ def describe_status(code: int | None) -> str:
 
 
 class Zygote:
-    """The engine's end of the template process; started on first use, shared by every model."""
+    """The engine's end of the template process; started on first use, shared by every model, and
+    gone with the engine (its socket closes)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -172,19 +177,6 @@ class Zygote:
             )
         self._control = ours
         return ours
-
-    def close(self) -> None:
-        """Stop the template (its model processes die with it)."""
-        with self._lock:
-            if self._control is not None:
-                self._control.close()
-                self._control = None
-            if self._process is not None:
-                try:
-                    self._process.wait(10.0)
-                except subprocess.TimeoutExpired:
-                    self._process.kill()
-                    self._process.wait()
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:
@@ -267,6 +259,7 @@ def serve(control_fd: int) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the group: the engine decides
     statuses: dict[int, int] = {}
+    engine = os.getppid()
     gc.freeze()  # what was imported so far stays shared with every fork
     while True:
         readable, _, _ = select.select([control, wake_r], [], [])
@@ -282,7 +275,8 @@ def serve(control_fd: int) -> int:
         if len(header) < 4 or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
-            return 0  # the engine went away: leaving kills every model process (PDEATHSIG)
+            _leave(statuses, engine)
+            return 0
         (size,) = struct.unpack("I", header)
         argv, env = pickle.loads(_read_exactly(control, size))
         pid = os.fork()
@@ -292,6 +286,29 @@ def serve(control_fd: int) -> int:
         os.close(fds[2])
         statuses[pid] = fds[1]
         control.sendall(_STATUS.pack(pid))
+
+
+def _leave(statuses: dict[int, int], engine: int) -> None:
+    """The engine went away (killed, even with SIGKILL, or exiting): stop every model process left
+    and, once the engine has exited, remove the shared-memory files that it and they no longer can
+    (an execution that was running holds its input region's file until its answer, which will never
+    be read now)."""
+    for pid in statuses:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in statuses:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    deadline = time.monotonic() + 2.0
+    while os.getppid() == engine and time.monotonic() < deadline:  # until the engine has exited
+        time.sleep(0.01)
+    from naiad.backends.python import shm
+
+    shm.remove_orphans()
 
 
 def _preload() -> None:
