@@ -168,6 +168,32 @@ def response_parameters(checkouts: Checkouts) -> Suite:
     return Suite("qa-response_parameters", build, (script,))
 
 
+def bls_parameters(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/bls/bls_parameters_test.py: request parameters passed on through BLS."""
+
+    def build(repo: Path) -> None:
+        qa_model(checkouts, repo, "bls_parameters")
+
+    script = _pytest(checkouts, "L0_backend_python/bls", "bls_parameters_test.py")
+    return Suite("qa-bls_parameters", build, (script,))
+
+
+def model_control(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/model_control: loading and unloading an ensemble of a Python model."""
+
+    def build(repo: Path) -> None:
+        qa_model(checkouts, repo, "identity_fp32")
+        ensemble = repo / "simple_identity_fp32"
+        (ensemble / "1").mkdir(parents=True)
+        shutil.copyfile(
+            checkouts.qa / "python_models" / "simple_identity_fp32" / "config.pbtxt",
+            ensemble / "config.pbtxt",
+        )
+
+    script = _pytest(checkouts, "L0_backend_python/model_control", "model_control_test.py")
+    return Suite("qa-model_control", build, (script,), ("--model-control-mode=explicit",))
+
+
 def aio_clients(
     checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
 ) -> list[Suite]:
@@ -199,5 +225,7 @@ def qa_suites(
         lifecycle(checkouts),
         decoupled(checkouts),
         response_parameters(checkouts),
+        bls_parameters(checkouts),
+        model_control(checkouts),
         *aio_clients(checkouts, http_repository, grpc_repository),
     ]
