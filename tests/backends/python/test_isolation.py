@@ -407,4 +407,4 @@ def test_a_template_process_killed_from_outside_takes_its_model_processes_which_
             time.sleep(0.05)
         assert not _alive(pid)  # a model process never outlives its template
         assert _served_again(server, "segv", pid) != pid  # a new template, a new model process
-        assert "ended with the model process template (status unknown)" in server.log()
+        assert f"(pid {pid}) stopped: " in server.log()

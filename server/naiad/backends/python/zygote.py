@@ -303,7 +303,7 @@ def _leave(statuses: dict[int, int], engine: int) -> None:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + 10.0
     while os.getppid() == engine and time.monotonic() < deadline:  # until the engine has exited
         time.sleep(0.01)
     from naiad.backends.python import shm
