@@ -30,7 +30,7 @@ from naiad.frontends.metrics import MetricsEndpoint
 from naiad.metrics.registry import ServerMetrics
 from naiad.repository.manager import ModelRepository, RepositoryUnavailable
 from naiad.scheduling.cache import ResponseCache, parse_cache_config
-from naiad.scheduling.rate_limiter import RateLimiter, install, parse_resource
+from naiad.scheduling.rate_limiter import RateLimiter, parse_resource
 from naiad.settings import ServerSettings
 from naiad.tracing.config import parse_trace_config
 from naiad.tracing.tracer import Tracer
@@ -46,6 +46,8 @@ def configure_logging(settings: ServerSettings) -> None:
 async def serve(settings: ServerSettings) -> int:
     cache_size = parse_cache_config(settings.cache_config)
     response_cache = ResponseCache(cache_size) if cache_size is not None else None
+    resources = [parse_resource(text) for text in settings.rate_limit_resources]
+    rate_limiter = RateLimiter(resources) if settings.rate_limit == "execution_count" else None
     repository = ModelRepository(
         settings.model_repositories,
         auto_complete=not settings.disable_auto_complete_config,
@@ -56,10 +58,9 @@ async def serve(settings: ServerSettings) -> int:
         poll_secs=settings.repository_poll_secs,
         cache_dir=settings.repository_cache_dir,
         response_cache=response_cache,
+        rate_limiter=rate_limiter,
     )
     tracer = Tracer(parse_trace_config(settings.trace_config))
-    resources = [parse_resource(text) for text in settings.rate_limit_resources]
-    install(RateLimiter(resources) if settings.rate_limit == "execution_count" else None)
     shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
     dataplane = DataPlane(
         repository,

@@ -30,6 +30,7 @@ from naiad.repository.model import ModelState, ModelVersion
 from naiad.repository.overrides import LoadRequest, OverrideError, write_model_files
 from naiad.repository.warmup import run_warmup, warmup_samples
 from naiad.scheduling.factory import create_scheduler
+from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.scheduling.worker import InstanceWorker
 
 log = logging.getLogger("naiad.repository")
@@ -74,9 +75,12 @@ class LoadPlan:
 class ModelLoader:
     """Polls models and builds versions; every method blocks and runs off the event loop."""
 
-    def __init__(self, *, auto_complete: bool = True, gpu_count: int = 0) -> None:
+    def __init__(
+        self, *, auto_complete: bool = True, gpu_count: int = 0, rate_limiter: RateLimiter | None = None
+    ) -> None:
         self.auto_complete = auto_complete
         self.gpu_count = gpu_count
+        self.rate_limiter = rate_limiter
 
     def poll(self, name: str, location: ModelLocation | None, request: LoadRequest | None) -> LoadPlan:
         """Find and configure ``name``; :class:`PollError` or :class:`NoVersionsError` on failure."""
@@ -199,7 +203,8 @@ class ModelLoader:
             for worker in workers:
                 worker.close()
             raise
-        scheduler = create_scheduler(config, workers, plan.path)  # owns the workers, even if it raises
+        # the scheduler owns the workers from here on, even if it raises
+        scheduler = create_scheduler(config, workers, plan.path, self.rate_limiter)
         model_version = ModelVersion(
             version,
             ModelState.READY,

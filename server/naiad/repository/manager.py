@@ -44,6 +44,7 @@ from naiad.repository.poller import Poller
 from naiad.repository.roots import CloudRoot, open_root
 from naiad.repository.sync.engine import SyncError
 from naiad.scheduling.cache import ResponseCache
+from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.settings import ModelControlMode
 
 log = logging.getLogger("naiad.repository")
@@ -91,14 +92,18 @@ class ModelRepository:
         poll_secs: float = 15,
         cache_dir: Path | None = None,
         response_cache: ResponseCache | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
-        """``response_cache``: the server's (``--cache-config``), for ensembles' steps."""
+        """``response_cache``: the server's (``--cache-config``), for ensembles' steps;
+        ``rate_limiter``: the server's (``--rate-limit``), handed to every version's scheduler."""
         self.roots = [open_root(str(r), cache_dir or default_cache_dir()) for r in repositories]
         self.response_cache = response_cache
         self.mode = mode
         self.startup_models = list(startup_models)
         self.poll_secs = poll_secs
-        self._loader = ModelLoader(auto_complete=auto_complete, gpu_count=gpu_count)
+        self._loader = ModelLoader(
+            auto_complete=auto_complete, gpu_count=gpu_count, rate_limiter=rate_limiter
+        )
         self._models: dict[str, Model] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._polling: set[str] = set()

@@ -13,17 +13,20 @@ from typing import Any
 
 from naiad.scheduling.dynamic_batcher import DynamicBatchScheduler
 from naiad.scheduling.policy import policy_of
-from naiad.scheduling.rate_limiter import installed
+from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.scheduling.scheduler import Scheduler
 from naiad.scheduling.sequence_batcher import SequenceBatchScheduler
 from naiad.scheduling.sequence_settings import sequence_settings_of
 from naiad.scheduling.worker import InstanceWorker
 
 
-def create_scheduler(config: Any, workers: Sequence[InstanceWorker], model_dir: Path) -> Scheduler:
+def create_scheduler(
+    config: Any, workers: Sequence[InstanceWorker], model_dir: Path, limiter: RateLimiter | None = None
+) -> Scheduler:
     """The scheduler for a model version whose normalized ``ModelConfig`` is ``config``.
 
-    ``model_dir`` is the model's folder, where the sequence batcher finds ``initial_state`` files.
+    ``model_dir`` is the model's folder, where the sequence batcher finds ``initial_state`` files;
+    ``limiter`` is the server's rate limiter (``--rate-limit=execution_count``), ``None`` when off.
 
     Raises :class:`~naiad.core.errors.InvalidArgumentError` for an invalid ``dynamic_batching`` or
     ``sequence_batching`` section, or for instance resources the rate limiter can never grant (the
@@ -31,7 +34,6 @@ def create_scheduler(config: Any, workers: Sequence[InstanceWorker], model_dir: 
     belong to the scheduler from here on, even when this raises.
     """
     try:
-        limiter = installed()
         if limiter is not None:
             limiter.attach(config, workers)
         if config.HasField("sequence_batching"):

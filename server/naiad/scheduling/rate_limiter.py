@@ -152,21 +152,3 @@ def _instance_groups(config: Any) -> Iterator[tuple[Any, int]]:
             for _ in range(group.count):
                 yield group, device
 
-
-class _Installed:
-    """The limiter of this server process, or ``None`` when rate limiting is off.
-
-    Set once by the composition root at start-up; the scheduler factory consults it when a version
-    loads.  A process-wide value because the limit is process-wide: every model's instances draw
-    from the same resource counts.
-    """
-
-    limiter: RateLimiter | None = None
-
-
-def install(limiter: RateLimiter | None) -> None:
-    _Installed.limiter = limiter
-
-
-def installed() -> RateLimiter | None:
-    return _Installed.limiter
