@@ -188,3 +188,23 @@ def test_node_cache_storage(s3: Any, cluster: FakeCluster, operator: Any) -> Non
         copy = cluster.node_dir(node, f"{ROOT}/{NS}/models")
         one, two = (copy / "snapshots" / s.removeprefix("sha256:") / "alpha" for s in (first, second))
         assert (one / "config.pbtxt").stat().st_ino == (two / "config.pbtxt").stat().st_ino
+
+
+def test_restricted_check_refuses_what_baseline_refuses() -> None:
+    """The check above can fail: a hostPath volume (the obvious way to reach a node's disk), a root
+    container or a missing seccomp profile are each named."""
+    container = {
+        "name": "server",
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    pod = {
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": [{"name": "cache", "hostPath": {"path": "/var/lib/naiad"}}],
+    }
+    assert restricted_violations(pod) == ["volume cache: ['hostPath']"]
+    pod["volumes"] = []
+    assert restricted_violations(pod) == []
+    container["securityContext"] = {**container["securityContext"], "runAsUser": 0}
+    pod["securityContext"] = {"runAsNonRoot": True}
+    assert restricted_violations(pod) == ["server: may run as root", "server: seccomp"]
