@@ -14,7 +14,6 @@ from typing import Any
 from tests.operator.cluster import NS, FakeCluster, ServerPod
 from tests.operator.harness import (
     GROUP_PATH,
-    IDENTITY_PY,
     conditions,
     eventually,
     index,
@@ -25,8 +24,9 @@ from tests.operator.harness import (
     trigger_sync,
     upload,
 )
+from tests.support.models import IDENTITY_PY
 
-CLUSTER = {"nodes": {"node-a": {}, "node-b": {}}}
+CLUSTER: dict[str, Any] = {"nodes": {"node-a": {}, "node-b": {}}}
 ROOT = "/var/lib/naiad/node-cache"  # the operator's default NAIAD_OPERATOR_NODE_CACHE_PATH
 #: Pod Security Standards, ``restricted``: the volume types it allows.
 RESTRICTED_VOLUMES = {
@@ -157,9 +157,9 @@ def test_node_cache_storage(s3: Any, cluster: FakeCluster, operator: Any) -> Non
     # -- a second pod on each node finds the files there and copies nothing -------------------------------
     api.patch(f"{GROUP_PATH}/inferenceservices/vision", {"spec": {"replicas": 3}})
     eventually(lambda: len(_serving(cluster)) == 3, what="3 pods serving")
-    copied = _first_per_node(cluster, _serving(cluster))
-    assert {node: len(c) for node, c in copied.items()} == {"node-a": 2, "node-b": 1}, copied
-    assert copied["node-a"][0] == copied["node-b"][0] > 0 and copied["node-a"][1] == 0, copied
+    per_node = _first_per_node(cluster, _serving(cluster))
+    assert {node: len(c) for node, c in per_node.items()} == {"node-a": 2, "node-b": 1}, per_node
+    assert per_node["node-a"][0] == per_node["node-b"][0] > 0 and per_node["node-a"][1] == 0, per_node
     for pod in _serving(cluster):
         assert infer_version(pod.url, "alpha") == "1"
 
@@ -177,10 +177,10 @@ def test_node_cache_storage(s3: Any, cluster: FakeCluster, operator: Any) -> Non
     eventually(lambda: len(_serving(cluster)) == 3, what="3 new pods serving")
     new = _serving(cluster)
     assert all(_pulls(cluster, p)[0] == second for p in new)
-    copied = _first_per_node(cluster, new)
-    assert sorted(copied) == ["node-a", "node-b"]
-    for per_node in copied.values():
-        assert per_node[0] == len(changed.encode()) and not any(per_node[1:]), copied
+    per_node = _first_per_node(cluster, new)
+    assert sorted(per_node) == ["node-a", "node-b"]
+    for pulls in per_node.values():
+        assert pulls[0] == len(changed.encode()) and not any(pulls[1:]), per_node
     for pod in new:
         assert index(pod.url)["alpha"]["2"] == "READY"
         assert infer_version(pod.url, "alpha") == "2"
@@ -193,11 +193,9 @@ def test_node_cache_storage(s3: Any, cluster: FakeCluster, operator: Any) -> Non
 def test_restricted_check_refuses_what_baseline_refuses() -> None:
     """The check above can fail: a hostPath volume (the obvious way to reach a node's disk), a root
     container or a missing seccomp profile are each named."""
-    container = {
-        "name": "server",
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-    }
-    pod = {
+    hardened: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    container: dict[str, Any] = {"name": "server", "securityContext": hardened}
+    pod: dict[str, Any] = {
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container],
         "volumes": [{"name": "cache", "hostPath": {"path": "/var/lib/naiad"}}],
@@ -205,6 +203,6 @@ def test_restricted_check_refuses_what_baseline_refuses() -> None:
     assert restricted_violations(pod) == ["volume cache: ['hostPath']"]
     pod["volumes"] = []
     assert restricted_violations(pod) == []
-    container["securityContext"] = {**container["securityContext"], "runAsUser": 0}
+    container["securityContext"] = {**hardened, "runAsUser": 0}
     pod["securityContext"] = {"runAsNonRoot": True}
     assert restricted_violations(pod) == ["server: may run as root", "server: seccomp"]
