@@ -8,10 +8,16 @@ node, and the pod spec a ``restricted`` namespace would admit, not what the oper
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
-from tests.operator.cluster import NS, FakeCluster, ServerPod
+from naiad_operator.api.modelrepository import ModelRepositorySpec, StorageMode
+from naiad_operator.reconcile.repository_mount import TERMINATION_LOG, RepositoryMount
+
+from tests.operator.cluster import BIN, NS, FakeCluster, ServerPod
 from tests.operator.harness import (
     GROUP_PATH,
     conditions,
@@ -24,7 +30,7 @@ from tests.operator.harness import (
     trigger_sync,
     upload,
 )
-from tests.support.models import IDENTITY_PY
+from tests.support.models import IDENTITY_PY, identity_config, write_model
 
 CLUSTER: dict[str, Any] = {"nodes": {"node-a": {}, "node-b": {}}}
 ROOT = "/var/lib/naiad/node-cache"  # the operator's default NAIAD_OPERATOR_NODE_CACHE_PATH
@@ -206,3 +212,31 @@ def test_restricted_check_refuses_what_baseline_refuses() -> None:
     container["securityContext"] = {**hardened, "runAsUser": 0}
     pod["securityContext"] = {"runAsNonRoot": True}
     assert restricted_violations(pod) == ["server: may run as root", "server: seccomp"]
+
+
+def test_pods_starting_together_on_a_node_take_turns(tmp_path: Path) -> None:
+    """Two init steps at once on one node's copy: the sync's lock turns one away (exit status 7), it
+    tries again and then finds every file there. Both succeed; the bytes are copied once."""
+    source = tmp_path / "source"
+    model = write_model(source, "alpha", identity_config("alpha", "TYPE_FP32"), IDENTITY_PY)
+    (model / "1" / "weights.bin").write_bytes(b"\0" * (256 << 20))  # long enough for the syncs to overlap
+    spec = ModelRepositorySpec.model_validate({"source": {"uri": "source"}, "storage": {"mode": "nodeCache"}})
+    mount = RepositoryMount("models-node-cache", StorageMode.NODE_CACHE, spec, None)
+    (init,), _ = mount.init_containers("naiad/server:test", "IfNotPresent")
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **{e["name"]: e["value"] for e in init["env"]}}
+    cache = tmp_path / "node-a"
+    cache.mkdir()
+
+    def start(n: int) -> subprocess.Popen[str]:
+        log = str(tmp_path / f"termination{n}")
+        paths = {"/repository": str(cache), "/tmp": str(tmp_path / f"tmp{n}"), TERMINATION_LOG: log}
+        (tmp_path / f"tmp{n}").mkdir()
+        command = [re.sub("|".join(map(re.escape, paths)), lambda m: paths[m.group(0)], a) for a in init["command"]]
+        # relative to tmp_path: the source folder's own path must not contain the mapped /tmp
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+
+    pods = [start(n) for n in range(2)]
+    outputs = [p.communicate(timeout=60)[0] for p in pods]
+    assert [p.returncode for p in pods] == [0, 0], outputs
+    copied = sorted(int(re.findall(r"(\d+) bytes copied", out)[-1]) for out in outputs)
+    assert copied[0] == 0 and copied[1] > 256 << 20, outputs
