@@ -18,6 +18,8 @@ from typing import Any
 from google.protobuf import json_format
 
 from naiad.backends.base import InstanceContext
+from naiad.backends.python import pb_utils
+from naiad.backends.python.custom_metrics import CustomMetrics
 from naiad.backends.python.instance import PythonModelInstance
 from naiad.backends.python.launcher import Launcher
 from naiad.backends.python.process import ProcessModelInstance
@@ -75,6 +77,10 @@ class PythonBackend:
 
     def __init__(self) -> None:
         self._launcher = Launcher()
+        #: ``pb_utils.MetricFamily`` of every Python model, exported on ``/metrics``; models in the
+        #: engine write to its store directly (``pb_utils`` has no other way to find it).
+        self.custom_metrics = CustomMetrics()
+        pb_utils.metric_store = self.custom_metrics.local
 
     def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
         """Let ``TritonPythonModel.auto_complete_config`` fill the config, as Triton does, in a
@@ -116,4 +122,4 @@ class PythonBackend:
         spec = model_spec(context)
         if options.in_process:
             return PythonModelInstance(spec)
-        return ProcessModelInstance(spec, options, self._launcher, context.health)
+        return ProcessModelInstance(spec, options, self._launcher, context.health, self.custom_metrics)
