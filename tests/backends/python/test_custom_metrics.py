@@ -4,7 +4,7 @@
 and version labels, incremented per execution, and its value read back in the model) and adds a
 gauge and a histogram.  It answers ``OUTPUT0 = [counter value, gauge value, whether a counter refused
 ``set`` and a negative increment]``.  The same model runs in a model process and in the server
-process; its families leave ``/metrics`` when it is unloaded.  The expected lines are those real
+process; a family it deletes, and its families when it is unloaded, leave ``/metrics``.  The expected lines are those real
 Triton 2.51 printed for the same families (family order aside).
 """
 
@@ -40,8 +40,13 @@ class TritonPythonModel:
             name=f"{name}_inputs", description="Inputs seen", kind=pb_utils.MetricFamily.HISTOGRAM
         )
         self.histogram = self.histograms.Metric(labels={"m": name}, buckets=[1.0, 2.5, 10.0])
+        self.dropped = pb_utils.MetricFamily(name=f"{name}_dropped", description="Gone", kind=pb_utils.MetricFamily.GAUGE)
+        self.dropped_metric = self.dropped.Metric()
 
     def execute(self, requests):
+        if hasattr(self, "dropped"):  # deleting a family takes it off /metrics
+            del self.dropped_metric
+            del self.dropped
         responses = []
         for request in requests:
             x = float(pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()[0])
@@ -111,6 +116,7 @@ def _until(server: ServerProcess, wanted: object, present: bool = True) -> str:
 def test_custom_metrics_reach_metrics_with_values_the_model_reads_and_leave_with_it(
     server: ServerProcess, model: str
 ) -> None:
+    _until(server, f"# TYPE {model}_dropped gauge\n{model}_dropped 0\n")
     with httpclient.InferenceServerClient(server.http_url) as client:
         assert _infer(client, model, 2.0) == [2.0, 2.0, 1.0]
         assert _infer(client, model, 3.0) == [5.0, 3.0, 1.0]
@@ -131,6 +137,7 @@ def test_custom_metrics_reach_metrics_with_values_the_model_reads_and_leave_with
 {model}_inputs_bucket{{m="{model}",le="+Inf"}} 2
 """
         assert expected in text
+        assert f"{model}_dropped" not in text
         client.unload_model(model)
     text = _until(server, f"# TYPE {model}_latency ", present=False)
     for family in ("latency", "last", "inputs"):
