@@ -73,6 +73,7 @@ class ServerPod:
     process: subprocess.Popen[bytes]
     log: Path
     template: str = ""
+    grpc_port: int = 0
     ready: bool = False
     restarts: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -97,6 +98,9 @@ class FakeCluster:
     pod_counts: dict[str, int] = field(default_factory=dict)
     removed: list[ServerPod] = field(default_factory=list)
     init_messages: dict[str, list[str]] = field(default_factory=dict)
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each pod's spec as the kubelet runs it (preStop hook, grace period), by pod name."""
+    terminating: list[threading.Thread] = field(default_factory=list)
     _root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="naiad-cluster-")))
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -113,6 +117,8 @@ class FakeCluster:
             self._thread.join(30)
         for pod in [*(p for pods in self.pods.values() for p in pods), *self.surges.values()]:
             _kill(pod.process)
+        for thread in self.terminating:
+            thread.join(60)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -150,6 +156,8 @@ class FakeCluster:
 
     def _environment(self, container: dict[str, Any]) -> dict[str, str]:
         env = {"PATH": f"{BIN}:{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1", **self.env}
+        if os.environ.get("PYTHONPATH"):  # a checkout run against another checkout's venv runs its own code
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         for source in container.get("envFrom") or []:
             secret = self.api.get(f"/api/v1/namespaces/{NS}/secrets/{source['secretRef']['name']}")
             env.update((secret or {}).get("stringData") or {})
@@ -243,8 +251,13 @@ class FakeCluster:
     # ---- Deployments and their pods ---------------------------------------------------------------
 
     def _run_deployments(self) -> None:
-        for deployment in self.api.items(f"/apis/apps/v1/namespaces/{NS}/deployments"):
+        deployments = self.api.items(f"/apis/apps/v1/namespaces/{NS}/deployments")
+        for deployment in deployments:
             self._reconcile_deployment(deployment)
+        present = {d["metadata"]["name"] for d in deployments}
+        for name in [n for n in self.pods if n not in present]:  # garbage collection of a deleted owner
+            for pod in [*self.pods.pop(name), *([self.surges.pop(name)] if name in self.surges else [])]:
+                self._remove_pod(pod)
 
     def _reconcile_deployment(self, deployment: dict[str, Any]) -> None:
         """Start pods up to ``replicas``; replace pods of an older template one at a time, the new pod
@@ -252,8 +265,13 @@ class FakeCluster:
         name = deployment["metadata"]["name"]
         template = json.dumps(deployment["spec"]["template"], sort_keys=True)
         pods = self.pods.setdefault(name, [])
-        while len(pods) < int(deployment["spec"].get("replicas", 1)):
+        replicas = int(deployment["spec"].get("replicas", 1))
+        while len(pods) < replicas:
             pods.append(self._start_pod(deployment, self._pod_name(name)))
+        while len(pods) > replicas:  # a ReplicaSet scales down the not-ready first, then the newest
+            going = min(pods, key=lambda p: (p.ready, -p.started))
+            pods.remove(going)
+            self._remove_pod(going)
         stale = [p for p in pods if p.template != template]
         surge = self.surges.get(name)
         if stale and surge is None:
@@ -269,6 +287,8 @@ class FakeCluster:
         ready = 0
         for pod in [*pods, *([self.surges[name]] if name in self.surges else [])]:
             if pod.process.poll() is not None:  # crashed (e.g. no snapshot yet): restart it, like a kubelet
+                if pod.ready:  # a dead container is not Ready: its endpoint goes at once
+                    self._set_ready(pod, False)
                 if time.monotonic() - pod.attempted < 1.0:  # with a back-off
                     continue
                 restarted = self._start_pod(deployment, pod.name, pod.port, pod.template)
@@ -301,9 +321,15 @@ class FakeCluster:
         return f"{deployment}-{n}"
 
     def _remove_pod(self, pod: ServerPod) -> None:
-        _kill(pod.process)
+        """Graceful deletion as the API server and kubelet do it: the Pod object goes first (endpoint
+        controllers drop it, with their lag), then the container's preStop hook runs and only then the
+        container gets SIGTERM, SIGKILL after ``terminationGracePeriodSeconds`` in all."""
         self.api.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{pod.name}")
         self.removed.append(pod)
+        spec = self.specs.get(pod.name) or {}
+        thread = threading.Thread(target=_terminate, args=(pod, spec), daemon=True, name=f"stop-{pod.name}")
+        thread.start()
+        self.terminating.append(thread)
 
     def _run_init(
         self, template: dict[str, Any], container: dict[str, Any], scratch: Path
@@ -328,7 +354,9 @@ class FakeCluster:
         container = template["spec"]["containers"][0]
         scratch = self._root / "pods" / name
         port = port or free_port()
-        self._ensure_pod_object(name, template, port)
+        grpc_port = free_port()
+        self.specs[name] = template["spec"]
+        self._ensure_pod_object(name, template, port, grpc_port)
         for init in template["spec"].get("initContainers") or []:
             if "command" not in init:
                 continue
@@ -355,7 +383,7 @@ class FakeCluster:
         args = [self._mapped(a, mounts) for a in container.get("args") or []]
         args += [
             f"--http-port={port}",
-            f"--grpc-port={free_port()}",
+            f"--grpc-port={grpc_port}",
             f"--metrics-port={free_port()}",
             "--http-address=127.0.0.1",
             "--grpc-address=127.0.0.1",
@@ -370,10 +398,15 @@ class FakeCluster:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return ServerPod(name, port, process, log, key)
+        return ServerPod(name, port, process, log, key, grpc_port)
 
-    def _ensure_pod_object(self, name: str, template: dict[str, Any], port: int) -> None:
-        if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}") is not None:
+    def _ensure_pod_object(self, name: str, template: dict[str, Any], port: int, grpc_port: int) -> None:
+        ports = [{"name": "http", "containerPort": port}, {"name": "grpc", "containerPort": grpc_port}]
+        if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}") is not None:  # a restarted container
+            self.api.patch(
+                f"/api/v1/namespaces/{NS}/pods/{name}",
+                {"spec": {"containers": [{"name": "server", "ports": ports}]}},
+            )
             return
         metadata = {"name": name, "namespace": NS, "labels": template["metadata"]["labels"]}
         if template["metadata"].get("annotations"):
@@ -384,7 +417,7 @@ class FakeCluster:
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": metadata,
-                "spec": {"containers": [{"name": "server", "ports": [{"name": "http", "containerPort": port}]}]},
+                "spec": {"containers": [{"name": "server", "ports": ports}]},
             },
         )
         self._patch_pod_status(
@@ -415,6 +448,22 @@ def _answers(url: str) -> bool:
             return r.status == 200
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
+
+
+def _terminate(pod: ServerPod, spec: dict[str, Any]) -> None:
+    """preStop, then SIGTERM, then SIGKILL once the grace period is over (30 s, Kubernetes' default)."""
+    deadline = time.monotonic() + float(spec.get("terminationGracePeriodSeconds", 30))
+    container = (spec.get("containers") or [{}])[0]
+    hook = ((container.get("lifecycle") or {}).get("preStop") or {}).get("exec")
+    if hook and pod.process.poll() is None:
+        subprocess.run(hook["command"], timeout=max(1.0, deadline - time.monotonic()), check=False)
+    if pod.process.poll() is None:
+        os.killpg(pod.process.pid, signal.SIGTERM)
+        try:
+            pod.process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(pod.process.pid, signal.SIGKILL)
+            pod.process.wait()
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,121 @@
+"""The operator under traffic and faults (issue 20): GitOps rollouts with zero failed requests, and every
+crash of the operator, a server pod or a sync Job survived.
+
+Each scenario runs on the simulated cluster (KMock, real sync Jobs against SeaweedFS, real ``naiad serve``
+pods), with the operator as its own process, while :class:`~tests.operator.load.Load` drives HTTP and
+gRPC clients at the Service's ready endpoints from before the scenario until after it converged and
+checks every answer's status and value (the value says which model version computed it).
+
+Each test prints (and appends to ``$NAIAD_CHAOS_REPORT``) one line: requests sent, failed, and the time
+from the change or fault until the end state was reached. ``make test`` runs the short profile;
+``make test-operator-chaos`` the long one (every stage of scenario 5, more traffic).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.operator.chaos import LONG, OperatorProcess, Scenario, timed
+from tests.operator.cluster import NS, FakeCluster
+from tests.operator.harness import eventually, index
+from tests.operator.load import Answer, Load, ready_endpoints
+from tests.support.kmock_k8s import ApiServer
+
+CONVERGE = 120.0  # seconds: generous, the machine is shared; every wait returns as soon as state is reached
+
+
+@pytest.fixture(scope="module")
+def operator_a(
+    s3: Any, api_server: ApiServer, cluster: FakeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    root = tmp_path_factory.mktemp("chaos")
+    kubeconfig = api_server.kubeconfig(root / "kubeconfig")
+    cluster.api.create(
+        f"/api/v1/namespaces/{NS}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "s3-creds", "namespace": NS},
+            "stringData": s3.env(),
+        },
+    )
+    operator = OperatorProcess(kubeconfig, root, "a").start()
+    yield operator
+    operator.stop()
+
+
+def report(line: str) -> None:
+    print(line)
+    path = os.environ.get("NAIAD_CHAOS_REPORT")
+    if path:
+        with open(path, "a") as out:
+            out.write(line + "\n")
+
+
+def serving(scenario: Scenario, pods: int, version: int) -> bool:
+    """``pods`` ready endpoints, each holding exactly ``version`` READY (and nothing else READY)."""
+    endpoints = ready_endpoints(scenario.api, scenario.selector)
+    if len(endpoints) != pods:
+        return False
+    for endpoint in endpoints:
+        versions = index(f"http://{endpoint.http}").get(scenario.model, {})
+        if {v for v, s in versions.items() if s == "READY"} != {str(version)}:
+            return False
+    return True
+
+
+def answered_everywhere(scenario: Scenario, version: int, since: float) -> Any:
+    """A check for :meth:`Load.wait_for`: every ready pod answered ``version`` after ``since``."""
+
+    def check(answers: list[Answer]) -> bool:
+        pods = {e.pod for e in ready_endpoints(scenario.api, scenario.selector)}
+        return pods <= {a.pod for a in answers if a.ok and a.version == version and a.sent > since}
+
+    return check
+
+
+def start_serving(scenario: Scenario, replicas: int) -> None:
+    scenario.upload(1)
+    scenario.create(replicas=replicas)
+    eventually(lambda: serving(scenario, replicas, 1), CONVERGE, "v1 served by every pod")
+    eventually(lambda: scenario.condition("Ready").get("status") == "True", CONVERGE, "service Ready")
+
+
+def assert_monotonic(load: Load) -> None:
+    """Per client and pod, answers move from v1 to v2 once and never back."""
+    last: dict[tuple[str, str], int] = {}
+    for answer in load.answers:
+        if answer.ok and answer.version is not None:
+            key = (answer.client, answer.pod)
+            assert answer.version >= last.get(key, 0), f"{key} went back to v{answer.version}"
+            last[key] = answer.version
+
+
+# ---- 1. a new version rolls out under traffic --------------------------------------------------------
+
+
+def test_new_version_rolls_out_without_a_failed_request(
+    s3: Any, cluster: FakeCluster, operator_a: OperatorProcess
+) -> None:
+    scenario = Scenario(cluster.api, s3, "rollout")
+    start_serving(scenario, 2)
+    with Load(cluster.api, scenario.selector, scenario.model) as load:
+        load.wait_for(answered_everywhere(scenario, 1, 0), CONVERGE, "v1 from every pod")
+        scenario.upload(2, load_seconds=1.0)
+        started = time.monotonic()
+        scenario.trigger("v2")
+        eventually(lambda: serving(scenario, 2, 2), CONVERGE, "v2 alone on every pod")
+        eventually(lambda: scenario.record().get("activeVersions") == [2], CONVERGE, "status: v2 active")
+        converged = timed(started)
+        load.wait_for(answered_everywhere(scenario, 2, time.monotonic()), CONVERGE, "v2 from every pod")
+    report(load.summary("1 new version", converged))
+    assert load.failures() == [], load.failures()[:5]
+    assert load.versions() == {1, 2}
+    assert_monotonic(load)
+    assert load.early(2) == [], load.early(2)[:5]
+    scenario.delete()
