@@ -97,6 +97,12 @@ class Cutter:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.cut = threading.Event()
+        self.stalled = threading.Event()
+        """Set by :meth:`arm` once the fault happened: the transfer it hit was under way."""
+        self._budget: int | None = None
+        self._stall = False
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True, name="s3-proxy").start()
@@ -120,9 +126,29 @@ class Cutter:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
+    def arm(self, after_bytes: int, stall: bool = False) -> None:
+        """Once ``after_bytes`` more bytes came back from S3, sever (or, with ``stall``, stop
+        forwarding without closing anything: a sync that hangs mid-copy)."""
+        self.stalled.clear()
+        self._budget, self._stall = after_bytes, stall
+
     def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        downstream = source.getpeername()[1] == self.target[1]
         try:
             while data := source.recv(65536):
+                self._flowing.wait()
+                if downstream and self._budget is not None:
+                    self._budget -= len(data)
+                    if self._budget <= 0:
+                        self._budget = None
+                        if self._stall:
+                            self._flowing.clear()
+                        else:
+                            self.sever()
+                        self.stalled.set()
+                        self._flowing.wait()
+                        if self.cut.is_set():
+                            return
                 sink.sendall(data)
         except OSError:
             pass
@@ -134,6 +160,7 @@ class Cutter:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+                s.close()
 
     def sever(self) -> None:
         self.cut.set()
@@ -144,6 +171,7 @@ class Cutter:
 
     def restore(self) -> None:
         self.cut.clear()
+        self._flowing.set()
 
     def close(self) -> None:
         self.sever()
@@ -176,15 +204,23 @@ class Scenario:
     def selector(self) -> dict[str, str]:
         return {"serving.naiad.dev/inferenceservice": self.name}
 
-    def upload(self, version: int, load_seconds: float = 0.0, fail: bool = False) -> None:
+    def upload(
+        self, version: int, load_seconds: float = 0.0, fail: bool = False, exec_seconds: float = 0.0, weights: int = 0
+    ) -> None:
+        """Version ``version`` of the scenario's model, with ``weights`` bytes of payload beside it (a
+        sync that takes a while to copy)."""
         client = self.s3.client()
         config = identity_config(self.model, "TYPE_FP32")
         client.put_object(Bucket=BUCKET, Key=f"{self.prefix}/{self.model}/config.pbtxt", Body=config.encode())
         client.put_object(
             Bucket=BUCKET,
             Key=f"{self.prefix}/{self.model}/{version}/model.py",
-            Body=versioned_py(load_seconds, fail).encode(),
+            Body=versioned_py(load_seconds, fail, exec_seconds).encode(),
         )
+        if weights:
+            client.put_object(
+                Bucket=BUCKET, Key=f"{self.prefix}/{self.model}/{version}/weights.bin", Body=os.urandom(weights)
+            )
 
     def create(self, replicas: int = 2, endpoint: str | None = None, **repository: Any) -> None:
         self.api.create(

@@ -101,6 +101,8 @@ class FakeCluster:
     specs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Each pod's spec as the kubelet runs it (preStop hook, grace period), by pod name."""
     terminating: list[threading.Thread] = field(default_factory=list)
+    job_processes: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    """The container process of each Job's pod, by Job name (a test may kill one mid-way)."""
     _root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="naiad-cluster-")))
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -197,7 +199,12 @@ class FakeCluster:
         env = self._environment(container)
         command = [self._mapped(a, mounts) for a in container["command"]]
         started = _now()
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        self.job_processes[name] = process
+        stdout, stderr = process.communicate(timeout=120)
+        done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
         message = termination.read_text() if termination.exists() else ""
         if not message and done.returncode != 0:  # terminationMessagePolicy: FallbackToLogsOnError
             message = (done.stdout + done.stderr)[-2048:]
@@ -457,13 +464,17 @@ def _terminate(pod: ServerPod, spec: dict[str, Any]) -> None:
     hook = ((container.get("lifecycle") or {}).get("preStop") or {}).get("exec")
     if hook and pod.process.poll() is None:
         subprocess.run(hook["command"], timeout=max(1.0, deadline - time.monotonic()), check=False)
-    if pod.process.poll() is None:
-        os.killpg(pod.process.pid, signal.SIGTERM)
+    if pod.process.poll() is None:  # SIGTERM goes to the container's main process only, SIGKILL to all
+        pod.process.send_signal(signal.SIGTERM)
         try:
             pod.process.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(pod.process.pid, signal.SIGKILL)
-            pod.process.wait()
+            pass
+    try:
+        os.killpg(pod.process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    pod.process.wait()
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

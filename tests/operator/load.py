@@ -28,7 +28,8 @@ import tritonclient.http as httpclient
 from tests.operator.cluster import NS, Api
 
 #: A model whose answer depends on its version; ``LOAD_SECONDS`` makes a load take long enough for a
-#: fault to land in the middle of it, ``FAIL`` makes it refuse to load.
+#: fault to land in the middle of it, ``FAIL`` makes it refuse to load, ``EXEC_SECONDS`` keeps each
+#: request in flight for a while (a pod that goes away has requests to finish).
 VERSIONED_PY = """
 import time
 
@@ -36,6 +37,7 @@ import triton_python_backend_utils as pb_utils
 
 LOAD_SECONDS = {load_seconds}
 FAIL = {fail}
+EXEC_SECONDS = {exec_seconds}
 
 
 class TritonPythonModel:
@@ -46,6 +48,7 @@ class TritonPythonModel:
         self.offset = 1000.0 * int(args["model_version"])
 
     def execute(self, requests):
+        time.sleep(EXEC_SECONDS)
         responses = []
         for request in requests:
             tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
@@ -55,8 +58,8 @@ class TritonPythonModel:
 """
 
 
-def versioned_py(load_seconds: float = 0.0, fail: bool = False) -> str:
-    return VERSIONED_PY.format(load_seconds=load_seconds, fail=fail)
+def versioned_py(load_seconds: float = 0.0, fail: bool = False, exec_seconds: float = 0.0) -> str:
+    return VERSIONED_PY.format(load_seconds=load_seconds, fail=fail, exec_seconds=exec_seconds)
 
 
 @dataclass(frozen=True)

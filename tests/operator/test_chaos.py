@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.operator.chaos import LONG, OperatorProcess, Scenario, timed
+from tests.operator.chaos import LONG, Cutter, OperatorProcess, Scenario, timed
 from tests.operator.cluster import NS, FakeCluster
 from tests.operator.harness import eventually, index
 from tests.operator.load import Answer, Load, ready_endpoints
@@ -118,4 +118,114 @@ def test_new_version_rolls_out_without_a_failed_request(
     assert load.versions() == {1, 2}
     assert_monotonic(load)
     assert load.early(2) == [], load.early(2)[:5]
+    scenario.delete()
+
+
+# ---- 2. the new version fails to load: rolled back under traffic -----------------------------------------
+
+
+def test_failed_load_rolls_back_without_a_failed_request(
+    s3: Any, cluster: FakeCluster, operator_a: OperatorProcess
+) -> None:
+    scenario = Scenario(cluster.api, s3, "rollback")
+    start_serving(scenario, 2)
+    with Load(cluster.api, scenario.selector, scenario.model) as load:
+        load.wait_for(answered_everywhere(scenario, 1, 0), CONVERGE, "v1 from every pod")
+        scenario.upload(2, load_seconds=0.5, fail=True)
+        started = time.monotonic()
+        scenario.trigger("v2")
+        record = eventually(
+            lambda: scenario.record().get("transitionStatus") == "BlockedByFailedLoad" and scenario.record(),
+            CONVERGE,
+            "status: blocked by the failed load",
+        )
+        eventually(lambda: serving(scenario, 2, 1), CONVERGE, "v1 alone READY on every pod")
+        converged = timed(started)
+        load.wait_for(answered_everywhere(scenario, 1, time.monotonic()), CONVERGE, "v1 from every pod after")
+    report(load.summary("2 failed load, rollback", converged))
+    assert load.failures() == [], load.failures()[:5]
+    assert load.versions() == {1}
+    assert "weights are corrupt" in record["lastFailure"]["message"] and record["lastFailure"]["version"] == 2
+    assert record["activeVersions"] == [1] and record["defaultVersion"] == 1
+    assert scenario.condition("Servable")["status"] == "True" and scenario.condition("Ready")["status"] == "False"
+    scenario.delete()
+
+
+# ---- 3. scale 1 -> 3 -> 1 through the scale subresource, under traffic -------------------------------------
+
+
+def test_scale_out_and_in_without_a_failed_request(
+    s3: Any, cluster: FakeCluster, operator_a: OperatorProcess
+) -> None:
+    scenario = Scenario(cluster.api, s3, "scale")
+    scenario.upload(1, exec_seconds=0.05)
+    scenario.create(replicas=1)
+    eventually(lambda: serving(scenario, 1, 1), CONVERGE, "v1 on the first pod")
+    scale = f"/apis/serving.naiad.dev/v1alpha1/namespaces/{NS}/inferenceservices/{scenario.name}/scale"
+    with Load(cluster.api, scenario.selector, scenario.model) as load:
+        load.wait_for(answered_everywhere(scenario, 1, 0), CONVERGE, "v1 from the first pod")
+        started = time.monotonic()
+        cluster.api.patch(scale, {"spec": {"replicas": 3}})
+        eventually(lambda: serving(scenario, 3, 1), CONVERGE, "three pods serving v1")
+        eventually(lambda: scenario.service().get("readyReplicas") == 3, CONVERGE, "status: 3 ready")
+        out = timed(started)
+        load.wait_for(answered_everywhere(scenario, 1, time.monotonic()), CONVERGE, "v1 from all three")
+        started = time.monotonic()
+        cluster.api.patch(scale, {"spec": {"replicas": 1}})
+        eventually(lambda: serving(scenario, 1, 1), CONVERGE, "one pod left")
+        eventually(lambda: scenario.service().get("readyReplicas") == 1, CONVERGE, "status: 1 ready")
+        back = timed(started)
+        load.wait_for(answered_everywhere(scenario, 1, time.monotonic()), CONVERGE, "v1 from the last pod")
+    report(load.summary(f"3 scale 1->3 ({out:.1f} s) ->1", back))
+    assert load.failures() == [], load.failures()[:5]
+    assert len({a.pod for a in load.answers if a.ok}) == 3  # the new pods took traffic
+    scenario.delete()
+
+
+# ---- 4. S3 unreachable in the middle of a sync -------------------------------------------------------------
+
+
+def test_source_cut_mid_sync_keeps_serving_and_retries(
+    s3: Any, cluster: FakeCluster, operator_a: OperatorProcess
+) -> None:
+    proxy = Cutter(s3.endpoint)
+    scenario = Scenario(cluster.api, s3, "outage")
+    scenario.upload(1)
+    scenario.create(replicas=2, endpoint=proxy.endpoint)
+    eventually(lambda: serving(scenario, 2, 1), CONVERGE, "v1 on every pod")
+    before = scenario.repository()["snapshot"]["current"]
+    with Load(cluster.api, scenario.selector, scenario.model) as load:
+        load.wait_for(answered_everywhere(scenario, 1, 0), CONVERGE, "v1 from every pod")
+        scenario.upload(2, weights=4 << 20)
+        proxy.arm(after_bytes=1 << 20)  # a megabyte into the weights, the connection is reset
+        started = time.monotonic()
+        scenario.trigger("v2")
+        assert proxy.stalled.wait(CONVERGE), "the sync never reached the weights"
+        failed = eventually(
+            lambda: (scenario.repository().get("lastSync") or {}).get("result") == "Failed" and scenario.repository(),
+            CONVERGE,
+            "status: the sync failed",
+        )
+        assert failed["snapshot"]["current"] == before
+        synced = scenario.condition("Synced", "modelrepositories")
+        reachable = scenario.condition("SourceReachable", "modelrepositories")
+        retried = eventually(
+            lambda: scenario.repository().get("syncCount", 0) >= failed["syncCount"] + 1
+            and scenario.repository()["syncCount"],
+            CONVERGE,
+            "a retry while S3 is still down",
+        )
+        assert scenario.repository()["snapshot"]["current"] == before
+        proxy.restore()
+        eventually(lambda: scenario.repository()["snapshot"]["current"] != before, CONVERGE, "the retry synced")
+        eventually(lambda: serving(scenario, 2, 2), CONVERGE, "v2 on every pod")
+        converged = timed(started)
+        load.wait_for(answered_everywhere(scenario, 2, time.monotonic()), CONVERGE, "v2 from every pod")
+    proxy.close()
+    report(load.summary(f"4 S3 cut mid-sync ({retried} syncs)", converged))
+    assert load.failures() == [], load.failures()[:5]
+    assert load.versions() == {1, 2}
+    assert synced["status"] == "False" and synced["reason"] == "SyncFailed", synced
+    assert reachable["status"] == "False" and reachable["reason"] == "SourceUnreachable", reachable
+    assert_monotonic(load)
     scenario.delete()
