@@ -205,21 +205,28 @@ class Scenario:
         return {"serving.naiad.dev/inferenceservice": self.name}
 
     def upload(
-        self, version: int, load_seconds: float = 0.0, fail: bool = False, exec_seconds: float = 0.0, weights: int = 0
+        self,
+        version: int,
+        load_seconds: float = 0.0,
+        fail: bool = False,
+        exec_seconds: float = 0.0,
+        weights: int = 0,
+        model: str = "",
     ) -> None:
-        """Version ``version`` of the scenario's model, with ``weights`` bytes of payload beside it (a
-        sync that takes a while to copy)."""
+        """Version ``version`` of the scenario's model (or ``model``), with ``weights`` bytes of payload
+        beside it (a sync that takes a while to copy)."""
         client = self.s3.client()
-        config = identity_config(self.model, "TYPE_FP32")
-        client.put_object(Bucket=BUCKET, Key=f"{self.prefix}/{self.model}/config.pbtxt", Body=config.encode())
+        model = model or self.model
+        config = identity_config(model, "TYPE_FP32")
+        client.put_object(Bucket=BUCKET, Key=f"{self.prefix}/{model}/config.pbtxt", Body=config.encode())
         client.put_object(
             Bucket=BUCKET,
-            Key=f"{self.prefix}/{self.model}/{version}/model.py",
+            Key=f"{self.prefix}/{model}/{version}/model.py",
             Body=versioned_py(load_seconds, fail, exec_seconds).encode(),
         )
         if weights:
             client.put_object(
-                Bucket=BUCKET, Key=f"{self.prefix}/{self.model}/{version}/weights.bin", Body=os.urandom(weights)
+                Bucket=BUCKET, Key=f"{self.prefix}/{model}/{version}/weights.bin", Body=os.urandom(weights)
             )
 
     def create(self, replicas: int = 2, endpoint: str | None = None, **repository: Any) -> None:

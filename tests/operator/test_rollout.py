@@ -266,3 +266,14 @@ def test_pinned_snapshot_map() -> None:
     records = {"m": record("m", {1: "h1"})}
     pods = [pod("p0", m={1: READY}, n={4: READY})]
     assert rollout.pinned_snapshot("sha256:old", records, pods) == {"m": {1: "h1"}, "n": {4: "sha256:old"}}
+
+
+def test_a_pod_that_died_during_its_load_does_not_block_the_rollout() -> None:
+    """Its load call got no answer and the restarted container does not list v2 yet: not a failed load."""
+    plan = rollout.plan(
+        [spec("m")], {"m": {1: "h1", 2: "h2"}}, {"m": record("m", {1: "h1"})}, [pod("p0", m={1: READY})]
+    )
+    after = [pod("p0", m={1: READY, 2: READY}), pod("p1", m={1: READY})]
+    assert rollout.failures(plan, after, NOW, {}, {"p1"}) == {}
+    broken = [pod("p0", m={1: READY, 2: READY}), pod("p1", m={1: READY, 2: (FAILED, "boom")})]
+    assert rollout.failures(plan, broken, NOW, {}, {"p1"})["m"].message == "boom"

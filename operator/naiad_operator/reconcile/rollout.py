@@ -20,7 +20,7 @@ passes beyond status, so a pass interrupted anywhere is simply planned again fro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -238,11 +238,16 @@ def failures(
     pods: Sequence[PodObservation],
     now: str,
     errors: Mapping[tuple[str, str], str] | None = None,
+    lost: Collection[str] = (),
 ) -> dict[str, Failure]:
     """Rolling-out models whose target versions are not all READY on every actionable pod, after the
     Load stage; each with the first failing pod and the server's reason: from its index, else from the
     error its load call answered (``errors``, by pod and model), since a failed load may leave nothing
-    in the index."""
+    in the index.
+
+    A pod in ``lost`` never answered its load (it died or restarted mid-call): that says nothing about
+    the model, so unless its index names a failed target version it is not blamed (blaming it blocked
+    the new content for good); the level-triggered passes bring it in line once it is Ready again."""
     result: dict[str, Failure] = {}
     for name, mp in plan_.models.items():
         if mp.change is not Change.ROLLOUT:
@@ -252,6 +257,8 @@ def failures(
             if not missing:
                 continue
             reasons = pod.failed_versions(name)
+            if pod.name in lost and not any(v in reasons for v in missing):
+                continue
             version = next((v for v in missing if v in reasons), missing[0])
             message = (
                 reasons.get(version)
