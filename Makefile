@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 REPO   ?= examples/model_repository
 
-.PHONY: serve test models lint bench-http clean constraints manifests chart-lint images
+.PHONY: serve test models lint fuzz bench-http clean constraints manifests chart-lint images
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ lint: $(VENV)/.test
 test: $(VENV)/.test lint
 	$(BIN)/python scripts/build_examples.py
 	$(BIN)/python -m pytest
+
+# Generated malformed requests (tests/fuzz: HTTP and gRPC inference, repository and shared memory APIs) in
+# the full profile, over 10,000 of them, bounded in time; the last line is `N requests, M 5xx, K crashes`.
+# `make test` runs the same tests in a small profile.
+fuzz: $(VENV)/.test
+	$(BIN)/python -m tests.fuzz.run
 
 bench-http: $(VENV)/.test
 	$(BIN)/python benchmarks/http_infer/run.py

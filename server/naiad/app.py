@@ -102,6 +102,8 @@ def configure_logging(settings: ServerSettings) -> None:
 
 
 async def serve(settings: ServerSettings) -> int:
+    cache_size = parse_cache_config(settings.cache_config)
+    response_cache = ResponseCache(cache_size) if cache_size is not None else None
     repository = ModelRepository(
         settings.model_repositories,
         auto_complete=not settings.disable_auto_complete_config,
@@ -111,18 +113,18 @@ async def serve(settings: ServerSettings) -> int:
         startup_models=settings.load_models,
         poll_secs=settings.repository_poll_secs,
         cache_dir=settings.repository_cache_dir,
+        response_cache=response_cache,
     )
     tracer = Tracer(parse_trace_config(settings.trace_config))
     resources = [parse_resource(text) for text in settings.rate_limit_resources]
     install(RateLimiter(resources) if settings.rate_limit == "execution_count" else None)
-    cache_size = parse_cache_config(settings.cache_config)
     shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
     dataplane = DataPlane(
         repository,
         strict_readiness=settings.strict_readiness,
         tracer=tracer,
         shared_memory=shared_memory,
-        response_cache=ResponseCache(cache_size) if cache_size is not None else None,
+        response_cache=response_cache,
     )
     keyring = Keyring(settings.auth_key_file) if settings.auth_key_file is not None else None
     servers: list[_Server] = []

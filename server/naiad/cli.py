@@ -235,7 +235,17 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _repo_parser(sub)
+    _tool_parsers(sub)
     return parser
+
+
+def _tool_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``naiad perf`` and ``naiad analyze`` (client-side tools; their flags live with them)."""
+    from naiad.tools.analyze.command import add_parser as add_analyze
+    from naiad.tools.perf.command import add_parser as add_perf
+
+    add_perf(sub)
+    add_analyze(sub)
 
 
 def _repo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -324,6 +334,14 @@ def main(argv: list[str] | None = None) -> int:
             args.source, args.dest, keep=args.keep, verify=args.verify == "sha256",
             parallel=args.parallel, as_json=args.json,
         )
+    if args.command == "perf":
+        from naiad.tools.perf.command import run as perf
+
+        return perf(args)
+    if args.command == "analyze":
+        from naiad.tools.analyze.command import run as analyze
+
+        return analyze(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -8,7 +8,7 @@ one place and the two protocols cannot drift apart.
 from __future__ import annotations
 
 import asyncio
-import time
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -23,12 +23,15 @@ from naiad.core.errors import InferenceServerError, InvalidArgumentError, Unavai
 from naiad.core.request import InferRequest, InferResponse, Tensor
 from naiad.core.shm import SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
+from naiad.core.verbose import prepared, response_outputs
 from naiad.repository.manager import IndexEntry, ModelRepository
 from naiad.repository.model import Model, ModelVersion
 from naiad.scheduling.answers import answers
 from naiad.scheduling.cache import ResponseCache
 from naiad.statistics import model_statistics
 from naiad.tracing.tracer import Changes, Tracer
+
+_log = logging.getLogger("naiad.dataplane")
 
 
 @dataclass(slots=True)
@@ -224,13 +227,19 @@ class DataPlane:
         model, version = self.repository.resolve(request.model_name, request.model_version)
         signature = model.signature
         assert signature is not None
-        signature.validate(request)
+        batch = signature.validate(request)
+        verbose = _log.isEnabledFor(logging.DEBUG)
+        if verbose:
+            _log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
         if model.decoupled:
             raise UnsupportedError(f"model '{model.name}' is decoupled: its responses can only be streamed")
         if request.outputs is None or not any(output.parameters for output in request.outputs):
             # The common case: no output goes to shared memory or asks for classification.
             response = await self._counted(request, model, version)
             response.outputs = _select_outputs(request, signature, response.outputs)
+            if verbose:
+                for line in response_outputs(response):
+                    _log.debug(line)
             return response
         targets = shared_memory.hold_outputs(self.shared_memory, request)
         try:
@@ -263,18 +272,7 @@ class DataPlane:
         if cache is None or not model.config.response_cache.enable or version.scheduler is None:
             return await version.submit(request)
         stats = version.scheduler.stats
-        started = time.monotonic_ns()
-        key = cache.key(request, model.name, version.version)
-        cached = cache.lookup(key, model.name, str(version.version))
-        looked_up = time.monotonic_ns()
-        if cached is not None:
-            stats.cache_hit(looked_up - started)
-            return cached
-        response = await version.submit(request)
-        inserting = time.monotonic_ns()
-        cache.insert(key, response)
-        stats.cache_miss(looked_up - started + time.monotonic_ns() - inserting)
-        return response
+        return await cache.answer(request, model.name, version.version, stats, version.submit)
 
     def _done(self) -> None:
         self._inflight -= 1

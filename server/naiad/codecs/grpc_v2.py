@@ -29,7 +29,7 @@ from naiad.codecs import bytes_tensor, shared_memory
 from naiad.codecs.classification import class_count
 from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
-from naiad.core.errors import InvalidArgumentError
+from naiad.core.errors import InvalidArgumentError, RankError, check_string_correlation_id
 from naiad.core.request import (
     InferRequest,
     InferResponse,
@@ -285,7 +285,10 @@ def _request_parameter(request: InferRequest, key: str, parameter: Any) -> None:
         if kind not in ("int64_param", "string_param"):
             raise _type_error(key, "int64_param or string_param")
         value = getattr(parameter, kind)
-        request.sequence_id = value & _UINT64 if isinstance(value, int) else value
+        if isinstance(value, int):
+            request.sequence_id = value & _UINT64
+        else:
+            request.sequence_id = check_string_correlation_id(value)
     elif key in ("sequence_start", "sequence_end"):
         if kind != "bool_param":
             raise _type_error(key, "bool_param")
@@ -333,6 +336,8 @@ def _tensor_parameters(parameters: Any) -> Parameters:
 def _shape(item: Any, request: InferRequest) -> tuple[tuple[int, ...], int]:
     """The declared shape and element count; the count is only ever compared, never allocated."""
     shape = tuple(item.shape)
+    if len(shape) > RankError.MAX_RANK:
+        raise RankError(request.id, item.name, item.datatype, shape)
     if shape and min(shape) < 0:
         raise InvalidArgumentError(
             f"{_prefix(request)}All input dimensions should be specified for input '{item.name}' for "

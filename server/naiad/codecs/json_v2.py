@@ -20,7 +20,7 @@ from naiad.codecs import bytes_tensor, shared_memory
 from naiad.codecs.classification import class_count
 from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
-from naiad.core.errors import InvalidArgumentError
+from naiad.core.errors import InvalidArgumentError, RankError, check_string_correlation_id
 from naiad.core.request import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 from naiad.core.shm import SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
@@ -202,7 +202,7 @@ def _reserved_parameter(request: InferRequest, key: str, value: Any) -> bool:
             raise InvalidArgumentError(
                 "Unable to parse 'sequence_id': expected an unsigned integer or a string"
             )
-        request.sequence_id = value
+        request.sequence_id = check_string_correlation_id(value) if isinstance(value, str) else value
     elif key == "priority":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
             raise InvalidArgumentError("Unable to parse 'priority': expected an unsigned integer")
@@ -260,6 +260,8 @@ def _decode_input(
     if not isinstance(datatype, str) or not datatypes.is_valid(datatype):
         raise InvalidArgumentError(f"invalid datatype for input {name}")
     shape, count = _element_count(item.get("shape"), name)
+    if len(shape) > RankError.MAX_RANK:
+        raise RankError(request.id, name, datatype, shape)
     params = _parameters(item.get("parameters"), f"input '{name}'")
     binary_size = params.get("binary_data_size")
     shm = params.get("shared_memory_region")
@@ -399,7 +401,10 @@ def encode_response(
         if tensor.name in in_shm:  # written into the client's region: metadata only
             outputs.append({"name": tensor.name, "datatype": tensor.datatype, "shape": shape})
             continue
-        as_binary = wanted.get(tensor.name, {}).get("binary_data", binary_output)
+        # As Triton: a listed output is binary only by its own ``binary_data`` (default false); the
+        # request's ``binary_data_output`` is the default for the outputs the request does not list.
+        listed = wanted.get(tensor.name)
+        as_binary = listed.get("binary_data", False) if listed is not None else binary_output
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": shape}
         params = dict(tensor.parameters)
         if as_binary:

@@ -47,6 +47,27 @@ class NotFoundError(InferenceServerError):
     code = ErrorCode.NOT_FOUND
 
 
+class RankError(InvalidArgumentError):
+    """An input of more dimensions than numpy can hold (``MAX_RANK``), refused before any array exists.
+
+    No model accepts such a shape; the frontend that decoded it answers with the model's own shape
+    error (:meth:`naiad.core.signature.ModelSignature.refusal`), as Triton would, from these fields.
+    """
+
+    #: numpy's limit on the number of dimensions of an array.
+    MAX_RANK = 64
+
+    def __init__(self, request_id: str, name: str, datatype: str, shape: tuple[int, ...]) -> None:
+        super().__init__(
+            f"[request id: {request_id or '<id_unknown>'}] unexpected shape for input '{name}': "
+            f"{len(shape)} dimensions"
+        )
+        self.request_id = request_id
+        self.name = name
+        self.datatype = datatype
+        self.shape = shape
+
+
 class UnavailableError(InferenceServerError):
     code = ErrorCode.UNAVAILABLE
 
@@ -65,6 +86,20 @@ class AlreadyExistsError(InferenceServerError):
 
 class CancelledError(InferenceServerError):
     code = ErrorCode.CANCELLED
+
+
+#: Triton's bound on a string sequence ID (``TRITONSERVER_InferenceRequestSetCorrelationIdString``), in bytes.
+MAX_STRING_CORRELATION_ID = 128
+
+
+def check_string_correlation_id(value: str) -> str:
+    """``value`` when Triton would take it as a string sequence ID; its UNSUPPORTED error (HTTP 501,
+    gRPC UNIMPLEMENTED) for a longer one, whatever the model."""
+    if len(value) > MAX_STRING_CORRELATION_ID // 4 and len(value.encode()) > MAX_STRING_CORRELATION_ID:
+        raise UnsupportedError(
+            f"string correlation ID cannot be longer than {MAX_STRING_CORRELATION_ID} characters"
+        )
+    return value
 
 
 def unknown_model(name: str) -> NotFoundError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from naiad.core.errors import InvalidArgumentError
+from naiad.core.errors import InvalidArgumentError, RankError
 from naiad.core.request import InferRequest
 
 _BATCH_NOTE = (
@@ -40,7 +40,11 @@ def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
 
 
 def _prefix(request: InferRequest) -> str:
-    return f"[request id: {request.id or '<id_unknown>'}] "
+    return _id_prefix(request.id)
+
+
+def _id_prefix(request_id: str) -> str:
+    return f"[request id: {request_id or '<id_unknown>'}] "
 
 
 def _matches(dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
@@ -92,24 +96,9 @@ class ModelSignature:
                     f"{_prefix(request)}input '{tensor.name}' already exists in request"
                 )
             seen.add(tensor.name)
-            spec = self._inputs.get(tensor.name)
-            if spec is None:
-                raise InvalidArgumentError(
-                    f"unexpected inference input '{tensor.name}' for model '{self.name}'"
-                )
-            if tensor.datatype != spec.datatype:
-                raise InvalidArgumentError(
-                    f"{_prefix(request)}inference input '{tensor.name}' data-type is "
-                    f"'{tensor.datatype}', but model '{self.name}' expects '{spec.datatype}'"
-                )
             shape = tensor.shape
+            spec = self._check_input(request.id, tensor.name, tensor.datatype, shape)
             if self.max_batch_size > 0 and not spec.is_shape_tensor:
-                if len(shape) != len(spec.dims) + 1 or shape[0] < 1 or not _matches(spec.dims, shape[1:]):
-                    raise InvalidArgumentError(
-                        f"{_prefix(request)}unexpected shape for input '{tensor.name}' for model "
-                        f"'{self.name}'. Expected {_shape_text(self.full_shape(spec))}, got "
-                        f"{_shape_text(shape)}. {_BATCH_NOTE}"
-                    )
                 if batch is None:
                     batch = shape[0]
                 elif shape[0] != batch:
@@ -117,11 +106,6 @@ class ModelSignature:
                         f"{_prefix(request)}input '{tensor.name}' batch size does not match other "
                         f"inputs for '{self.name}'"
                     )
-            elif not _matches(spec.dims, shape):
-                raise InvalidArgumentError(
-                    f"{_prefix(request)}unexpected shape for input '{tensor.name}' for model "
-                    f"'{self.name}'. Expected {_shape_text(spec.dims)}, got {_shape_text(shape)}. "
-                )
         required = self._required
         missing = [n for n in required if n not in seen] if len(seen) < len(self._inputs) else ()
         if missing:
@@ -144,3 +128,36 @@ class ModelSignature:
                         f"unexpected inference output '{output.name}' for model '{self.name}'"
                     )
         return batch if batch is not None else 1
+
+    def refusal(self, error: RankError) -> InvalidArgumentError:
+        """Triton's answer to an input a codec could not hold (too many dimensions): its name, datatype
+        or shape error for this model, as :meth:`validate` words them."""
+        try:
+            self._check_input(error.request_id, error.name, error.datatype, error.shape)
+        except InvalidArgumentError as refused:
+            return refused
+        return error
+
+    def _check_input(self, request_id: str, name: str, datatype: str, shape: tuple[int, ...]) -> TensorSpec:
+        """One input's name, datatype and shape against the configuration; its spec when accepted."""
+        spec = self._inputs.get(name)
+        if spec is None:
+            raise InvalidArgumentError(f"unexpected inference input '{name}' for model '{self.name}'")
+        if datatype != spec.datatype:
+            raise InvalidArgumentError(
+                f"{_id_prefix(request_id)}inference input '{name}' data-type is '{datatype}', but model "
+                f"'{self.name}' expects '{spec.datatype}'"
+            )
+        if self.max_batch_size > 0 and not spec.is_shape_tensor:
+            if len(shape) != len(spec.dims) + 1 or shape[0] < 1 or not _matches(spec.dims, shape[1:]):
+                raise InvalidArgumentError(
+                    f"{_id_prefix(request_id)}unexpected shape for input '{name}' for model "
+                    f"'{self.name}'. Expected {_shape_text(self.full_shape(spec))}, got "
+                    f"{_shape_text(shape)}. {_BATCH_NOTE}"
+                )
+        elif not _matches(spec.dims, shape):
+            raise InvalidArgumentError(
+                f"{_id_prefix(request_id)}unexpected shape for input '{name}' for model "
+                f"'{self.name}'. Expected {_shape_text(spec.dims)}, got {_shape_text(shape)}. "
+            )
+        return spec

@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from naiad.metrics import cpu
+from naiad.metrics.cache import CacheMetrics
 from naiad.metrics.config import parse_metrics_config
 from naiad.metrics.exposition import render
 from naiad.metrics.gpu import GpuMetrics, open_gpus
@@ -31,6 +32,8 @@ class ServerMetrics:
         if config.summary_latencies:
             SchedulerStats.samples_kept = SUMMARY_SAMPLES
         self._collectors: list[Collector] = [ModelMetrics(repository, config)]
+        if repository.response_cache is not None:
+            self._collectors.append(CacheMetrics(repository.response_cache))
         self._gpus: GpuMetrics | None = None
         sources: list[cpu.CpuMetrics | GpuMetrics] = []
         if settings.allow_cpu_metrics and cpu.available():

@@ -23,6 +23,7 @@ UNAVAILABLE until the ensemble itself is loaded again: its stages and its own po
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,9 +31,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.request import InferRequest, InferResponse
+from naiad.core.verbose import prepared
 from naiad.repository import config as cfg
 from naiad.repository.loader import LoadPlan
 from naiad.repository.model import Model, ModelState, ModelVersion
+from naiad.scheduling.cache import ResponseCache
 from naiad.scheduling.ensemble import EnsembleScheduler, Stage, Step, StepRunner, steps_of
 
 #: The repository's "which version serves this request" (``ModelRepository.resolve``).
@@ -40,19 +43,28 @@ Resolver = Callable[[str, str], tuple[Model, ModelVersion]]
 
 _READY = ModelState.READY
 
+log = logging.getLogger("naiad.repository")
+
 
 def is_ensemble(config: Any) -> bool:
     return bool(config is not None and config.platform == "ensemble")
 
 
-def step_runner(resolve: Resolver) -> StepRunner:
-    """Run a step's request as a client's: the serving version, checked against its signature."""
+def step_runner(resolve: Resolver, cache: ResponseCache | None = None) -> StepRunner:
+    """Run a step's request as a client's: the serving version, checked against its signature, and
+    answered from the response cache when the step's model uses it (as Triton's ensembles do)."""
 
     async def run(request: InferRequest) -> InferResponse:
         model, version = resolve(request.model_name, request.model_version)
-        assert model.signature is not None
-        model.signature.validate(request)
-        return await version.submit(request)
+        signature = model.signature
+        assert signature is not None
+        batch = signature.validate(request)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
+        if cache is None or not model.config.response_cache.enable or version.scheduler is None:
+            return await version.submit(request)
+        stats = version.scheduler.stats
+        return await cache.answer(request, model.name, version.version, stats, version.submit)
 
     return run
 
@@ -503,17 +515,23 @@ _REASON = ModelVersion.__dict__["reason"]
 
 
 def build_version(
-    plan: LoadPlan, number: int, models: Mapping[str, Model], resolve: Resolver
+    plan: LoadPlan,
+    number: int,
+    models: Mapping[str, Model],
+    resolve: Resolver,
+    cache: ResponseCache | None = None,
 ) -> EnsembleVersion:
-    """A READY ensemble version of the polled ``plan``; INVALID_ARG with the reason if it cannot serve."""
+    """A READY ensemble version of the polled ``plan``; INVALID_ARG with the reason if it cannot serve.
+    ``cache`` is the server's response cache, which step models with ``response_cache`` use."""
     config = plan.config
     steps, stages = check_ensemble(config, models)
     scheduler = EnsembleScheduler(
         config.name,
         stages,
         tuple(tensor.name for tensor in config.output),
-        step_runner(resolve),
+        step_runner(resolve, cache),
         config.ensemble_scheduling.max_inflight_requests,
+        batching=config.max_batch_size > 0,
     )
     return EnsembleVersion(
         config,

@@ -44,6 +44,7 @@ from naiad.repository.overrides import LoadRequest, parse_load_parameters
 from naiad.repository.poller import Poller
 from naiad.repository.roots import CloudRoot, open_root
 from naiad.repository.sync.engine import SyncError
+from naiad.scheduling.cache import ResponseCache
 from naiad.settings import ModelControlMode
 
 log = logging.getLogger("naiad.repository")
@@ -90,8 +91,11 @@ class ModelRepository:
         startup_models: Sequence[str] = (),
         poll_secs: float = 15,
         cache_dir: Path | None = None,
+        response_cache: ResponseCache | None = None,
     ) -> None:
+        """``response_cache``: the server's (``--cache-config``), for ensembles' steps."""
         self.roots = [open_root(str(r), cache_dir or default_cache_dir()) for r in repositories]
+        self.response_cache = response_cache
         self.mode = mode
         self.startup_models = list(startup_models)
         self.poll_secs = poll_secs
@@ -475,7 +479,7 @@ class ModelRepository:
         """Ensembles hold no instances: their version is checked and built here, on the loop, against
         the step models loaded just before; every other model builds on the load pool."""
         if ensemble.is_ensemble(plan.config):
-            return ensemble.build_version(plan, number, self._models, self.resolve)
+            return ensemble.build_version(plan, number, self._models, self.resolve, self.response_cache)
         return await self._run(self._loader.build_version, plan, number)
 
     def _record_dependency_failure(self, plan: LoadPlan, dependency: str, message: str) -> None:

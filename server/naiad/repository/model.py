@@ -53,6 +53,8 @@ class ModelVersion:
     memory_bytes: int = 0
     #: What its instances report about their model processes (restarts; giving up, see ``fail``).
     health: InstanceHealth | None = None
+    #: Set by ``fail``: UNAVAILABLE because its model kept crashing after it loaded.
+    crashed: bool = False
     inflight: int = 0
     _drained: asyncio.Event | None = None
 
@@ -80,6 +82,7 @@ class ModelVersion:
         """
         if self.state is ModelState.READY:
             self.reason = reason
+            self.crashed = True
             self.state = ModelState.UNAVAILABLE
 
     def stop(self) -> None:
@@ -104,7 +107,7 @@ class ModelVersion:
         crashing after it loaded: the server itself and its other models still serve, as with
         Triton, whose readiness ignores a crashing stub)."""
         return self.state is ModelState.READY or (
-            self.state is ModelState.UNAVAILABLE and (self.reason == UNLOADED or self.scheduler is not None)
+            self.state is ModelState.UNAVAILABLE and (self.reason == UNLOADED or self.crashed)
         )
 
 

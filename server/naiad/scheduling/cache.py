@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.request import InferRequest, InferResponse, Tensor
+from naiad.scheduling.stats import SchedulerStats
 
 #: Bookkeeping charged to each entry on top of its tensors (key, list, objects).
 _ENTRY_OVERHEAD = 256
@@ -54,12 +57,17 @@ class _Entry:
 
 
 class ResponseCache:
-    """An LRU of responses, at most ``capacity`` bytes; counters for the cache gauges."""
+    """An LRU of responses, at most ``capacity`` bytes; counters for Triton's ``nv_cache_*`` gauges
+    (``hits``, ``misses``, ``evictions``, and the summed ``lookup_ns`` / ``insertion_ns``)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.used = 0
         self.evictions = 0
+        self.hits = 0
+        self.misses = 0
+        self.lookup_ns = 0
+        self.insertion_ns = 0
         self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
 
     def __len__(self) -> int:
@@ -79,6 +87,35 @@ class ResponseCache:
                 _field(digest, chunk)
         _field(digest, repr(sorted(request.parameters.items())).encode())
         return digest.digest()
+
+    async def answer(
+        self,
+        request: InferRequest,
+        model_name: str,
+        version: int,
+        stats: SchedulerStats,
+        submit: Callable[[InferRequest], Awaitable[InferResponse]],
+    ) -> InferResponse:
+        """The cached response to ``request``, else ``submit``'s, kept for the next one; counted in the
+        version's ``stats`` as Triton counts hits and misses.  Clients' requests and ensemble steps
+        both come through here, as in Triton, where a step's model answers from the cache too."""
+        started = time.monotonic_ns()
+        key = self.key(request, model_name, version)
+        cached = self.lookup(key, model_name, str(version))
+        looked_up = time.monotonic_ns()
+        self.lookup_ns += looked_up - started
+        if cached is not None:
+            self.hits += 1
+            stats.cache_hit(looked_up - started)
+            return cached
+        self.misses += 1
+        response = await submit(request)
+        inserting = time.monotonic_ns()
+        self.insert(key, response)
+        inserted = time.monotonic_ns()
+        self.insertion_ns += inserted - inserting
+        stats.cache_miss(looked_up - started + inserted - inserting)
+        return response
 
     def lookup(self, key: bytes, model_name: str, version: str) -> InferResponse | None:
         entry = self._entries.get(key)

@@ -64,9 +64,11 @@ class DynamicBatchScheduler:
         )
         # A single instance whose model runs in a model process that can be driven from the loop
         # (see ``_start_on_loop``) takes executions without its thread: fewer hops per request.
+        # Not under the rate limiter, whose gate the instance's thread waits for.
         self._on_loop = (
             self._direct
             and len(self._workers) == 1
+            and self._workers[0].gate is None
             and bool(getattr(self._workers[0].instance, "loop_driven", False))
         )
         self._infer_average_ns = _INLINE_WARMUP_NS
@@ -205,7 +207,8 @@ class DynamicBatchScheduler:
         self._sequence += 1
         entry.state = TAKEN
         execution.start_ns = _MONOTONIC_NS()
-        execution.results = InstanceWorker.run_batch(self._workers[0].instance, [entry])
+        worker = self._workers[0]
+        execution.results = InstanceWorker.run_batch(worker.instance, [entry], worker.name)
         execution.end_ns = _MONOTONIC_NS()
         self._deliver(execution, execution.end_ns)
 

@@ -120,10 +120,14 @@ class EnsembleScheduler:
         outputs: tuple[str, ...],
         run_step: StepRunner,
         max_inflight_requests: int = 0,
+        *,
+        batching: bool = False,
     ) -> None:
         """``outputs`` are the ensemble's output tensors (the intermediate ones stay inside);
         ``max_inflight_requests`` (0: no cap) matters only to a decoupled ensemble, since otherwise
-        every step runs once per request."""
+        every step runs once per request; ``batching``: the ensemble has a ``max_batch_size``, so
+        each request counts its batch size of inferences (as Triton counts an ensemble's)."""
+        self.batching = batching
         self.name = name
         self.stages = stages
         self.outputs = outputs
@@ -154,6 +158,8 @@ class EnsembleScheduler:
         self.stats.success_ns += elapsed
         self.stats.compute_infer_ns += elapsed
         self.stats.observe(elapsed, 0, 0, elapsed, 0)
+        # Triton counts each ensemble request as one execution of its batch size
+        self.stats.execution(request.batch_size if self.batching else 1, 0, elapsed, 0)
         return InferResponse(self.name, "", request.id, self._answer(tensors))
 
     def _answer(self, tensors: dict[str, Tensor]) -> list[Tensor]:

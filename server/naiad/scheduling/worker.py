@@ -14,6 +14,7 @@ the next execution.  A job cancelled while it waits there is dropped before it r
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -28,6 +29,8 @@ from naiad.scheduling.stats import FailureReason, SchedulerStats
 
 if TYPE_CHECKING:
     from naiad.scheduling.rate_limiter import Gate
+
+log = logging.getLogger("naiad.scheduling")
 
 
 class Execution:
@@ -174,7 +177,7 @@ class InstanceWorker:
                     execution.dispatch_ns = time.monotonic_ns()  # so the wait counts as queueing
                 execution.start_ns = time.monotonic_ns()
                 if entries:
-                    execution.results = self.run_batch(instance, entries)
+                    execution.results = self.run_batch(instance, entries, self.name)
                 if gate is not None:
                     gate.release()
                 execution.end_ns = time.monotonic_ns()
@@ -183,12 +186,25 @@ class InstanceWorker:
             instance.close()
 
     @staticmethod
-    def run_batch(instance: ModelInstance, entries: list[QueuedRequest]) -> list[ExecuteResult]:
-        """One result per entry, whatever the backend does: an exception fails the whole batch."""
+    def run_batch(instance: ModelInstance, entries: list[QueuedRequest], name: str) -> list[ExecuteResult]:
+        """One result per entry, whatever the backend does: an exception fails the whole batch.
+
+        ``name`` is the instance's, for Triton's verbose lines around each execution."""
+        verbose = log.isEnabledFor(logging.DEBUG)
+        if verbose:
+            model = entries[0].request.model_name
+            log.debug("model %s, instance %s, executing %d requests", model, name, len(entries))
         try:
             results = instance.execute([entry.request for entry in entries])
         except BaseException as exc:  # handed to the requests, never lost on this thread
             return [_failure(exc) for _ in entries]
+        finally:
+            if verbose:
+                log.debug(
+                    "TRITONBACKEND_ModelInstanceExecute: model instance name %s released %d requests",
+                    name,
+                    len(entries),
+                )
         if len(results) != len(entries):
             message = f"backend returned {len(results)} responses for {len(entries)} requests"
             return [InternalError(message) for _ in entries]

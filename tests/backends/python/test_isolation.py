@@ -339,3 +339,27 @@ def test_a_poison_request_in_a_loop_makes_only_its_model_unavailable_until_loade
         client.load_model("poison")  # loading it again starts afresh
         assert client.is_model_ready("poison")
     assert _http(server, "poison", SERVE) > 0
+
+
+def test_a_server_killed_with_sigkill_leaves_no_model_process_behind(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_model(repo, "hangs", FAULTY_CONFIG.format(name="hangs", extra=""), FAULTY_PY)
+    write_identity(repo, "identity", "TYPE_FP32")
+    server = ServerProcess([repo])
+    with server:
+        assert server.process is not None
+        hung = threading.Thread(target=_hang_until_the_server_dies, args=(server,), daemon=True)
+        hung.start()  # one model process busy in a hang, the other idle
+        time.sleep(0.5)
+        tree = _descendants(server.process.pid)
+        assert len(tree) >= 3  # the template and two model processes
+        server.stop(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in tree) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [pid for pid in tree if _alive(pid)] == []
+
+
+def _hang_until_the_server_dies(server: ServerProcess) -> None:
+    with pytest.raises(Exception, match=r"closed|reset|refused"):  # any connection error
+        _http(server, "hangs", HANG)

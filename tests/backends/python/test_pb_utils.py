@@ -157,3 +157,23 @@ def test_bls_requests_take_bytes_names_as_tritons_std_string_arguments_do() -> N
     assert request.model_name() == "add_sub"
     assert request.requested_output_names() == ["OUTPUT0", "OUTPUT1"]
     assert request.request_id() == "7"
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ([], "Expect dict, got <class 'list'>"),
+        ({1: "int key"}, "Expect parameters keys to have type str, found type <class 'int'>"),
+        ({"float": 0.5}, "Expect parameters values to have type bool/int/str, found type <class 'float'>"),
+        ({"null": None}, "Expect parameters values to have type bool/int/str, found type <class 'NoneType'>"),
+        ({"list": ["x"]}, "Expect parameters values to have type bool/int/str, found type <class 'list'>"),
+    ],
+)
+def test_parameters_are_checked_when_made_with_tritons_messages(parameters: object, message: str) -> None:
+    """As Triton's constructors check them (qa/L0_backend_python/parameters asserts these messages)."""
+    for make in (pb_utils.InferenceResponse, pb_utils.InferenceRequest):
+        with pytest.raises(pb_utils.TritonModelException) as caught:
+            make(parameters=parameters)  # type: ignore[arg-type]
+        assert str(caught.value) == message
+    response = pb_utils.InferenceResponse(parameters={"b": True, "i": 2, "s": ""})
+    assert json.loads(response.parameters()) == {"b": True, "i": 2, "s": ""}

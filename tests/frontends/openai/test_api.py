@@ -61,6 +61,13 @@ def test_a_streamed_completion_is_the_whole_one_sent_token_by_token(client: open
     assert len({c.id for c in chunks}) == 1
 
 
+def test_echo_puts_the_prompt_before_the_completion(client: openai.OpenAI) -> None:
+    plain = complete(client, max_tokens=3, temperature=0).choices[0].text
+    assert complete(client, max_tokens=3, temperature=0, echo=True).choices[0].text == PROMPT + plain
+    chunks = list(complete(client, max_tokens=3, temperature=0, echo=True, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == PROMPT + plain
+
+
 def test_a_chat_completion_renders_the_models_chat_template(client: openai.OpenAI, tokenizer: Any) -> None:
     done = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=5, temperature=0)
     prompt = tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
@@ -183,6 +190,21 @@ def test_a_client_that_disconnects_cancels_the_generation(server: LlmServer) -> 
     assert marker in log, log[-2000:]
     generated = int(log.split(marker, 1)[1].split(" ", 1)[0])
     assert 3 <= generated < 4000
+
+
+def test_a_client_that_leaves_before_a_whole_answer_cancels_it_too(server: LlmServer) -> None:
+    before = server.log().count("cancelled after ")
+    body = json.dumps({"model": MODEL, "prompt": "The weir", "max_tokens": 4000})
+    connection = http.client.HTTPConnection("127.0.0.1", server.openai_port, timeout=30)
+    connection.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+    time.sleep(0.3)  # generating: the whole answer would take seconds
+    assert connection.sock is not None
+    connection.sock.shutdown(socket.SHUT_RDWR)
+    connection.close()
+    deadline = time.monotonic() + 20
+    while server.log().count("cancelled after ") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.log().count("cancelled after ") == before + 1
 
 
 def test_generate_and_generate_stream_serve_the_same_model(server: LlmServer, client: openai.OpenAI) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from naiad.backends.python import dlpack
 from naiad.codecs import bytes_tensor
 from naiad.core import datatypes
 
@@ -166,11 +167,14 @@ class Tensor:
         Legacy capsules cannot mark memory read-only, so a read-only input view is copied first.
         """
         array = self._exportable()
-        return (array if array.flags.writeable else array.copy()).__dlpack__()
+        array = array if array.flags.writeable else array.copy()
+        return dlpack.export(array) if dlpack.is_bfloat16(array) else array.__dlpack__()
 
     def __dlpack__(self, **kwargs: Any) -> Any:
         """The DLPack protocol; consumers that ask for a versioned capsule get read-only views as is."""
         array = self._exportable()
+        if dlpack.is_bfloat16(array):  # numpy cannot export it: a legacy capsule of our own
+            return dlpack.export(array if array.flags.writeable else array.copy())
         try:
             return array.__dlpack__(**kwargs)
         except BufferError:
@@ -184,10 +188,21 @@ class Tensor:
     @staticmethod
     def from_dlpack(name: str, capsule: Any) -> Tensor:
         """A tensor over a DLPack capsule or any object with ``__dlpack__`` (CPU memory only)."""
+        if isinstance(capsule, Tensor) and dlpack.is_bfloat16(capsule._array):
+            return Tensor(name, capsule._array)  # numpy cannot pass bfloat16 through DLPack
+        if not hasattr(capsule, "__dlpack__"):
+            bf16 = dlpack.import_bfloat16(capsule)  # a bfloat16 capsule (None, untouched, otherwise)
+            if bf16 is not None:
+                return Tensor(name, bf16)
         source = capsule if hasattr(capsule, "__dlpack__") else _Capsule(capsule)
         try:
             array = np.from_dlpack(source)
-        except (BufferError, RuntimeError, TypeError) as exc:
+        except (BufferError, RuntimeError) as exc:  # numpy refuses bfloat16: read the producer's here
+            bf16 = dlpack.import_bfloat16(capsule.__dlpack__()) if source is capsule else None
+            if bf16 is None:
+                raise TritonModelException(f"unable to read DLPack tensor '{name}': {exc}") from exc
+            array = bf16
+        except TypeError as exc:
             raise TritonModelException(f"unable to read DLPack tensor '{name}': {exc}") from exc
         return Tensor(name, array)
 
@@ -227,13 +242,27 @@ class TritonError:
 
 
 def _parameters_dict(parameters: Mapping[str, Any] | str | None) -> dict[str, Any]:
+    """Request/response parameters checked as Triton's constructors check them, with its messages.
+
+    A JSON object string is also taken (Naiad's extension); anything else must be a mapping of str
+    keys to bool, int or str values, which is all the parameters of a Triton response can carry.
+    """
     if parameters is None or parameters == "":
         return {}
     if isinstance(parameters, str):
         loaded = json.loads(parameters)
         if not isinstance(loaded, dict):
             raise TritonModelException("parameters must be a JSON object")
-        return loaded
+        parameters = loaded
+    if not isinstance(parameters, Mapping):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
     return dict(parameters)
 
 

@@ -25,6 +25,7 @@ from naiad.core.errors import (
     InferenceServerError,
     InvalidArgumentError,
     NotFoundError,
+    RankError,
     UnsupportedError,
 )
 from naiad.core.request import InferRequest, InferResponse
@@ -83,6 +84,8 @@ class InferenceServicer:
         self.forwarding = forwarding
         self._streams: set[asyncio.Queue[_Answers | None]] = set()
         self._closed = False
+        #: Inference RPCs taken up, numbered in the verbose log as Triton numbers its handlers' calls.
+        self._handled = 0
 
     # ---- health and metadata ----------------------------------------------------------------------
 
@@ -121,6 +124,8 @@ class InferenceServicer:
     # ---- inference --------------------------------------------------------------------------------
 
     async def ModelInfer(self, data: bytes, context: Context) -> bytes:
+        if log.isEnabledFor(logging.DEBUG):
+            self._log_handler("ModelInferHandler")
         if self.dataplane.tracer.enabled:
             return await self._traced_infer(data, context)
         parsed = grpc_v2.parse_infer_request(data)
@@ -193,6 +198,8 @@ class InferenceServicer:
     ) -> None:
         """Put the messages answering one request into ``channel``, then ``None``."""
         request_id = ""
+        if log.isEnabledFor(logging.DEBUG):
+            self._log_handler("ModelStreamInferHandler")
         try:
             parsed = grpc_v2.parse_infer_request(data)
             message = parsed.message
@@ -255,9 +262,19 @@ class InferenceServicer:
         trace.answered(response)
         return response
 
+    def _log_handler(self, handler: str) -> None:
+        """Triton's verbose lines for an inference RPC taken up (``--log-verbose`` 1 and up)."""
+        self._handled += 1
+        log.debug("New request handler for %s, %d", handler, self._handled)
+        log.debug("Process for %s, rpc_ok=1, %d step START", handler, self._handled)
+
     def _request(self, parsed: grpc_v2.ParsedInferRequest, headers: dict[str, str]) -> InferRequest:
         """The core request: tensors read (from shared memory too), forwarded headers added."""
-        request = grpc_v2.to_infer_request(parsed, headers, self.dataplane.shared_memory)
+        try:
+            request = grpc_v2.to_infer_request(parsed, headers, self.dataplane.shared_memory)
+        except RankError as exc:  # more dimensions than an array holds: the model's own shape error
+            name, version = parsed.message.model_name, grpc_v2.model_version(parsed.message.model_version)
+            raise self.dataplane.signature(name, version).refusal(exc) from None
         if self.forwarding is not None:
             self.forwarding.apply(request, headers.items())
         return request

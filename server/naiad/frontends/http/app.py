@@ -17,14 +17,14 @@ from urllib.parse import unquote_to_bytes
 import orjson
 
 from naiad.codecs import json_v2
-from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnsupportedError
+from naiad.core.errors import InferenceServerError, InvalidArgumentError, RankError, UnsupportedError
 from naiad.dataplane import DataPlane
 from naiad.frontends.access.policy import AccessPolicy
 from naiad.frontends.forwarding import HeaderForwarding
 from naiad.frontends.http import extensions, generate, shared_memory
 from naiad.frontends.http.access import refusal
 from naiad.frontends.http.asgi import Receive, Scope, Send
-from naiad.frontends.http.body import compress, decompress, read_body
+from naiad.frontends.http.body import compress, decompress, read_body, response_encoding
 from naiad.frontends.http.disconnect import DisconnectWatch
 from naiad.frontends.http.errors import error_body, status_of
 from naiad.tracing.trace import Trace
@@ -35,6 +35,15 @@ _JSON = (b"content-type", b"application/json")
 _OCTET = (b"content-type", b"application/octet-stream")
 _TEXT = (b"content-type", b"text/plain")
 
+
+#: libevhtp's ``htp_method`` numbers, which Triton's ``HTTP request: <method> <path>`` verbose line prints.
+_METHOD_CODES = {
+    method: code
+    for code, method in enumerate(
+        ("GET", "HEAD", "POST", "PUT", "DELETE", "MKCOL", "COPY", "MOVE", "OPTIONS", "PROPFIND",
+         "PROPPATCH", "LOCK", "UNLOCK", "TRACE", "CONNECT", "PATCH")
+    )
+}  # fmt: skip
 
 #: A handler's answer: status, body (bytes, or chunks to stream) and headers.
 _Reply = tuple[int, bytes | AsyncGenerator[bytes, None], list[tuple[bytes, bytes]]]
@@ -78,6 +87,8 @@ class HttpFrontend:
         query = raw_path.find(b"?")
         if query >= 0:
             raw_path = raw_path[:query]
+        if log.isEnabledFor(logging.DEBUG):  # Triton's line, with libevhtp's method number
+            log.debug("HTTP request: %d %s", _METHOD_CODES.get(scope["method"], 16), raw_path.decode("latin-1"))
         try:
             segments = _segments(raw_path)
         except InvalidArgumentError as exc:
@@ -95,7 +106,7 @@ class HttpFrontend:
         trace = call.trace
         if trace is not None:
             trace.sending()
-        await _send(send, status, body, extra, headers.get(b"accept-encoding"))
+        await _send(send, status, body, extra)
         if trace is not None:
             self.dataplane.tracer.end(trace)
 
@@ -220,9 +231,12 @@ class HttpFrontend:
             header, binary = json_v2.split_body(
                 body, header_length.decode("latin-1") if header_length is not None else None
             )
-            request, binary_output = json_v2.decode_request(
-                header, binary, name, version, self.dataplane.shared_memory
-            )
+            try:
+                request, binary_output = json_v2.decode_request(
+                    header, binary, name, version, self.dataplane.shared_memory
+                )
+            except RankError as exc:  # more dimensions than an array holds: the model's own shape error
+                raise self.dataplane.signature(name, version).refusal(exc) from None
         if self.forwarding is not None:
             pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.items()]
             self.forwarding.apply(request, pairs)
@@ -233,12 +247,16 @@ class HttpFrontend:
             trace.answered(response)
         document, chunks = json_v2.encode_response(response, request, binary_output)
         if not chunks:
-            return 200, document, [_JSON]
-        return (
-            200,
-            b"".join([document, *chunks]),
-            [_OCTET, (b"inference-header-content-length", str(len(document)).encode())],
-        )
+            body, reply_headers = document, [_JSON]
+        else:
+            body = b"".join([document, *chunks])
+            reply_headers = [_OCTET, (b"inference-header-content-length", str(len(document)).encode())]
+        accept = headers.get(b"accept-encoding")
+        encoding = response_encoding(accept.decode("latin-1")) if accept is not None else None
+        if encoding is not None:  # as Triton: only a successful inference answer is ever compressed
+            body = compress(body, encoding)
+            reply_headers.append((b"content-encoding", encoding.encode()))
+        return 200, body, reply_headers
 
     async def _generate(self, call: _Call, name: str, version: str) -> _Reply:
         body = await read_body(call.receive, None, self.max_input_size)
@@ -329,7 +347,12 @@ def _load_parameters(body: bytes) -> dict[str, Any]:
 
 
 def _segments(raw_path: bytes) -> list[str]:
-    parts = raw_path.strip(b"/").split(b"/")
+    """The path's segments; ``[]`` (routed nowhere) for a path with an empty segment, which Triton's
+    routes never match: ``/v2/models/m/infer/``, ``//v2/...``, ``/v2//models``."""
+    parts = raw_path.split(b"/")
+    if parts[0] or b"" in parts[1:]:
+        return []
+    del parts[0]
     out: list[str] = []
     for part in parts:
         if b"%" in part:
@@ -354,7 +377,6 @@ async def _send(
     status: int,
     body: bytes | AsyncGenerator[bytes, None],
     extra: list[tuple[bytes, bytes]] | None = None,
-    accept_encoding: bytes | None = None,
 ) -> None:
     headers = list(extra) if extra else [_JSON]
     if not isinstance(body, bytes):  # a stream (generate_stream): each chunk as it comes, uncompressed
@@ -366,10 +388,6 @@ async def _send(
             await body.aclose()
         await send({"type": "http.response.body", "body": b""})
         return
-    if accept_encoding is not None and body:
-        body, encoding = compress(body, accept_encoding.decode("latin-1"))
-        if encoding is not None:
-            headers.append((b"content-encoding", encoding.encode()))
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -67,12 +67,31 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
     return out
 
 
-def compress(body: bytes, accept_encoding: str) -> tuple[bytes, str | None]:
-    """Compress a response when the client accepts gzip or deflate (gzip preferred)."""
-    accepted = accept_encoding.lower()
-    if "gzip" in accepted:
-        deflater = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-        return deflater.compress(body) + deflater.flush(), "gzip"
-    if "deflate" in accepted:
-        return zlib.compress(body, 6), "deflate"
-    return body, None
+def response_encoding(accept_encoding: str) -> str | None:
+    """The encoding Triton picks for an ``Accept-Encoding`` value: ``gzip``, ``deflate`` or ``None``.
+
+    Triton weighs each listed coding by its ``;q=`` value (1 when absent) among ``identity``, ``gzip``
+    and ``deflate``; the first of the highest weight wins, malformed entries are skipped.  So
+    ``gzip;q=0.5, deflate`` is deflate and ``identity, gzip`` is not compressed.
+    """
+    chosen, weight = "identity", 0.0
+    for entry in accept_encoding.split(","):
+        start = len(entry) - len(entry.lstrip(" "))
+        name, has_weight, value = entry[start:].partition(";q=")
+        if start == len(entry) or (has_weight and not name):
+            continue
+        try:
+            entry_weight = float(value) if has_weight else 1.0
+        except ValueError:
+            continue
+        if name in ("identity", "gzip", "deflate") and entry_weight > weight:
+            chosen, weight = name, entry_weight
+    return None if chosen == "identity" else chosen
+
+
+def compress(body: bytes, encoding: str) -> bytes:
+    """``body`` in ``gzip`` or ``deflate`` (zlib format), at zlib's default level as Triton."""
+    if encoding == "gzip":
+        deflater = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        return deflater.compress(body) + deflater.flush()
+    return zlib.compress(body, zlib.Z_DEFAULT_COMPRESSION)

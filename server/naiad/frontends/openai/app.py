@@ -176,7 +176,7 @@ class OpenAIFrontend:
             if folder is None:
                 raise OpenAIError(400, f"model '{name}' has no folder to read a chat template from")
             config = self.dataplane.model_config(name, "")
-            prompt = await self.templates.render(tokenizer_folder(folder, config), generation.messages)
+            prompt = self.templates.render(tokenizer_folder(folder, config), generation.messages)
         encoder = Encoder(generation)
         answers = self.dataplane.stream(infer_request(generation, prompt, encoder.id))
         if not generation.stream:

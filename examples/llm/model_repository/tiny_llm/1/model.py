@@ -12,8 +12,9 @@ Response: one per generated token with ``text_output`` (the text that token comp
           ``num_input_tokens`` and ``num_output_tokens``.  A stop string ends the text before it and
           is never sent.
 
-Each request is generated in a thread of its own, so one instance streams many requests at once,
-and a request whose client has gone (``request.is_cancelled()``) stops at the next token.
+``execute`` hands requests to one generation thread and returns: that thread makes one token of each
+active request in turn, so one instance streams many requests at once, and a request whose client
+has gone (``request.is_cancelled()``) stops at its next token.
 
 Config parameters: ``checkpoint`` (a Hugging Face model folder; relative paths are relative to the
 model's folder), ``default_max_tokens``, ``torch_threads``, and ``timing_log`` (a file: when set, the
@@ -22,6 +23,7 @@ forward pass and sampling took; ``benchmarks/llm`` reads it).
 """
 
 import json
+import queue
 import threading
 import time
 from pathlib import Path
@@ -52,18 +54,44 @@ class TritonPythonModel:
         self.eos = {eos} if isinstance(eos, int) else set(eos or [])
         timing_log = parameters.get("timing_log", "")
         self.timing_log = open(timing_log, "a", encoding="utf-8") if timing_log else None
-        self.log_lock = threading.Lock()
-        self.threads = []
+        self.arrivals = queue.SimpleQueue()
+        self.worker = threading.Thread(target=self.generate, name="generate", daemon=True)
+        self.worker.start()
 
     def execute(self, requests):
         for request in requests:
-            thread = threading.Thread(target=self.generate, args=(request,), daemon=True)
-            self.threads = [t for t in self.threads if t.is_alive()] + [thread]
-            thread.start()
+            self.arrivals.put((request, time.monotonic_ns()))
         return None
 
-    def generate(self, request):
-        started = time.monotonic_ns()
+    def generate(self):
+        """The generation loop: one token of every active request in turn, new requests joining as
+        they arrive (one thread, so the server's event loop never waits behind many).  Unloading
+        (``finalize``) lets the requests under way finish."""
+        active, stopping = [], False
+        while active or not stopping:
+            arrivals = [] if active else [self.arrivals.get()]
+            while not self.arrivals.empty():
+                arrivals.append(self.arrivals.get())
+            for arrival in arrivals:
+                if arrival is None:
+                    stopping = True
+                    continue
+                generation = self.start(*arrival)
+                if generation is not None:
+                    active.append(generation)
+            active = [generation for generation in active if self.advance(generation)]
+
+    @staticmethod
+    def advance(generation):
+        """One step of ``generation``; a failure ends only that request, with the error."""
+        try:
+            return generation.step()
+        except Exception as exc:
+            error = pb_utils.TritonError(f"generation failed: {type(exc).__name__}: {exc}")
+            generation.sender.send(pb_utils.InferenceResponse(error=error), flags=_FINAL)
+            return False
+
+    def start(self, request, arrived):
         sender = request.get_response_sender()
         try:
             prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
@@ -83,57 +111,74 @@ class TritonPythonModel:
         except (ValueError, TypeError, UnicodeDecodeError) as exc:
             error = pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)
             sender.send(pb_utils.InferenceResponse(error=error), flags=_FINAL)
-            return
-        limit = min(sampling.max_tokens, self.context - ids.shape[1])
-        text = Text(self.tokenizer, sampling.stop)
-        generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
-        finish, cache, step_input, count = "length", None, ids, 0
-        sent, computed, held = [], [], []
-        while count < limit:
-            if request.is_cancelled():
-                finish = "cancelled"
-                pb_utils.Logger.log_info(f"request '{request.request_id()}' cancelled after {count} tokens")
-                break
-            begin = time.monotonic_ns()
-            with torch.inference_mode():
-                output = self.model(step_input, cache=cache, use_cache=True)
-            cache = output.cache
-            token = sampling.pick(output.logits[0, -1], generator)
-            count += 1
-            if token in self.eos:
-                finish = "stop"
-                break
-            piece = text.add(token)
-            computed.append(time.monotonic_ns() - begin)
-            if text.stopped:
-                finish = "stop"
-                break
-            if streaming:
-                sender.send(pb_utils.InferenceResponse([_text_tensor(piece)]))
-                sent.append(time.monotonic_ns())
-            else:
-                held.append(piece)
-            step_input = torch.tensor([[token]])
-        rest = "".join(held) + (text.pending_before_stop() if finish == "stop" else text.flush())
-        final = [
-            _text_tensor(rest),
-            pb_utils.Tensor("finish_reason", np.array([finish.encode()], dtype=np.object_)),
-            pb_utils.Tensor("num_input_tokens", np.array([ids.shape[1]], dtype=np.int32)),
-            pb_utils.Tensor("num_output_tokens", np.array([count], dtype=np.int32)),
-        ]
-        sender.send(pb_utils.InferenceResponse(final), flags=_FINAL)
-        sent.append(time.monotonic_ns())
-        if self.timing_log is not None:
-            record = {"id": request.request_id(), "started": started, "sent": sent, "computed": computed}
-            with self.log_lock:
-                self.timing_log.write(json.dumps(record) + "\n")
-                self.timing_log.flush()
+            return None
+        return Generation(self, request, sender, sampling, streaming, ids, arrived)
 
     def finalize(self):
-        for thread in self.threads:
-            thread.join()
+        self.arrivals.put(None)
+        self.worker.join()
         if self.timing_log is not None:
             self.timing_log.close()
+
+
+class Generation:
+    """One request being generated: its KV cache, its text so far, and its next step."""
+
+    def __init__(self, model, request, sender, sampling, streaming, ids, arrived):
+        self.model, self.request, self.sender = model, request, sender
+        self.sampling, self.streaming = sampling, streaming
+        self.prompt_tokens = ids.shape[1]
+        self.limit = min(sampling.max_tokens, model.context - self.prompt_tokens)
+        self.text = Text(model.tokenizer, sampling.stop)
+        self.generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+        self.cache, self.step_input, self.count = None, ids, 0
+        self.arrived, self.sent, self.computed, self.held = arrived, [], [], []
+
+    def step(self):
+        """Generate one token and send it; False once the request is finished (final flag sent)."""
+        if self.request.is_cancelled():
+            name = self.request.request_id()
+            pb_utils.Logger.log_info(f"request '{name}' cancelled after {self.count} tokens")
+            return self.finish("cancelled")
+        begin = time.monotonic_ns()
+        with torch.inference_mode():
+            output = self.model.model(self.step_input, cache=self.cache, use_cache=True)
+        self.cache = output.cache
+        token = self.sampling.pick(output.logits[0, -1], self.generator)
+        self.count += 1
+        if token in self.model.eos:
+            return self.finish("stop")
+        piece = self.text.add(token)
+        self.computed.append(time.monotonic_ns() - begin)
+        if self.text.stopped:
+            return self.finish("stop")
+        if self.streaming:
+            self.sender.send(pb_utils.InferenceResponse([_text_tensor(piece)]))
+            self.sent.append(time.monotonic_ns())
+        else:
+            self.held.append(piece)
+        if self.count >= self.limit:
+            return self.finish("length")
+        self.step_input = torch.tensor([[token]])
+        return True
+
+    def finish(self, reason):
+        text = self.text
+        rest = "".join(self.held) + (text.pending_before_stop() if reason == "stop" else text.flush())
+        final = [
+            _text_tensor(rest),
+            pb_utils.Tensor("finish_reason", np.array([reason.encode()], dtype=np.object_)),
+            pb_utils.Tensor("num_input_tokens", np.array([self.prompt_tokens], dtype=np.int32)),
+            pb_utils.Tensor("num_output_tokens", np.array([self.count], dtype=np.int32)),
+        ]
+        self.sender.send(pb_utils.InferenceResponse(final), flags=_FINAL)
+        self.sent.append(time.monotonic_ns())
+        log = self.model.timing_log
+        if log is not None:
+            record = {"id": self.request.request_id(), "started": self.arrived, "sent": self.sent}
+            log.write(json.dumps({**record, "computed": self.computed}) + "\n")
+            log.flush()
+        return False
 
 
 def _text_tensor(text):

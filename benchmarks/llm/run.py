@@ -1,0 +1,238 @@
+"""Token streaming through the OpenAI frontend: time to first token and inter-token latency, and our
+overhead on each, with the model's own time taken out.
+
+A server runs the text-generation example (``examples/llm``, the tiny checkpoint) with the OpenAI
+port on, and with the model's ``timing_log`` set: for every request the model writes when it started
+on it, when it sent each token and how long each token's forward pass and sampling took, on the
+machine's monotonic clock (the one ``time.monotonic_ns`` reads in every process).  Clients stream
+``POST /v1/completions`` over raw keep-alive connections (asyncio; an SSE parser of a few lines, so the
+client's own cost stays small) at 1, 8 and 32 concurrent streams, and stamp each token's chunk as it
+arrives.  Joined by the completion ID (the request ID the model sees), that gives per request:
+
+* TTFT: first token chunk received - request sent;
+* first-token overhead: TTFT - (model's first send - model's start): everything before the model
+  starts on the request (HTTP, codec, data plane, queue, dispatch) and the first token's delivery;
+* ITL: gap between two token chunks at the client, beside the model's own gap between sending them
+  (with N streams the model makes one token of each in turn, so that gap is about N forward passes)
+  and its compute per token (one forward pass and the sampling);
+* per-token overhead: token chunk received - model sent that token: the sink, the event loop, the
+  codec, uvicorn and the socket, and the client's parse, per token, queueing included.
+
+Prints p50/p99 of each per concurrency; ``--json FILE`` writes them.
+
+usage: python benchmarks/llm/run.py [--tokens 64] [--requests 64] [--concurrency 1,8,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.frontends.openai.conftest import LLM_REPOSITORY, MODEL, build_checkpoint
+from tests.support.server import ServerProcess, free_port
+
+PROMPT = "The river begins as a thin line of cold water under the moss"
+
+
+@dataclass(slots=True)
+class Stream:
+    """One request as the client saw it."""
+
+    sent: int
+    id: str = ""
+    tokens: list[int] = field(default_factory=list)
+
+
+async def _read_chunk(reader: asyncio.StreamReader) -> bytes:
+    """One chunk of a chunked HTTP body (b"" at its end)."""
+    size = int((await reader.readline()).strip(), 16)
+    data = await reader.readexactly(size + 2)
+    return data[:-2]
+
+
+async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> Stream:
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode()
+    stream = Stream(time.monotonic_ns())
+    writer.write(head + body)
+    status = await reader.readline()
+    if b" 200 " not in status:
+        raise RuntimeError(f"server answered {status!r}")
+    while (await reader.readline()) not in (b"\r\n", b""):
+        pass
+    buffered = b""
+    while True:
+        chunk = await _read_chunk(reader)
+        if not chunk:
+            return stream
+        buffered += chunk
+        while b"\n\n" in buffered:
+            event, buffered = buffered.split(b"\n\n", 1)
+            now = time.monotonic_ns()
+            data = event[len(b"data: ") :]
+            if data == b"[DONE]":
+                continue
+            document = orjson.loads(data)
+            stream.id = document["id"]
+            choice = document["choices"][0]
+            if choice["finish_reason"] is None:
+                stream.tokens.append(now)
+
+
+async def _client(port: int, count: int, body: bytes, out: list[Stream]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for _ in range(count):
+            out.append(await _request(reader, writer, body))
+    finally:
+        writer.close()
+
+
+async def _drive(port: int, concurrency: int, requests: int, tokens: int) -> list[Stream]:
+    body = orjson.dumps(
+        {"model": MODEL, "prompt": PROMPT, "max_tokens": tokens, "temperature": 0, "stream": True}
+    )
+    out: list[Stream] = []
+    each = max(1, requests // concurrency)
+    await asyncio.gather(*(_client(port, each, body, out) for _ in range(concurrency)))
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _analyse(streams: list[Stream], records: dict[str, dict[str, Any]]) -> dict[str, float]:
+    ttft, first_overhead, itl, compute, overhead, model_ttft, model_itl = [], [], [], [], [], [], []
+    skipped = 0
+    for stream in streams:
+        record = records.get(stream.id)
+        if record is None or len(record["computed"]) != len(stream.tokens) or not stream.tokens:
+            skipped += 1
+            continue
+        sent = record["sent"]
+        ttft.append(stream.tokens[0] - stream.sent)
+        model_ttft.append(sent[0] - record["started"])
+        first_overhead.append(ttft[-1] - model_ttft[-1])
+        itl += [b - a for a, b in pairwise(stream.tokens)]
+        model_itl += [b - a for a, b in pairwise(sent[: len(stream.tokens)])]
+        compute += record["computed"][1:]
+        overhead += [got - made for got, made in zip(stream.tokens, sent, strict=False)]
+    ms = 1e-6
+    figures = {
+        "requests": len(streams) - skipped,
+        "skipped": skipped,
+        "ttft_p50_ms": _pct(ttft, 0.5) * ms,
+        "ttft_p99_ms": _pct(ttft, 0.99) * ms,
+        "model_first_token_p50_ms": _pct(model_ttft, 0.5) * ms,
+        "first_token_overhead_p50_ms": _pct(first_overhead, 0.5) * ms,
+        "first_token_overhead_p99_ms": _pct(first_overhead, 0.99) * ms,
+        "itl_p50_ms": _pct(itl, 0.5) * ms,
+        "itl_p99_ms": _pct(itl, 0.99) * ms,
+        "model_itl_p50_ms": _pct(model_itl, 0.5) * ms,
+        "model_itl_p99_ms": _pct(model_itl, 0.99) * ms,
+        "model_compute_per_token_p50_ms": _pct(compute, 0.5) * ms,
+        "model_compute_per_token_p99_ms": _pct(compute, 0.99) * ms,
+        "token_overhead_p50_ms": _pct(overhead, 0.5) * ms,
+        "token_overhead_p99_ms": _pct(overhead, 0.99) * ms,
+    }
+    return figures
+
+
+def _repository(into: Path, timing_log: Path, checkpoint: Path) -> Path:
+    """A copy of the example repository whose model logs its timings (the checkpoint is linked)."""
+    repository = into / "models"
+    shutil.copytree(LLM_REPOSITORY, repository, ignore=shutil.ignore_patterns("checkpoint", "__pycache__"))
+    model = repository / MODEL
+    config = (model / "config.pbtxt").read_text()
+    config = re.sub(
+        r'key: "checkpoint" value \{ string_value: "[^"]*" \}',
+        f'key: "checkpoint" value {{ string_value: "{checkpoint}" }}',
+        config,
+    )
+    config += f'parameters {{ key: "timing_log" value {{ string_value: "{timing_log}" }} }}\n'
+    (model / "config.pbtxt").write_text(config)
+    return repository
+
+
+def _records(timing_log: Path) -> dict[str, dict[str, Any]]:
+    records = {}
+    for line in timing_log.read_text().splitlines():
+        record = json.loads(line)
+        records[record["id"]] = record
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=64, help="max_tokens of each request")
+    parser.add_argument("--requests", type=int, default=64, help="requests per concurrency level")
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    checkpoint = build_checkpoint()
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="naiad-llm-bench-") as scratch:
+        timing_log = Path(scratch) / "timing.jsonl"
+        repository = _repository(Path(scratch), timing_log, checkpoint)
+        port = free_port()
+        with ServerProcess([repository], [f"--openai-port={port}"]):
+            asyncio.run(_drive(port, 4, 8, args.tokens))  # warm-up
+            for concurrency in (int(c) for c in args.concurrency.split(",")):
+                done = len(_records(timing_log)) if timing_log.exists() else 0
+                streams = asyncio.run(_drive(port, concurrency, max(args.requests, concurrency), args.tokens))
+                deadline = time.monotonic() + 10
+                while len(_records(timing_log)) < done + len(streams) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                results[str(concurrency)] = _analyse(streams, _records(timing_log))
+    load = os.getloadavg()
+    print(f"load average before the report: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    columns = [
+        ("ttft_p50_ms", "TTFT p50"),
+        ("ttft_p99_ms", "TTFT p99"),
+        ("first_token_overhead_p50_ms", "1st-token overhead p50"),
+        ("first_token_overhead_p99_ms", "p99"),
+        ("itl_p50_ms", "ITL p50"),
+        ("itl_p99_ms", "ITL p99"),
+        ("model_itl_p50_ms", "model ITL p50"),
+        ("model_compute_per_token_p50_ms", "model compute/token p50"),
+        ("token_overhead_p50_ms", "overhead/token p50"),
+        ("token_overhead_p99_ms", "p99"),
+    ]
+    print("streams | " + " | ".join(title for _, title in columns) + " | requests")
+    for concurrency, figures in results.items():
+        cells = " | ".join(f"{figures[key]:.3f}" for key, _ in columns)
+        print(f"{concurrency} | {cells} | {figures['requests']:.0f}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
