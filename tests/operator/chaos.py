@@ -47,7 +47,10 @@ class OperatorProcess:
             "NAIAD_OPERATOR_RECONCILE_INTERVAL": "1",
             "NAIAD_OPERATOR_SYNC_POLL_INTERVAL": "0.5",
             "NAIAD_OPERATOR_SYNC_RETRY_SECONDS": "2",
+            "NAIAD_OPERATOR_LEADER_ELECTION": "true",
             "NAIAD_OPERATOR_LEADER_IDENTITY": self.identity,
+            "NAIAD_OPERATOR_LEADER_LEASE_SECONDS": "4",
+            "NAIAD_OPERATOR_LEADER_RENEW_SECONDS": "1",
             **self.env,
         }
         self.starts += 1
@@ -55,7 +58,13 @@ class OperatorProcess:
             out.write(f"---- start {self.starts} ----\n".encode())
             out.flush()
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "naiad_operator", "--liveness", f"http://127.0.0.1:{free_port()}/healthz"],
+                [
+                    sys.executable,
+                    "-m",
+                    "naiad_operator",
+                    "--liveness",
+                    f"http://127.0.0.1:{free_port()}/healthz",
+                ],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -195,6 +204,7 @@ class Scenario:
     s3: Any
     name: str
     model: str = "m"
+    snapshot_before: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -253,7 +263,11 @@ class Scenario:
                 "apiVersion": "serving.naiad.dev/v1alpha1",
                 "kind": "InferenceService",
                 "metadata": {"name": self.name, "namespace": NS},
-                "spec": {"repository": {"name": self.name}, "models": [{"name": self.model}], "replicas": replicas},
+                "spec": {
+                    "repository": {"name": self.name},
+                    "models": [{"name": self.model}],
+                    "replicas": replicas,
+                },
             },
         )
 

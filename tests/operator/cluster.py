@@ -200,7 +200,12 @@ class FakeCluster:
         command = [self._mapped(a, mounts) for a in container["command"]]
         started = _now()
         process = subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
         self.job_processes[name] = process
         stdout, stderr = process.communicate(timeout=120)

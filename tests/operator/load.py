@@ -58,7 +58,11 @@ class TritonPythonModel:
 """
 
 
-def versioned_py(load_seconds: float = 0.0, fail: bool = False, exec_seconds: float = 0.0) -> str:
+def versioned_py(
+    load_seconds: float = 0.0,
+    fail: bool = False,
+    exec_seconds: float = 0.0,
+) -> str:
     return VERSIONED_PY.format(load_seconds=load_seconds, fail=fail, exec_seconds=exec_seconds)
 
 
@@ -95,7 +99,9 @@ def ready_endpoints(api: Api, selector: dict[str, str]) -> list[Endpoint]:
             continue
         if not any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []):
             continue
-        ports = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or []}
+        ports = {
+            p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or []
+        }
         if "http" in ports and "grpc" in ports:
             ip = status.get("podIP", "127.0.0.1")
             endpoints.append(Endpoint(meta["name"], f"{ip}:{ports['http']}", f"{ip}:{ports['grpc']}"))
@@ -164,7 +170,9 @@ class Load:
                 sent = time.monotonic()
                 try:
                     with urllib.request.urlopen(
-                        urllib.request.Request(f"http://{endpoint.http}/v2/repository/index", b"{}", method="POST"),
+                        urllib.request.Request(
+                            f"http://{endpoint.http}/v2/repository/index", b"{}", method="POST"
+                        ),
                         timeout=10,
                     ) as r:
                         entries = json.loads(r.read())
@@ -267,7 +275,7 @@ class Load:
 def _checked(value: float, output: Any, reported: str) -> int:
     """The version that computed the answer; a wrong value or a mismatched reported version fails."""
     computed = float(output[0]) - value
-    version = int(round(computed / 1000.0))
+    version = round(computed / 1000.0)
     if computed != version * 1000.0 or version < 1:
         raise AssertionError(f"wrong answer {float(output[0])} for input {value}")
     if str(reported) != str(version):

@@ -14,6 +14,7 @@ from the change or fault until the end state was reached. ``make test`` runs the
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.operator.chaos import LONG, Cutter, OperatorProcess, Scenario, timed
-from tests.operator.cluster import NS, FakeCluster
+from tests.operator.cluster import NS, FakeCluster, ServerPod
 from tests.operator.harness import events, eventually, index
 from tests.operator.load import Answer, Load, ready_endpoints
 from tests.support.kmock_k8s import ApiServer
@@ -148,7 +149,10 @@ def test_failed_load_rolls_back_without_a_failed_request(
     assert load.versions() == {1}
     assert "weights are corrupt" in record["lastFailure"]["message"] and record["lastFailure"]["version"] == 2
     assert record["activeVersions"] == [1] and record["defaultVersion"] == 1
-    assert scenario.condition("Servable")["status"] == "True" and scenario.condition("Ready")["status"] == "False"
+    assert (
+        scenario.condition("Servable")["status"] == "True"
+        and scenario.condition("Ready")["status"] == "False"
+    )
     scenario.delete()
 
 
@@ -203,7 +207,10 @@ def test_source_cut_mid_sync_keeps_serving_and_retries(
         scenario.trigger("v2")
         assert proxy.stalled.wait(CONVERGE), "the sync never reached the weights"
         failed = eventually(
-            lambda: (scenario.repository().get("lastSync") or {}).get("result") == "Failed" and scenario.repository(),
+            lambda: (
+                (scenario.repository().get("lastSync") or {}).get("result") == "Failed"
+                and scenario.repository()
+            ),
             CONVERGE,
             "status: the sync failed",
         )
@@ -211,14 +218,18 @@ def test_source_cut_mid_sync_keeps_serving_and_retries(
         synced = scenario.condition("Synced", "modelrepositories")
         reachable = scenario.condition("SourceReachable", "modelrepositories")
         retried = eventually(
-            lambda: scenario.repository().get("syncCount", 0) >= failed["syncCount"] + 1
-            and scenario.repository()["syncCount"],
+            lambda: (
+                scenario.repository().get("syncCount", 0) >= failed["syncCount"] + 1
+                and scenario.repository()["syncCount"]
+            ),
             CONVERGE,
             "a retry while S3 is still down",
         )
         assert scenario.repository()["snapshot"]["current"] == before
         proxy.restore()
-        eventually(lambda: scenario.repository()["snapshot"]["current"] != before, CONVERGE, "the retry synced")
+        eventually(
+            lambda: scenario.repository()["snapshot"]["current"] != before, CONVERGE, "the retry synced"
+        )
         eventually(lambda: serving(scenario, 2, 2), CONVERGE, "v2 on every pod")
         converged = timed(started)
         load.wait_for(answered_everywhere(scenario, 2, time.monotonic()), CONVERGE, "v2 from every pod")
@@ -252,7 +263,9 @@ def test_pod_killed_mid_rollout_comes_back_with_exactly_its_models(
         )
         killed = time.monotonic()
         os.killpg(victim.process.pid, signal.SIGKILL)
-        eventually(lambda: cluster.pods[scenario.name][1].restarts == victim.restarts + 1, CONVERGE, "restarted")
+        eventually(
+            lambda: cluster.pods[scenario.name][1].restarts == victim.restarts + 1, CONVERGE, "restarted"
+        )
         eventually(lambda: serving(scenario, 2, 2), CONVERGE, "v2 alone on both pods")
         eventually(lambda: scenario.record().get("activeVersions") == [2], CONVERGE, "status: v2 active")
         converged = timed(started)
@@ -264,7 +277,9 @@ def test_pod_killed_mid_rollout_comes_back_with_exactly_its_models(
     assert index(restarted.url)["unlisted"] == {}
     ready = {v for v, s in index(restarted.url)[scenario.model].items() if s == "READY"}
     assert ready == {"2"} and scenario.record()["defaultVersion"] == 2
-    loads = [e for e in events(cluster.api, "ModelLoaded") if f"pod {victim.name}," in e or e.endswith(victim.name)]
+    loads = [
+        e for e in events(cluster.api, "ModelLoaded") if f"pod {victim.name}," in e or e.endswith(victim.name)
+    ]
     assert all(e.startswith(f"{scenario.model} ") for e in loads), loads
     # only the killed pod failed requests, and only between its death and its return
     ready_again = restarted.ready_at or time.monotonic()
@@ -302,15 +317,19 @@ def test_sync_job_killed_mid_way_never_becomes_current(
         process = eventually(lambda: cluster.job_processes.get(job), CONVERGE, "the Job's process")
         os.killpg(process.pid, signal.SIGKILL)
         failed = eventually(
-            lambda: (scenario.repository().get("lastSync") or {}).get("jobName") == job
-            and scenario.repository()["lastSync"].get("result") == "Failed"
-            and scenario.repository(),
+            lambda: (
+                (scenario.repository().get("lastSync") or {}).get("jobName") == job
+                and scenario.repository()["lastSync"].get("result") == "Failed"
+                and scenario.repository()
+            ),
             CONVERGE,
             "status: the killed sync failed",
         )
         assert failed["snapshot"]["current"] == before and os.readlink(claim / "current") == current_before
         proxy.restore()
-        eventually(lambda: scenario.repository()["snapshot"]["current"] != before, CONVERGE, "the retry synced")
+        eventually(
+            lambda: scenario.repository()["snapshot"]["current"] != before, CONVERGE, "the retry synced"
+        )
         eventually(lambda: serving(scenario, 1, 2), CONVERGE, "v2 served")
         converged = timed(started)
         load.wait_for(answered_everywhere(scenario, 2, time.monotonic()), CONVERGE, "v2 answers")
@@ -322,3 +341,140 @@ def test_sync_job_killed_mid_way_never_becomes_current(
     current = claim / "current" / scenario.model / "2"
     assert (current / "weights.bin").stat().st_size == 4 << 20 and (current / "model.py").exists()
     scenario.delete()
+
+
+# ---- 5. the operator SIGKILLed at each stage of a rollout ------------------------------------------------
+
+#: Stage -> a check on (scenario, from version, to version, traffic) that is true once the rollout is
+#: there; the operator is killed the moment it is.
+STAGES: dict[str, Any] = {
+    "after sync": lambda sc, a, b, load: sc.repository()["snapshot"]["current"] != sc.snapshot_before,
+    "during load": lambda sc, a, b, load: any(
+        index(f"http://{e.http}").get(sc.model, {}).get(str(b)) not in (None, "READY")
+        for e in ready_endpoints(sc.api, sc.selector)
+    ),
+    "after pin": lambda sc, a, b, load: any(x.version == b for x in load.answers[-50:] if x.ok),
+    "during unload": lambda sc, a, b, load: any(
+        index(f"http://{e.http}").get(sc.model, {}).get(str(a)) != "READY"
+        and index(f"http://{e.http}").get(sc.model, {}).get(str(b)) == "READY"
+        for e in ready_endpoints(sc.api, sc.selector)
+    ),
+}
+
+
+def test_operator_killed_at_each_stage_converges_to_the_same_end(
+    s3: Any, cluster: FakeCluster, operator_a: OperatorProcess
+) -> None:
+    scenario = Scenario(cluster.api, s3, "opkill")
+    start_serving(scenario, 2)
+    stages = list(STAGES) if LONG else ["during load"]
+    with Load(cluster.api, scenario.selector, scenario.model) as load:
+        load.wait_for(answered_everywhere(scenario, 1, 0), CONVERGE, "v1 from every pod")
+        times = [
+            _rollout_killing_the_operator(scenario, load, operator_a, stage, n + 1, cluster)
+            for n, stage in enumerate(stages)
+        ]
+    report(load.summary(f"5 operator SIGKILLed {', '.join(stages)} ({len(stages)} rollouts)", max(times)))
+    assert load.failures() == [], load.failures()[:5]
+    assert_monotonic(load)
+    scenario.delete()
+
+
+def _rollout_killing_the_operator(
+    scenario: Scenario, load: Load, operator: OperatorProcess, stage: str, a: int, cluster: FakeCluster
+) -> float:
+    """Roll v``a`` -> v``a+1``, SIGKILL the operator once the rollout reached ``stage``, restart it;
+    the seconds from the trigger until every pod and status show the end state.
+
+    Each pod's own log of completed loads must read: the union loaded (old default pinned), the new
+    default pinned (a no-op load, may be skipped when the Load stage already pinned it), only the new
+    version kept; at most one load repeated by the restarted operator, never a return to the old
+    default and nothing missed."""
+    b = a + 1
+    marks = {p.name: len(loads_of(p, scenario.model)) for p in cluster.pods[scenario.name]}
+    scenario.snapshot_before = scenario.repository()["snapshot"]["current"]
+    scenario.upload(b, load_seconds=2.0)
+    started = time.monotonic()
+    scenario.trigger(f"v{b}")
+    eventually(lambda: STAGES[stage](scenario, a, b, load), CONVERGE, f"the rollout {stage}")
+    operator.kill()
+    operator.start()
+    eventually(lambda: serving(scenario, 2, b), CONVERGE, f"v{b} alone on every pod")
+    eventually(
+        lambda: (
+            scenario.record().get("activeVersions") == [b]
+            and scenario.record().get("transitionStatus") == "UpToDate"
+        ),
+        CONVERGE,
+        f"status: v{b} active",
+    )
+    converged = timed(started)
+    load.wait_for(answered_everywhere(scenario, b, time.monotonic()), CONVERGE, f"v{b} from every pod")
+    record = scenario.record()
+    hashes = {
+        str(v["version"]): v["contentHash"]
+        for m in scenario.repository()["models"]
+        if m["name"] == scenario.model
+        for v in m["versions"]
+    }
+    assert record["defaultVersion"] == b and record["contentHashes"] == {str(b): hashes[str(b)]}
+    assert record["copies"] == {"desired": 2, "ready": 2, "loading": 0, "failed": 0}, record
+    for pod in cluster.pods[scenario.name]:
+        done = loads_of(pod, scenario.model)[marks[pod.name] :]
+        distinct = [s for n, s in enumerate(done) if n == 0 or done[n - 1] != s]
+        assert distinct == [f"{a}, {b}", f"{b}"] and len(done) <= 4, (stage, pod.name, done)
+    return converged
+
+
+def loads_of(pod: ServerPod, model: str) -> list[str]:
+    """The version sets of every load of ``model`` the pod completed, from its own log."""
+    return re.findall(rf"successfully loaded '{model}' version\(s\) ([0-9, ]*[0-9])", pod.log.read_text())
+
+
+# ---- 7. two operator replicas: one acts, the other takes over when it dies ----------------------------------
+
+
+def lease(api: Any) -> dict[str, Any]:
+    found = api.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/naiad-operator") or {}
+    return dict(found.get("spec") or {})
+
+
+def test_two_replicas_one_acts_the_other_takes_over(
+    s3: Any, cluster: FakeCluster, operator_a: OperatorProcess, api_server: ApiServer, tmp_path: Any
+) -> None:
+    eventually(lambda: lease(cluster.api).get("holderIdentity") == "a", CONVERGE, "a leads")
+    standby = OperatorProcess(api_server.kubeconfig(tmp_path / "kubeconfig"), tmp_path, "b").start()
+    try:
+        eventually(lambda: "waiting for Lease" in standby.output(), CONVERGE, "b started and waits")
+        scenario = Scenario(cluster.api, s3, "peers")
+        start_serving(scenario, 2)  # done by a alone
+        assert lease(cluster.api)["holderIdentity"] == "a" and standby.alive
+        assert "leading as" not in standby.output() and "Handler" not in standby.output()
+        transitions = int(lease(cluster.api).get("leaseTransitions") or 0)
+        with Load(cluster.api, scenario.selector, scenario.model) as load:
+            load.wait_for(answered_everywhere(scenario, 1, 0), CONVERGE, "v1 from every pod")
+            killed = time.monotonic()
+            operator_a.kill()
+            eventually(lambda: lease(cluster.api).get("holderIdentity") == "b", CONVERGE, "b takes over")
+            takeover = timed(killed)
+            assert int(lease(cluster.api)["leaseTransitions"]) == transitions + 1
+            scenario.upload(2)
+            started = time.monotonic()
+            scenario.trigger("v2")  # the new leader rolls it out
+            eventually(lambda: serving(scenario, 2, 2), CONVERGE, "v2 alone on every pod")
+            eventually(lambda: scenario.record().get("activeVersions") == [2], CONVERGE, "status: v2 active")
+            converged = timed(started)
+            load.wait_for(answered_everywhere(scenario, 2, time.monotonic()), CONVERGE, "v2 from every pod")
+            operator_a.start()  # back as the standby
+            eventually(lambda: operator_a.output().count("waiting for Lease") >= 2, CONVERGE, "a waits")
+        report(load.summary(f"7 leader SIGKILLed, standby took over in {takeover:.1f} s", converged))
+        assert load.failures() == [], load.failures()[:5]
+        assert lease(cluster.api)["holderIdentity"] == "b"
+        assert operator_a.output().split("---- start")[-1].count("leading as") == 0
+        scenario.delete()
+    finally:
+        standby.stop()
+    eventually(
+        lambda: lease(cluster.api).get("holderIdentity") in ("", "a"), CONVERGE, "b handed the Lease over"
+    )
+    eventually(lambda: "leading as" in operator_a.output().split("---- start")[-1], CONVERGE, "a leads again")

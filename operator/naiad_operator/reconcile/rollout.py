@@ -172,12 +172,19 @@ def plan(
                 if pod.ready_versions(spec.name) != frozenset(mp.keep):
                     loads.append(Load(pod.name, spec.name, mp.keep, mp.new_default, False, override))
             continue
-        first_default = mp.old_default if mp.active else mp.new_default
+        done = _past_switch(spec.name, mp, ready)
+        first_default = mp.old_default if mp.active and not done else mp.new_default
         for pod in ready:
+            if pod.name in done:
+                continue
             if mp.fresh or pod.ready_versions(spec.name) != frozenset(mp.keep):
                 loads.append(Load(pod.name, spec.name, mp.keep, first_default, mp.fresh, override))
         if mp.active and mp.old_default != mp.new_default:
-            switches += [Load(p.name, spec.name, mp.keep, mp.new_default, False, override) for p in ready]
+            switches += [
+                Load(p.name, spec.name, mp.keep, mp.new_default, False, override)
+                for p in ready
+                if p.name not in done
+            ]
         if set(mp.keep) != set(mp.target):
             unloads += [
                 Load(p.name, spec.name, mp.target_versions, mp.new_default, False, override) for p in ready
@@ -195,6 +202,24 @@ def plan(
         if actions
     )
     return Plan(plans, stages, tuple(unwanted))
+
+
+def _past_switch(model: str, mp: ModelPlan, pods: Sequence[PodObservation]) -> frozenset[str]:
+    """Pods that already dropped the old versions, when an earlier pass (an operator that died before it
+    recorded the outcome) got as far as the Unload stage; empty otherwise.
+
+    Old versions go only after the new default was pinned on every pod, so once one pod dropped them
+    the switch is behind us: the rest of the rollout pins the new default (pinning the old one again
+    sent answers back to the old version) and leaves those pods alone (loading the union again on
+    them instantiated an old version a second time)."""
+    retired = set(mp.active) - set(mp.target)
+    if not retired:
+        return frozenset()
+    return frozenset(
+        p.name
+        for p in pods
+        if set(mp.target) <= p.ready_versions(model) and not retired & p.ready_versions(model)
+    )
 
 
 def target_snapshot(
