@@ -39,6 +39,15 @@ test: $(VENV)/.test lint
 fuzz: $(VENV)/.test
 	$(BIN)/python -m tests.fuzz.run
 
+# The operator under traffic and faults (issue 20), long profile: every scenario, every stage of the
+# operator kills; `make test` runs the short one (scenario 1, and 5 at one stage). Prints requests
+# sent, failed and the time to converge per scenario (benchmarks/operator_chaos/README.md).
+CHAOS_REPORT := $(CURDIR)/.pytest_cache/chaos-report.txt
+test-operator-chaos: $(VENV)/.test
+	mkdir -p $(dir $(CHAOS_REPORT)) && rm -f $(CHAOS_REPORT)
+	NAIAD_CHAOS_PROFILE=long NAIAD_CHAOS_REPORT=$(CHAOS_REPORT) $(BIN)/python -m pytest tests/operator/test_chaos.py -q
+	cat $(CHAOS_REPORT)
+
 bench-http: $(VENV)/.test
 	$(BIN)/python benchmarks/http_infer/run.py
 

@@ -8,7 +8,7 @@ checks every answer's status and value (the value says which model version compu
 
 Each test prints (and appends to ``$NAIAD_CHAOS_REPORT``) one line: requests sent, failed, and the time
 from the change or fault until the end state was reached. ``make test`` runs the short profile;
-``make test-operator-chaos`` the long one (every stage of scenario 5, more traffic).
+``make test-operator-chaos`` the long one (all eight; every stage of scenario 5).
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ from tests.operator.load import Answer, Load, ready_endpoints
 from tests.support.kmock_k8s import ApiServer
 
 CONVERGE = 120.0  # seconds: generous, the machine is shared; every wait returns as soon as state is reached
+
+#: Scenarios only the long profile runs (``make test-operator-chaos``); ``make test`` keeps its budget with
+#: scenario 1 and scenario 5 at one stage.
+long_only = pytest.mark.skipif(not LONG, reason="long profile: make test-operator-chaos")
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +130,7 @@ def test_new_version_rolls_out_without_a_failed_request(
 # ---- 2. the new version fails to load: rolled back under traffic -----------------------------------------
 
 
+@long_only
 def test_failed_load_rolls_back_without_a_failed_request(
     s3: Any, cluster: FakeCluster, operator_a: OperatorProcess
 ) -> None:
@@ -159,6 +164,7 @@ def test_failed_load_rolls_back_without_a_failed_request(
 # ---- 3. scale 1 -> 3 -> 1 through the scale subresource, under traffic -------------------------------------
 
 
+@long_only
 def test_scale_out_and_in_without_a_failed_request(
     s3: Any, cluster: FakeCluster, operator_a: OperatorProcess
 ) -> None:
@@ -190,6 +196,7 @@ def test_scale_out_and_in_without_a_failed_request(
 # ---- 4. S3 unreachable in the middle of a sync -------------------------------------------------------------
 
 
+@long_only
 def test_source_cut_mid_sync_keeps_serving_and_retries(
     s3: Any, cluster: FakeCluster, operator_a: OperatorProcess
 ) -> None:
@@ -246,6 +253,7 @@ def test_source_cut_mid_sync_keeps_serving_and_retries(
 # ---- 6. a server pod SIGKILLed in the middle of a rollout -------------------------------------------------
 
 
+@long_only
 def test_pod_killed_mid_rollout_comes_back_with_exactly_its_models(
     s3: Any, cluster: FakeCluster, operator_a: OperatorProcess
 ) -> None:
@@ -295,6 +303,7 @@ def test_pod_killed_mid_rollout_comes_back_with_exactly_its_models(
 # ---- 8. a sync Job killed mid-way ------------------------------------------------------------------------
 
 
+@long_only
 def test_sync_job_killed_mid_way_never_becomes_current(
     s3: Any, cluster: FakeCluster, operator_a: OperatorProcess
 ) -> None:
@@ -439,6 +448,7 @@ def lease(api: Any) -> dict[str, Any]:
     return dict(found.get("spec") or {})
 
 
+@long_only
 def test_two_replicas_one_acts_the_other_takes_over(
     s3: Any, cluster: FakeCluster, operator_a: OperatorProcess, api_server: ApiServer, tmp_path: Any
 ) -> None:
