@@ -63,10 +63,10 @@ VERSION   ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 constraints:
 	$(PYTHON312) constraints/lock.py
 
-# The chart's copy of crds/ and deploy/naiad-operator.yaml (the chart rendered with its defaults, for
+# The chart's copy of crds/ (files/crds/, rendered by templates/crds.yaml) and deploy/naiad-operator.yaml (the chart rendered with its defaults, for
 # kubectl apply without Helm); run after changing crds/ or the chart (tests/packaging fails until then).
 manifests: $(VENV)/.test
-	cp crds/*.yaml charts/naiad-operator/crds/
+	cp crds/*.yaml charts/naiad-operator/files/crds/
 	$(BIN)/python -c 'from tests.packaging.chart import write_manifests; write_manifests()'
 
 # The chart (helm lint, schema, kubernetes-validate, RBAC against the operator's recorded traffic), the

@@ -5,11 +5,14 @@ real Triton 2.51, side by side in one run.
    seconds from starting the server to ``/v2/health/ready`` answering 200, and the memory of the whole
    process tree once ready: the sum of RSS (pages shared between processes counted in each) and of
    PSS (shared pages split between the processes that share them: what the tree really holds).
-2. Per core: each server (with its model processes) pinned to one core with ``taskset``, wrk pinned
-   to another; HTTP ``add_sub`` (the reference JSON body) at 16 connections (req/s) and at one
-   connection (p50 latency), in interleaved rounds; medians and ratios.
+2. Per core: HTTP ``add_sub`` (the reference JSON body) at 16 connections, with the CPU time the
+   server's whole process tree spent (user + system, from ``/proc``) divided by the requests it
+   answered: requests per CPU-second is the throughput of one core, and stays meaningful on a shared
+   machine, where a pinned core also runs other people's work.  Then one connection: p50 latency.
+   With ``--pin`` each server (and its model processes) is also pinned to one core with ``taskset``
+   and wrk to another.  Interleaved rounds; medians and ratios.
 
-usage: python benchmarks/isolation/run.py [--duration 8] [--rounds 3] [--server-cpu 1] [--client-cpu 0]
+usage: python benchmarks/isolation/run.py [--duration 8] [--rounds 3] [--skip-startup] [--pin]
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import numpy as np
+import tritonclient.grpc as grpcclient
 
 from benchmarks.common.references import SHARED, Served, naiad, triton
 from benchmarks.common.wrk import ADD_SUB_SCRIPT, wrk
@@ -81,7 +87,7 @@ def pinned(server: Served, cpu: int) -> Served:
     return server
 
 
-def startup(name: str, server: Served) -> dict[str, float]:
+def startup(name: str, server: Served) -> None:
     started = time.monotonic()
     with server:
         ready = time.monotonic() - started
@@ -91,18 +97,57 @@ def startup(name: str, server: Served) -> dict[str, float]:
     print(
         f"  {name:<22} ready {ready:6.2f} s   RSS {rss:7.1f} MiB   PSS {pss:7.1f} MiB   {processes} processes"
     )
-    return {"ready": ready, "rss": rss, "pss": pss}
 
 
-def load(server: Served, duration: int, client_cpu: int) -> tuple[float, float]:
-    """(req/s at 16 connections, p50 ms at 1 connection)."""
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the live members of the process tree under ``pid``."""
+    total = 0
+    for member in tree(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / _TICK
+
+
+def load(server: Served, duration: int, client_cpu: int | None) -> tuple[float, float, float, float]:
+    """(req/s at 16 connections, CPU µs per request meanwhile, p50 ms at 1 connection, gRPC p50 ms
+    of one client calling in a loop)."""
     url = f"{server.http_url}/v2/models/add_sub/infer"
+    assert server.process is not None
+    before = cpu_seconds(server.process.pid)
     busy = _wrk_on(client_cpu, url, duration, 16)
+    spent = cpu_seconds(server.process.pid) - before
     idle = _wrk_on(client_cpu, url, duration, 1)
-    return busy["rps"], idle["p50"]
+    return busy["rps"], spent / (busy["rps"] * duration) * 1e6, idle["p50"], grpc_p50(server, duration)
 
 
-def _wrk_on(cpu: int, url: str, duration: int, connections: int) -> dict[str, float]:
+def grpc_p50(server: Served, duration: int) -> float:
+    """p50 (ms) of sequential gRPC ``add_sub`` calls with tritonclient for ``duration`` seconds."""
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = grpcclient.InferInput(name, [4], "FP32")
+        tensor.set_data_from_numpy(np.arange(4, dtype=np.float32))
+        inputs.append(tensor)
+    times = []
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}") as client:
+        for _ in range(200):  # warm-up
+            client.infer("add_sub", inputs)
+        end = time.monotonic() + duration
+        while time.monotonic() < end:
+            started = time.perf_counter()
+            client.infer("add_sub", inputs)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e3
+
+
+def _wrk_on(cpu: int | None, url: str, duration: int, connections: int) -> dict[str, float]:
+    if cpu is None:
+        return wrk(url, ADD_SUB_SCRIPT, duration, connections)
     os.sched_setaffinity(0, {cpu})  # wrk inherits it
     try:
         return wrk(url, ADD_SUB_SCRIPT, duration, connections)
@@ -110,15 +155,22 @@ def _wrk_on(cpu: int, url: str, duration: int, connections: int) -> dict[str, fl
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
 
 
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-startup", action="store_true")
+    parser.add_argument(
+        "--pin", action="store_true", help="pin each server to --server-cpu, wrk to --client-cpu"
+    )
     parser.add_argument("--server-cpu", type=int, default=1)
     parser.add_argument("--client-cpu", type=int, default=0)
-    parser.add_argument("--skip-startup", action="store_true")
     args = parser.parse_args()
-    print(f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    print(f"load before: {_uptime()}")
 
     if not args.skip_startup:
         print(f"start-up with {MODELS} single-instance Python models (add_sub copies):")
@@ -127,40 +179,44 @@ def main() -> None:
         startup("triton 2.51", triton(repository(MODELS, False)))
 
     servers = {
-        "naiad model processes": pinned(naiad(repository(1, False)), args.server_cpu),
-        "naiad in the engine": pinned(naiad(repository(1, True)), args.server_cpu),
-        "triton 2.51": pinned(triton(repository(1, False)), args.server_cpu),
+        "naiad model processes": naiad(repository(1, False)),
+        "naiad in the engine": naiad(repository(1, True)),
+        "triton 2.51": triton(repository(1, False)),
     }
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in servers}
+    client_cpu = args.client_cpu if args.pin else None
+    if args.pin:
+        for server in servers.values():
+            pinned(server, args.server_cpu)
+    results: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in servers}
     started: list[Served] = []
     try:
         for server in servers.values():
             started.append(server.__enter__())
         for server in started:  # warm-up
-            _wrk_on(args.client_cpu, f"{server.http_url}/v2/models/add_sub/infer", 2, 16)
+            _wrk_on(client_cpu, f"{server.http_url}/v2/models/add_sub/infer", 2, 16)
         for _ in range(args.rounds):
             for name, server in servers.items():
-                results[name].append(load(server, args.duration, args.client_cpu))
+                results[name].append(load(server, args.duration, client_cpu))
     finally:
         for server in started:
             server.__exit__(None, None, None)
-    print(
-        f"per core (server on cpu {args.server_cpu}, wrk on cpu {args.client_cpu}), medians of {args.rounds}:"
+
+    where = (
+        f"servers pinned to cpu {args.server_cpu}, wrk to cpu {args.client_cpu}" if args.pin else "unpinned"
     )
+    print(f"HTTP add_sub ({where}), medians of {args.rounds} rounds:")
     medians = {
-        name: (statistics.median(r for r, _ in rows), statistics.median(p for _, p in rows))
-        for name, rows in results.items()
+        name: [statistics.median(row[i] for row in rows) for i in range(3)] for name, rows in results.items()
     }
-    triton_rps, _ = medians["triton 2.51"]
-    engine_rps, engine_p50 = medians["naiad in the engine"]
-    for name, (rps, p50) in medians.items():
+    triton_cpu = medians["triton 2.51"][1]
+    engine_p50 = medians["naiad in the engine"][2]
+    for name, (rps, cpu_us, p50) in medians.items():
         print(
-            f"  {name:<22} {rps:9.0f} req/s ({rps / triton_rps:4.2f}x triton)   "
-            f"c=1 p50 {p50 * 1000:6.0f} us ({(p50 - engine_p50) * 1000:+5.0f} us vs in the engine)"
+            f"  {name:<22} c=16 {rps:7.0f} req/s, {cpu_us:5.0f} CPU-us/req = {1e6 / cpu_us:6.0f} per core "
+            f"({triton_cpu / cpu_us:4.2f}x triton)   c=1 p50 {p50 * 1000:5.0f} us "
+            f"({(p50 - engine_p50) * 1000:+5.0f} us vs in the engine)"
         )
-    print(
-        f"  in the engine / model processes throughput: {engine_rps / medians['naiad model processes'][0]:.2f}"
-    )
+    print(f"load after: {_uptime()}")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@ arrives.  Joined by the completion ID (the request ID the model sees), that give
 * per-token overhead: token chunk received - model sent that token: the sink, the event loop, the
   codec, uvicorn and the socket, and the client's parse, per token, queueing included.
 
-Prints p50/p99 of each per concurrency; ``--json FILE`` writes them.
+Prints p50/p99 of each per concurrency, the median over ``--rounds`` rounds; ``--json FILE`` writes
+them.
 
-usage: python benchmarks/llm/run.py [--tokens 64] [--requests 64] [--concurrency 1,8,32]
+usage: python benchmarks/llm/run.py [--tokens 64] [--requests 64] [--concurrency 1,8,32] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64, help="max_tokens of each request")
     parser.add_argument("--requests", type=int, default=64, help="requests per concurrency level")
     parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--rounds", type=int, default=3, help="report the median of this many rounds")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
     try:
@@ -204,13 +207,18 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port()
         with ServerProcess([repository], [f"--openai-port={port}"]):
             asyncio.run(_drive(port, 4, 8, args.tokens))  # warm-up
-            for concurrency in (int(c) for c in args.concurrency.split(",")):
-                done = len(_records(timing_log)) if timing_log.exists() else 0
-                streams = asyncio.run(_drive(port, concurrency, max(args.requests, concurrency), args.tokens))
-                deadline = time.monotonic() + 10
-                while len(_records(timing_log)) < done + len(streams) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                results[str(concurrency)] = _analyse(streams, _records(timing_log))
+            rounds: dict[str, list[dict[str, float]]] = {}
+            for _ in range(args.rounds):  # levels in turn within each round, so load drifts hit all
+                for concurrency in (int(c) for c in args.concurrency.split(",")):
+                    done = len(_records(timing_log)) if timing_log.exists() else 0
+                    count = max(args.requests, concurrency)
+                    streams = asyncio.run(_drive(port, concurrency, count, args.tokens))
+                    deadline = time.monotonic() + 10
+                    while len(_records(timing_log)) < done + len(streams) and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    rounds.setdefault(str(concurrency), []).append(_analyse(streams, _records(timing_log)))
+            for level, figures in rounds.items():
+                results[level] = {key: statistics.median(f[key] for f in figures) for key in figures[0]}
     load = os.getloadavg()
     print(f"load average before the report: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     columns = [

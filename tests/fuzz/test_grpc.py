@@ -70,7 +70,7 @@ def mutated_infer_requests(draw: st.DrawFn) -> bytes:
         change = draw(
             st.sampled_from(
                 ["shape", "datatype", "raw", "add_raw", "drop_raw", "contents", "name", "parameter",
-                 "tensor_parameter", "output", "version", "add_input", "drop_input"]
+                 "tensor_parameter", "output", "version", "add_input", "drop_input", "rank"]
             )
         )  # fmt: skip
         inputs = request.inputs
@@ -79,6 +79,12 @@ def mutated_infer_requests(draw: st.DrawFn) -> bytes:
             del item.shape[:]
             dims = st.integers(-(2**63), 2**63 - 1) | st.integers(-2, 5) | st.sampled_from([1, 1, 0, 2**31, 2**63 - 1])
             item.shape.extend(draw(st.lists(dims, max_size=80)))
+        elif change == "rank" and item is not None and request.raw_input_contents:
+            # a shape of any rank (past numpy's 64 too) whose one element the raw content does hold
+            del item.shape[:]
+            item.shape.extend([1] * draw(st.sampled_from([0, 1, 3, 63, 64, 65, 80])))
+            index = min(list(inputs).index(item), len(request.raw_input_contents) - 1)
+            request.raw_input_contents[index] = b"\x00" * (8 if item.datatype in ("INT64", "FP64", "UINT64") else 4)
         elif change == "datatype" and item is not None:
             item.datatype = draw(st.sampled_from(DATATYPES))
         elif change == "raw" and request.raw_input_contents:

@@ -94,10 +94,13 @@ def mutated_requests(draw: st.DrawFn) -> tuple[str, bytes, dict[str, str]]:
         for key in path[:-1]:
             parent = parent[key]
         action = draw(st.sampled_from(["replace", "delete", "add", "shape"]))
-        if action == "shape":  # a shape at the edges, kept or not in step with the data
+        if action == "shape":  # a shape at the edges, or of any rank holding one element of data
+            rank = draw(st.none() | st.sampled_from([0, 1, 3, 63, 64, 65, 80]))
             for item in document.get("inputs", []) if isinstance(document.get("inputs"), list) else []:
                 if isinstance(item, dict):
-                    item["shape"] = draw(shapes)
+                    item["shape"] = draw(shapes) if rank is None else [1] * rank
+                    if rank is not None:
+                        item["data"] = ["x"] if item.get("datatype") == "BYTES" else [1]
         elif action == "delete":
             del parent[path[-1]]
         elif action == "add" and isinstance(parent, dict):
@@ -204,3 +207,17 @@ def test_any_route(
     if method == "HEAD":
         return  # a HEAD answer has no body to hold the error
     send(client, tally, method, path, body, {})
+
+
+@settings(FUZZ, max_examples=examples(60, 600))
+@given(
+    model=st.sampled_from([seed[0] for seed in SEEDS]),
+    endpoint=st.sampled_from(["generate", "generate_stream"]),
+    body=st.dictionaries(
+        st.sampled_from(["INPUT0", "INPUT1", "IN", "text_input", "parameters", "id", "stream", "x"]), json_values, max_size=4
+    ).map(lambda d: json.dumps(d).encode())
+    | st.binary(max_size=64),
+)
+def test_generate_requests(client: RawClient, tally: Tally, model: str, endpoint: str, body: bytes) -> None:
+    """The generate extension's endpoints: inputs by name in a flat JSON object."""
+    send(client, tally, "POST", f"/v2/models/{model}/{endpoint}", body, {})

@@ -27,9 +27,9 @@ def _chat(client: RawClient, tag: str) -> None:
 
 
 def _lines(server: ServerProcess, tag: str) -> list[str]:
-    """The model's own lines (through ``pb_utils.Logger``) about request ``tag``; at verbose level 1
-    the server's per-request lines name the request too."""
-    return [line for line in server.log().splitlines() if tag in line and "pb_utils" in line]
+    """The model's own lines (through ``pb_utils.Logger``) about request ``tag``, not the server's
+    ``prepared`` line, which names the request too at verbose level 1."""
+    return [line for line in server.log().splitlines() if tag in line and "prepared: request id" not in line]
 
 
 def test_settings_change_what_the_server_logs_at_once(server: ServerProcess, client: RawClient) -> None:

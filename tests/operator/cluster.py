@@ -74,6 +74,12 @@ class ServerPod:
     log: Path
     template: str = ""
     grpc_port: int = 0
+    node: str | None = None
+    gpus: int = 0
+    pending: bool = False
+    """Not running: unschedulable, its image cannot be pulled, or its volume cannot be attached."""
+    claims: set[str] = field(default_factory=set)
+    crash_reported: bool = False
     ready: bool = False
     restarts: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -103,6 +109,12 @@ class FakeCluster:
     terminating: list[threading.Thread] = field(default_factory=list)
     job_processes: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     """The container process of each Job's pod, by Job name (a test may kill one mid-way)."""
+    nodes: dict[str, dict[str, str]] = field(default_factory=lambda: {"node-0": {}})
+    """Node name -> labels; pods of a Deployment spread over the nodes that fit them."""
+    gpus_per_node: int = 8
+    missing_images: set[str] = field(default_factory=set)
+    posted: set[tuple[str, str]] = field(default_factory=set)
+    """Images no registry has: pods naming one wait in ImagePullBackOff."""
     _root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="naiad-cluster-")))
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -191,6 +203,14 @@ class FakeCluster:
     def _run_job(self, job: dict[str, Any]) -> None:
         name = job["metadata"]["name"]
         pod_spec = job["spec"]["template"]["spec"]
+        if not self._fitting_nodes(pod_spec):
+            self.jobs_run.remove(name)  # the scheduler keeps trying
+            if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}-pending") is None:
+                labels = {**job["spec"]["template"]["metadata"]["labels"], "job-name": name}
+                self._ensure_pod_object(f"{name}-pending", {"metadata": {"labels": labels}}, 0, 0)
+                message = self._unschedulable(pod_spec, 0)
+                self._patch_pod_status(f"{name}-pending", {"phase": "Pending", "conditions": [message]})
+            return
         container = pod_spec["containers"][0]
         scratch = self._root / "jobs" / name
         mounts = self._mounts(pod_spec, container, scratch)
@@ -301,7 +321,11 @@ class FakeCluster:
             if pod.process.poll() is not None:  # crashed (e.g. no snapshot yet): restart it, like a kubelet
                 if pod.ready:  # a dead container is not Ready: its endpoint goes at once
                     self._set_ready(pod, False)
-                if time.monotonic() - pod.attempted < 1.0:  # with a back-off
+                if not pod.pending and not pod.crash_reported:
+                    pod.crash_reported, pod.attempted = True, time.monotonic()
+                    self._crashed(pod)
+                back_off = 1.0 if pod.pending else min(2.0**pod.restarts, 8.0)  # the kubelet doubles it
+                if time.monotonic() - pod.attempted < back_off:
                     continue
                 restarted = self._start_pod(deployment, pod.name, pod.port, pod.template)
                 restarted.restarts = pod.restarts + 1
@@ -316,7 +340,21 @@ class FakeCluster:
             if now_ready != pod.ready:
                 self._set_ready(pod, now_ready)
             ready += int(pod.ready)
+        deadline = float(deployment["spec"].get("progressDeadlineSeconds", 600))
+        mine = [*pods, *([self.surges[name]] if name in self.surges else [])]
+        late = [p for p in mine if not p.ready and time.monotonic() - p.started > deadline]
+        conditions = []
+        if late:
+            conditions = [
+                {
+                    "type": "Progressing",
+                    "status": "False",
+                    "reason": "ProgressDeadlineExceeded",
+                    "message": f'ReplicaSet "{name}-{late[0].name}" has timed out progressing.',
+                }
+            ]
         status = {
+            "conditions": conditions,
             "replicas": len(pods) + int(name in self.surges),
             "readyReplicas": ready,
             "updatedReplicas": sum(p.template == template for p in pods),
@@ -358,6 +396,78 @@ class FakeCluster:
             message = (done.stdout + done.stderr)[-2048:]
         return done.returncode == 0, message
 
+    # ---- the scheduler and the attach controller, as far as status needs them --------------------------
+
+    def _fitting_nodes(self, pod_spec: dict[str, Any]) -> list[str]:
+        selector = pod_spec.get("nodeSelector") or {}
+        return [n for n, labels in self.nodes.items() if all(labels.get(k) == v for k, v in selector.items())]
+
+    def _unschedulable(self, pod_spec: dict[str, Any], gpus: int) -> dict[str, Any]:
+        """The PodScheduled condition the scheduler writes, in its words."""
+        fitting = self._fitting_nodes(pod_spec)
+        parts = []
+        if len(fitting) < len(self.nodes):
+            parts.append(
+                f"{len(self.nodes) - len(fitting)} node(s) didn't match Pod's node affinity/selector"
+            )
+        if fitting and gpus:
+            parts.append(f"{len(fitting)} Insufficient nvidia.com/gpu")
+        message = f"0/{len(self.nodes)} nodes are available: " + ", ".join(parts) + "."
+        return {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+
+    def _live_pods(self) -> list[ServerPod]:
+        everything = [*(p for pods in self.pods.values() for p in pods), *self.surges.values()]
+        return [p for p in everything if not p.pending]
+
+    def _schedule(self, name: str, pod_spec: dict[str, Any], gpus: int, deployment: str) -> str | None:
+        """A node with room for ``gpus``, spreading a Deployment's pods over the nodes; None if none."""
+        everything = [*(p for pods in self.pods.values() for p in pods), *self.surges.values()]
+        live = [p for p in everything if p.name != name and p.node is not None]
+        used = {n: sum(p.gpus for p in live if p.node == n) for n in self.nodes}
+        mine = {
+            n: sum(1 for p in live if p.node == n and p.name.startswith(f"{deployment}-")) for n in self.nodes
+        }
+        fitting = [n for n in self._fitting_nodes(pod_spec) if used[n] + gpus <= self.gpus_per_node]
+        return min(fitting, key=lambda n: (mine[n], n)) if fitting else None
+
+    def _attach_conflict(self, name: str, node: str, pod_spec: dict[str, Any]) -> str | None:
+        """A ReadWriteOnce claim already attached to another node: the attach controller's message."""
+        for volume in pod_spec.get("volumes") or []:
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if not claim:
+                continue
+            pvc = self.api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{claim}") or {}
+            modes = set((pvc.get("spec") or {}).get("accessModes") or ["ReadWriteMany"])
+            if modes & {"ReadWriteMany", "ReadOnlyMany"}:
+                continue
+            others = [
+                p.name for p in self._live_pods() if p.name != name and p.node != node and claim in p.claims
+            ]
+            if others:
+                return (
+                    f'Multi-Attach error for volume "pvc-{claim}" Volume is already used by pod(s) '
+                    + ", ".join(sorted(others))
+                )
+        return None
+
+    def _pending(
+        self,
+        name: str,
+        port: int,
+        key: str,
+        scratch: Path,
+        status: dict[str, Any],
+        node: str | None = None,
+        gpus: int = 0,
+    ) -> ServerPod:
+        """A pod that does not run; once scheduled it holds its node's GPUs all the same."""
+        self._patch_pod_status(name, {"phase": "Pending", **status})
+        placeholder = subprocess.Popen(["true"])
+        placeholder.wait()
+        return ServerPod(
+            name, port, placeholder, scratch / "server.log", key, node=node, gpus=gpus, pending=True
+        )
+
     def _start_pod(
         self, deployment: dict[str, Any], name: str, port: int | None = None, template_key: str | None = None
     ) -> ServerPod:
@@ -369,6 +479,33 @@ class FakeCluster:
         grpc_port = free_port()
         self.specs[name] = template["spec"]
         self._ensure_pod_object(name, template, port, grpc_port)
+        gpus = int(((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu") or 0)
+        node = self._schedule(name, template["spec"], gpus, deployment["metadata"]["name"])
+        if node is None:
+            return self._pending(
+                name, port, key, scratch, {"conditions": [self._unschedulable(template["spec"], gpus)]}
+            )
+        scheduled = {"conditions": [{"type": "PodScheduled", "status": "True"}], "nodeName": node}
+        if container.get("image") in self.missing_images:
+            waiting = {
+                "reason": "ImagePullBackOff",
+                "message": f'Back-off pulling image "{container["image"]}"',
+            }
+            statuses = [{"name": "server", "ready": False, "state": {"waiting": waiting}}]
+            return self._pending(
+                name, port, key, scratch, {**scheduled, "containerStatuses": statuses}, node, gpus
+            )
+        conflict = self._attach_conflict(name, node, template["spec"])
+        if conflict is not None:
+            if (name, conflict) not in self.posted:  # the API server counts repeats on one Event
+                self.posted.add((name, conflict))
+                self._event(name, "FailedAttachVolume", conflict)
+            statuses = [
+                {"name": "server", "ready": False, "state": {"waiting": {"reason": "ContainerCreating"}}}
+            ]
+            return self._pending(
+                name, port, key, scratch, {**scheduled, "containerStatuses": statuses}, node, gpus
+            )
         for init in template["spec"].get("initContainers") or []:
             if "command" not in init:
                 continue
@@ -410,7 +547,53 @@ class FakeCluster:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return ServerPod(name, port, process, log, key, grpc_port)
+        claims = {
+            v["persistentVolumeClaim"]["claimName"]
+            for v in template["spec"].get("volumes") or []
+            if "persistentVolumeClaim" in v
+        }
+        self._patch_pod_status(
+            name,
+            {
+                "phase": "Running",
+                "nodeName": node,
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "False"},
+                ],
+                "containerStatuses": [{"name": "server", "ready": False, "state": {"running": {}}}],
+            },
+        )
+        return ServerPod(name, port, process, log, key, grpc_port, node=node, gpus=gpus, claims=claims)
+
+    def _event(self, pod: str, reason: str, message: str) -> None:
+        self.api.create(
+            f"/api/v1/namespaces/{NS}/events",
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{pod}.", "namespace": NS},
+                "involvedObject": {"kind": "Pod", "name": pod, "namespace": NS},
+                "reason": reason,
+                "message": message,
+                "type": "Warning",
+                "lastTimestamp": _now(),
+            },
+        )
+
+    def _crashed(self, pod: ServerPod) -> None:
+        """What the kubelet reports for a server that exited: CrashLoopBackOff with its last log lines
+        as the termination message (terminationMessagePolicy: FallbackToLogsOnError)."""
+        tail = pod.log.read_text(errors="replace")[-1500:] if pod.log.exists() else ""
+        status = {
+            "name": "server",
+            "ready": False,
+            "state": {
+                "waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}
+            },
+            "lastState": {"terminated": {"exitCode": pod.process.returncode, "message": tail}},
+        }
+        self._patch_pod_status(pod.name, {"containerStatuses": [status]})
 
     def _ensure_pod_object(self, name: str, template: dict[str, Any], port: int, grpc_port: int) -> None:
         ports = [{"name": "http", "containerPort": port}, {"name": "grpc", "containerPort": grpc_port}]
@@ -448,7 +631,10 @@ class FakeCluster:
             f"/api/v1/namespaces/{NS}/pods/{pod.name}/status",
             {
                 "status": {
-                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                    "conditions": [
+                        *([{"type": "PodScheduled", "status": "True"}] if pod.node else []),
+                        {"type": "Ready", "status": "True" if ready else "False"},
+                    ],
                 }
             },
         )

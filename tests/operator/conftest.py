@@ -41,8 +41,10 @@ def api_server() -> Iterator[ApiServer]:
 
 
 @pytest.fixture(scope="module")
-def cluster(api_server: ApiServer) -> Iterator[FakeCluster]:
-    fake = FakeCluster(Api(api_server.url), {"AWS_EC2_METADATA_DISABLED": "true"}).start()
+def cluster(api_server: ApiServer, request: pytest.FixtureRequest) -> Iterator[FakeCluster]:
+    """The simulated cluster; a test module shapes it (nodes, GPUs, missing images) with ``CLUSTER``."""
+    shape = getattr(request.module, "CLUSTER", {})
+    fake = FakeCluster(Api(api_server.url), {"AWS_EC2_METADATA_DISABLED": "true"}, **shape).start()
     yield fake
     fake.stop()
     assert not fake.errors, fake.errors

@@ -182,7 +182,10 @@ def test_operator_lifecycle(s3: Any, api_server: ApiServer, cluster: FakeCluster
     time.sleep(3)  # three timer passes
     window = Counter(api_server.emulator.calls) - calls
     assert {path for (method, path), n in window.items() if method != "GET"} == set()
-    assert window[("GET", f"/api/v1/namespaces/{NS}/pods")] >= 2  # the passes did run
+    assert window[("GET", f"{GROUP_PATH}/inferenceservices/vision")] >= 2  # the passes did run
+    # ... and read pods and children from the watches: no pod list, no Deployment read per pass
+    assert window[("GET", f"/api/v1/namespaces/{NS}/pods")] == 0
+    assert window[("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/vision")] == 0
 
     # -- delete the repository: the finalizer keeps the claim (retentionPolicy: Retain) ----------------
     api.request("DELETE", f"{GROUP_PATH}/modelrepositories/models")

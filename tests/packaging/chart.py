@@ -20,7 +20,7 @@ def render_files(values: dict[str, Any]) -> dict[str, str]:
 
 
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every object the chart renders with these values (the CRDs in crds/ are not templates)."""
+    """Every object the chart renders with these values (the CRDs included, unless crds.install is off)."""
     objects: list[dict[str, Any]] = []
     for path, text in sorted(render_files(values).items()):
         if path.endswith(".txt"):
@@ -61,7 +61,8 @@ INSTALL_ORDER = [
 
 def plain_manifests() -> str:
     with helm.Chart.load(str(CHART)) as chart:
-        files = chart.render({}, name=PLAIN_RELEASE, namespace=NAMESPACE)
+        # the CRDs stay in crds/ for kubectl (applied first, server-side: they are large)
+        files = chart.render({"crds": {"install": False}}, name=PLAIN_RELEASE, namespace=NAMESPACE)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     documents = [yaml.safe_dump(namespace, sort_keys=False).strip()]
     for path, text in sorted(files.items()):

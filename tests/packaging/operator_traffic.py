@@ -105,7 +105,9 @@ class RecordingEmulator(kmock_k8s.K8sEmulator):
                     request.url.path,
                     request.params.get("watch") in ("true", "1"),
                     (headers.get("content-type") or "").split(";")[0].strip(),
-                    _blocking_owners(request.data) if request.method.value.upper() in ("POST", "PATCH") else (),
+                    _blocking_owners(request.data)
+                    if request.method.value.upper() in ("POST", "PATCH")
+                    else (),
                 )
             )
         return await super()._handle(request)
@@ -269,7 +271,10 @@ def record(namespaces: list[str], workdir: Path) -> Traffic:
             },
         )
         eventually(lambda: api.get(f"/apis/batch/v1/namespaces/{NS}/jobs/models-sync-1"), "the sync Job")
-        _finish_job(api, "models-sync-1")
+        # a spec change while it runs: the Job (its pod template cannot change) is replaced
+        api.patch(f"{GROUP_PATH}/modelrepositories/models", {"spec": {"sync": {"keepSnapshots": 4}}})
+        eventually(lambda: api.get(f"/apis/batch/v1/namespaces/{NS}/jobs/models-sync-2"), "the new sync Job")
+        _finish_job(api, "models-sync-2")
         eventually(lambda: _phase(api, "modelrepositories", "models") == "Ready", "the repository Ready")
 
         isvc = f"{GROUP_PATH}/inferenceservices/vision"
@@ -285,6 +290,28 @@ def record(namespaces: list[str], workdir: Path) -> Traffic:
                     "autoscaling": {"maxReplicas": 3, "metric": "QueueTime"},
                     "disruption": {"minAvailable": 1},
                 },
+            },
+        )
+        # a server pod waiting for its volume: the operator reads the Events about it (FailedMount...)
+        api.create(
+            f"/api/v1/namespaces/{NS}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "vision-0", "labels": {"serving.naiad.dev/inferenceservice": "vision"}},
+                "spec": {"containers": [{"name": "server", "image": "naiad/server:test"}]},
+            },
+        )
+        api.patch(
+            f"/api/v1/namespaces/{NS}/pods/vision-0/status",
+            {
+                "status": {
+                    "phase": "Pending",
+                    "conditions": [{"type": "PodScheduled", "status": "True"}],
+                    "containerStatuses": [
+                        {"name": "server", "state": {"waiting": {"reason": "ContainerCreating"}}}
+                    ],
+                }
             },
         )
         hpa = f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers/vision"

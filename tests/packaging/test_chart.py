@@ -102,12 +102,23 @@ def test_chart_lints_clean() -> None:
 
 
 def test_crds_are_the_repositorys() -> None:
-    """Helm installs the chart's crds/; they must be byte-identical to the repository's crds/."""
+    """The chart renders the repository's CRDs (files/crds/ byte-identical to crds/) as templates, so
+    helm upgrade updates them, kept on uninstall; only labels and that annotation are added."""
     ours = {p.name: p.read_bytes() for p in (ROOT / "crds").glob("*.yaml")}
-    charts = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    charts = {p.name: p.read_bytes() for p in (CHART / "files" / "crds").glob("*.yaml")}
     assert ours and charts.keys() == ours.keys()
     for name, content in ours.items():
-        assert charts[name] == content, f"charts/naiad-operator/crds/{name} differs: run `make manifests`"
+        assert charts[name] == content, f"charts/naiad-operator/files/crds/{name} differs: run `make manifests`"
+    rendered = {o["metadata"]["name"]: o for o in find(render({}), "CustomResourceDefinition")}
+    assert rendered.keys() == {n.removesuffix(".yaml") for n in ours}
+    for name, content in ours.items():
+        crd = rendered[name.removesuffix(".yaml")]
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        original = yaml.safe_load(content)
+        assert crd["spec"] == original["spec"]
+    assert not find(render({"crds": {"install": False}}), "CustomResourceDefinition")
+    assert "annotations" not in find(render({"crds": {"keep": False}}), "CustomResourceDefinition")[0]["metadata"]
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
@@ -243,8 +254,8 @@ def test_servicemonitor_selects_the_services_the_operator_renders() -> None:
 
 def test_bring_your_own_account_renders_no_rbac() -> None:
     objects = render(VALUE_SETS["bring-your-own"])
-    assert {o["kind"] for o in objects} == {"Deployment"}
-    assert objects[0]["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+    assert {o["kind"] for o in objects} == {"Deployment", "CustomResourceDefinition"}
+    assert find(objects, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
 
 
 # ---- values: documented, typed, validated --------------------------------------------------------------

@@ -28,6 +28,20 @@ def namespaced(tmp_path_factory: pytest.TempPathFactory) -> Traffic:
     return operator_traffic.record([operator_traffic.NS], tmp_path_factory.mktemp("namespaced"))
 
 
+#: Reads of kinds the operator keeps in its watches (kopf indexes): a pass reads memory and falls back
+#: to "get" only for an object the watch has not delivered yet, which a recorded lifecycle may or may
+#: not hit. These, and only these, may be granted without being seen.
+FALLBACK_GETS: set[Rule] = {
+    ("", "configmaps", "get"),
+    ("", "services", "get"),
+    ("", "persistentvolumeclaims", "get"),
+    ("apps", "deployments", "get"),
+    ("batch", "jobs", "get"),
+    ("autoscaling", "horizontalpodautoscalers", "get"),
+    ("policy", "poddisruptionbudgets", "get"),
+}
+
+
 def rules_of(role: dict[str, Any]) -> set[Rule]:
     triples: set[Rule] = set()
     for rule in role["rules"]:
@@ -69,9 +83,8 @@ def test_clusterwide_rbac_is_the_operators_traffic(clusterwide: Traffic) -> None
     role = bound_to_operator(objects, binding)
     assert not find(objects, "Role") and not find(objects, "RoleBinding")
     granted = rules_of(role)
-    assert granted == clusterwide.all, (
-        f"missing: {sorted(clusterwide.all - granted)}; not used: {sorted(granted - clusterwide.all)}"
-    )
+    assert clusterwide.all <= granted, f"missing: {sorted(clusterwide.all - granted)}"
+    assert granted - clusterwide.all <= FALLBACK_GETS, f"not used: {sorted(granted - clusterwide.all)}"
 
 
 def test_namespaced_rbac_is_the_operators_traffic(namespaced: Traffic) -> None:
@@ -88,8 +101,8 @@ def test_namespaced_rbac_is_the_operators_traffic(namespaced: Traffic) -> None:
     assert sorted(r["metadata"]["namespace"] for r in find(objects, "Role")) == sorted(WATCHED)
     for binding in bindings:
         granted = rules_of(bound_to_operator(objects, binding))
-        assert granted == namespaced.namespaced, (
-            f"missing: {sorted(namespaced.namespaced - granted)}; "
+        assert namespaced.namespaced <= granted, f"missing: {sorted(namespaced.namespaced - granted)}"
+        assert granted - namespaced.namespaced <= FALLBACK_GETS, (
             f"not used: {sorted(granted - namespaced.namespaced)}"
         )
 

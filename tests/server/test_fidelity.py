@@ -95,7 +95,7 @@ def _write_repository(repo: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = _write_repository(tmp_path_factory.mktemp("fidelity-repo"))
-    args = [f"--cache-config=local,size={CACHE_BYTES}", "--log-verbose=1"]
+    args = [f"--cache-config=local,size={CACHE_BYTES}", "--log-verbose=1", "--metrics-config=summary_latencies=true"]
     with ServerProcess([repo], args) as process:
         yield process
 
@@ -332,6 +332,32 @@ def test_cache_gauges_have_tritons_names_types_and_no_labels(server: ServerProce
     assert _metric(text, "nv_cache_num_lookups") == _metric(text, "nv_cache_num_hits") + _metric(
         text, "nv_cache_num_misses"
     )
+
+
+def test_summaries_count_as_tritons_with_the_cache(server: ServerProcess) -> None:
+    """Triton 2.51 with ``summary_latencies=true`` and the cache: a model using the cache has no
+    ``nv_inference_request_summary_us`` series; its compute summaries leave cache hits out (count 1
+    after a miss and a hit) while the queue summary counts both; the compute summaries' help texts say
+    "Cumulative"; ``nv_cache_{hit,miss}_summary_per_model`` are declared without series; the pinned
+    memory pool gauges are there."""
+    data = np.full((1, 3), 3.5, dtype=np.float32)
+    before = _metrics(server)
+    _infer("http", server, "ident_b", data)
+    _infer("http", server, "ident_b", data)
+    text = _metrics(server)
+    assert 'nv_inference_request_summary_us_count{model="ident_b"' not in text
+    assert 'nv_inference_request_summary_us_count{model="ident_nb",version="1"}' in text
+    for name, grew in (("nv_inference_queue_summary_us_count", 2), ("nv_inference_compute_infer_summary_us_count", 1)):
+        assert _metric(text, name, model="ident_b", version="1") - _metric(before, name, model="ident_b", version="1") == grew
+    assert (
+        "# HELP nv_inference_compute_input_summary_us Cumulative compute input duration in microseconds "
+        "(does not include cached requests)\n" in text
+    )
+    for outcome in ("hit", "miss"):
+        name = f"nv_cache_{outcome}_summary_per_model"
+        assert f"# TYPE {name} summary\n" in text and f"\n{name}" not in text.replace(f"# TYPE {name}", "")
+    for name in ("nv_pinned_memory_pool_total_bytes", "nv_pinned_memory_pool_used_bytes"):
+        assert f"# TYPE {name} gauge\n{name} 0\n" in text
 
 
 # ---- 4. verbose logging per request and per execution --------------------------------------------

@@ -83,12 +83,16 @@ requires these rules to equal it, verb for verb.
 Namespaced rules, granted cluster-wide or per watched namespace:
 - our resources: kopf lists and watches them and patches them (finalizers, its annotations); the
   operator reads each one fresh and writes status through the status subresource only;
+- children, pods and sync Jobs are listed and watched (kopf indexes): a pass reads them from memory, and
+  "get" is the fallback for an object the watch has not delivered yet;
 - children are written with server-side apply, which needs "create" for an object that does not exist
   yet besides "patch"; "get" reads them back to write only on drift; "delete" only for what can go away
   (the HPA and PDB when switched off, a claim with retentionPolicy Delete);
-- sync Jobs are created once and read; pods are only listed (server pods by label, a Job's pod for its
+- sync Jobs are created once and read, and deleted when the spec changes (or suspend is set) while one
+  runs; pods are only listed (server pods by label, a Job's pod for its
   termination message); no Secrets at all: a sync Job gets its Secret by name (envFrom), never read here;
-- Events: created through kopf.event;
+- Events: created through kopf.event, and listed (by involvedObject) for a pod that waits for its
+  volumes, since FailedMount and Multi-Attach are said only there;
 - "update" on our resources' finalizers: children carry ownerReferences with blockOwnerDeletion, which
   the OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift) allows only to whoever
   may set finalizers on the owner.
@@ -105,28 +109,28 @@ Namespaced rules, granted cluster-wide or per watched namespace:
   verbs: ["update"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "create"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- end -}}
 
 {{/*

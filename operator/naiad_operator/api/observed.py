@@ -36,6 +36,17 @@ class VersionObservation:
 
 
 @dataclass(frozen=True, slots=True)
+class PodProblem:
+    """Why a pod is not running or not Ready, as Kubernetes tells it: ``reason`` is a short word
+    (``InsufficientGPU``, ``ImagePullBackOff``, ``CrashLoopBackOff``, ``FailedMount``, ``MultiAttach``,
+    ``SnapshotMismatch``...), ``message`` the detail (the scheduler's, the kubelet's or the container's
+    last words)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class PodObservation:
     """One server pod: Kubernetes readiness, and (when it answered) its repository index.
 
@@ -50,6 +61,7 @@ class PodObservation:
     index_error: str | None = None
     snapshot: str | None = None
     """The snapshot the pod was started with (``perPod`` storage: its own copy), from its annotation."""
+    problem: PodProblem | None = None
 
     @property
     def reporting(self) -> bool:
@@ -84,6 +96,8 @@ class DeploymentObservation:
     updated_replicas: int = 0
     generation: int = 0
     observed_generation: int = 0
+    stalled: str | None = None
+    """The message of ``Progressing=False/ProgressDeadlineExceeded``: the rollout gave up waiting."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +110,8 @@ class JobObservation:
     start_time: str | None = None
     completion_time: str | None = None
     message: str | None = None
+    problem: PodProblem | None = None
+    """Why the running Job's pod is stuck (unschedulable, image pull, mount), while it is."""
 
     @property
     def finished(self) -> bool:

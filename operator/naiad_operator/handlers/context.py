@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from naiad_operator.k8s.cache import Cache
 from naiad_operator.k8s.client import Kube
 from naiad_operator.k8s.modelserver import ModelServer
 from naiad_operator.k8s.pods import PodResolver, pod_address
@@ -25,9 +26,16 @@ class OperatorContext:
     server: ModelServer
     resolve: PodResolver = pod_address
     locks: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    cache: Cache = field(init=False)
+    """Reads from the watches (kopf indexes), attached by the first handler call."""
+    queued: set[str] = field(default_factory=set)
+    """Objects with a triggered pass waiting for their lock (see ``watches.nudge``)."""
     configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """The last full config seen per (InferenceService uid, model): the base for a load on a pod
     that lost the model when no other pod has it loaded."""
+
+    def __post_init__(self) -> None:
+        self.cache = Cache(self.kube)
 
     async def close(self) -> None:
         await self.server.close()

@@ -16,10 +16,11 @@ from naiad_operator import API_VERSION, GROUP, VERSION
 from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
 from naiad_operator.api.modelrepository import ModelRepositorySpec, ModelRepositoryStatus
 from naiad_operator.api.observed import DeploymentObservation, PodObservation
-from naiad_operator.handlers import children, drive
+from naiad_operator.handlers import children, drive, watches
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
-from naiad_operator.k8s.pods import list_pods, observe
+from naiad_operator.k8s.pods import observe
+from naiad_operator.k8s.problems import volume_events
 from naiad_operator.reconcile import names, rollout, traffic
 from naiad_operator.reconcile.children import inference_service_children
 from naiad_operator.reconcile.compare import merge_patch
@@ -41,16 +42,39 @@ def by_repository(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> dict[
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def changed(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    await reconcile(context_of(memo), namespace, name)
+async def changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+    ctx = context_of(memo)
+    watches.attach(ctx, kwargs)
+    await reconcile(ctx, namespace, name)
 
 
 @kopf.timer(
     GROUP, VERSION, PLURAL, interval=load().reconcile_interval, initial_delay=load().reconcile_interval
 )
-async def tick(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def tick(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """Level-triggered pass: the truth from every pod, drift repaired; writes nothing when all is well."""
-    await reconcile(context_of(memo), namespace, name)
+    ctx = context_of(memo)
+    watches.attach(ctx, kwargs)
+    await reconcile(ctx, namespace, name)
+
+
+@kopf.on.event("v1", "pods", labels={names.ISVC_LABEL: kopf.PRESENT})
+@kopf.on.event("apps", "v1", "deployments", labels={names.ISVC_LABEL: kopf.PRESENT, **watches.MANAGED})
+async def server_changed(
+    event: kopf.RawEvent,
+    namespace: str,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    services_by_label: kopf.Index[tuple[str, str], str],
+    **kwargs: Any,
+) -> None:
+    """A server pod or the Deployment changed (scheduled, Ready, failed, scaled): a pass now."""
+    isvc = watches.owner(services_by_label, namespace, labels.get(names.ISVC_LABEL))
+    if event.get("type") is None or isvc is None:  # the initial listing: resume handlers cover it
+        return
+    ctx = context_of(memo)
+    watches.attach(ctx, kwargs)
+    await watches.nudge(ctx, KIND, namespace, isvc, reconcile)
 
 
 @kopf.on.event(GROUP, VERSION, "modelrepositories")
@@ -60,7 +84,7 @@ async def repository_moved(
     name: str,
     memo: kopf.Memo,
     by_repository: kopf.Index[Any, str],
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """A repository switched snapshots (or became ready): roll its InferenceServices forward now."""
     status = (event.get("object") or {}).get("status") or {}
@@ -70,12 +94,15 @@ async def repository_moved(
         return
     seen[(namespace, name)] = current
     ctx = context_of(memo)
+    watches.attach(ctx, kwargs)
     for isvc in list(by_repository.get((namespace, name), [])):
         await reconcile(ctx, namespace, isvc)
 
 
 async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
-    async with ctx.locks[f"{KIND}/{namespace}/{name}"]:
+    key = f"{KIND}/{namespace}/{name}"
+    async with ctx.locks[key]:
+        ctx.queued.discard(key)
         await _reconcile_locked(ctx, namespace, name)
 
 
@@ -88,7 +115,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     spec = InferenceServiceSpec.model_validate(body.get("spec") or {})
     before = InferenceServiceStatus.model_validate(body.get("status") or {})
 
-    repo_body = await ctx.kube.get(API_VERSION, "ModelRepository", namespace, spec.repository.name)
+    repo_body = await ctx.cache.get(API_VERSION, "ModelRepository", namespace, spec.repository.name)
     repo_status = ModelRepositoryStatus.model_validate(repo_body.get("status") or {}) if repo_body else None
     mount = RepositoryMount(names.claim_name(spec.repository.name, None))
     if repo_body is not None:
@@ -107,15 +134,16 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     )
     deployment: dict[str, Any] | None = None
     for obj in wanted.present:
-        applied = await children.ensure(ctx.kube, obj)
+        applied = await children.ensure(ctx.cache, obj)
         if obj["kind"] == "Deployment":
             deployment = applied
     if before.observed_generation != generation:  # only a spec change can make a child unwanted
         for ref in wanted.absent:
-            await children.remove(ctx.kube, namespace, ref)
+            await children.remove(ctx.cache, namespace, ref)
 
-    pod_objects = await list_pods(ctx.kube, namespace, names.selector_labels(name))
-    pods = await observe(ctx.server, pod_objects, ctx.resolve)
+    pod_objects = await ctx.cache.server_pods(namespace, names.selector_labels(name))
+    events = await volume_events(ctx.kube, namespace, pod_objects)
+    pods = await observe(ctx.server, pod_objects, ctx.resolve, events)
     records = {m.name: m for m in before.models}
     acting = mount.acting_pods(pods)
     snapshot = rollout.target_snapshot(spec.repository.snapshot, repo_status, records, acting)
@@ -153,10 +181,19 @@ def _deployment(obj: dict[str, Any] | None) -> DeploymentObservation | None:
     if obj is None:
         return None
     status = obj.get("status") or {}
+    stalled = next(
+        (
+            c.get("message") or "the Deployment's progress deadline passed"
+            for c in status.get("conditions") or []
+            if c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        ),
+        None,
+    )
     return DeploymentObservation(
         replicas=int(status.get("replicas") or 0),
         ready_replicas=int(status.get("readyReplicas") or 0),
         updated_replicas=int(status.get("updatedReplicas") or 0),
         generation=int(obj["metadata"].get("generation") or 0),
         observed_generation=int(status.get("observedGeneration") or 0),
+        stalled=stalled,
     )

@@ -14,7 +14,8 @@ from naiad_operator.api.modelrepository import (
     RetentionPolicy,
     SyncResult,
 )
-from naiad_operator.handlers import children
+from naiad_operator.api.observed import PodProblem
+from naiad_operator.handlers import children, watches
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.errors import ConflictError
@@ -30,17 +31,40 @@ PLURAL = "modelrepositories"
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def changed(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """A new or changed repository: reconcile now rather than at the next tick."""
-    await reconcile(context_of(memo), namespace, name)
+    ctx = context_of(memo)
+    watches.attach(ctx, kwargs)
+    await reconcile(ctx, namespace, name)
 
 
 @kopf.timer(
     GROUP, VERSION, PLURAL, interval=load().sync_poll_interval, initial_delay=load().sync_poll_interval
 )
-async def tick(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def tick(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """Level-triggered pass: finish running syncs, start interval syncs, repair the claim."""
-    await reconcile(context_of(memo), namespace, name)
+    ctx = context_of(memo)
+    watches.attach(ctx, kwargs)
+    await reconcile(ctx, namespace, name)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={names.REPO_LABEL: kopf.PRESENT, **watches.MANAGED})
+@kopf.on.event("v1", "pods", labels={names.REPO_LABEL: kopf.PRESENT, "job-name": kopf.PRESENT})
+async def job_changed(
+    event: kopf.RawEvent,
+    namespace: str,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    repositories_by_label: kopf.Index[tuple[str, str], str],
+    **kwargs: Any,
+) -> None:
+    """A sync Job or its pod changed (finished, stuck): a pass now rather than at the next poll."""
+    repository = watches.owner(repositories_by_label, namespace, labels.get(names.REPO_LABEL))
+    if event.get("type") is None or repository is None:
+        return
+    ctx = context_of(memo)
+    watches.attach(ctx, kwargs)
+    await watches.nudge(ctx, KIND, namespace, repository, reconcile)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
@@ -60,7 +84,9 @@ async def deleted(
 
 
 async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
-    async with ctx.locks[f"{KIND}/{namespace}/{name}"]:
+    key = f"{KIND}/{namespace}/{name}"
+    async with ctx.locks[key]:
+        ctx.queued.discard(key)
         await _reconcile_locked(ctx, namespace, name)
 
 
@@ -76,17 +102,26 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     claim = names.claim_name(name, spec.storage.claim_name)
     desired_claim = storage.desired_claim(name, namespace, spec)
     if desired_claim is not None:
-        await children.ensure(ctx.kube, stamp(desired_claim))
+        await children.ensure(ctx.cache, stamp(desired_claim))
     status = before.model_copy(update={"claim_name": claim})
 
+    stuck: PodProblem | None = None
     if status.active_job:
-        job = await observe_job(ctx.kube, namespace, status.active_job)
+        job = await observe_job(ctx.cache, namespace, status.active_job)
+        stuck = job.problem if job is not None and not job.finished else None
         if job is None or job.finished:
             summary = syncjob.parse_summary(job.message) if job is not None else None
             status = repository_status.finish_sync(
                 status, spec, job, summary, now, ctx.settings.sync_retry_seconds
             )
             _sync_event(body, status)
+
+    if syncjob.superseded(spec, status, generation) and status.active_job:
+        cancelled = status.active_job
+        await ctx.kube.delete("batch/v1", "Job", namespace, cancelled)
+        status = repository_status.cancel_sync(status, generation, now)
+        stuck = None
+        kopf.event(body, type="Normal", reason="SyncCancelled", message=f"Job {cancelled}: the spec changed")
 
     reason = syncjob.sync_reason(spec, status, generation, now)
     if reason is not None:
@@ -118,7 +153,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
             message=f"{reason}: Job {job_name} syncs {spec.source.uri}",
         )
 
-    status = repository_status.with_conditions(status, generation, now)
+    status = repository_status.with_conditions(status, generation, now, stuck if status.active_job else None)
     patch = merge_patch(before.dump(), status.dump())
     if patch:
         await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)

@@ -98,13 +98,23 @@ class Kube:
         return result
 
     async def list(
-        self, api_version: str, kind: str, namespace: str, selector: dict[str, str] | None = None
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        selector: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> list[dict[str, Any]]:
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
+        if fields:
+            query.append(("fieldSelector", ",".join(f"{k}={v}" for k, v in fields.items())))
         result = await self._call("GET", resources.collection_path(api_version, kind, namespace), query=query)
         items: list[dict[str, Any]] = result.get("items") or []
-        if selector:  # a fake API server may ignore the selector; the answer must not depend on it
+        # a fake API server may ignore the selectors; the answer must not depend on it
+        if selector:
             items = [i for i in items if _matches(i, selector)]
+        if fields:
+            items = [i for i in items if all(_field(i, k) == v for k, v in fields.items())]
         return items
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -169,6 +179,13 @@ class Kube:
 def _matches(obj: dict[str, Any], selector: dict[str, str]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _field(obj: dict[str, Any], path: str) -> str | None:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return None if value is None else str(value)
 
 
 def _message(exc: ApiException) -> str:

@@ -5,22 +5,28 @@ from __future__ import annotations
 from typing import Any
 
 from naiad_operator.api.observed import JobObservation
-from naiad_operator.k8s.client import Kube
+from naiad_operator.k8s.cache import Cache
+from naiad_operator.k8s.problems import pod_problem, volume_events
 
 
-async def observe_job(kube: Kube, namespace: str, name: str) -> JobObservation | None:
+async def observe_job(cache: Cache, namespace: str, name: str) -> JobObservation | None:
     """None when the Job is gone. The message comes from the newest pod that terminated."""
-    job = await kube.get("batch/v1", "Job", namespace, name)
+    job = await cache.get("batch/v1", "Job", namespace, name)
     if job is None:
         return None
     status = job.get("status") or {}
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     succeeded = bool(status.get("succeeded")) or conditions.get("Complete") == "True"
     failed = conditions.get("Failed") == "True"
-    message = None
-    if succeeded or failed:
-        pods = await kube.list("v1", "Pod", namespace, {"job-name": name})
-        message = _termination_message(pods)
+    pods = await cache.pods_of_job(namespace, name)
+    message = _termination_message(pods) if succeeded or failed else None
+    if (succeeded or failed) and message is None:  # the watch may deliver the Job before its pod
+        message = _termination_message(await cache.kube.list("v1", "Pod", namespace, {"job-name": name}))
+    problem = None
+    if not (succeeded or failed):
+        events = await volume_events(cache.kube, namespace, pods)
+        found = (pod_problem(pod, events.get(pod["metadata"]["name"], ())) for pod in pods)
+        problem = next((p for p in found if p is not None), None)
     return JobObservation(
         name=name,
         succeeded=succeeded,
@@ -28,6 +34,7 @@ async def observe_job(kube: Kube, namespace: str, name: str) -> JobObservation |
         start_time=status.get("startTime"),
         completion_time=status.get("completionTime"),
         message=message,
+        problem=problem,
     )
 
 

@@ -8,12 +8,12 @@ for a pod: the pod object it creates names that process's address.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from naiad_operator.api.observed import SNAPSHOT_ANNOTATION, PodObservation
-from naiad_operator.k8s.client import Kube
 from naiad_operator.k8s.modelserver import ModelServer, ServerCallError
+from naiad_operator.k8s.problems import pod_problem
 
 #: pod object -> base URL of its HTTP endpoint, or None while it has none.
 PodResolver = Callable[[dict[str, Any]], str | None]
@@ -40,13 +40,11 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-async def list_pods(kube: Kube, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
-    pods = await kube.list("v1", "Pod", namespace, selector)
-    return sorted(pods, key=lambda p: p["metadata"]["name"])
-
-
 async def observe(
-    server: ModelServer, pods: Sequence[dict[str, Any]], resolve: PodResolver = pod_address
+    server: ModelServer,
+    pods: Sequence[dict[str, Any]],
+    resolve: PodResolver = pod_address,
+    events: Mapping[str, Sequence[dict[str, Any]]] | None = None,
 ) -> list[PodObservation]:
     """Each pod's readiness and index, read concurrently; a pod that does not answer is "not reporting"
     rather than "empty", so status never claims a model vanished because a call timed out."""
@@ -54,11 +52,14 @@ async def observe(
     async def one(pod: dict[str, Any]) -> PodObservation:
         name, url, ready = pod["metadata"]["name"], resolve(pod), pod_ready(pod)
         snapshot = (pod["metadata"].get("annotations") or {}).get(SNAPSHOT_ANNOTATION)
+        problem = None if ready else pod_problem(pod, (events or {}).get(name, ()))
         if url is None:
-            return PodObservation(name, None, ready, snapshot=snapshot)
+            return PodObservation(name, None, ready, snapshot=snapshot, problem=problem)
         try:
-            return PodObservation(name, url, ready, await server.index(url), snapshot=snapshot)
+            models = await server.index(url)
         except ServerCallError as exc:
-            return PodObservation(name, url, ready, index_error=exc.message, snapshot=snapshot)
+            error = exc.message
+            return PodObservation(name, url, ready, index_error=error, snapshot=snapshot, problem=problem)
+        return PodObservation(name, url, ready, models, snapshot=snapshot, problem=problem)
 
     return list(await asyncio.gather(*(one(p) for p in pods)))

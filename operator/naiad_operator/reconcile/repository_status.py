@@ -20,7 +20,7 @@ from naiad_operator.api.modelrepository import (
     SyncResult,
     SyncSummary,
 )
-from naiad_operator.api.observed import JobObservation
+from naiad_operator.api.observed import JobObservation, PodProblem
 from naiad_operator.reconcile.conditions import condition, merge_conditions
 from naiad_operator.reconcile.syncjob import format_time, next_sync_time
 
@@ -99,13 +99,26 @@ def finish_sync(
     return status.model_copy(update=update)
 
 
+def cancel_sync(status: ModelRepositoryStatus, generation: int, now: datetime) -> ModelRepositoryStatus:
+    """Status once a running Job was cancelled for a newer spec: the snapshot stays as it was."""
+    previous = status.last_sync or LastSync(job_name=status.active_job)
+    message = f"cancelled: the spec changed (generation {generation}) while it ran"
+    last = previous.model_copy(
+        update={"result": SyncResult.FAILED, "completion_time": format_time(now), "message": message}
+    )
+    return status.model_copy(update={"active_job": None, "last_sync": last, "next_sync_time": None})
+
+
 def _snapshots(previous: SnapshotStatus, current: str, keep: int) -> SnapshotStatus:
     available = [current, *(s for s in previous.available if s != current)][:keep]
     return SnapshotStatus(current=current, available=available)
 
 
-def with_conditions(status: ModelRepositoryStatus, generation: int, now: datetime) -> ModelRepositoryStatus:
-    """Conditions and phase from the rest of status; transition times kept where nothing flipped."""
+def with_conditions(
+    status: ModelRepositoryStatus, generation: int, now: datetime, stuck: PodProblem | None = None
+) -> ModelRepositoryStatus:
+    """Conditions and phase from the rest of status; transition times kept where nothing flipped.
+    ``stuck`` says why the running sync Job's pod does not run (unschedulable, image, volume)."""
     last = status.last_sync
     result = last.result if last is not None else None
     has_snapshot = status.snapshot.current is not None
@@ -117,7 +130,10 @@ def with_conditions(status: ModelRepositoryStatus, generation: int, now: datetim
         reachable = condition("SourceReachable", False, "SourceUnreachable", last.message or "", generation)
     else:
         reachable = condition("SourceReachable", True, "Listed", generation=generation)
-    if status.active_job:
+    if status.active_job and stuck is not None:
+        message = f"sync Job {status.active_job} cannot run: {stuck.message}"
+        synced = condition("Synced", False, stuck.reason, message, generation)
+    elif status.active_job:
         synced = condition("Synced", False, "Syncing", f"sync Job {status.active_job} is running", generation)
     elif failed and last is not None:
         synced = condition("Synced", False, "SyncFailed", last.message or "", generation)

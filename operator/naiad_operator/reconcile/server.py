@@ -130,6 +130,8 @@ def desired_deployment(
         "livenessProbe": _probe("/v2/health/live", period=10, failures=3),
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", f"sleep {PRE_STOP_SECONDS}"]}}},
         "volumeMounts": [*mounts, *server.volume_mounts],
+        # a server that dies at start leaves its last log lines as the message status shows
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": server.security_context or security.container(),
     }
     if server.env_from:

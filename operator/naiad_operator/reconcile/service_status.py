@@ -25,7 +25,7 @@ from naiad_operator.api.inferenceservice import (
     TransitionStatus,
 )
 from naiad_operator.api.modelrepository import ModelRepositoryStatus
-from naiad_operator.api.observed import DeploymentObservation, PodObservation, VersionState
+from naiad_operator.api.observed import DeploymentObservation, PodObservation, PodProblem, VersionState
 from naiad_operator.reconcile.conditions import condition, merge_conditions
 from naiad_operator.reconcile.rollout import Change, ModelPlan, Plan, actionable
 
@@ -129,7 +129,9 @@ def _replicas(
     for pod in pods:
         loaded = sorted(pod.ready_versions(model))
         reasons = pod.failed_versions(model)
-        if not pod.reporting:
+        if pod.problem is not None and not pod.ready:
+            entry = ReplicaState(pod=pod.name, state=pod.problem.reason, reason=pod.problem.message)
+        elif not pod.reporting:
             entry = ReplicaState(
                 pod=pod.name, state="NotReporting", reason=pod.index_error or "no address yet"
             )
@@ -246,6 +248,7 @@ def _conditions(
     pods: Sequence[PodObservation],
 ) -> list[Condition]:
     g = generation
+    problem = next(((p.name, p.problem) for p in pods if p.problem is not None and not p.ready), None)
     if repo is None:
         repository = condition(
             "RepositoryReady", False, "NotFound", f"ModelRepository '{spec.repository.name}' not found", g
@@ -271,13 +274,11 @@ def _conditions(
     if spec.replicas == 0:
         server = condition("ServerAvailable", False, "ScaledToZero", "spec.replicas is 0", g)
     elif deployment.ready_replicas >= 1:
-        server = condition(
-            "ServerAvailable",
-            True,
-            "PodsReady",
-            f"{deployment.ready_replicas}/{deployment.replicas} pods ready",
-            g,
-        )
+        counts = f"{deployment.ready_replicas}/{deployment.replicas} pods ready"
+        says = f"; {problem[1].reason}: {_pod_says(problem)}" if problem is not None else ""
+        server = condition("ServerAvailable", True, "PodsReady", counts + says, g)
+    elif problem is not None:
+        server = condition("ServerAvailable", False, problem[1].reason, _pod_says(problem), g)
     else:
         server = condition("ServerAvailable", False, "NoReadyPods", "no server pod is ready", g)
     not_ready = [m for m in required if m not in ready_required]
@@ -299,8 +300,12 @@ def _conditions(
         deployment.observed_generation < deployment.generation
         or deployment.updated_replicas < deployment.replicas
     )
-    if rolling:
+    if deployment.stalled:
+        progressing = condition("Progressing", True, "ProgressDeadlineExceeded", deployment.stalled, g)
+    elif rolling:
         progressing = condition("Progressing", True, "ModelRollout", "rolling out " + ", ".join(rolling), g)
+    elif deploying and problem is not None:
+        progressing = condition("Progressing", True, problem[1].reason, _pod_says(problem), g)
     elif deploying:
         progressing = condition("Progressing", True, "PodRollout", "server pods are being replaced", g)
     else:
@@ -326,8 +331,15 @@ def _conditions(
         blocking = next(
             c for c in (*parts, progressing) if c.status != ("False" if c is progressing else "True")
         )
+        if problem is not None and repository.status == "True" and blocking is not server:
+            # a pod that cannot run is the first thing to fix, whatever it holds back
+            blocking = condition("Ready", False, problem[1].reason, _pod_says(problem), g)
         ready = condition("Ready", False, blocking.reason, blocking.message, g)
     return [repository, server, models_ready, progressing, servable, ready]
+
+
+def _pod_says(problem: tuple[str, PodProblem]) -> str:
+    return f"pod {problem[0]}: {problem[1].message}"
 
 
 def _describe(model: ModelStatus) -> str:

@@ -100,6 +100,14 @@ def sync_reason(
     return None
 
 
+def superseded(spec: ModelRepositorySpec, status: ModelRepositoryStatus, generation: int) -> bool:
+    """The running Job was started for an older spec: cancel it. A Job's pod template cannot change,
+    so a Job stuck on the old spec (a node selector no node matches, a wrong image, a wrong URI with a
+    slow listing) would otherwise hold the repository until its activeDeadlineSeconds; ``suspend``
+    stops a running sync the same way."""
+    return status.active_job is not None and (status.synced_generation != generation or spec.suspend)
+
+
 def next_sync_time(
     spec: ModelRepositorySpec, result: SyncResult, finished: datetime, retry_seconds: float
 ) -> str | None:

@@ -316,7 +316,11 @@ def read_response(response: InferResponse) -> Piece:
     for tensor in response.outputs:
         name = tensor.name
         if name == TEXT_OUTPUT:
-            piece.text = "".join(_text(item) for item in tensor.data.reshape(-1))
+            data = tensor.data
+            if data.size == 1:  # one token's text: the common case, once per token
+                piece.text = _text(data.flat[0])
+            else:
+                piece.text = "".join(_text(item) for item in data.reshape(-1))
         elif name == "finish_reason" and tensor.data.size:
             piece.finish_reason = _text(tensor.data.reshape(-1)[0])
         elif name == "num_input_tokens" and tensor.data.size:

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from naiad.metrics.config import MetricsConfig
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelState, ModelVersion
-from naiad.scheduling.stats import LATENCY_BUCKETS_NS, FailureReason, SchedulerStats
+from naiad.scheduling.stats import LATENCY_BUCKETS_NS, NOT_COMPUTED, FailureReason, SchedulerStats
 
 #: Summaries report quantiles of the requests of the last minute (as prometheus-cpp's default window).
 SUMMARY_WINDOW_NS = 60_000_000_000
@@ -105,7 +105,8 @@ _HISTOGRAMS: tuple[tuple[str, str, Callable[[SchedulerStats], list[int]], _Read]
         lambda s: s.compute_input_ns + s.compute_infer_ns + s.compute_output_ns,
     ),
 )
-#: (name, help, position in a sample, summed ns) of Triton's latency summaries.
+#: (name, help, position in a sample, summed ns) of Triton's latency summaries; the help texts are
+#: Triton's, word for word (its compute summaries say "Cumulative").
 _SUMMARIES: tuple[tuple[str, str, int, _Read], ...] = (
     (
         "nv_inference_request_summary_us",
@@ -121,19 +122,19 @@ _SUMMARIES: tuple[tuple[str, str, int, _Read], ...] = (
     ),
     (
         "nv_inference_compute_input_summary_us",
-        "Summary of compute input duration in microseconds (does not include cached requests)",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
         3,
         lambda s: s.compute_input_ns,
     ),
     (
         "nv_inference_compute_infer_summary_us",
-        "Summary of compute inference duration in microseconds (does not include cached requests)",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
         4,
         lambda s: s.compute_infer_ns,
     ),
     (
         "nv_inference_compute_output_summary_us",
-        "Summary of compute output duration in microseconds (does not include cached requests)",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
         5,
         lambda s: s.compute_output_ns,
     ),
@@ -181,7 +182,9 @@ class ModelMetrics(Collector):
         if self._config.histogram_latencies:
             yield from _histograms(versions)
         if self._config.summary_latencies:
-            yield from _summaries(versions, self._config.summary_quantiles)
+            yield from _summaries(versions, self._config.summary_quantiles, self._cached_models())
+            if self._repository.response_cache is not None:
+                yield from _cache_summaries()
         yield self._states()
         yield _family(
             "nv_model_load_duration_secs",
@@ -196,6 +199,16 @@ class ModelMetrics(Collector):
             [(labels, mv.memory_bytes) for labels, mv, _ in versions],
         )
         yield _process_exits(versions)
+
+    def _cached_models(self) -> frozenset[str]:
+        """Models answered from the server's response cache (Triton keeps no request summary for them)."""
+        if self._repository.response_cache is None:
+            return frozenset()
+        return frozenset(
+            name
+            for name, model in self._repository.models().items()
+            if model.config is not None and model.config.response_cache.enable
+        )
 
     def _serving(self) -> list[tuple[_Labels, ModelVersion, SchedulerStats]]:
         """Versions holding instances, by model name and version number."""
@@ -261,21 +274,42 @@ def _histograms(versions: list[tuple[_Labels, ModelVersion, SchedulerStats]]) ->
 
 
 def _summaries(
-    versions: list[tuple[_Labels, ModelVersion, SchedulerStats]], quantiles: tuple[tuple[float, float], ...]
+    versions: list[tuple[_Labels, ModelVersion, SchedulerStats]],
+    quantiles: tuple[tuple[float, float], ...],
+    cached_models: frozenset[str],
 ) -> Iterator[Metric]:
-    """Exact quantiles over the window's requests (NaN when it holds none), cumulative count and sum."""
+    """Exact quantiles over the window's requests (NaN when it holds none), cumulative count and sum.
+
+    As Triton: the compute summaries leave out requests answered from the cache, and a model using
+    the cache has no request summary at all."""
     oldest = time.monotonic_ns() - SUMMARY_WINDOW_NS
     recent = {id(stats): [s for s in stats.samples or () if s[0] >= oldest] for _, _, stats in versions}
     for name, doc, position, summed_ns in _SUMMARIES:
         family = Metric(name, doc, "summary")
+        computed = position >= _FIRST_COMPUTE
         for labels, _, stats in versions:
-            values = sorted(sample[position] for sample in recent[id(stats)])
+            if position == _REQUEST and labels["model"] in cached_models:
+                continue
+            values = sorted(s[position] for s in recent[id(stats)] if s[position] != NOT_COMPUTED)
             for quantile, _error in quantiles:
                 value = values[max(0, math.ceil(quantile * len(values)) - 1)] / 1e3 if values else math.nan
                 family.add_sample(name, {**labels, "quantile": _bound(quantile)}, value)
-            family.add_sample(f"{name}_count", labels, stats.success_count)
+            count = stats.success_count - stats.cache_hit_count if computed else stats.success_count
+            family.add_sample(f"{name}_count", labels, count)
             family.add_sample(f"{name}_sum", labels, summed_ns(stats) / 1e3)
         yield family
+
+
+#: Positions in a :data:`~naiad.scheduling.stats.Sample`: the request duration, the first compute one.
+_REQUEST, _FIRST_COMPUTE = 1, 3
+
+
+def _cache_summaries() -> Iterator[Metric]:
+    """Triton's per-model cache summaries: declared with ``summary_latencies`` while a cache is
+    configured, and never given a series by its local cache (so here neither)."""
+    for outcome in ("hit", "miss"):
+        doc = f"Summary of cache {outcome} counts/durations per model, in microseconds."
+        yield Metric(f"nv_cache_{outcome}_summary_per_model", doc, "summary")
 
 
 def _bound(value: float) -> str:

@@ -18,6 +18,7 @@ from naiad.metrics.config import parse_metrics_config
 from naiad.metrics.exposition import render
 from naiad.metrics.gpu import GpuMetrics, open_gpus
 from naiad.metrics.models import SUMMARY_SAMPLES, ModelMetrics
+from naiad.metrics.pinned import PinnedMemoryMetrics
 from naiad.metrics.poller import Poller
 from naiad.repository.manager import ModelRepository
 from naiad.scheduling.stats import SchedulerStats
@@ -34,6 +35,7 @@ class ServerMetrics:
         self._collectors: list[Collector] = [ModelMetrics(repository, config)]
         if repository.response_cache is not None:
             self._collectors.append(CacheMetrics(repository.response_cache))
+        self._collectors.append(PinnedMemoryMetrics())
         self._gpus: GpuMetrics | None = None
         sources: list[cpu.CpuMetrics | GpuMetrics] = []
         if settings.allow_cpu_metrics and cpu.available():

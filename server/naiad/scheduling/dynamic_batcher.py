@@ -16,6 +16,7 @@ or a queue timeout.  So there are no locks, and counting for :class:`SchedulerSt
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -27,7 +28,14 @@ from naiad.scheduling.batcher import next_batch
 from naiad.scheduling.policy import QueuePolicy, SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest, RequestQueue
 from naiad.scheduling.stats import FailureReason, SchedulerStats
-from naiad.scheduling.worker import Execution, InstanceWorker, Jobs, drain_or_abandon
+from naiad.scheduling.worker import (
+    Execution,
+    InstanceWorker,
+    Jobs,
+    drain_or_abandon,
+    log_executing,
+    log_released,
+)
 
 _MONOTONIC_NS = time.monotonic_ns
 #: Inline execution (``_run_inline``) only while executions average less than this.
@@ -36,6 +44,8 @@ _INLINE_LIMIT_NS = 50_000
 _INLINE_WARMUP_NS = 1_000_000_000
 #: Event-loop timers have millisecond granularity; shorter waits poll on each loop iteration.
 _TIMER_RESOLUTION_NS = 1_000_000
+
+log = logging.getLogger("naiad.scheduling")
 
 
 class DynamicBatchScheduler:
@@ -185,8 +195,12 @@ class DynamicBatchScheduler:
         entries = execution.entries
         worker.started += len(entries)
         execution.start_ns = _MONOTONIC_NS()
+        if log.isEnabledFor(logging.DEBUG):
+            log_executing(entries, worker.name)
 
         def done(results: list[ExecuteResult]) -> None:
+            if log.isEnabledFor(logging.DEBUG):
+                log_released(len(entries), worker.name)
             if len(results) != len(entries):
                 message = f"backend returned {len(results)} responses for {len(entries)} requests"
                 results = [InternalError(message) for _ in entries]

@@ -24,8 +24,10 @@ LATENCY_BUCKETS_NS: tuple[int, ...] = (
 )  # fmt: skip
 
 #: One successful request's durations for the latency summaries: (monotonic ns when recorded, request,
-#: queue, compute input, compute infer, compute output), all ns.
+#: queue, compute input, compute infer, compute output), all ns; the compute ones are :data:`NOT_COMPUTED`
+#: for a request answered from the response cache (Triton's compute summaries leave those out).
 Sample = tuple[int, int, int, int, int, int]
+NOT_COMPUTED = -1
 
 
 class FailureReason(Enum):
@@ -153,7 +155,7 @@ class SchedulerStats:
         self.cache_hit_ns += duration_ns
         self.success_count += 1
         self.success_ns += duration_ns
-        self.observe(duration_ns, 0, 0, 0, 0)
+        self.observe(duration_ns, 0, NOT_COMPUTED, NOT_COMPUTED, NOT_COMPUTED)
 
     def cache_miss(self, duration_ns: int) -> None:
         """Count one request the response cache could not answer (lookup and insert time)."""

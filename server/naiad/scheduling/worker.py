@@ -132,6 +132,17 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
 Jobs = queue.SimpleQueue[Execution | None]
 
 
+def log_executing(entries: list[QueuedRequest], name: str) -> None:
+    """Triton's verbose line as an instance starts an execution (``--log-verbose`` 1 and up)."""
+    model = entries[0].request.model_name
+    log.debug("model %s, instance %s, executing %d requests", model, name, len(entries))
+
+
+def log_released(count: int, name: str) -> None:
+    """Triton's verbose line once an execution's requests are released."""
+    log.debug("TRITONBACKEND_ModelInstanceExecute: model instance name %s released %d requests", name, count)
+
+
 def _failure(exc: BaseException) -> InferenceServerError:
     """A fresh error per request: one exception object must not be raised in several tasks."""
     if isinstance(exc, InferenceServerError):
@@ -192,19 +203,14 @@ class InstanceWorker:
         ``name`` is the instance's, for Triton's verbose lines around each execution."""
         verbose = log.isEnabledFor(logging.DEBUG)
         if verbose:
-            model = entries[0].request.model_name
-            log.debug("model %s, instance %s, executing %d requests", model, name, len(entries))
+            log_executing(entries, name)
         try:
             results = instance.execute([entry.request for entry in entries])
         except BaseException as exc:  # handed to the requests, never lost on this thread
             return [_failure(exc) for _ in entries]
         finally:
             if verbose:
-                log.debug(
-                    "TRITONBACKEND_ModelInstanceExecute: model instance name %s released %d requests",
-                    name,
-                    len(entries),
-                )
+                log_released(len(entries), name)
         if len(results) != len(entries):
             message = f"backend returned {len(results)} responses for {len(entries)} requests"
             return [InternalError(message) for _ in entries]

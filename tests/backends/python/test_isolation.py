@@ -61,9 +61,13 @@ max_batch_size: 0
 input [{{ name: "INPUT0" data_type: TYPE_INT64 dims: [ 1 ] }}]
 output [{{ name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 1 ] }}]
 parameters {{ key: "NAIAD_MEMORY_LIMIT_MIB" value: {{ string_value: "200" }} }}
-parameters {{ key: "NAIAD_EXECUTION_TIMEOUT_SECONDS" value: {{ string_value: "1.5" }} }}
 {extra}
 """
+
+
+def _timeout(seconds: float) -> str:
+    return f'parameters {{ key: "NAIAD_EXECUTION_TIMEOUT_SECONDS" value: {{ string_value: "{seconds:g}" }} }}'
+
 
 DECOUPLED = "model_transaction_policy { decoupled: true }"
 NOT_HEALTHY = "Stub process '{model}_0' is not healthy."
@@ -71,12 +75,18 @@ NOT_HEALTHY = "Stub process '{model}_0' is not healthy."
 
 def _repository(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
+    extras = {"killed": _timeout(30), "hangs": _timeout(1.5)}
     for name in ("segv", "exits", "killed", "hangs", "bomb", "poison"):
-        write_model(repo, name, FAULTY_CONFIG.format(name=name, extra=""), FAULTY_PY)
+        write_model(repo, name, FAULTY_CONFIG.format(name=name, extra=extras.get(name, "")), FAULTY_PY)
     # a decoupled model runs on its instance's thread rather than from the event loop
     write_model(repo, "segv_stream", FAULTY_CONFIG.format(name="segv_stream", extra=DECOUPLED), DECOUPLED_PY)
     write_identity(repo, "identity", "TYPE_FP32")
+    trusted = FAULTY_CONFIG.format(name="trusted", extra="").split("parameters")[0] + IN_THE_ENGINE
+    write_model(repo, "trusted", trusted, FAULTY_PY)
     return repo
+
+
+IN_THE_ENGINE = 'parameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_value: "false" } }\n'
 
 
 DECOUPLED_PY = """
@@ -343,7 +353,7 @@ def test_a_poison_request_in_a_loop_makes_only_its_model_unavailable_until_loade
 
 def test_a_server_killed_with_sigkill_leaves_no_model_process_behind(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    write_model(repo, "hangs", FAULTY_CONFIG.format(name="hangs", extra=""), FAULTY_PY)
+    write_model(repo, "hangs", FAULTY_CONFIG.format(name="hangs", extra=_timeout(30)), FAULTY_PY)
     write_identity(repo, "identity", "TYPE_FP32")
     server = ServerProcess([repo])
     with server:
@@ -363,3 +373,15 @@ def test_a_server_killed_with_sigkill_leaves_no_model_process_behind(tmp_path: P
 def _hang_until_the_server_dies(server: ServerProcess) -> None:
     with pytest.raises(Exception, match=r"closed|reset|refused"):  # any connection error
         _http(server, "hangs", HANG)
+
+
+def test_the_isolation_choice_shows_in_the_config_and_a_trusted_model_runs_in_the_server(
+    server: ServerProcess,
+) -> None:
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        isolated = client.get_model_config("segv")["parameters"]["NAIAD_INSTANCE_PROCESSES"]
+        trusted = client.get_model_config("trusted")["parameters"]["NAIAD_INSTANCE_PROCESSES"]
+    assert (isolated, trusted) == ({"string_value": "true"}, {"string_value": "false"})
+    assert server.process is not None
+    assert _grpc(server, "trusted", SERVE) == server.process.pid
+    assert _http(server, "segv", SERVE) in _descendants(server.process.pid)

@@ -275,10 +275,19 @@ def test_a_model_that_cannot_load_fails_with_a_reason_naming_it(
 
 
 def test_a_model_py_that_cannot_import_fails_auto_complete_naming_it(tmp_path: Path) -> None:
-    model_dir = write_model(tmp_path, "broken", "def oops(:\n", FP32_IO)
+    model_dir = write_model(tmp_path, "broken", "# has an auto_complete_config\ndef oops(:\n", FP32_IO)
     with pytest.raises(InferenceServerError) as caught:
         instance_context(model_dir)
     assert "model 'broken'" in caught.value.message
+    assert "SyntaxError" in caught.value.message
+
+
+def test_a_model_py_without_auto_complete_config_that_cannot_import_fails_its_load(tmp_path: Path) -> None:
+    """No process is started to auto-complete a model whose sources never mention it."""
+    model_dir = write_model(tmp_path, "broken", "def oops(:\n", FP32_IO)
+    with pytest.raises(InferenceServerError) as caught:
+        get_backend("python").create_instance(instance_context(model_dir))
+    assert "failed to load model 'broken'" in caught.value.message
     assert "SyntaxError" in caught.value.message
 
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import queue
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
+from tests.support.models import identity_config, write_model
 from tests.support.server import ServerProcess
 
 
@@ -104,3 +107,49 @@ def test_aio_client_streams(grpc_server: ServerProcess) -> None:
     answers = asyncio.run(run())
     assert [error for _, error in answers] == [None] * 50
     assert [result.get_response().id for result, _ in answers] == [str(i) for i in range(50)]
+
+
+FAILING_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            if x[0] < 0:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative")))
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return responses
+"""
+
+
+def test_triton_grpc_error_header_ends_the_stream_at_the_first_model_error(tmp_path: Path) -> None:
+    """Triton's opt-in (``triton_grpc_error: true`` when the stream starts): a model's error closes the
+    stream with its gRPC status; a request refused before the model runs is still answered in-band."""
+    write_model(tmp_path, "failing", identity_config("failing", "TYPE_INT32"), FAILING_PY)
+
+    def request(model: str, value: int) -> Any:
+        message = pb.ModelInferRequest(model_name=model, id=f"{model}{value}")
+        message.inputs.add(name="INPUT0", datatype="INT32", shape=[1])
+        message.raw_input_contents.append(np.array([value], dtype=np.int32).tobytes())
+        return message
+
+    requests = [request("failing", 1), request("nope", 1), request("failing", -1), request("failing", 2)]
+    with ServerProcess([tmp_path]) as server, grpc.insecure_channel(server.grpc_url) as channel:
+        stub = pbg.GRPCInferenceServiceStub(channel)
+        received = []
+        with pytest.raises(grpc.RpcError) as ended:
+            for response in stub.ModelStreamInfer(iter(requests), metadata=(("triton_grpc_error", "true"),)):
+                received.append(response)
+        assert ended.value.code() == grpc.StatusCode.INTERNAL
+        assert "negative" in ended.value.details()
+        assert [r.infer_response.id for r in received] == ["failing1", "nope1"]
+        assert received[0].error_message == ""
+        assert received[1].error_message == "Request for unknown model: 'nope' is not found"
+        # without the header the same error is answered in-band and the stream goes on
+        answered = list(stub.ModelStreamInfer(iter(requests)))
+        assert [bool(r.error_message) for r in answered] == [False, True, True, False]

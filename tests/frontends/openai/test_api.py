@@ -55,7 +55,9 @@ def test_a_streamed_completion_is_the_whole_one_sent_token_by_token(client: open
     with_choices = [c for c in chunks if c.choices]
     texts = [c.choices[0].text for c in with_choices]
     assert "".join(texts) == whole
-    assert len([t for t in texts if t]) == 12  # one chunk per token, as the model sends them
+    # One chunk per token as the model sends them (a token ending inside a UTF-8 character waits for
+    # the next one, so there may be fewer chunks than tokens, never more).
+    assert 2 <= len([t for t in texts if t]) <= 12
     assert [c.choices[0].finish_reason for c in with_choices] == [None] * (len(texts) - 1) + ["length"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12
     assert len({c.id for c in chunks}) == 1
@@ -193,18 +195,26 @@ def test_a_client_that_disconnects_cancels_the_generation(server: LlmServer) -> 
 
 
 def test_a_client_that_leaves_before_a_whole_answer_cancels_it_too(server: LlmServer) -> None:
-    before = server.log().count("cancelled after ")
+    def cancelled() -> tuple[int, int]:
+        """(generations the model stopped, requests cancelled before the model had them)."""
+        raw = RawClient(server.http_url)
+        stats = raw.request("GET", f"/v2/models/{MODEL}/stats").json()["model_stats"][0]
+        raw.close()
+        return server.log().count("cancelled after "), int(stats["inference_stats"]["fail"]["count"])
+
+    before = cancelled()
     body = json.dumps({"model": MODEL, "prompt": "The weir", "max_tokens": 4000})
     connection = http.client.HTTPConnection("127.0.0.1", server.openai_port, timeout=30)
     connection.request("POST", "/v1/completions", body, {"content-type": "application/json"})
-    time.sleep(0.3)  # generating: the whole answer would take seconds
+    time.sleep(1.0)  # generating by now (on a loaded machine, maybe still queued): the answer takes seconds
     assert connection.sock is not None
     connection.sock.shutdown(socket.SHUT_RDWR)
     connection.close()
     deadline = time.monotonic() + 20
-    while server.log().count("cancelled after ") == before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.log().count("cancelled after ") == before + 1
+    while cancelled() == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stopped, dropped = cancelled()
+    assert (stopped - before[0]) + (dropped - before[1]) == 1
 
 
 def test_generate_and_generate_stream_serve_the_same_model(server: LlmServer, client: openai.OpenAI) -> None:

@@ -70,11 +70,13 @@ def test_hill_climb_stops_at_the_best_neighbourhood_and_measures_less_than_brute
     # throughput peaks at 2 instances with max batch 8 (level 3)
     peak = {(2, 8): 1000.0}
 
-    def score(candidate: Candidate) -> float:
+    def score(candidate: Candidate) -> tuple[int, float]:
         if (candidate.instances, candidate.max_batch_size) in peak:
-            return peak[(candidate.instances, candidate.max_batch_size)]
+            return 1, peak[(candidate.instances, candidate.max_batch_size)]
         level = 0 if not candidate.dynamic_batching else [2, 4, 8, 16].index(candidate.max_batch_size) + 1
-        return 500 - 40 * abs(candidate.instances - 2) - 30 * abs(level - 3)
+        if level == 0:  # unbatched: over the latency budget, nearer to it with more instances
+            return 0, -100.0 / candidate.instances
+        return 1, 500 - 40 * abs(candidate.instances - 2) - 30 * abs(level - 3)
 
     walked = list(HillClimb(space).walk(score))
     assert walked[0] == Candidate(1)  # starts from one unbatched instance

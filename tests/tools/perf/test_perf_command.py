@@ -188,12 +188,33 @@ def test_failed_requests_are_counted_apart(tool_server: ServerProcess, tmp_path:
     assert "x HTTP 400: odd input" in done.stdout or "x HTTP 500: odd input" in done.stdout
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_sequences_keep_their_correlation_ids(tool_server: ServerProcess, protocol: str) -> None:
+@pytest.mark.parametrize(("protocol", "client"), [("http", "auto"), ("grpc", "auto"), ("grpc", "grpcio")])
+def test_sequences_keep_their_correlation_ids(tool_server: ServerProcess, protocol: str, client: str) -> None:
     url = tool_server.grpc_url if protocol == "grpc" else tool_server.http_url
     done = perf("-m", "seq", "-i", protocol, "-u", url, "--concurrency-range", "4", "--sequence-length", "5",
-                *FAST[:-1], "2")
+                "--grpc-client", client, *FAST[:-1], "2")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Error count" not in done.stdout
     count_line = next(line for line in done.stdout.splitlines() if "Sequence count:" in line)
     assert int(count_line.split(":")[1].split()[0]) > 0
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_request_rate_range(example_server: ServerProcess, tmp_path: Path, protocol: str) -> None:
+    url = example_server.grpc_url if protocol == "grpc" else example_server.http_url
+    out = tmp_path / "rate.csv"
+    done = perf("-m", "add_sub", "-i", protocol, "-u", url, "--request-rate-range", "40:80:40", "-f", str(out),
+                "-p", "400", *FAST[2:])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Request Rate: 40" in done.stdout and "Using uniform distribution on request generation" in done.stdout
+    rows = _rows(out)
+    assert sorted(float(r["Request Rate"]) for r in rows) == [40.0, 80.0]
+    for row in rows:  # the rate is kept, not exceeded
+        assert float(row["Inferences/Second"]) == pytest.approx(float(row["Request Rate"]), rel=0.25)
+
+
+def test_grpc_request_over_one_frame_goes_through_grpcio(example_server: ServerProcess) -> None:
+    # image_classifier takes FP32 [3,224,224]: 602 KB, more than the bare HTTP/2 client sends
+    done = perf("-m", "image_classifier", "-i", "grpc", "-u", example_server.grpc_url, *FAST)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Error count" not in done.stdout and "Throughput:" in done.stdout

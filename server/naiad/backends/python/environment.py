@@ -70,8 +70,8 @@ class Environments:
             raise InvalidArgumentError(f"EXECUTION_ENV_PATH '{archive}' cannot be extracted: {exc}") from exc
 
     def command(self, path: Path) -> tuple[list[str], dict[str, str]]:
-        """``argv`` and environment variables that run the stub on descriptor 3 with the
-        environment's Python."""
+        """``argv`` and environment variables that run the stub on descriptor 3 (logging to 4) with
+        the environment's Python."""
         folder = self.folder(path)
         python = next(
             (folder / "bin" / name for name in ("python3", "python") if (folder / "bin" / name).exists()),
@@ -84,7 +84,7 @@ class Environments:
             "import sys; "
             f"sys.path.append({engine_packages!r}); "
             "from naiad.backends.python.stub import main; "
-            "sys.exit(main(['stub', '3']))"
+            "sys.exit(main(['stub', '3', '4']))"
         )
         env = dict(os.environ)
         env["PYTHONPATH"] = SOURCE_ROOT

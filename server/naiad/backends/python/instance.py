@@ -137,7 +137,13 @@ class PythonModelInstance:
 
 def mentions_requests(folder: Path) -> bool:
     """Whether the model's sources (``model.py`` and the modules beside it) mention BLS requests."""
+    return mentions(folder, "InferenceRequest")
+
+
+def mentions(folder: Path, word: str) -> bool:
+    """Whether the model's sources mention ``word`` (True when they cannot be read): a conservative
+    test that lets the engine skip work a model cannot need."""
     try:
-        return any("InferenceRequest" in path.read_text(errors="replace") for path in folder.rglob("*.py"))
+        return any(word in path.read_text(errors="replace") for path in folder.rglob("*.py"))
     except OSError:
         return True

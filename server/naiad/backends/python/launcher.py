@@ -9,10 +9,12 @@ throwaway model process, as Triton runs it in a throwaway stub.
 from __future__ import annotations
 
 import logging
+from multiprocessing.connection import wait
 from pathlib import Path
 
 from naiad.backends.python.environment import Environments
 from naiad.backends.python.host import auto_complete_config
+from naiad.backends.python.instance import mentions
 from naiad.backends.python.spec import ModelSpec, ProcessOptions
 from naiad.backends.python.zygote import ModelProcess, Zygote, describe_status
 from naiad.core.errors import ErrorCode, InferenceServerError, InvalidArgumentError
@@ -36,7 +38,7 @@ class Launcher:
     def start(self, spec: ModelSpec, options: ProcessOptions) -> ModelProcess:
         """A model process with ``spec`` loaded; raise the load error (that process is gone then)."""
         process = self._start(options)
-        reply = _exchange(process, ("load", spec, _level()), "while loading")
+        reply = _exchange(process, ("load", spec), "while loading")
         if reply[0] != "loaded":
             _discard(process)
             raise InferenceServerError(reply[2], ErrorCode(reply[1]))
@@ -45,12 +47,16 @@ class Launcher:
     def auto_complete(
         self, model_file: Path, model_name: str, config_json: str, options: ProcessOptions
     ) -> str | None:
-        """The configuration the model's ``auto_complete_config`` returns (None if it has none)."""
+        """The configuration the model's ``auto_complete_config`` returns (None if it has none).
+
+        A model whose sources never mention it has none: no process is started for it."""
+        if not mentions(model_file.parent, "auto_complete_config"):
+            return None
         if options.in_process:
             return auto_complete_config(model_file, model_name, config_json)
         process = self._start(options)
         try:
-            reply = _exchange(process, ("auto_complete", model_file, model_name, config_json, _level()), "")
+            reply = _exchange(process, ("auto_complete", model_file, model_name, config_json), "")
         finally:
             _discard(process)
         if reply[0] == "completed":
@@ -64,15 +70,18 @@ class Launcher:
         self._zygote.close()
 
 
-def _level() -> int:
-    return logging.getLogger("naiad").getEffectiveLevel()
-
-
 def _exchange(process: ModelProcess, message: tuple[object, ...], when: str) -> tuple[object, ...]:
-    """Send ``message`` and return the reply, or a ``stopped`` reply naming how the process ended."""
+    """Send ``message`` and return the reply, or a ``stopped`` reply naming how the process ended;
+    the model's log records are relayed meanwhile (``initialize`` may log more than a pipe holds)."""
     try:
         process.conn.send(message)
-        reply: tuple[object, ...] = process.conn.recv()
+        while not process.conn.has_message():
+            readable = wait([process.conn.fileno(), process.log], None)
+            if process.log in readable:
+                process.relay_logs()
+            if process.conn.fileno() in readable:
+                break
+        reply: tuple[object, ...] = process.conn.receive()
         return reply
     except (EOFError, OSError):
         status = describe_status(process.wait(5.0))
@@ -86,4 +95,5 @@ def _discard(process: ModelProcess) -> None:
     if process.wait(5.0) is None:
         process.kill()
         process.wait(None)
+    process.relay_logs()  # what it logged last
     process.close()

@@ -7,6 +7,10 @@ travel as tuples whose tensors are pickled with them: they are rare next to exec
 
 from __future__ import annotations
 
+import pickle
+import select
+import socket
+import struct
 from typing import Any
 
 from naiad.backends.python import shm
@@ -86,3 +90,99 @@ def bls_request(message: tuple[Any, ...]) -> InferRequest:
         sequence_start=start,
         sequence_end=end,
     )
+
+
+_HEADER = struct.Struct("!I")
+_READ_SIZE = 1 << 16
+
+
+class Wire:
+    """Pickled messages on a stream socket, framed by a 4-byte length.
+
+    Sending can gather several messages into one write (``queue`` then ``flush``), and reading takes
+    every message that has arrived with one read (``receive_ready``): under load both sides then pay
+    one system call, and one wake-up, for several executions rather than one each.  ``receive`` blocks
+    for the next message.  Messages never cross threads half-read: the engine reads an instance's
+    wire from one thread at a time, and a model process under its channel's lock.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._inbox = bytearray()
+        self._outbox: list[bytes] = []
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def send(self, message: Any) -> None:
+        """Send ``message`` now (after whatever is queued)."""
+        self.queue(message)
+        self.flush()
+
+    def queue(self, message: Any) -> None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        self._outbox.append(_HEADER.pack(len(payload)))
+        self._outbox.append(payload)
+
+    def flush(self) -> None:
+        if self._outbox:
+            data = b"".join(self._outbox)
+            self._outbox.clear()
+            self._sock.sendall(data)
+
+    def receive(self) -> Any:
+        """The next message, waiting for it; EOFError once the peer closed."""
+        while True:
+            message = self._take()
+            if message is not _NOTHING:
+                return message
+            self._fill(blocking=True)
+
+    def receive_ready(self) -> list[Any]:
+        """Every message that has arrived (one read); EOFError once the peer closed and none is left."""
+        closed = False
+        try:
+            self._fill(blocking=False)
+        except EOFError:
+            closed = True
+        messages = []
+        while (message := self._take()) is not _NOTHING:
+            messages.append(message)
+        if closed and not messages:
+            raise EOFError
+        return messages
+
+    def has_message(self) -> bool:
+        """Whether a whole message is buffered (``receive`` would not wait)."""
+        inbox = self._inbox
+        return len(inbox) >= 4 and len(inbox) >= 4 + _HEADER.unpack_from(inbox)[0]
+
+    def poll(self, timeout: float | None) -> bool:
+        """Whether a message is buffered or data arrives within ``timeout`` seconds."""
+        return self.has_message() or bool(select.select([self._sock], [], [], timeout)[0])
+
+    def _take(self) -> Any:
+        inbox = self._inbox
+        if len(inbox) < 4:
+            return _NOTHING
+        (size,) = _HEADER.unpack_from(inbox)
+        if len(inbox) < 4 + size:
+            return _NOTHING
+        message = pickle.loads(memoryview(inbox)[4 : 4 + size])
+        del inbox[: 4 + size]
+        return message
+
+    def _fill(self, blocking: bool) -> None:
+        try:
+            data = self._sock.recv(_READ_SIZE, 0 if blocking else socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        if not data:
+            raise EOFError
+        self._inbox += data
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+_NOTHING = object()

@@ -81,14 +81,19 @@ class _Child:
 
     def __init__(self, process: ModelProcess) -> None:
         self.process = process
-        self.inputs: shm.Region | None = None
-        self.outputs: shm.Region | None = None
+        #: Input and output regions by slot: the engine may send up to PIPELINE executions ahead,
+        #: each with a slot of its own, so that one's tensors are never overwritten by the next.
+        self.inputs: dict[int, shm.Region] = {}
+        self.outputs: dict[int, shm.Region] = {}
         #: Why the engine killed it ("" unless it did): the memory limit or the execution timeout.
         self.cause = ""
 
 
-#: An execution sent from the loop: to whom, its key, its requests, its callback, its fresh region.
-_Sent = tuple[_Child, int, Sequence[InferRequest], _Done, shm.Region | None]
+#: An execution sent from the loop: to whom, its key, its slot, its requests, its callback, its fresh region.
+_Sent = tuple[_Child, int, int, Sequence[InferRequest], _Done, shm.Region | None]
+#: Executions the loop sends a model process ahead of their turn: it runs them one at a time, in order,
+#: but finds the next one waiting (no wake-up) and answers several with one write under load.
+PIPELINE = 4
 
 
 class ProcessModelInstance:
@@ -119,9 +124,11 @@ class ProcessModelInstance:
         self._crashes: collections.deque[float] = collections.deque()
         self._loop_driven = not spec.decoupled and not mentions_requests(spec.model_file.parent)
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: The execution the loop waits for, and those waiting to be sent after it.
-        self._current: tuple[_Child, int, Sequence[InferRequest], _Done] | None = None
+        #: The executions the loop sent, in order, and those waiting to be sent after them.
+        self._sent: collections.deque[_Sent] = collections.deque()
         self._backlog: collections.deque[tuple[Sequence[InferRequest], _Done]] = collections.deque()
+        self._free_slots = list(range(PIPELINE))
+        self._flushing = False
         #: The model process whose socket the loop watches.
         self._reading: _Child | None = None
         self._child = _Child(launcher.start(spec, options))
@@ -155,7 +162,8 @@ class ProcessModelInstance:
         if unhealthy:
             return [InternalError(unhealthy) for _ in requests]
         nested = bool(self._running)
-        key, message, fresh = self._prepare(child, requests, nested)
+        slot = -1 if nested else 0
+        key, message, fresh = self._prepare(child, requests, slot)
         try:
             child.process.conn.send(message)
             with bls.executing(self._caller, requests):
@@ -165,21 +173,23 @@ class ProcessModelInstance:
             return [InternalError(message) for _ in requests]
         finally:
             self._finish(key, nested, fresh)
-        return self._collect(child, requests, reply)
+        return self._collect(child, slot, requests, reply)
 
     def _prepare(
-        self, child: _Child, requests: Sequence[InferRequest], nested: bool
+        self, child: _Child, requests: Sequence[InferRequest], slot: int
     ) -> tuple[int, tuple[Any, ...], shm.Region | None]:
-        """Place the inputs and register the execution: its key, its message, and the fresh region
-        made for it (to unlink once sent)."""
+        """Place the inputs in ``slot``'s region (a region of its own for a nested execution, slot
+        -1) and register the execution: its key, its message, and the region made for it, if any
+        (to unlink once the model process answered)."""
         tensors = [(t.name, t.datatype, t.data) for request in requests for t in request.inputs]
         needed = shm.layout_size([array for _, _, array in tensors])
+        region = child.inputs.get(slot)
         fresh: shm.Region | None = None
-        if needed and (nested or child.inputs is None or needed > child.inputs.size):
-            fresh = shm.Region.create(needed)
-            if not nested:
-                child.inputs = fresh
-        placements = shm.place(fresh if nested else child.inputs, tensors)
+        if needed and (slot < 0 or region is None or needed > region.size):
+            fresh = region = shm.Region.create(needed)
+            if slot >= 0:
+                child.inputs[slot] = fresh
+        placements = shm.place(region, tensors)
         messages = []
         start = 0
         for request in requests:
@@ -189,36 +199,43 @@ class ProcessModelInstance:
         key = next(self._serial)
         self._running[key] = requests
         timeout = self._options.execution_timeout_s
-        if timeout and not nested:
+        if timeout and slot >= 0 and not self._deadline:
             self._deadline = time.monotonic() + timeout
-        return key, ("execute", key, nested, fresh and fresh.path, fresh and fresh.size, messages), fresh
+        path, size = (fresh.path, fresh.size) if fresh is not None else (None, None)
+        return key, ("execute", key, slot < 0, slot, path, size, messages), fresh
 
     def _finish(self, key: int, nested: bool, fresh: shm.Region | None) -> None:
         del self._running[key]
         if not nested:
-            self._deadline = 0.0
+            timeout = self._options.execution_timeout_s
+            # the next execution sent ahead starts now
+            self._deadline = time.monotonic() + timeout if timeout and self._running else 0.0
         if fresh is not None:  # the model process has mapped it by now, or never will
             fresh.unlink()
 
     def _collect(
-        self, child: _Child, requests: Sequence[InferRequest], reply: tuple[Any, ...]
+        self, child: _Child, slot: int, requests: Sequence[InferRequest], reply: tuple[Any, ...]
     ) -> list[ExecuteResult]:
         _, path, size, results = reply
+        region = child.outputs.get(slot)
         if path is not None:
-            child.outputs = shm.Region.attach(path, size)
-            child.outputs.unlink()
+            region = shm.Region.attach(path, size)
+            region.unlink()
+            if slot >= 0:
+                child.outputs[slot] = region
         return [
-            self._result(child, request, result) for request, result in zip(requests, results, strict=True)
+            self._result(region, request, result) for request, result in zip(requests, results, strict=True)
         ]
 
     # ---- driven from the event loop -------------------------------------------------------------
 
     def start_on_loop(self, requests: Sequence[InferRequest], done: _Done) -> None:
-        """Send ``requests`` to the model process now, or after the executions before them, and call
-        ``done`` with their results on the loop; only for a ``loop_driven`` instance, on the loop."""
+        """Send ``requests`` to the model process (at most PIPELINE executions ahead; later ones wait
+        here) and call ``done`` with their results on the loop; only for a ``loop_driven`` instance,
+        on the loop."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        if self._current is not None:
+        if len(self._sent) >= PIPELINE or self._backlog:
             self._backlog.append((requests, done))
             return
         self._send_on_loop(requests, done)
@@ -226,18 +243,22 @@ class ProcessModelInstance:
     def _send_on_loop(self, requests: Sequence[InferRequest], done: _Done) -> None:
         with self._lock:
             child, unhealthy = self._child, self._unhealthy
-        if unhealthy:
-            done([InternalError(unhealthy) for _ in requests])
-            self._next_on_loop()
+        if unhealthy or (self._sent and self._sent[0][0] is not child):
+            if unhealthy:
+                done([InternalError(unhealthy) for _ in requests])
+            else:  # the executions sent to the previous process fail first
+                self._backlog.appendleft((requests, done))
             return
-        key, message, fresh = self._prepare(child, requests, False)
-        try:
-            child.process.conn.send(message)
-        except OSError:
-            self._finish(key, False, fresh)
-            self._await_status(child, requests, done)
-            return
-        self._current = (child, key, requests, done, fresh)
+        slot = self._free_slots.pop()
+        key, message, fresh = self._prepare(child, requests, slot)
+        self._sent.append((child, key, slot, requests, done, fresh))
+        child.process.conn.queue(message)
+        if len(self._sent) == 1:  # the process is idle: at once
+            self._flush(child)
+        elif not self._flushing:  # it is busy: with whatever else this loop iteration sends it
+            self._flushing = True
+            assert self._loop is not None
+            self._loop.call_soon(self._flush, child)
         if self._reading is not child:
             loop = self._loop
             assert loop is not None
@@ -246,54 +267,68 @@ class ProcessModelInstance:
             loop.add_reader(child.process.conn.fileno(), self._readable, child)
             self._reading = child
 
+    def _flush(self, child: _Child) -> None:
+        """Send what this loop iteration queued for ``child``, in one write."""
+        self._flushing = False
+        try:
+            child.process.conn.flush()
+        except OSError:  # it ended: its reader sees EOF and fails what was sent
+            pass
+
     def _readable(self, child: _Child) -> None:
-        """The model process sent something (or ended): answer a question, or deliver the results."""
+        """The model process sent something (or ended): answer questions, deliver results."""
         loop = self._loop
         assert loop is not None
         conn = child.process.conn
         try:
-            message = conn.recv()
+            messages = conn.receive_ready()
         except (EOFError, OSError):
             loop.remove_reader(conn.fileno())
             self._reading = None
-            current, self._current = self._current, None
-            if current is not None and current[0] is child:
-                _, key, requests, done, fresh = current
-                self._finish(key, False, fresh)
-                self._await_status(child, requests, done)
+            self._lost(child)
             return
-        if message[0] == "is_cancelled":
-            conn.send(self._running[message[1]][message[2]].cancelled)
-            return
-        current, self._current = self._current, None
-        assert current is not None
-        _, key, requests, done, fresh = current
-        self._finish(key, False, fresh)
-        try:
-            done(self._collect(child, requests, message))
-        finally:
-            self._next_on_loop()
+        for message in messages:
+            if message[0] == "is_cancelled":
+                conn.send(self._running[message[1]][message[2]].cancelled)
+                continue
+            _, key, slot, requests, done, fresh = self._sent.popleft()
+            self._finish(key, False, fresh)
+            self._free_slots.append(slot)
+            try:
+                done(self._collect(child, slot, requests, message))
+            except Exception:
+                log.exception("delivering the results of model '%s' failed", self._model_name)
+        self._refill()
 
-    def _await_status(self, child: _Child, requests: Sequence[InferRequest], done: _Done) -> None:
-        """Fail ``requests`` once the template reported how ``child`` ended (never blocks the loop)."""
+    def _lost(self, child: _Child) -> None:
+        """``child`` ended: fail what was sent to it once the template reported how (never blocks
+        the loop), then go on with the backlog (on the next process, or failing fast)."""
         loop = self._loop
         assert loop is not None
+        lost = [sent for sent in self._sent if sent[0] is child]
+        if not lost:
+            return
         sentinel = child.process.sentinel
 
         def ended() -> None:
             loop.remove_reader(sentinel)
             message = self._stopped(child, "while executing")
-            try:
+            for _, key, slot, requests, done, fresh in lost:
+                self._sent.remove((_, key, slot, requests, done, fresh))
+                self._finish(key, False, fresh)
+                self._free_slots.append(slot)
                 done([InternalError(message) for _ in requests])
-            finally:
-                self._next_on_loop()
+            self._refill()
 
         loop.add_reader(sentinel, ended)
 
-    def _next_on_loop(self) -> None:
-        if self._backlog and self._current is None:
+    def _refill(self) -> None:
+        while self._backlog and len(self._sent) < PIPELINE:
             requests, done = self._backlog.popleft()
+            before = len(self._backlog)
             self._send_on_loop(requests, done)
+            if len(self._backlog) > before:  # put back: the previous process's executions go first
+                return
 
     def _stop_reading(self) -> None:
         """Take the current socket off the loop before it is closed (from the closing thread)."""
@@ -308,9 +343,9 @@ class ProcessModelInstance:
         if on_loop or not loop.is_running():
             loop.remove_reader(fd)
         else:
-            done = threading.Event()
-            loop.call_soon_threadsafe(lambda: (loop.remove_reader(fd), done.set()))
-            done.wait(5.0)
+            removed = threading.Event()
+            loop.call_soon_threadsafe(lambda: (loop.remove_reader(fd), removed.set()))
+            removed.wait(5.0)
         self._reading = None
 
     def _stopped(self, child: _Child, when: str) -> str:
@@ -337,7 +372,7 @@ class ProcessModelInstance:
         """
         conn = child.process.conn
         while True:
-            message = conn.recv()
+            message = conn.receive()
             kind = message[0]
             if kind == "is_cancelled":
                 conn.send(self._running[message[1]][message[2]].cancelled)
@@ -352,13 +387,14 @@ class ProcessModelInstance:
             else:
                 return tuple(message)
 
-    def _result(self, child: _Child, request: InferRequest, result: tuple[Any, ...]) -> ExecuteResult:
+    def _result(
+        self, region: shm.Region | None, request: InferRequest, result: tuple[Any, ...]
+    ) -> ExecuteResult:
         if result[0] == "error":
             return InferenceServerError(result[2], ErrorCode(result[1]))
         _, parameters, placements = result
         outputs = [
-            Tensor(placement[0], placement[1], shm.view(child.outputs, placement).copy())
-            for placement in placements
+            Tensor(placement[0], placement[1], shm.view(region, placement).copy()) for placement in placements
         ]
         return InferResponse(self._model_name, self._model_version, request.id, outputs, parameters)
 
@@ -391,12 +427,16 @@ class ProcessModelInstance:
         timeout = self._options.execution_timeout_s
         interval = _POLL_S if (limit or timeout) else None
         process = child.process
+        watched = [process.sentinel, self._wake_r, process.log]
         while True:
-            ready = wait([process.sentinel, self._wake_r], interval)
+            ready = wait(watched, interval)
+            if process.log in ready and not process.relay_logs():
+                watched.remove(process.log)  # closed: the process is ending
             if self._closing:
                 return False
             if process.sentinel in ready:
                 process.poll()
+                process.relay_logs()  # what it logged last
                 return True
             if limit and not child.cause:
                 resident = _resident_bytes(process.pid)
@@ -475,7 +515,7 @@ class ProcessModelInstance:
             try:
                 conn.send(("close",))
                 if conn.poll(_CLOSE_TIMEOUT):
-                    conn.recv()
+                    conn.receive()
             except (EOFError, OSError):
                 pass
         _stop(child.process)

@@ -14,6 +14,7 @@ BYTES tensors (numpy object arrays) have no flat layout and travel pickled in th
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import tempfile
@@ -128,9 +129,16 @@ def place(region: Region | None, tensors: Sequence[tuple[str, str, Array]]) -> l
         assert region is not None
         target: Array = np.ndarray(array.shape, array.dtype, region.buffer, offset)
         np.copyto(target, array, casting="no")
-        placements.append((name, datatype, array.shape, array.dtype, offset, None))
+        placements.append((name, datatype, array.shape, _portable(array.dtype), offset, None))
         offset += _aligned(array.nbytes)
     return placements
+
+
+@functools.cache
+def _portable(dtype: np.dtype[Any]) -> Any:
+    """``dtype`` as its type string when that names it exactly (``'<f4'``: a few bytes to pickle
+    instead of a numpy object to rebuild on each message), else the dtype itself (bfloat16...)."""
+    return dtype.str if np.dtype(dtype.str) == dtype else dtype
 
 
 def view(region: Region | None, placement: Placement) -> Array:

@@ -14,22 +14,21 @@ execution runs.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import functools
-import logging
 import queue
 import signal
+import socket
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from multiprocessing.connection import Connection
+from collections.abc import Callable
 from typing import Any
 
-from naiad.backends.python import bls, pb_utils, shm
+from naiad.backends.python import bls, logrelay, pb_utils, shm
 from naiad.backends.python.host import auto_complete_config
 from naiad.backends.python.instance import PythonModelInstance
-from naiad.backends.python.messages import PackedAnswer, bls_message, pack_answer, unpack_answer
+from naiad.backends.python.messages import PackedAnswer, Wire, bls_message, pack_answer, unpack_answer
 from naiad.backends.python.response import to_pb_response
 from naiad.core.allocator import pin_thresholds
 from naiad.core.errors import ErrorCode, InferenceServerError
@@ -52,33 +51,53 @@ class _Channel:
     ``execute`` for it, with its context) uses the channel without taking it again.
     """
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Wire) -> None:
         self.conn = conn
+        #: ``execute`` messages that arrived while a question waited for its answer: the engine may
+        #: send the next executions before the current one ends (see ``ProcessModelInstance``).
+        self.waiting: collections.deque[tuple[Any, ...]] = collections.deque()
         self._lock = threading.Lock()
         self._finished = threading.Condition(self._lock)
         #: Runs an ``execute`` message and returns the ``results`` message (set by :class:`_Worker`).
         self.execute: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
 
-    @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        if _HOLDER.get() is self:  # the call chain holding the channel is waiting for this code
-            yield
-            return
-        with self._lock:
-            token = _HOLDER.set(self)
-            try:
-                yield
-            finally:
-                _HOLDER.reset(token)
+    def _exclusive(self) -> _Holding:
+        return _Holding(self)
 
     def ask(self, message: tuple[Any, ...]) -> Any:
         with self._exclusive():
             self.conn.send(message)
-            return self.conn.recv()
+            while True:
+                reply = self.conn.receive()
+                if type(reply) is tuple and reply and reply[0] == "execute":
+                    self.waiting.append(reply)  # a later execution, sent ahead
+                    continue
+                return reply
 
     def tell(self, message: tuple[Any, ...]) -> None:
         with self._exclusive():
             self.conn.send(message)
+
+    def queue(self, message: tuple[Any, ...]) -> None:
+        """Send ``message`` with the next ``flush`` (results of executions sent ahead)."""
+        with self._exclusive():
+            self.conn.queue(message)
+
+    def flush(self) -> None:
+        with self._exclusive():
+            self.conn.flush()
+
+    def next_message(self, wait: bool) -> tuple[Any, ...] | None:
+        """The next message from the engine; without ``wait``, only one already read (None if
+        none: no system call to look for more, the results go out at once); EOFError once the
+        engine is gone."""
+        if self.waiting:
+            return self.waiting.popleft()
+        conn = self.conn
+        if wait or conn.has_message():
+            message: tuple[Any, ...] = conn.receive()
+            return message
+        return None
 
     def call(self, message: tuple[Any, ...]) -> list[tuple[PackedAnswer, bool]]:
         """Forward a BLS call; its answers, the last one final."""
@@ -86,7 +105,7 @@ class _Channel:
         with self._exclusive():
             self.conn.send(message)
             while not answers or not answers[-1][1]:
-                reply = self.conn.recv()
+                reply = self.conn.receive()
                 if reply[0] == "execute":
                     assert self.execute is not None
                     self.conn.send(self.execute(reply))
@@ -114,6 +133,29 @@ class _Channel:
         """Until the requests at ``indices`` have sent their final flag (left ``open_``)."""
         with self._exclusive():
             self._finished.wait_for(lambda: not open_.intersection(indices))
+
+
+class _Holding:
+    """The channel held by the current call chain for one exchange (a class, not a generator-based
+    context manager: it is taken several times per execution)."""
+
+    __slots__ = ("_channel", "_token")
+
+    def __init__(self, channel: _Channel) -> None:
+        self._channel = channel
+        self._token: contextvars.Token[_Channel | None] | None = None
+
+    def __enter__(self) -> None:
+        channel = self._channel
+        if _HOLDER.get() is channel:  # the call chain holding the channel is waiting for this code
+            return
+        channel._lock.acquire()
+        self._token = _HOLDER.set(channel)
+
+    def __exit__(self, *_: object) -> None:
+        if self._token is not None:
+            _HOLDER.reset(self._token)
+            self._channel._lock.release()
 
 
 class _RemoteRequest(InferRequest):
@@ -179,13 +221,14 @@ class _RemoteRunner:
 
 
 class _Outputs:
-    """The region this process writes outputs into, replaced by a larger one when needed."""
+    """The region this process writes one slot's outputs into, replaced by a larger one when needed
+    (one per slot: the engine may still read a slot's outputs while the next slot's are written)."""
 
     def __init__(self) -> None:
         self.region: shm.Region | None = None
 
     def pack(self, results: list[Any]) -> tuple[Any, ...]:
-        """``("results", path or None, size or None, results as the server reads them)``."""
+        """``("results", path or None, size or None, results as the engine reads them)``."""
         tensors = [
             (t.name, t.datatype, t.data)
             for result in results
@@ -218,20 +261,21 @@ class _Worker:
         self._channel = channel
         self._instance = instance
         self._decoupled = decoupled
-        self._inputs: shm.Region | None = None
-        self._outputs = _Outputs()
+        #: Input regions and output regions by slot (see :class:`ProcessModelInstance`).
+        self._inputs: dict[int, shm.Region] = {}
+        self._outputs: collections.defaultdict[int, _Outputs] = collections.defaultdict(_Outputs)
         channel.execute = self.execute
 
     def execute(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
         """The ``results`` message for an ``execute`` message."""
-        _, key, nested, path, size, requests = message
+        _, key, nested, slot, path, size, requests = message
         channel = self._channel
         try:
-            region = self._inputs
+            region = self._inputs.get(slot)
             if path is not None:
                 region = shm.Region.attach(path, size)
                 if not nested:  # a nested execution's region is its own; the outer one's inputs live on
-                    self._inputs = region
+                    self._inputs[slot] = region
             batch = [_request(request, region, channel, key, i) for i, request in enumerate(requests)]
             open_ = set(range(len(batch)))
             if self._decoupled:
@@ -240,34 +284,35 @@ class _Worker:
             results = self._instance.execute(batch)
             if self._decoupled:
                 channel.wait_finals(open_, [i for i, r in enumerate(results) if isinstance(r, InferResponse)])
-            return self._outputs.pack(results)
+            return self._outputs[slot].pack(results)
         except Exception as exc:  # a failure here must cost this batch, not the instance
             error = ("error", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}")
             return ("results", None, None, [error] * len(requests))
 
     def serve(self) -> None:
-        """Run executions until told to close, or until the server goes away."""
-        conn = self._channel.conn
+        """Run executions until told to close, or until the engine goes away.
+
+        Results of executions the engine sent ahead are gathered and sent together once no further
+        execution has arrived: one write, and one wake-up of the engine, for all of them.
+        """
+        channel = self._channel
+        unsent = False
         while True:
             try:
-                message = conn.recv()
-            except EOFError:  # the server is gone: finalize and leave
+                message = channel.next_message(wait=not unsent)
+                if message is None:
+                    channel.flush()
+                    unsent = False
+                    continue
+            except EOFError:  # the engine is gone: finalize and leave
                 self._instance.close()
                 return
             if message[0] == "close":
                 self._instance.close()
-                conn.send(("closed",))
+                channel.tell(("closed",))
                 return
-            self._channel.tell(self.execute(message))
-
-
-def _configure_logging(level: int) -> None:
-    logging.basicConfig(
-        level=level,
-        format="%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s",
-        datefmt="%m%d %H:%M:%S",
-        stream=sys.stderr,
-    )
+            channel.queue(self.execute(message))
+            unsent = True
 
 
 def _failed(exc: BaseException) -> tuple[Any, ...]:
@@ -276,9 +321,8 @@ def _failed(exc: BaseException) -> tuple[Any, ...]:
     return ("failed", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}")
 
 
-def _auto_complete(conn: Connection, message: tuple[Any, ...]) -> int:
-    _, model_file, model_name, config_json, level = message
-    _configure_logging(level)
+def _auto_complete(conn: Wire, message: tuple[Any, ...]) -> int:
+    _, model_file, model_name, config_json = message
     try:
         conn.send(("completed", auto_complete_config(model_file, model_name, config_json)))
     except Exception as exc:
@@ -287,18 +331,19 @@ def _auto_complete(conn: Connection, message: tuple[Any, ...]) -> int:
     return 0
 
 
-def run(conn: Connection) -> int:
-    """Do what the engine's first message says; the exit status."""
+def run(conn: Wire, log: int) -> int:
+    """Do what the engine's first message says; the exit status.  Log records go to the engine
+    through the pipe ``log`` (see :mod:`naiad.backends.python.logrelay`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logrelay.install(log)
     pin_thresholds()  # the model process moves the same tensors as the engine (see naiad.core.allocator)
     try:
-        message = conn.recv()
+        message = conn.receive()
     except EOFError:
         return 0
     if message[0] == "auto_complete":
         return _auto_complete(conn, message)
-    _, spec, level = message
-    _configure_logging(level)
+    _, spec = message
     try:
         instance = PythonModelInstance(spec)
     except Exception as exc:
@@ -312,7 +357,7 @@ def run(conn: Connection) -> int:
 
 
 def main(argv: list[str]) -> int:
-    return run(Connection(int(argv[1])))
+    return run(Wire(socket.socket(fileno=int(argv[1]))), int(argv[2]))
 
 
 if __name__ == "__main__":

@@ -32,8 +32,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from pathlib import Path
+
+from naiad.backends.python import logrelay
+from naiad.backends.python.messages import Wire
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +54,13 @@ class ModelProcess:
     ``sentinel`` is a file descriptor that becomes readable when the process has ended.
     """
 
-    def __init__(self, pid: int, conn: Connection, status: int) -> None:
+    def __init__(self, pid: int, conn: Wire, status: int, log: int) -> None:
         self.pid = pid
         self.conn = conn
         self.sentinel = status
+        #: The pipe its log records come through (see :mod:`naiad.backends.python.logrelay`).
+        self.log = log
+        self._log_buffer = bytearray()
         self.returncode: int | None = None
         self._reading = threading.Lock()  # the executing thread and the watcher both ask
 
@@ -78,6 +84,10 @@ class ModelProcess:
             pass
         self.returncode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else UNKNOWN_STATUS
 
+    def relay_logs(self) -> bool:
+        """Hand the log records that arrived to the engine's logging; False once the pipe closed."""
+        return logrelay.relay(self.log, self._log_buffer)
+
     def kill(self) -> None:
         """SIGKILL, unless the process already ended (its pid may belong to another one by then)."""
         if self.poll() is None:
@@ -89,10 +99,11 @@ class ModelProcess:
     def close(self) -> None:
         """Close the socket and the status pipe (after the process ended, or to abandon it)."""
         self.conn.close()
-        try:
-            os.close(self.sentinel)
-        except OSError:
-            pass
+        for fd in (self.sentinel, self.log):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def describe_status(code: int | None) -> str:
@@ -118,25 +129,30 @@ class Zygote:
 
     def start(self, argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> ModelProcess:
         """A new model process: a fork of the template running the stub, or with ``argv``, a fork
-        that ``exec``s ``argv`` (with ``env``), which must run the stub on file descriptor 3."""
+        that ``exec``s ``argv`` (with ``env``), which must run the stub on file descriptor 3 and send
+        its log records to descriptor 4."""
         ours, theirs = socket.socketpair()
         status_r, status_w = os.pipe()
+        log_r, log_w = os.pipe()
+        os.set_blocking(log_r, False)
         try:
             payload = pickle.dumps((list(argv) if argv is not None else None, env))
             with self._lock:
                 control = self._running()
                 request = struct.pack("I", len(payload)) + payload
-                socket.send_fds(control, [request], [theirs.fileno(), status_w])
+                socket.send_fds(control, [request], [theirs.fileno(), status_w, log_w])
                 reply = _read_exactly(control, _STATUS.size)
             pid = _STATUS.unpack(reply)[0]
         except BaseException:
             ours.close()
             os.close(status_r)
+            os.close(log_r)
             raise
         finally:
             theirs.close()
             os.close(status_w)
-        return ModelProcess(pid, Connection(ours.detach()), status_r)
+            os.close(log_w)
+        return ModelProcess(pid, Wire(ours), status_r, log_r)
 
     def _running(self) -> socket.socket:
         """The control socket of a live template, started (again) if needed; with the lock held."""
@@ -210,14 +226,15 @@ def _child(
         for fd in inherited:
             os.close(fd)
         _die_with_parent()
-        conn_fd, status_w = fds
+        conn_fd, status_w, log_w = fds
         os.close(status_w)
         if argv is not None:
             os.dup2(conn_fd, 3)
+            os.dup2(log_w, 4)
             os.execve(argv[0], argv, env if env is not None else dict(os.environ))
         from naiad.backends.python import stub
 
-        code = stub.run(Connection(conn_fd))
+        code = stub.run(Wire(socket.socket(fileno=conn_fd)), log_w)
     except BaseException:
         logging.getLogger(__name__).exception("model process failed to start")
     finally:
@@ -259,10 +276,10 @@ def serve(control_fd: int) -> int:
         if control not in readable:
             continue
         try:
-            header, fds, _, _ = socket.recv_fds(control, 4, 2)
+            header, fds, _, _ = socket.recv_fds(control, 4, 3)
         except OSError:
             header, fds = b"", []
-        if len(header) < 4 or len(fds) != 2:
+        if len(header) < 4 or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
             return 0  # the engine went away: leaving kills every model process (PDEATHSIG)
@@ -272,6 +289,7 @@ def serve(control_fd: int) -> int:
         if pid == 0:
             _child(control, fds, [wake_r, wake_w, *statuses.values()], argv, env)
         os.close(fds[0])
+        os.close(fds[2])
         statuses[pid] = fds[1]
         control.sendall(_STATUS.pack(pid))
 

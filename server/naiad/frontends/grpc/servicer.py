@@ -147,10 +147,15 @@ class InferenceServicer:
         a model with one instance also executes them in that order.  When the server stops, requests
         already received are answered and the stream then ends, so an idle stream does not hold the
         exit for the whole grace period.
+
+        A stream opened with the header ``triton_grpc_error: true`` (Triton's opt-in) ends instead at the
+        first error the model answers, with that error's gRPC status; requests refused before they reach
+        the model are still answered in-band, as Triton does.
         """
         if self.compression is not None:
             context.set_compression(self.compression)
         headers = metadata_headers(context)
+        grpc_errors = headers.get("triton_grpc_error") == "true"
         window = asyncio.Semaphore(STREAM_WINDOW)
         answers: asyncio.Queue[_Answers | None] = asyncio.Queue()
 
@@ -158,8 +163,8 @@ class InferenceServicer:
             try:
                 async for data in requests:
                     await window.acquire()
-                    channel: asyncio.Queue[bytes | None] = asyncio.Queue()
-                    task = asyncio.ensure_future(self._stream_answers(data, headers, channel))
+                    channel: asyncio.Queue[bytes | InferenceServerError | None] = asyncio.Queue()
+                    task = asyncio.ensure_future(self._stream_answers(data, headers, channel, grpc_errors))
                     answers.put_nowait((channel, task))
             finally:
                 answers.put_nowait(None)
@@ -171,6 +176,8 @@ class InferenceServicer:
             while (entry := await answers.get()) is not None:
                 channel, current = entry
                 while (message := await channel.get()) is not None:
+                    if isinstance(message, InferenceServerError):
+                        raise message  # triton_grpc_error: the stream ends with the error's status
                     yield message
                 window.release()
             if not self._closed:
@@ -194,10 +201,18 @@ class InferenceServicer:
             answers.put_nowait(None)
 
     async def _stream_answers(
-        self, data: bytes, headers: dict[str, str], channel: asyncio.Queue[bytes | None]
+        self,
+        data: bytes,
+        headers: dict[str, str],
+        channel: asyncio.Queue[bytes | InferenceServerError | None],
+        grpc_errors: bool = False,
     ) -> None:
-        """Put the messages answering one request into ``channel``, then ``None``."""
+        """Put the messages answering one request into ``channel``, then ``None``.
+
+        With ``grpc_errors``, an error the model answers goes into the channel as the error itself.
+        """
         request_id = ""
+        accepted = False
         if log.isEnabledFor(logging.DEBUG):
             self._log_handler("ModelStreamInferHandler")
         try:
@@ -211,13 +226,19 @@ class InferenceServicer:
             if decoupled and in_shm:
                 raise UnsupportedError("outputs in shared memory are not supported for decoupled models")
             empty_final = decoupled and _wants_empty_final(message)
+            # a decoupled model's request is refused before the model runs (raised) or answered (items);
+            # any other model's execution errors are raised too, once the request was parsed and routed
+            accepted = not decoupled
             async for answer, final in self.dataplane.stream(request):
                 if isinstance(answer, InferenceServerError):
-                    channel.put_nowait(grpc_v2.encode_stream_error(answer.message, request_id))
+                    channel.put_nowait(
+                        answer if grpc_errors else grpc_v2.encode_stream_error(answer.message, request_id)
+                    )
                 elif empty_final or not isinstance(answer, EmptyFinal):
                     channel.put_nowait(grpc_v2.encode_stream_response(answer, final, in_shm))
         except InferenceServerError as error:
-            channel.put_nowait(grpc_v2.encode_stream_error(error.message, request_id))
+            in_band = not (grpc_errors and accepted)
+            channel.put_nowait(grpc_v2.encode_stream_error(error.message, request_id) if in_band else error)
         except Exception as error:
             log.exception("unhandled error serving ModelStreamInfer")
             channel.put_nowait(grpc_v2.encode_stream_error(errors.internal_message(error), request_id))

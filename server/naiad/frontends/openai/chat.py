@@ -42,7 +42,7 @@ class ChatTemplates:
     """Compiled chat templates by folder; :meth:`render` turns messages into a prompt."""
 
     def __init__(self) -> None:
-        self._templates: dict[Path, tuple[tuple[int, int], Any, dict[str, str]]] = {}
+        self._templates: dict[Path, tuple[tuple[tuple[int, int], tuple[int, int]], Any, dict[str, str]]] = {}
 
     def render(self, folder: Path, messages: list[dict[str, str]]) -> str:
         stamp = (_mtime(folder / _CONFIG), _mtime(folder / _JINJA))
@@ -57,11 +57,12 @@ class ChatTemplates:
             raise InvalidArgumentError(f"the chat template refused the messages: {exc}") from None
 
 
-def _mtime(path: Path) -> int:
+def _mtime(path: Path) -> tuple[int, int]:
     try:
-        return path.stat().st_mtime_ns
+        status = path.stat()
     except OSError:
-        return 0
+        return 0, 0
+    return status.st_mtime_ns, status.st_size
 
 
 def _load(folder: Path) -> tuple[Any, dict[str, str]]:

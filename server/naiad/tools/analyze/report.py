@@ -38,7 +38,8 @@ PALETTE = (
 def pbtxt(config: dict[str, Any]) -> str:
     """A config (JSON form) as ``config.pbtxt`` text, through Triton's own ModelConfig message."""
     message = json_format.ParseDict(config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
-    return text_format.MessageToString(message)
+    text: str = text_format.MessageToString(message)
+    return text
 
 
 def write_best_configs(out: Path, ranked: dict[str, list[CandidateResult]]) -> dict[str, Path]:
@@ -67,6 +68,11 @@ def _candidate_columns(result: CandidateResult) -> list[object]:
     ]
 
 
+def _gpu_mib(result: CandidateResult) -> str:
+    """Empty where GPU memory was not measured (no GPU, or no NVML)."""
+    return "" if result.gpu_memory_bytes is None else f"{result.gpu_memory_bytes / 2**20:.1f}"
+
+
 _CANDIDATE_HEADER = [
     "Model",
     "Candidate",
@@ -92,6 +98,7 @@ def write_csvs(out: Path, ranked: dict[str, list[CandidateResult]], objectives: 
                 "Inferences/Second",
                 f"{metric} latency (ms)",
                 "Peak RSS (MiB)",
+                "Peak GPU memory (MiB)",
                 "Reason",
             ]
         )
@@ -107,6 +114,7 @@ def write_csvs(out: Path, ranked: dict[str, list[CandidateResult]], objectives: 
                         f"{best.throughput:.1f}" if best else "",
                         f"{latency_ms(best, metric):.3f}" if best else "",
                         f"{result.memory_mb:.1f}",
+                        _gpu_mib(result),
                         result.reason(),
                     ]
                 )
@@ -181,6 +189,8 @@ def line_chart(
     ys = [y for _, _, pts in series for _, y in pts] or [1.0]
     if x_marker is not None:
         xs.append(x_marker[0])
+    if log2_x:
+        xs.append(2.0)  # at least one doubling, so a single point does not sit on a zero-width axis
 
     def fx(value: float) -> float:
         if log2_x:
@@ -256,7 +266,7 @@ h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { margin-top: 2.4rem; border-
        border-radius: 6px; }
 table { border-collapse: collapse; width: 100%; margin: 1rem 0; font-size: 13px; }
 th, td { border-bottom: 1px solid #e5e7eb; padding: .35rem .5rem; text-align: right; }
-th:nth-child(2), td:nth-child(2), td.reason { text-align: left; }
+th:nth-child(2), td:nth-child(2), th:last-child, td.reason { text-align: left; }
 tr.best td { font-weight: 600; background: #f0fdf4; }
 tr.out td { color: #9ca3af; }
 pre { background: #f9fafb; border: 1px solid #e5e7eb; padding: .8rem; overflow-x: auto; }
@@ -293,7 +303,7 @@ def _model_section(model: str, results: list[CandidateResult], objectives: Objec
         parts.append('<p class="none">No candidate met the constraints; no config.pbtxt was written.</p>')
     parts.append(
         f"<table><tr><th>#</th><th>Candidate</th><th>Concurrency</th><th>Infer/s</th><th>{metric} ms</th>"
-        "<th>Peak RSS MiB</th><th>Points</th><th>Status</th></tr>"
+        "<th>Peak RSS MiB</th><th>Peak GPU MiB</th><th>Points</th><th>Status</th></tr>"
     )
     for index, result in enumerate(results, 1):
         best = result.best_point()
@@ -303,6 +313,7 @@ def _model_section(model: str, results: list[CandidateResult], objectives: Objec
             f"<td>{best.concurrency if best else '-'}</td>"
             f"<td>{f'{best.throughput:,.0f}' if best else '-'}</td>"
             f"<td>{f'{latency_ms(best, metric):.2f}' if best else '-'}</td><td>{result.memory_mb:,.0f}</td>"
+            f"<td>{_gpu_mib(result) or '-'}</td>"
             f'<td>{len(result.points)}</td>'
             f'<td class="reason">{html.escape(result.reason() or "ok")}</td></tr>'
         )
@@ -362,7 +373,8 @@ def write_html(
         '<p class="meta">Each line is one candidate configuration; each point one concurrency level '
         "(requests in flight), measured until stable. A candidate is ranked by its best point within the "
         "constraints; one with no such point is listed after the others and never chosen. Memory is the peak "
-        "resident set of the server process tree while the candidate ran.</p>",
+        "resident set of the server process tree while the candidate ran (GPU memory: NVML, where "
+        "present).</p>",
     ]
     body += [_model_section(model, results, objectives) for model, results in ranked.items()]
     body.append("</body></html>")

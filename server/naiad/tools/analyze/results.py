@@ -51,6 +51,7 @@ class CandidateResult:
     file_config: dict[str, Any] | None = None
     points: list[Measurement] = field(default_factory=list)
     memory_bytes: int = 0
+    gpu_memory_bytes: int | None = None  # None: not measured (no GPU or no NVML)
     error: str = ""  # the load failed, or the server answered requests with errors
 
     @property
@@ -81,6 +82,14 @@ class CandidateResult:
         if self.objectives.objective == "memory":
             return -self.memory_mb + best.throughput * 1e-9  # throughput breaks ties
         return best.throughput
+
+    def search_rank(self) -> tuple[int, float]:
+        """The quick search's comparison key (see :data:`naiad.tools.analyze.space.Rank`)."""
+        score = self.score()
+        if score is not None:
+            return 1, score
+        latencies = [latency_ms(p, self.objectives.latency_metric) for p in self.points if not p.error_count]
+        return (0, -min(latencies)) if latencies and not self.error else (-1, 0.0)
 
     def max_throughput(self) -> float:
         return max((p.throughput for p in self.points if not p.error_count), default=0.0)

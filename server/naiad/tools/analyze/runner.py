@@ -48,7 +48,8 @@ def repository_config(repositories: Sequence[Path], model: str) -> dict[str, Any
                 message = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
             except text_format.ParseError:
                 return None
-            return json_format.MessageToDict(message, preserving_proto_field_name=True)
+            config: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
+            return config
     return None
 
 
@@ -90,13 +91,13 @@ class Analyzer:
         target = Target(self.url, self.sweep.protocol, name)
         with Session(target, options, self.settings, max(self.sweep.concurrencies)) as session:
 
-            def measure(candidate: Candidate) -> float | None:
+            def measure(candidate: Candidate) -> tuple[int, float]:
                 self._check_time()
                 result = self._candidate(session, name, base, candidate)
                 if original is not None:
                     result.file_config = candidate.apply(original)
                 results.append(result)
-                return result.score()
+                return result.search_rank()
 
             try:
                 if self.mode == "brute":
@@ -135,18 +136,17 @@ class Analyzer:
             try:
                 self._sweep(session, name, candidate, result.points)
             except OutOfTime:
-                result.memory_bytes = memory.peak
+                result.memory_bytes, result.gpu_memory_bytes = memory.peak, memory.gpu_peak
                 raise
             finally:
                 session.generator.concurrency(0)
-        result.memory_bytes = memory.peak
+        result.memory_bytes, result.gpu_memory_bytes = memory.peak, memory.gpu_peak
         if any(p.error_count for p in result.points):
             first = next(iter(next(p for p in result.points if p.error_count).errors), "")
             result.error = f"requests failed: {first}"
         return result
 
     def _sweep(self, session: Session, name: str, candidate: Candidate, points: list[Measurement]) -> None:
-        budget = self.objectives.latency_budget_ms
         slow_steps = 0
         for concurrency in self.sweep.concurrencies:
             self._check_time()
@@ -156,11 +156,18 @@ class Analyzer:
             points.append(point)
             if point.error_count:
                 return
-            if budget is not None and latency_ms(point, self.objectives.latency_metric) > budget:
-                return  # more requests in flight only wait longer
+            # more requests in flight only wait longer; but one tail over the budget may be noise: stop after
+            # two points over it, or one whose median is over it
+            twice = len(points) > 1 and self._over(points[-2])
+            if self._over(point) and (twice or self._over(point, "p50")):
+                return
             slow_steps = slow_steps + 1 if point.throughput < best * (1 + self.sweep.plateau_gain) else 0
             if slow_steps >= 2:
                 return
+
+    def _over(self, point: Measurement, metric: str | None = None) -> bool:
+        budget = self.objectives.latency_budget_ms
+        return budget is not None and latency_ms(point, metric or self.objectives.latency_metric) > budget
 
     def close(self) -> None:
         self.control.close()

@@ -1,7 +1,9 @@
 """The ``naiad serve --model-control-mode explicit`` process that ``naiad analyze`` starts and measures.
 
 Memory is the resident set of the server's whole process tree (Python-backend models run in child
-processes), read from ``/proc`` and sampled while a candidate is under load; the peak is reported.
+processes), read from ``/proc`` and sampled while a candidate is under load; the peak is reported.  GPU
+memory is the memory NVML lists for the processes of that tree, where NVML (``pynvml``, the ``gpu``
+extra) and a GPU are present.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 
 def free_port() -> int:
@@ -35,6 +38,47 @@ def _children(pid: int) -> list[int]:
     except OSError:
         pass
     return found
+
+
+def tree_pids(pid: int) -> set[int]:
+    """``pid`` and all its descendants."""
+    pending, seen = [pid], set()
+    while pending:
+        current = pending.pop()
+        if current not in seen:
+            seen.add(current)
+            pending += _children(current)
+    return seen
+
+
+class GpuMemory:
+    """GPU memory used by a set of processes, summed over every GPU (None: no NVML or no GPU)."""
+
+    def __init__(self) -> None:
+        self.nvml: Any = None
+        self.handles: list[Any] = []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self.nvml = pynvml
+        except Exception:  # no module, no driver, no device: GPU memory is simply not reported
+            self.handles = []
+
+    @property
+    def present(self) -> bool:
+        return self.nvml is not None and bool(self.handles)
+
+    def used_bytes(self, pids: set[int]) -> int:
+        total = 0
+        for handle in self.handles:
+            try:
+                processes = self.nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            except self.nvml.NVMLError:
+                continue
+            total += sum(p.usedGpuMemory or 0 for p in processes if p.pid in pids)
+        return total
 
 
 def tree_rss_bytes(pid: int) -> int:
@@ -88,6 +132,7 @@ class ServerUnderTest:
         self.log_path = folder / "server.log"
         self.start_timeout = start_timeout
         self.process: subprocess.Popen[bytes] | None = None
+        self.gpu = GpuMemory()
 
     @property
     def http_url(self) -> str:
@@ -119,6 +164,12 @@ class ServerUnderTest:
     def rss_bytes(self) -> int:
         return tree_rss_bytes(self.process.pid) if self.process is not None else 0
 
+    def gpu_bytes(self) -> int | None:
+        """GPU memory of the server's processes (None where it cannot be measured)."""
+        if not self.gpu.present or self.process is None:
+            return None
+        return self.gpu.used_bytes(tree_pids(self.process.pid))
+
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
@@ -139,12 +190,19 @@ class PeakMemory:
     def __init__(self, server: ServerUnderTest, every: float = 0.2) -> None:
         self.server, self.every = server, every
         self.peak = 0
+        self.gpu_peak: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self) -> None:
+        self.peak = max(self.peak, self.server.rss_bytes())
+        gpu = self.server.gpu_bytes()
+        if gpu is not None:
+            self.gpu_peak = max(self.gpu_peak or 0, gpu)
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self.server.rss_bytes())
+            self._sample()
             self._stop.wait(self.every)
 
     def __enter__(self) -> PeakMemory:
@@ -154,4 +212,4 @@ class PeakMemory:
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self.server.rss_bytes())
+        self._sample()

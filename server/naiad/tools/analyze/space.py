@@ -86,15 +86,18 @@ class SearchSpace:
         return [self.candidate(*point) for point in itertools.product(*(range(n) for n in sizes))]
 
 
-Score = Callable[[Candidate], float | None]  # higher is better; None: infeasible (over a constraint)
+#: Higher is better: ``(1, objective)`` for a candidate within the constraints, ``(0, -latency)`` for one
+#: outside them (so the climb still heads towards the budget), ``(-1, 0)`` for one that failed.
+Rank = tuple[int, float]
+Score = Callable[[Candidate], Rank]
 
 
 class HillClimb:
-    """Quick search: ``for candidate in climb: ...; climb.tell(candidate, score)``."""
+    """Quick search: ``for candidate in HillClimb(space).walk(measure): ...``."""
 
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
-        self.scores: dict[tuple[int, int, int], float | None] = {}
+        self.scores: dict[tuple[int, int, int], Rank] = {}
 
     def _neighbours(self, point: tuple[int, int, int]) -> list[tuple[int, int, int]]:
         sizes = self.space.axes()
@@ -119,7 +122,7 @@ class HillClimb:
                     self.scores[point] = measure(self.space.candidate(*point))
                     yield self.space.candidate(*point)
                 score = self.scores[point]
-                if score is not None and (best_score is None or score > best_score):
+                if score > best_score:
                     best, best_score = point, score
             if best == current:
                 return

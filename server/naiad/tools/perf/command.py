@@ -88,6 +88,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--sequence-length", type=_positive, default=None)
     p.add_argument("--sequence-length-variation", type=float, default=20.0)
     p.add_argument("--sequence-id-range", default="1:2147483648", metavar="START:END")
+    p.add_argument("--grpc-client", choices=["auto", "grpcio"], default="auto",
+                   help="unary gRPC over a bare HTTP/2 client where possible (auto), or always grpcio")
+    p.add_argument("-v", dest="verbose", action="store_true", help="also print the client's CPU overhead")
     p.add_argument(
         "--workers",
         type=_positive,
@@ -131,6 +134,7 @@ def options_from(args: argparse.Namespace) -> LoadOptions:
         sequence_length_variation=args.sequence_length_variation,
         sequence_id_range=id_range,
         workers=args.workers,
+        grpc_client=args.grpc_client,
     )
 
 
@@ -176,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
                     session.profiler.rate(level) if by_rate else session.profiler.concurrency(int(level))
                 )
                 results.append(measured)
-                print(level_text(measured, args.protocol, info, session.profiler.server_stats))
+                print(level_text(measured, args.protocol, info, session.profiler.server_stats, args.verbose))
                 sys.stdout.flush()
                 latency_ms = measured.stabilizing_latency_us / 1000
                 if args.latency_threshold is not None and latency_ms > args.latency_threshold:

@@ -109,8 +109,9 @@ class GrpcControl:
         try:
             response = getattr(self.stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as error:
-            raise ControlError(str(error.details() or error.code())) from None  # type: ignore[attr-defined]
-        return json_format.MessageToDict(response, preserving_proto_field_name=True)
+            raise ControlError(str(error.details() or error.code())) from None
+        answer: Json = json_format.MessageToDict(response, preserving_proto_field_name=True)
+        return answer
 
     def metadata(self, model: str, version: str) -> Json:
         return self._call("ModelMetadata", pb.ModelMetadataRequest(name=model, version=version))

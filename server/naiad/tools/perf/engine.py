@@ -13,7 +13,7 @@ import math
 import multiprocessing
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import TracebackType
 
@@ -62,18 +62,21 @@ class LoadGenerator:
         for pipe in self.pipes:
             pipe.send(("rate", per_second / self.workers))
 
-    def collect(self) -> tuple[np.ndarray, dict[str, int], int]:
-        """Every request finished since the last collect, from all workers."""
+    def collect(self) -> tuple[np.ndarray, dict[str, int], int, float]:
+        """Every request finished since the last collect, errors, sequences started and CPU seconds spent."""
         for pipe in self.pipes:
             pipe.send(("collect",))
-        arrays, errors, sequences = [], {}, 0
+        arrays: list[np.ndarray] = []
+        errors: dict[str, int] = {}
+        sequences, cpu = 0, 0.0
         for pipe in self.pipes:
-            records, worker_errors, started = pipe.recv()
+            records, worker_errors, spent, started = pipe.recv()
             arrays.append(records)
             sequences += started
+            cpu += spent
             for message, count in worker_errors.items():
                 errors[message] = errors.get(message, 0) + count
-        return np.concatenate(arrays), errors, sequences
+        return np.concatenate(arrays), errors, sequences, cpu
 
     def close(self) -> None:
         for pipe in self.pipes:
@@ -114,9 +117,11 @@ class Window:
     errors: dict[str, int]
     sequences: int
     server: ServerStats
+    cpu_seconds: float = 0.0  # the load generator's, all processes
 
     def ok(self) -> np.ndarray:
-        return self.records[self.records[:, _OK] == 1]
+        rows: np.ndarray = self.records[self.records[:, _OK] == 1]
+        return rows
 
 
 @dataclass
@@ -141,7 +146,17 @@ class Measurement:
     server: ServerStats
     stable: bool
     percentile: int | None
-    extra: dict[str, float] = field(default_factory=dict)
+    client_cpu_seconds: float = 0.0
+
+    @property
+    def client_overhead_pct(self) -> float:
+        """The load generator's CPU time as a share of one core over the measurement."""
+        return 100 * self.client_cpu_seconds / self.seconds if self.seconds else 0.0
+
+    @property
+    def client_cpu_us_per_request(self) -> float:
+        count = self.request_count + self.error_count
+        return 1e6 * self.client_cpu_seconds / count if count else 0.0
 
     @property
     def stabilizing_latency_us(self) -> float:
@@ -192,6 +207,7 @@ def summarize(
         server=server,
         stable=stable,
         percentile=settings.percentile,
+        client_cpu_seconds=sum(w.cpu_seconds for w in windows),
     )
 
 
@@ -244,12 +260,12 @@ class Profiler:
         while True:
             time.sleep(max(0.0, (start + settings.interval_ms * 1_000_000 - time.monotonic_ns()) / 1e9))
             end = time.monotonic_ns()
-            records, errors, sequences = self.generator.collect()
+            records, errors, sequences, cpu = self.generator.collect()
             after = self._stats()
             records = np.concatenate([carry, records])
             inside = records[:, _END] < end
             carry = records[~inside]
-            yield Window(records[inside], (end - start) / 1e9, errors, sequences, after - before)
+            yield Window(records[inside], (end - start) / 1e9, errors, sequences, after - before, cpu)
             start, before = end, after
 
     def _measure(self, concurrency: int, rate: float) -> Measurement:

@@ -144,4 +144,5 @@ class PayloadBuilder:
             request.parameters["sequence_end"].bool_param = sequence[2]
         if wire.streaming:
             request.parameters[EMPTY_FINAL].bool_param = True
-        return request.SerializeToString()
+        encoded: bytes = request.SerializeToString()
+        return encoded

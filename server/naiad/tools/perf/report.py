@@ -50,7 +50,9 @@ def settings_text(
     return "\n".join(lines) + "\n"
 
 
-def level_text(m: Measurement, protocol: str, info: ModelInfo, server_stats: bool) -> str:
+def level_text(
+    m: Measurement, protocol: str, info: ModelInfo, server_stats: bool, verbose: bool = False
+) -> str:
     head = (
         f"Request concurrency: {m.concurrency}"
         if m.request_rate == 0
@@ -65,6 +67,9 @@ def level_text(m: Measurement, protocol: str, info: ModelInfo, server_stats: boo
     lines.append(f"    Throughput: {m.throughput:g} infer/sec")
     if info.decoupled:
         lines.append(f"    Response Throughput: {m.response_throughput:g} infer/sec")
+    if verbose:
+        lines.append(f"    Avg client overhead: {m.client_overhead_pct:.2f}% of a core "
+                     f"({m.client_cpu_us_per_request:.1f} usec CPU per request)")
     if m.percentile is None:
         lines.append(
             f"    Avg latency: {_us(m.avg_latency_us)} usec (standard deviation {_us(m.std_latency_us)} usec)"

@@ -12,7 +12,7 @@ from naiad.tools.perf.control import Control, ControlError, connect
 from naiad.tools.perf.engine import LoadGenerator, MeasureSettings, Profiler
 from naiad.tools.perf.inputs import DataOptions, InputDataError, Step, build_streams
 from naiad.tools.perf.model import ModelInfo, read_model
-from naiad.tools.perf.payloads import SharedMemoryLayout, WireFormat
+from naiad.tools.perf.payloads import PayloadBuilder, SharedMemoryLayout, WireFormat
 from naiad.tools.perf.sources import SequencePlan
 from naiad.tools.perf.worker import WorkerPlan
 
@@ -63,6 +63,7 @@ class LoadOptions:
     sequence_length_variation: float = 20.0
     sequence_id_range: tuple[int, int] = (1, 2**31)
     workers: int | None = None
+    grpc_client: str = "auto"  # "grpcio" forces grpcio for unary calls
 
 
 def split_url(url: str, protocol: str) -> tuple[str, int]:
@@ -77,8 +78,9 @@ def split_url(url: str, protocol: str) -> tuple[str, int]:
 
 
 def default_workers(load: int) -> int:
-    """One process per core the server leaves us, never more than the requests in flight."""
-    return max(1, min(os.cpu_count() or 1, load, 4))
+    """One process per core this process may run on (at most 4), never more than the requests in flight."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, load, 4))
 
 
 class Session:
@@ -145,12 +147,25 @@ class Session:
             if length is None and options.data in ("random", "zero"):
                 length = 20
             sequence = SequencePlan(length, options.sequence_length_variation, *options.sequence_id_range)
+        raw = self._raw_grpc(wire, steps, sequence)
         plans = [
-            WorkerPlan(wire, host, port, steps, indexes, sequence, index, self.workers)
+            WorkerPlan(wire, host, port, steps, indexes, sequence, index, self.workers, raw_grpc=raw)
             for index in range(self.workers)
         ]
         self.generator = LoadGenerator(plans)
         self.profiler = Profiler(self.generator, self.control, info.name, target.version, self.settings)
+
+    def _raw_grpc(self, wire: WireFormat, steps: list[Step], sequence: SequencePlan | None) -> bool:
+        """Unary gRPC over the bare HTTP/2 client where ``hpack`` is installed and requests fit a frame."""
+        if wire.protocol != "grpc" or wire.streaming or self.options.grpc_client == "grpcio":
+            return False
+        try:
+            from naiad.tools.perf.h2 import fits
+        except ImportError:
+            return False
+        builder = PayloadBuilder(wire, steps)
+        flags = (2**63 - 1, True, True) if sequence is not None else None
+        return all(fits(builder.build(index, flags)) for index in range(len(steps)))
 
     def _shared_memory(self, steps: list[Step], info: ModelInfo) -> SharedMemoryLayout:
         """One region with every step's inputs, one for the outputs; registered with the server."""
@@ -165,7 +180,9 @@ class Session:
         for index, step in enumerate(steps):
             for tensor in step:
                 start, size = inputs[(index, tensor.name)]
-                input_region[1].buf[start : start + size] = tensor.raw
+                buffer = input_region[1].buf
+                assert buffer is not None
+                buffer[start : start + size] = tensor.raw
         outputs: dict[str, tuple[int, int]] = {}
         at = 0
         for spec in info.outputs:

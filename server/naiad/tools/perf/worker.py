@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import queue
 import threading
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 import numpy as np
@@ -51,6 +53,7 @@ class WorkerPlan:
     worker: int
     workers: int
     grpc_channels: int = 4
+    raw_grpc: bool = False  # unary gRPC over naiad.tools.perf.h2 instead of grpcio
 
 
 class Tally:
@@ -59,6 +62,7 @@ class Tally:
     def __init__(self) -> None:
         self.records: list[Record] = []
         self.errors: dict[str, int] = {}
+        self.cpu = time.process_time()
 
     def ok(self, start: int, end: int, latency: int, send: int, receive: int, responses: int = 1) -> None:
         self.records.append((start, end, latency, send, receive, 1, responses))
@@ -68,10 +72,12 @@ class Tally:
         if message in self.errors or len(self.errors) < _MAX_ERRORS:
             self.errors[message] = self.errors.get(message, 0) + 1
 
-    def take(self) -> tuple[np.ndarray, dict[str, int]]:
+    def take(self) -> tuple[np.ndarray, dict[str, int], float]:
+        """Records, error counts and this process's CPU seconds (all threads) since the last take."""
         records, self.records = self.records, []
         errors, self.errors = self.errors, {}
-        return np.array(records, dtype=np.int64).reshape(-1, 7), errors
+        cpu, self.cpu = self.cpu, time.process_time()
+        return np.array(records, dtype=np.int64).reshape(-1, 7), errors, self.cpu - cpu
 
 
 def _missing(names: list[str], expected: tuple[str, ...]) -> str:
@@ -91,6 +97,17 @@ def _header_int(head: bytes, name: bytes) -> int:
     at += len(name)
     end = head.find(b"\r\n", at)
     return int(head[at : end if end >= 0 else len(head)])
+
+
+class Slot(Protocol):
+    """What :class:`HttpWorker` needs of a connection: HTTP/1.1 (:class:`HttpSlot`) or gRPC over HTTP/2."""
+
+    source: Source
+    transport: asyncio.Transport | None
+    busy: bool
+    active: bool
+
+    def send(self) -> None: ...
 
 
 class HttpSlot(asyncio.Protocol):
@@ -186,14 +203,23 @@ class HttpSlot(asyncio.Protocol):
 class HttpWorker:
     """Slots of :class:`HttpSlot`: a fixed set for concurrency, an idle pool for a request rate."""
 
-    def __init__(self, plan: WorkerPlan, requests: Requests, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, plan: WorkerPlan, requests: Requests, loop: asyncio.AbstractEventLoop,
+        slot: Callable[[HttpWorker, Source], Slot] | None = None,
+    ) -> None:
+        self.slot: Callable[[HttpWorker, Source], Slot] = slot or HttpSlot
+        self.h2_headers = b""
+        if plan.raw_grpc:
+            from naiad.tools.perf.h2 import request_headers
+
+            self.h2_headers = request_headers(plan.wire.host, _INFER)
         self.plan = plan
         self.requests = requests
         self.loop = loop
         self.expected = plan.wire.outputs
         self.tally = Tally()
-        self.slots: set[HttpSlot] = set()
-        self.idle: list[HttpSlot] = []
+        self.slots: set[Slot] = set()
+        self.idle: list[Slot] = []
         self.closed_loop = True
         self.interval_ns = 0
         self.next_send = 0
@@ -201,14 +227,14 @@ class HttpWorker:
         self.timer: asyncio.TimerHandle | None = None
 
     def _open(self) -> None:
-        slot = HttpSlot(self, self.requests.source())
+        slot = self.slot(self, self.requests.source())
         self.slots.add(slot)
-        task = self.loop.create_task(
-            self.loop.create_connection(lambda: slot, self.plan.host, self.plan.port)
-        )
-        task.add_done_callback(lambda t, s=slot: self._opened(t, s))
+        protocol = typing.cast(asyncio.Protocol, slot)
+        connecting = self.loop.create_connection(lambda: protocol, self.plan.host, self.plan.port)
+        task = self.loop.create_task(connecting)
+        task.add_done_callback(functools.partial(self._opened, slot=slot))
 
-    def _opened(self, task: asyncio.Task[Any], slot: HttpSlot) -> None:
+    def _opened(self, task: asyncio.Task[Any], *, slot: Slot) -> None:
         if task.cancelled() or task.exception() is not None:
             error = "cancelled" if task.cancelled() else task.exception()
             self.slots.discard(slot)
@@ -217,7 +243,7 @@ class HttpWorker:
             if self.closed_loop and slot.active:
                 self.loop.call_later(0.1, self._open)
 
-    def connected(self, slot: HttpSlot) -> None:
+    def connected(self, slot: Slot) -> None:
         if not slot.active:
             self._retire(slot)
         elif self.closed_loop:
@@ -225,7 +251,7 @@ class HttpWorker:
         else:
             self._idle(slot)
 
-    def finished(self, slot: HttpSlot) -> None:
+    def finished(self, slot: Slot) -> None:
         if not slot.active and slot.source.unfinished():
             slot.source.end_next()  # a sequence left open would hold its correlation ID on the server
             slot.send()
@@ -236,19 +262,19 @@ class HttpWorker:
         else:
             self._idle(slot)
 
-    def _idle(self, slot: HttpSlot) -> None:
+    def _idle(self, slot: Slot) -> None:
         if self.backlog > 0:
             self.backlog -= 1
             slot.send()
         else:
             self.idle.append(slot)
 
-    def _retire(self, slot: HttpSlot) -> None:
+    def _retire(self, slot: Slot) -> None:
         self.slots.discard(slot)
         if slot.transport is not None:
             slot.transport.close()
 
-    def lost(self, slot: HttpSlot) -> None:
+    def lost(self, slot: Slot) -> None:
         self.slots.discard(slot)
         with contextlib.suppress(ValueError):
             self.idle.remove(slot)
@@ -303,7 +329,12 @@ def _run_http(plan: WorkerPlan, requests: Requests, conn: Connection) -> None:
         loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
         loop = asyncio.new_event_loop()
-    worker = HttpWorker(plan, requests, loop)
+    slot: Callable[[HttpWorker, Source], Slot] | None = None
+    if plan.raw_grpc:
+        from naiad.tools.perf.h2 import GrpcH2Slot
+
+        slot = GrpcH2Slot
+    worker = HttpWorker(plan, requests, loop, slot)
     done = loop.create_future()
 
     deadline = [0.0]
@@ -425,7 +456,7 @@ class GrpcWorker:
             try:
                 raw = f.result()
             except grpc.RpcError as error:
-                self.tally.failed(start, _now(), f"{error.code().name}: {error.details()}")  # type: ignore[attr-defined]
+                self.tally.failed(start, _now(), f"{error.code().name}: {error.details()}")
             else:
                 response = pb.ModelInferResponse.FromString(raw)
                 problem = _missing([o.name for o in response.outputs], self.expected)
@@ -470,7 +501,7 @@ class GrpcWorker:
                 else:
                     self.tally.ok(start, end, (first or end) - start, sent - start, 0, count)
         except grpc.RpcError as error:
-            self.tally.failed(_now(), _now(), f"{error.code().name}: {error.details()}")  # type: ignore[attr-defined]
+            self.tally.failed(_now(), _now(), f"{error.code().name}: {error.details()}")
         finally:
             outbox.put(None)
             answers.cancel()
@@ -528,7 +559,7 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
     """Entry point of a worker process."""
     builder = PayloadBuilder(plan.wire, plan.steps)
     requests = Requests(builder, plan.streams, plan.sequence, plan.worker, plan.workers)
-    if plan.wire.protocol == "grpc":
+    if plan.wire.protocol == "grpc" and not plan.raw_grpc:
         _run_grpc(plan, requests, conn)
     else:
         conn.send(("ready",))

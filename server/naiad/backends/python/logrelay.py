@@ -1,0 +1,71 @@
+"""A model process's log records, handled by the engine's logging as if they were its own.
+
+The engine's log settings change at run time (``/v2/logging``: format, verbose level, info on or
+off, a log file), so a model process does not format anything: every record goes, pickled, through a
+pipe of its own to the engine, which hands it to the logger it was made for.  ``pb_utils.Logger``
+lines then look, and are filtered, exactly like the engine's, and follow every settings change at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import struct
+from typing import Any
+
+_HEADER = struct.Struct("!I")
+
+
+class PipeHandler(logging.Handler):
+    """In a model process: writes each record to the engine's pipe (``handle`` holds the lock, so
+    records of several threads never interleave)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(logging.NOTSET)
+        self._fd = fd
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = dict(record.__dict__)
+            fields["msg"] = record.getMessage()
+            fields["args"] = None
+            if record.exc_info:
+                fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
+            fields["exc_info"] = None
+            payload = pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
+            data = memoryview(_HEADER.pack(len(payload)) + payload)
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except Exception:
+            self.handleError(record)
+
+
+def install(fd: int) -> None:
+    """Send every record of this process to the engine through ``fd``."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(PipeHandler(fd))
+    root.setLevel(logging.DEBUG)  # the engine's settings decide what is shown
+
+
+def relay(fd: int, buffer: bytearray) -> bool:
+    """In the engine: handle the records that arrived on ``fd`` (``buffer`` keeps a partial one);
+    False once the model process closed its end."""
+    try:
+        data = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return True
+    if not data:
+        return False
+    buffer += data
+    while len(buffer) >= _HEADER.size:
+        (size,) = _HEADER.unpack_from(buffer)
+        if len(buffer) < _HEADER.size + size:
+            break
+        fields: dict[str, Any] = pickle.loads(memoryview(buffer)[_HEADER.size : _HEADER.size + size])
+        del buffer[: _HEADER.size + size]
+        record = logging.makeLogRecord(fields)
+        logging.getLogger(record.name).handle(record)
+    return True
