@@ -51,6 +51,10 @@ def operator_a(
         },
     )
     operator = OperatorProcess(kubeconfig, root, "a").start()
+    eventually(
+        lambda: "leading as" in operator.output() or not operator.alive, CONVERGE, "the operator leads"
+    )
+    assert operator.alive, operator.output()[-3000:]
     yield operator
     operator.stop()
 
@@ -88,7 +92,13 @@ def answered_everywhere(scenario: Scenario, version: int, since: float) -> Any:
 def start_serving(scenario: Scenario, replicas: int) -> None:
     scenario.upload(1)
     scenario.create(replicas=replicas)
-    eventually(lambda: serving(scenario, replicas, 1), CONVERGE, "v1 served by every pod")
+    try:
+        eventually(lambda: serving(scenario, replicas, 1), CONVERGE, "v1 served by every pod")
+    except AssertionError as exc:  # say where it stuck: repository, service, pods
+        raise AssertionError(
+            f"{exc}\nrepository: {scenario.repository()}\nservice: {scenario.service()}\n"
+            f"pods: {[e.pod for e in ready_endpoints(scenario.api, scenario.selector)]}"
+        ) from exc
     eventually(lambda: scenario.condition("Ready").get("status") == "True", CONVERGE, "service Ready")
 
 
