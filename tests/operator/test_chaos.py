@@ -197,6 +197,8 @@ def test_scale_out_and_in_without_a_failed_request(
         eventually(lambda: scenario.service().get("readyReplicas") == 1, CONVERGE, "status: 1 ready")
         back = timed(started)
         load.wait_for(answered_everywhere(scenario, 1, time.monotonic()), CONVERGE, "v1 from the last pod")
+        going = [p for p in cluster.removed if p.name.startswith(f"{scenario.name}-")]
+        eventually(lambda: all(p.process.poll() is not None for p in going), CONVERGE, "removed pods exited")
     report(load.summary(f"3 scale 1->3 ({out:.1f} s) ->1", back))
     assert load.failures() == [], load.failures()[:5]
     assert len({a.pod for a in load.answers if a.ok}) == 3  # the new pods took traffic

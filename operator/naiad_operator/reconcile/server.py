@@ -172,7 +172,9 @@ def desired_deployment(
             names.server_name(name), namespace, names.server_labels(name), owner
         ),
         "spec": {
-            "replicas": spec.replicas,
+            # No pod before the repository's first snapshot: a server started while the first sync
+            # was still writing found no models and sat unready until its startup probe gave up.
+            "replicas": spec.replicas if mount.snapshot else 0,
             "selector": {"matchLabels": names.selector_labels(name)},
             "progressDeadlineSeconds": spec.rollout.progress_deadline_seconds,
             "strategy": {
