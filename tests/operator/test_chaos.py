@@ -246,14 +246,17 @@ def test_source_cut_mid_sync_keeps_serving_and_retries(
         )
         assert scenario.repository()["snapshot"]["current"] == before
         proxy.restore()
+        restored = time.monotonic()
         eventually(
             lambda: scenario.repository()["snapshot"]["current"] != before, CONVERGE, "the retry synced"
         )
         eventually(lambda: serving(scenario, 2, 2), CONVERGE, "v2 on every pod")
-        converged = timed(started)
+        converged, recovered = timed(started), timed(restored)
         load.wait_for(answered_everywhere(scenario, 2, time.monotonic()), CONVERGE, "v2 from every pod")
     proxy.close()
-    report(load.summary(f"4 S3 cut mid-sync ({retried} syncs)", converged))
+    report(
+        load.summary(f"4 S3 cut mid-sync ({retried} syncs, {recovered:.1f} s after S3 was back)", converged)
+    )
     assert load.failures() == [], load.failures()[:5]
     assert load.versions() == {1, 2}
     assert synced["status"] == "False" and synced["reason"] == "SyncFailed", synced
