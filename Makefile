@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 REPO   ?= examples/model_repository
 
-.PHONY: serve test models lint fuzz bench-http clean constraints manifests chart-lint images
+.PHONY: serve test models lint fuzz conformance bench-http clean constraints manifests chart-lint images test-operator-chaos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ serve: $(VENV)/.serve
 	$(BIN)/naiad serve --model-repository $(REPO)
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check server operator tests scripts benchmarks e2e
+	$(BIN)/ruff check server operator tests scripts benchmarks e2e conformance
 	$(BIN)/lint-imports
 
 test: $(VENV)/.test lint
@@ -47,6 +47,16 @@ test-operator-chaos: $(VENV)/.test
 	mkdir -p $(dir $(CHAOS_REPORT)) && rm -f $(CHAOS_REPORT)
 	NAIAD_CHAOS_PROFILE=long NAIAD_CHAOS_REPORT=$(CHAOS_REPORT) $(BIN)/python -m pytest tests/operator/test_chaos.py -q
 	cat $(CHAOS_REPORT)
+
+# NVIDIA's own client examples, Python-backend examples and qa tests, run unchanged against naiad serve
+# (not part of `make test`: it needs extracted checkouts of triton-inference-server/client, /python_backend
+# and /server), e.g. make conformance CLIENT=/tmp/nv/client PYBACKEND=/tmp/nv/python_backend SERVER=/tmp/nv/server
+$(VENV)/.conformance: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,conformance]'
+	touch $@
+
+conformance: $(VENV)/.conformance
+	$(BIN)/python conformance/run.py --client $(CLIENT) --python-backend $(PYBACKEND) --server $(SERVER)
 
 bench-http: $(VENV)/.test
 	$(BIN)/python benchmarks/http_infer/run.py

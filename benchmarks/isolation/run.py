@@ -206,16 +206,18 @@ def main() -> None:
     )
     print(f"HTTP add_sub ({where}), medians of {args.rounds} rounds:")
     medians = {
-        name: [statistics.median(row[i] for row in rows) for i in range(3)] for name, rows in results.items()
+        name: [statistics.median(row[i] for row in rows) for i in range(4)] for name, rows in results.items()
     }
     triton_cpu = medians["triton 2.51"][1]
-    engine_p50 = medians["naiad in the engine"][2]
-    for name, (rps, cpu_us, p50) in medians.items():
+    _, _, engine_p50, engine_grpc = medians["naiad in the engine"]
+    for name, (rps, cpu_us, p50, grpc_ms) in medians.items():
         print(
-            f"  {name:<22} c=16 {rps:7.0f} req/s, {cpu_us:5.0f} CPU-us/req = {1e6 / cpu_us:6.0f} per core "
-            f"({triton_cpu / cpu_us:4.2f}x triton)   c=1 p50 {p50 * 1000:5.0f} us "
-            f"({(p50 - engine_p50) * 1000:+5.0f} us vs in the engine)"
+            f"  {name:<22} c=16 {rps:6.0f} req/s, {cpu_us:4.0f} CPU-us/req = {1e6 / cpu_us:5.0f} per core "
+            f"({triton_cpu / cpu_us:4.2f}x triton) | c=1 p50 HTTP {p50 * 1000:4.0f} us "
+            f"({(p50 - engine_p50) * 1000:+4.0f}), gRPC {grpc_ms * 1000:4.0f} us "
+            f"({(grpc_ms - engine_grpc) * 1000:+4.0f})"
         )
+    print("  (+N: microseconds more than naiad in the engine)")
     print(f"load after: {_uptime()}")
 
 

@@ -176,6 +176,7 @@ def main() -> int:
         PYTHONPATH=str(ROOT / "operator"),
         NAIAD_OPERATOR_RECONCILE_INTERVAL=str(args.interval),
         NAIAD_OPERATOR_NAMESPACES=json.dumps([NS]),
+        NAIAD_OPERATOR_METRICS_PORT=str(free_port()),
     )
     log = Path(tempfile.mkstemp(prefix="naiad-operator-", suffix=".log")[1])
     with log.open("wb") as out:

@@ -61,6 +61,10 @@ class OperatorSettings(BaseSettings):
     interval): a bucket that was missing or credentials that were wrong are often fixed without a spec
     change."""
 
+    metrics_port: int = 8081
+    """Port of the operator's own Prometheus ``/metrics`` (0: none). kopf's liveness endpoint keeps
+    8080."""
+
     fixed_user_ids: bool = True
     """Run server pods and sync Jobs as UID/GID/fsGroup 1000 (the images' user). Set false under
     OpenShift's ``restricted-v2``, which assigns them from the namespace's range and refuses fixed ones.

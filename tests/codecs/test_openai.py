@@ -44,6 +44,8 @@ def test_chat_takes_max_completion_tokens_first_and_joins_text_parts() -> None:
     )
     assert generation.messages == [{"role": "user", "content": "ab"}]
     assert generation.parameters == {"max_tokens": 4} and generation.stream
+    request = infer_request(generation, "<s>[INST] ab [/INST]", "chatcmpl-1")
+    assert request.parameters == {"max_tokens": 4, "stream": True, "add_special_tokens": False}
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """One server for every fuzz test, the run's :class:`Tally`, and what must hold once the run is over.
 
-Two profiles: the small one runs inside ``make test`` (about 1,400 generated requests), the full one
+Two profiles: the small one runs inside ``make test`` (about 1,500 generated requests), the full one
 (``NAIAD_FUZZ=full``, ``make fuzz``) sends more than 10,000.  After the last test the server must still
 answer good HTTP and gRPC requests, and its resident memory may not have grown past
 :data:`RSS_GROWTH_LIMIT`; the tally goes to ``NAIAD_FUZZ_REPORT`` when set (``make fuzz`` prints it).

@@ -47,6 +47,7 @@ class OperatorProcess:
             "NAIAD_OPERATOR_RECONCILE_INTERVAL": "1",
             "NAIAD_OPERATOR_SYNC_POLL_INTERVAL": "0.5",
             "NAIAD_OPERATOR_SYNC_RETRY_SECONDS": "2",
+            "NAIAD_OPERATOR_METRICS_PORT": str(free_port()),
             "NAIAD_OPERATOR_LEADER_ELECTION": "true",
             "NAIAD_OPERATOR_LEADER_IDENTITY": self.identity,
             "NAIAD_OPERATOR_LEADER_LEASE_SECONDS": "4",

@@ -471,6 +471,7 @@ class FakeCluster:
     def _start_pod(
         self, deployment: dict[str, Any], name: str, port: int | None = None, template_key: str | None = None
     ) -> ServerPod:
+        created = time.monotonic()  # the pod's creation: its init containers run after it
         template = deployment["spec"]["template"]
         key = template_key or json.dumps(template, sort_keys=True)
         container = template["spec"]["containers"][0]
@@ -564,7 +565,9 @@ class FakeCluster:
                 "containerStatuses": [{"name": "server", "ready": False, "state": {"running": {}}}],
             },
         )
-        return ServerPod(name, port, process, log, key, grpc_port, node=node, gpus=gpus, claims=claims)
+        return ServerPod(
+            name, port, process, log, key, grpc_port, node=node, gpus=gpus, claims=claims, started=created
+        )
 
     def _event(self, pod: str, reason: str, message: str) -> None:
         self.api.create(

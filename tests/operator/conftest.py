@@ -15,10 +15,12 @@ import pytest
 from tests.operator.cluster import NS, Api, FakeCluster
 from tests.operator.harness import BUCKET, ROOT
 from tests.support.kmock_k8s import ApiServer
+from tests.support.server import free_port
 
 os.environ.setdefault("NAIAD_OPERATOR_RECONCILE_INTERVAL", "1")
 os.environ.setdefault("NAIAD_OPERATOR_SYNC_POLL_INTERVAL", "0.5")
 os.environ.setdefault("NAIAD_OPERATOR_SYNC_RETRY_SECONDS", "3600")
+os.environ.setdefault("NAIAD_OPERATOR_METRICS_PORT", str(free_port()))
 
 
 @pytest.fixture(scope="module")

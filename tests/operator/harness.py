@@ -27,7 +27,7 @@ class TritonPythonModel:
 """
 
 
-def eventually(check: Callable[[], T], timeout: float = 40.0, what: str = "") -> T:
+def eventually(check: Callable[[], T], timeout: float = 90.0, what: str = "") -> T:
     """Poll until ``check`` returns something truthy (and return it) or fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     last: Any = None

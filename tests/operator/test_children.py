@@ -150,11 +150,13 @@ def test_startup_models(record: ModelStatus | None, required: bool, expected: li
 
 def test_repository_claim_and_sync_job_golden() -> None:
     spec = ModelRepositorySpec.model_validate(samples.FULL_REPOSITORY_SPEC)
-    claim = storage.desired_claim("models", samples.NAMESPACE, spec)
-    assert (
-        claim is not None and "ownerReferences" not in claim["metadata"]
-    )  # retention is the finalizer's call
     owner = names.owner_reference("ModelRepository", {**samples.OWNER_META, "name": "models"})
+    claim = storage.desired_claim("models", samples.NAMESPACE, spec, owner)
+    # retentionPolicy Delete: the repository owns the claim, garbage collection deletes it (no finalizer)
+    assert claim is not None and claim["metadata"]["ownerReferences"] == [owner]
+    retained = spec.model_copy(update={"retention_policy": "Retain"})
+    kept = storage.desired_claim("models", samples.NAMESPACE, retained, owner)
+    assert kept is not None and "ownerReferences" not in kept["metadata"]
     job = syncjob.desired_sync_job(
         "models", samples.NAMESPACE, owner, spec, "models-repository", "models-sync-1", IMAGE, 3600
     )

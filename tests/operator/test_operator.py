@@ -11,8 +11,10 @@ rollouts on one claim); ``test_storage_modes.py`` covers ``perPod``.
 
 from __future__ import annotations
 
+import os
 import re
 import time
+import urllib.request
 from collections import Counter
 from typing import Any
 
@@ -36,6 +38,18 @@ from tests.operator.harness import (
     upload,
 )
 from tests.support.kmock_k8s import ApiServer
+
+
+def metrics() -> dict[str, float]:
+    """The operator's /metrics, sample name with labels -> value."""
+    port = os.environ["NAIAD_OPERATOR_METRICS_PORT"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def test_operator_lifecycle(s3: Any, api_server: ApiServer, cluster: FakeCluster, operator: Any) -> None:
@@ -163,6 +177,14 @@ def test_operator_lifecycle(s3: Any, api_server: ApiServer, cluster: FakeCluster
     assert svc["Servable"] == "True" and svc["Ready"] == "False" and svc["ModelsReady"] == "False"
     assert status_of(api, "inferenceservices", "vision")["phase"] == "Degraded"
     assert any("weights are corrupt" in m for m in events(api, "BlockedByFailedLoad"))
+    # the operator's own metrics say it too
+    scraped = metrics()
+    assert scraped['naiad_operator_blocked_models{inferenceservice="vision",namespace="default"}'] == 1
+    assert scraped['naiad_operator_model_load_failures_total{namespace="default"}'] >= 1
+    assert scraped['naiad_operator_syncs_total{result="Succeeded"}'] >= 3
+    assert scraped['naiad_operator_rollout_stage_duration_seconds_count{stage="Load"}'] >= 3
+    assert scraped['naiad_operator_reconcile_duration_seconds_count{kind="InferenceService"}'] >= 5
+    assert scraped.get('naiad_operator_reconcile_errors_total{kind="InferenceService"}', 0) == 0
     time.sleep(2.5)  # two more timer passes: the failed target is not retried
     assert sum("alpha versions [2, 3]" in m for m in events(api, "ModelLoaded")) <= 1
 
@@ -187,8 +209,12 @@ def test_operator_lifecycle(s3: Any, api_server: ApiServer, cluster: FakeCluster
     assert window[("GET", f"/api/v1/namespaces/{NS}/pods")] == 0
     assert window[("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/vision")] == 0
 
-    # -- delete the repository: the finalizer keeps the claim (retentionPolicy: Retain) ----------------
+    # -- no finalizers: deleting never waits for the operator (an uninstalled one cannot wedge it) --------
+    for plural, name in (("inferenceservices", "vision"), ("modelrepositories", "models")):
+        assert not api.get(f"{GROUP_PATH}/{plural}/{name}")["metadata"].get("finalizers"), plural
+
+    # -- delete the repository: retentionPolicy Retain leaves the claim unowned, so it stays -------------
     api.request("DELETE", f"{GROUP_PATH}/modelrepositories/models")
     eventually(lambda: api.get(f"{GROUP_PATH}/modelrepositories/models") is None, what="repository deleted")
-    assert api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-repository") is not None
-    assert events(api, "ClaimRetained")
+    claim = api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-repository")
+    assert claim is not None and not claim["metadata"].get("ownerReferences")

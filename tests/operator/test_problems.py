@@ -68,6 +68,23 @@ def _event(reason: str, message: str, at: str = "2026-01-01T00:00:00Z") -> dict[
                             "type": "PodScheduled",
                             "status": "False",
                             "reason": "Unschedulable",
+                            "message": "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims.",
+                        }
+                    ]
+                }
+            ),
+            [],
+            "ClaimPending",
+            "unbound immediate PersistentVolumeClaims",
+        ),
+        (
+            _pod(
+                {
+                    "conditions": [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
                             "message": "0/3 nodes are available: 3 node(s) had untolerated taint",
                         }
                     ]

@@ -54,6 +54,8 @@ INSTALL_ORDER = [
     "ClusterRoleBinding",
     "Role",
     "RoleBinding",
+    "ConfigMap",
+    "Service",
     "Deployment",
     "ServiceMonitor",
 ]

@@ -4,8 +4,8 @@ The real ``naiad-operator`` (a subprocess, started as the chart's Deployment sta
 (``tests/support/kmock_k8s.py``) through one lifecycle that reaches every code path that calls the API: a
 ModelRepository whose claim is created and whose sync Job is created, finished (the test plays the Job
 controller) and read back with its pod; an InferenceService with every optional child (HPA, PDB), then
-with them switched off (so they are deleted); the repository deleted, and its claim with it
-(``retentionPolicy: Delete``). Every request signed with the operator's token is kept.
+with them switched off (so they are deleted); the repository deleted (its claim, owned under
+``retentionPolicy: Delete``, is garbage collection's to delete). Every request signed with the operator's token is kept.
 
 Requests become RBAC triples (API group, resource[/subresource], verb) the way the API server authorizes
 them: a GET of a collection is ``list`` (``watch`` with ``?watch=true``), of an object ``get``; POST is
@@ -183,6 +183,7 @@ def operator(server: kmock_k8s.ApiServer, namespaces: list[str], workdir: Path) 
         NAIAD_OPERATOR_RECONCILE_INTERVAL="0.5",
         NAIAD_OPERATOR_SYNC_POLL_INTERVAL="0.3",
         NAIAD_OPERATOR_SERVER_IMAGE="naiad/server:test",
+        NAIAD_OPERATOR_METRICS_PORT=str(free_port()),
     )
     log = workdir / "operator.log"
     with log.open("wb") as out:
@@ -322,11 +323,11 @@ def record(namespaces: list[str], workdir: Path) -> Traffic:
         api.patch(isvc, {"spec": {"autoscaling": None, "disruption": None}})
         eventually(lambda: api.get(hpa) is None and api.get(pdb) is None, "the HPA and PDB deleted")
 
-        # The deletion handler deletes the claim (retentionPolicy: Delete); the finalizer's release is one
-        # more patch of the ModelRepository, a verb already recorded. It is not waited for: kopf holds it
-        # back while a timer pass is in flight, and then looks again only a minute later.
+        # retentionPolicy Delete: the repository owns its claim, so garbage collection (not the operator,
+        # and no finalizer) deletes it with the repository; KMock has no garbage collector
+        claim = api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-repository")
+        assert [o["kind"] for o in claim["metadata"]["ownerReferences"]] == ["ModelRepository"]
         api.request("DELETE", f"{GROUP_PATH}/modelrepositories/models")
-        claim = f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-repository"
-        eventually(lambda: api.get(claim) is None, "the claim deleted (retentionPolicy: Delete)")
+        eventually(lambda: api.get(f"{GROUP_PATH}/modelrepositories/models") is None, "the repository deleted")
         assert isinstance(server.emulator, RecordingEmulator)
         return replace(rules_of(server.emulator.requests), liveness_ok=healthy(port))

@@ -178,7 +178,8 @@ def test_probes_call_the_liveness_endpoint_the_operator_serves(values_name: str)
     port = values.get("operator", {}).get("healthPort", 8080)
     (container,) = _deployment(values)["spec"]["template"]["spec"]["containers"]
     assert f"--liveness=http://0.0.0.0:{port}/healthz" in container["args"]
-    assert container["ports"] == [{"name": "health", "containerPort": port, "protocol": "TCP"}]
+    assert container["ports"][0] == {"name": "health", "containerPort": port, "protocol": "TCP"}
+    assert container["ports"][1:] == [{"name": "metrics", "containerPort": 8081, "protocol": "TCP"}]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert ("--verbose" in container["args"]) == bool(values.get("operator", {}).get("verbose"))
@@ -241,7 +242,7 @@ def test_servicemonitor_selects_the_services_the_operator_renders() -> None:
     ports = {p["name"] for p in service["spec"]["ports"]}
     for values_name, namespaces in (("default", None), ("namespaced", ["ml", "prod"])):
         values = {**VALUE_SETS[values_name], "serviceMonitor": {"enabled": True}}
-        (monitor,) = find(render(values), "ServiceMonitor")
+        (monitor,) = [m for m in find(render(values), "ServiceMonitor") if m["metadata"]["name"].endswith("-servers")]
         assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
         assert monitor["metadata"]["namespace"] == NAMESPACE
         selector = monitor["spec"]["selector"]["matchLabels"]
@@ -254,7 +255,7 @@ def test_servicemonitor_selects_the_services_the_operator_renders() -> None:
 
 def test_bring_your_own_account_renders_no_rbac() -> None:
     objects = render(VALUE_SETS["bring-your-own"])
-    assert {o["kind"] for o in objects} == {"Deployment", "CustomResourceDefinition"}
+    assert {o["kind"] for o in objects} == {"Deployment", "Service", "CustomResourceDefinition"}
     assert find(objects, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
 
 

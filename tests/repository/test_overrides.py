@@ -72,6 +72,19 @@ def test_file_override_loads_a_model_from_the_request_alone(client: RepositoryCl
     client.unload("virtual")
 
 
+def test_file_override_paths_may_start_with_a_slash_as_in_triton(client: RepositoryClient) -> None:
+    """NVIDIA's qa/L0_backend_python/model_control sends ``file:/1/model.py`` (Triton 2.51: 200)."""
+    source = textwrap.dedent(marked_py("slash")).encode()
+    client.load("slashed", config=marked_config_json(), files={"file:/1/model.py": source})
+    assert client.mark("slashed") == "slash:1"
+    client.unload("slashed")
+    files = {"file:/../1/model.py": source}  # still no way out of the model folder
+    assert error_of(client.load, "escaped", config=marked_config_json(), files=files) == (
+        "500",
+        POLL_FAILURE.format("escaped"),
+    )
+
+
 def test_file_override_replaces_the_repository_files(client: RepositoryClient) -> None:
     source = textwrap.dedent(marked_py("override")).encode()
     client.load("plain", config=marked_config_json(), files={"file:5/model.py": source})

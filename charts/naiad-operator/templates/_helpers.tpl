@@ -87,7 +87,8 @@ Namespaced rules, granted cluster-wide or per watched namespace:
   "get" is the fallback for an object the watch has not delivered yet;
 - children are written with server-side apply, which needs "create" for an object that does not exist
   yet besides "patch"; "get" reads them back to write only on drift; "delete" only for what can go away
-  (the HPA and PDB when switched off, a claim with retentionPolicy Delete);
+  (the HPA and PDB when switched off; a claim under retentionPolicy Delete is owned by its repository
+  and garbage collection deletes it);
 - sync Jobs are created once and read, and deleted when the spec changes (or suspend is set) while one
   runs; pods are only listed (server pods by label, a Job's pod for its
   termination message); no Secrets at all: a sync Job gets its Secret by name (envFrom), never read here;
@@ -109,7 +110,7 @@ Namespaced rules, granted cluster-wide or per watched namespace:
   verbs: ["update"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["configmaps", "services"]
   verbs: ["get", "list", "watch", "create", "patch"]

@@ -3,6 +3,6 @@
 Importing this package registers every handler (``kopf run -m naiad_operator.handlers``).
 """
 
-from naiad_operator.handlers import inferenceservice, repository, startup, watches
+from naiad_operator.handlers import inferenceservice, periodic, repository, startup, watches
 
-__all__ = ["inferenceservice", "repository", "startup", "watches"]
+__all__ = ["inferenceservice", "periodic", "repository", "startup", "watches"]

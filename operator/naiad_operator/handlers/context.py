@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from naiad_operator.k8s.cache import Cache
 from naiad_operator.k8s.client import Kube
 from naiad_operator.k8s.modelserver import ModelServer
 from naiad_operator.k8s.pods import PodResolver, pod_address
+from naiad_operator.metrics import Metrics
 from naiad_operator.settings import OperatorSettings
 
 
@@ -25,10 +27,16 @@ class OperatorContext:
     kube: Kube
     server: ModelServer
     resolve: PodResolver = pod_address
+    metrics: Metrics = field(default_factory=Metrics)
     locks: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
     cache: Cache = field(init=False)
     """Reads from the watches (kopf indexes), attached by the first handler call."""
     queued: set[str] = field(default_factory=set)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    services: Mapping[Any, Iterable[str]] = field(default_factory=dict)
+    """InferenceService names by (namespace, label value): what the periodic passes go over."""
+    repositories: Mapping[Any, Iterable[str]] = field(default_factory=dict)
+    """The last status seen of each watched child, so only real changes trigger a pass."""
     """Objects with a triggered pass waiting for their lock (see ``watches.nudge``)."""
     configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """The last full config seen per (InferenceService uid, model): the base for a load on a pod
@@ -38,5 +46,6 @@ class OperatorContext:
         self.cache = Cache(self.kube)
 
     async def close(self) -> None:
+        self.metrics.close()
         await self.server.close()
         await self.kube.close()

@@ -39,7 +39,8 @@ async def run(
     failed: dict[str, Failure] = {}
     load_stage = plan.stage(StageKind.LOAD)
     if load_stage is not None:
-        errors, lost = await _execute(ctx, body, urls, load_stage.actions)
+        with ctx.metrics.stage_seconds.labels(StageKind.LOAD.value).time():
+            errors, lost = await _execute(ctx, body, urls, load_stage.actions)
         pods = await observe(ctx.server, pod_objects, ctx.resolve)
         failed = rollout.failures(plan, pods, format_time(datetime.now(UTC)), errors, lost)
         undo: list[Action] = []
@@ -55,7 +56,8 @@ async def run(
     for kind in (StageKind.SWITCH, StageKind.UNLOAD):
         stage = plan.stage(kind)
         if stage is not None:
-            await _execute(ctx, body, urls, rollout.without(stage, set(failed)).actions)
+            with ctx.metrics.stage_seconds.labels(kind.value).time():
+                await _execute(ctx, body, urls, rollout.without(stage, set(failed)).actions)
     return await observe(ctx.server, pod_objects, ctx.resolve), failed
 
 

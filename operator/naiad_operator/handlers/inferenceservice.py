@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from naiad_operator import API_VERSION, GROUP, VERSION
-from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
+from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus, TransitionStatus
 from naiad_operator.api.modelrepository import ModelRepositorySpec, ModelRepositoryStatus
 from naiad_operator.api.observed import DeploymentObservation, PodObservation
 from naiad_operator.handlers import children, drive, watches
@@ -27,7 +27,6 @@ from naiad_operator.reconcile.compare import merge_patch
 from naiad_operator.reconcile.repository_mount import RepositoryMount
 from naiad_operator.reconcile.service_status import Observed, service_status
 from naiad_operator.reconcile.syncjob import format_time
-from naiad_operator.settings import load
 
 KIND = "InferenceService"
 PLURAL = "inferenceservices"
@@ -48,14 +47,10 @@ async def changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> 
     await reconcile(ctx, namespace, name)
 
 
-@kopf.timer(
-    GROUP, VERSION, PLURAL, interval=load().reconcile_interval, initial_delay=load().reconcile_interval
-)
-async def tick(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
-    """Level-triggered pass: the truth from every pod, drift repaired; writes nothing when all is well."""
-    ctx = context_of(memo)
-    watches.attach(ctx, kwargs)
-    await reconcile(ctx, namespace, name)
+async def tick(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """Level-triggered pass (``periodic``): the truth from every pod, drift repaired; writes nothing
+    when all is well."""
+    await watches.nudge(ctx, KIND, namespace, name, reconcile)
 
 
 @kopf.on.event("v1", "pods", labels={names.ISVC_LABEL: kopf.PRESENT})
@@ -70,9 +65,13 @@ async def server_changed(
 ) -> None:
     """A server pod or the Deployment changed (scheduled, Ready, failed, scaled): a pass now."""
     isvc = watches.owner(services_by_label, namespace, labels.get(names.ISVC_LABEL))
-    if event.get("type") is None or isvc is None:  # the initial listing: resume handlers cover it
-        return
     ctx = context_of(memo)
+    body = event.get("object") or {}
+    kind = event.get("type")
+    if kind is None or isvc is None:  # the initial listing: resume handlers cover it
+        return
+    if not watches.changed_state(ctx, body, kind):
+        return
     watches.attach(ctx, kwargs)
     await watches.nudge(ctx, KIND, namespace, isvc, reconcile)
 
@@ -103,7 +102,12 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
     key = f"{KIND}/{namespace}/{name}"
     async with ctx.locks[key]:
         ctx.queued.discard(key)
-        await _reconcile_locked(ctx, namespace, name)
+        with ctx.metrics.reconcile_seconds.labels(KIND).time():
+            try:
+                await _reconcile_locked(ctx, namespace, name)
+            except Exception:
+                ctx.metrics.reconcile_errors.labels(KIND).inc()
+                raise
 
 
 async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> None:
@@ -166,6 +170,10 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         format_time(datetime.now(UTC)),
         ctx.settings.replica_detail_limit,
     )
+    blocked = sum(m.transition_status is TransitionStatus.BLOCKED_BY_FAILED_LOAD for m in status.models)
+    ctx.metrics.blocked_models.labels(namespace, name).set(blocked)
+    if failures:
+        ctx.metrics.load_failures.labels(namespace).inc(len(failures))
     patch = merge_patch(before.dump(), status.dump())
     if patch:
         await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)

@@ -11,7 +11,6 @@ from naiad_operator import API_VERSION, GROUP, VERSION
 from naiad_operator.api.modelrepository import (
     ModelRepositorySpec,
     ModelRepositoryStatus,
-    RetentionPolicy,
     SyncResult,
 )
 from naiad_operator.api.observed import PodProblem
@@ -22,7 +21,6 @@ from naiad_operator.k8s.errors import ConflictError
 from naiad_operator.k8s.jobs import observe_job
 from naiad_operator.reconcile import names, repository_status, storage, syncjob
 from naiad_operator.reconcile.compare import merge_patch, stamp
-from naiad_operator.settings import load
 
 KIND = "ModelRepository"
 PLURAL = "modelrepositories"
@@ -38,14 +36,9 @@ async def changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> 
     await reconcile(ctx, namespace, name)
 
 
-@kopf.timer(
-    GROUP, VERSION, PLURAL, interval=load().sync_poll_interval, initial_delay=load().sync_poll_interval
-)
-async def tick(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
-    """Level-triggered pass: finish running syncs, start interval syncs, repair the claim."""
-    ctx = context_of(memo)
-    watches.attach(ctx, kwargs)
-    await reconcile(ctx, namespace, name)
+async def tick(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """Level-triggered pass (``periodic``): finish running syncs, start interval syncs, repair the claim."""
+    await watches.nudge(ctx, KIND, namespace, name, reconcile)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={names.REPO_LABEL: kopf.PRESENT, **watches.MANAGED})
@@ -60,34 +53,27 @@ async def job_changed(
 ) -> None:
     """A sync Job or its pod changed (finished, stuck): a pass now rather than at the next poll."""
     repository = watches.owner(repositories_by_label, namespace, labels.get(names.REPO_LABEL))
-    if event.get("type") is None or repository is None:
-        return
     ctx = context_of(memo)
+    body = event.get("object") or {}
+    kind = event.get("type")
+    if kind is None or repository is None:  # the initial listing: resume handlers cover it
+        return
+    if not watches.changed_state(ctx, body, kind):
+        return
     watches.attach(ctx, kwargs)
     await watches.nudge(ctx, KIND, namespace, repository, reconcile)
-
-
-@kopf.on.delete(GROUP, VERSION, PLURAL)
-async def deleted(
-    spec: kopf.Spec, namespace: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
-) -> None:
-    """Honour ``retentionPolicy`` for a claim we created; a user's own claim is never touched."""
-    parsed = ModelRepositorySpec.model_validate(dict(spec))
-    claim = names.claim_name(name, parsed.storage.claim_name)
-    if not storage.owns_claim(parsed) or parsed.retention_policy is RetentionPolicy.RETAIN:
-        kopf.event(body, type="Normal", reason="ClaimRetained", message=f"PersistentVolumeClaim {claim} kept")
-        return
-    if await context_of(memo).kube.delete("v1", "PersistentVolumeClaim", namespace, claim):
-        kopf.event(
-            body, type="Normal", reason="ClaimDeleted", message=f"PersistentVolumeClaim {claim} deleted"
-        )
 
 
 async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
     key = f"{KIND}/{namespace}/{name}"
     async with ctx.locks[key]:
         ctx.queued.discard(key)
-        await _reconcile_locked(ctx, namespace, name)
+        with ctx.metrics.reconcile_seconds.labels(KIND).time():
+            try:
+                await _reconcile_locked(ctx, namespace, name)
+            except Exception:
+                ctx.metrics.reconcile_errors.labels(KIND).inc()
+                raise
 
 
 async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> None:
@@ -100,7 +86,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     before = ModelRepositoryStatus.model_validate(body.get("status") or {})
     now = datetime.now(UTC)
     claim = names.claim_name(name, spec.storage.claim_name)
-    desired_claim = storage.desired_claim(name, namespace, spec)
+    desired_claim = storage.desired_claim(name, namespace, spec, names.owner_reference(KIND, meta))
     if desired_claim is not None:
         await children.ensure(ctx.cache, stamp(desired_claim))
     status = before.model_copy(update={"claim_name": claim})
@@ -115,6 +101,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
                 status, spec, job, summary, now, ctx.settings.sync_retry_seconds
             )
             _sync_event(body, status)
+            _count_sync(ctx, status)
 
     if syncjob.superseded(spec, status, generation) and status.active_job:
         cancelled = status.active_job
@@ -157,6 +144,16 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     patch = merge_patch(before.dump(), status.dump())
     if patch:
         await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)
+
+
+def _count_sync(ctx: OperatorContext, status: ModelRepositoryStatus) -> None:
+    last = status.last_sync
+    if last is None or last.result is None:
+        return
+    ctx.metrics.syncs.labels(last.result.value).inc()
+    if last.result is not SyncResult.FAILED:
+        ctx.metrics.sync_seconds.observe(last.duration_seconds or 0.0)
+        ctx.metrics.sync_bytes.inc(last.bytes_copied or 0)
 
 
 def _sync_event(body: dict[str, Any], status: ModelRepositoryStatus) -> None:

@@ -18,6 +18,7 @@ from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.leadership import Elector
 from naiad_operator.k8s.client import Kube, connect
 from naiad_operator.k8s.modelserver import ModelServer
+from naiad_operator.metrics import Metrics
 from naiad_operator.settings import load
 
 FINALIZER = f"{GROUP}/finalizer"
@@ -38,8 +39,12 @@ async def start(
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.posting.loggers = False  # Events are posted explicitly, one per load/unload/sync/failure
     settings.execution.max_workers = 8
-    kube = Kube(await connect(), ours.field_manager, ours.api_retries)
-    memo["context"] = OperatorContext(ours, kube, ModelServer(ours.server_timeout, ours.load_timeout))
+    metrics = Metrics()
+    requests = metrics.api_requests
+    kube = Kube(await connect(), ours.field_manager, ours.api_retries, lambda m: requests.labels(m).inc())
+    server = ModelServer(ours.server_timeout, ours.load_timeout)
+    memo["context"] = OperatorContext(ours, kube, server, metrics=metrics)
+    metrics.serve(ours.metrics_port)
     if ours.leader_election:
         elector = Elector(kube, ours)
         logger.info("waiting for Lease %s/%s as %s", elector.namespace, elector.name, elector.me)

@@ -82,12 +82,43 @@ def attach(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:
     objects.update({key: kwargs[_index_id(plural)] for key, plural in OURS.items()})
     cache.objects = objects
     cache.pods, cache.job_pods = kwargs["cached_server_pods"], kwargs["cached_job_pods"]
+    ctx.services, ctx.repositories = kwargs["services_by_label"], kwargs["repositories_by_label"]
     cache.ready = True
 
 
-async def nudge(
-    ctx: OperatorContext, kind: str, namespace: str, name: str, run: Callable[..., Any]
-) -> None:
+def changed_state(ctx: OperatorContext, body: dict[str, Any], event_type: str | None) -> bool:
+    """Whether a watched object's status moved in a way a pass cares about (readiness, counts,
+    conditions, container states); our own writes to a Deployment's spec, and repeated events with the
+    same status, trigger nothing. Remembered per object in memory; a deletion always counts."""
+    meta = body.get("metadata") or {}
+    key = f"{body.get('kind')}/{meta.get('namespace')}/{meta.get('name')}"
+    if event_type == "DELETED":
+        ctx.fingerprints.pop(key, None)
+        return True
+    status = body.get("status") or {}
+    quiet = event_type == "ADDED" and not status  # just created (often by us): nothing to report yet
+    fingerprint = repr(
+        (
+            status.get("phase"),
+            [(c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []],
+            [
+                (cs.get("name"), sorted((cs.get("state") or {}).keys()), cs.get("restartCount"))
+                for cs in [
+                    *(status.get("initContainerStatuses") or []),
+                    *(status.get("containerStatuses") or []),
+                ]
+            ],
+            [status.get(k) for k in ("replicas", "readyReplicas", "updatedReplicas", "succeeded", "failed")],
+            (meta.get("deletionTimestamp") is not None),
+        )
+    )
+    if ctx.fingerprints.get(key) == fingerprint:
+        return False
+    ctx.fingerprints[key] = fingerprint
+    return not quiet
+
+
+async def nudge(ctx: OperatorContext, kind: str, namespace: str, name: str, run: Callable[..., Any]) -> None:
     """Run a pass over ``kind/namespace/name`` unless one is already queued for it."""
     key = f"{kind}/{namespace}/{name}"
     if key in ctx.queued:

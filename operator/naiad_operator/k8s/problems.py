@@ -2,7 +2,8 @@
 the Events the kubelet and the attach controller post about it.
 
 The reasons are the ones a platform team meets first on a new cluster, in the words Kubernetes uses:
-the scheduler's ``Unschedulable`` (``InsufficientGPU`` when what is missing is a GPU), a container
+the scheduler's ``Unschedulable`` (``InsufficientGPU`` when what is missing is a GPU, ``ClaimPending``
+when the pod's claim cannot bind), a container
 waiting in ``ImagePullBackOff``/``ErrImagePull``/``CrashLoopBackOff`` (with the last termination
 message: the server writes its last error there), a volume that cannot be mounted (``FailedMount``) or
 attached to a second node (``MultiAttach``). Volume trouble is only in Events, so Events are read only
@@ -75,7 +76,11 @@ def pod_problem(pod: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> P
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             message = cond.get("message") or "no node fits the pod"
-            reason = "InsufficientGPU" if GPU.search(message) else cond.get("reason") or "Unschedulable"
+            reason = cond.get("reason") or "Unschedulable"
+            if GPU.search(message):
+                reason = "InsufficientGPU"
+            elif "unbound" in message and "PersistentVolumeClaim" in message:
+                reason = "ClaimPending"  # no StorageClass fits the claim's access modes, or none is default
             return PodProblem(reason, _cut(message))
     for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         waiting = (cs.get("state") or {}).get("waiting") or {}

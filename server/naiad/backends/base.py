@@ -15,8 +15,7 @@ the same for both kinds, and the non-decoupled fast path pays nothing for stream
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol

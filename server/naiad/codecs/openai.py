@@ -3,10 +3,11 @@
 A text-generation model takes its prompt in a BYTES input ``text_input`` and answers with BYTES
 ``text_output`` (a decoupled model: one response per token; any other: one response with the whole
 text).  Sampling settings travel as request parameters (``max_tokens``, ``temperature``, ``top_p``,
-``seed``, ``stop`` as a JSON list of strings, and ``stream``, false when the client wants the text
-whole), so the same model serves ``generate`` and ``generate_stream`` callers unchanged.  A model
-may add ``finish_reason`` ("stop" or "length"), ``num_input_tokens`` and ``num_output_tokens`` to a
-response (the final one, say): they become the choice's ``finish_reason`` and the ``usage`` counts.
+``seed``, ``stop`` as a JSON list of strings, ``stream``, false when the client wants the text whole,
+and ``add_special_tokens``, false for a prompt rendered from a chat template), so the same model
+serves ``generate`` and ``generate_stream`` callers unchanged.  A model may add ``finish_reason``
+("stop" or "length"), ``num_input_tokens`` and ``num_output_tokens`` to a response (the final one,
+say): they become the choice's ``finish_reason`` and the ``usage`` counts.
 
 Request bodies are checked against OpenAI's API reference (types and ranges); features a model cannot
 honour here (``n`` > 1, log probabilities, tools, ``suffix``, penalties, ``logit_bias``) are refused
@@ -65,6 +66,11 @@ class OpenAIError(Exception):
         self.kind = kind
         self.param = param
         self.code = code
+        #: Headers the answer needs beyond its content type (``WWW-Authenticate`` for a 401).
+        self.extra_headers: list[tuple[bytes, bytes]] = []
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"content-type", b"application/json"), *self.extra_headers]
 
     def body(self) -> bytes:
         return orjson.dumps(
@@ -285,10 +291,16 @@ def _parameters(parsed: _Body, max_tokens: int | None) -> Parameters:
 
 
 def infer_request(generation: Generation, prompt: str, request_id: str, version: str = "") -> InferRequest:
-    """The core request for the model: the prompt as ``text_input``, sampling as parameters."""
+    """The core request for the model: the prompt as ``text_input``, sampling as parameters.
+
+    A chat prompt comes from the chat template with its special tokens already in place (a BOS token,
+    say), so it carries ``add_special_tokens`` false: a model tokenizing it should not add them again.
+    """
     data = np.array([prompt.encode("utf-8")], dtype=np.object_)
     parameters = dict(generation.parameters)
     parameters["stream"] = generation.stream
+    if generation.chat:
+        parameters["add_special_tokens"] = False
     return InferRequest(
         model_name=generation.model,
         model_version=version,

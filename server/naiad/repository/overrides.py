@@ -105,8 +105,9 @@ def write_model_files(name: str, files: dict[str, bytes]) -> tuple[Path, Path]:
     model_dir = scratch / name
     try:
         for relative, content in files.items():
-            parts = relative.split("/")
-            if not relative or relative.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            # Triton joins the path to the model folder, so "file:/1/model.py" is "file:1/model.py"
+            parts = relative.lstrip("/").split("/")
+            if not relative or any(p in ("", ".", "..") for p in parts):
                 raise OverrideError(f"invalid file override path '{relative}'")
             target = model_dir.joinpath(*parts)
             target.parent.mkdir(parents=True, exist_ok=True)

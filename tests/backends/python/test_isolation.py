@@ -209,6 +209,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def _shm_files(pids: list[int]) -> list[str]:
     return [name for name in os.listdir("/dev/shm") if any(name.startswith(f"naiad-{pid}-") for pid in pids)]
 
@@ -385,3 +389,20 @@ def test_the_isolation_choice_shows_in_the_config_and_a_trusted_model_runs_in_th
     assert server.process is not None
     assert _grpc(server, "trusted", SERVE) == server.process.pid
     assert _http(server, "segv", SERVE) in _descendants(server.process.pid)
+
+
+def test_a_template_process_killed_from_outside_takes_its_model_processes_which_restart(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_model(repo, "segv", FAULTY_CONFIG.format(name="segv", extra=""), FAULTY_PY)
+    with ServerProcess([repo]) as server:
+        assert server.process is not None
+        pid = _http(server, "segv", SERVE)
+        (template,) = [p for p in _descendants(server.process.pid) if _parent(p) == server.process.pid]
+        assert "naiad.backends.python.zygote" in Path(f"/proc/{template}/cmdline").read_text()
+        os.kill(template, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid)  # a model process never outlives its template
+        assert _served_again(server, "segv", pid) != pid  # a new template, a new model process
+        assert "ended with the model process template (status unknown)" in server.log()

@@ -36,6 +36,7 @@ def test_inference_needs_a_key_with_the_infer_scope(guarded: LlmServer) -> None:
     with _client(guarded, "not-a-key-at-all-000") as stranger, pytest.raises(openai.AuthenticationError) as info:
         stranger.completions.create(model=MODEL, prompt="The river", max_tokens=2)
     assert info.value.status_code == 401 and info.value.type == "authentication_error"
+    assert info.value.response.headers["www-authenticate"].startswith("Bearer")
     with _client(guarded, READER) as reader, pytest.raises(openai.PermissionDeniedError) as denied:
         reader.completions.create(model=MODEL, prompt="The river", max_tokens=2)
     assert "lacks the 'infer' scope" in denied.value.message

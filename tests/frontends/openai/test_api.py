@@ -169,7 +169,7 @@ def test_malformed_requests_get_openais_error_shape(server: LlmServer) -> None:
 
 
 def test_a_client_that_disconnects_cancels_the_generation(server: LlmServer) -> None:
-    body = json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": 4000, "stream": True})
+    body = json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": 4000, "temperature": 0, "stream": True})
     connection = http.client.HTTPConnection("127.0.0.1", server.openai_port, timeout=30)
     connection.request("POST", "/v1/completions", body, {"content-type": "application/json"})
     response = connection.getresponse()
@@ -203,7 +203,8 @@ def test_a_client_that_leaves_before_a_whole_answer_cancels_it_too(server: LlmSe
         return server.log().count("cancelled after "), int(stats["inference_stats"]["fail"]["count"])
 
     before = cancelled()
-    body = json.dumps({"model": MODEL, "prompt": "The weir", "max_tokens": 4000})
+    # Greedy, so the text cannot end early on a sampled end-of-text token.
+    body = json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": 4000, "temperature": 0})
     connection = http.client.HTTPConnection("127.0.0.1", server.openai_port, timeout=30)
     connection.request("POST", "/v1/completions", body, {"content-type": "application/json"})
     time.sleep(1.0)  # generating by now (on a loaded machine, maybe still queued): the answer takes seconds

@@ -20,7 +20,7 @@ from tests.support.server import ServerProcess
 CSV_HEADER = ["Concurrency", "Inferences/Second", "Client Send", "Network+Server Send/Recv", "Server Queue",
               "Server Compute Input", "Server Compute Infer", "Server Compute Output", "Client Recv",
               "p50 latency", "p90 latency", "p95 latency", "p99 latency"]
-FAST = ["-p", "250", "-r", "3", "-s", "1000", "--workers", "1"]
+FAST = ["-p", "200", "-r", "3", "-s", "1000", "--workers", "1"]
 
 
 def perf(*args: str) -> subprocess.CompletedProcess[str]:

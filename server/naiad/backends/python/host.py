@@ -67,8 +67,7 @@ class ModelHost:
                 except Exception as exc:
                     log.exception("importing %s failed", model_file)
                     raise InternalError(
-                        f"failed to load model '{model_name}': importing {model_file} raised "
-                        f"{describe(exc)}"
+                        f"failed to load model '{model_name}': importing {model_file} raised {describe(exc)}"
                     ) from exc
                 cls = _model_class(module, model_name, model_file)
                 execute = getattr(cls, "execute", None)

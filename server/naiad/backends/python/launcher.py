@@ -66,9 +66,6 @@ class Launcher:
             message = f"failed to auto-complete the configuration of model '{model_name}': {message}"
         raise InvalidArgumentError(message)
 
-    def close(self) -> None:
-        self._zygote.close()
-
 
 def _exchange(process: ModelProcess, message: tuple[object, ...], when: str) -> tuple[object, ...]:
     """Send ``message`` and return the reply, or a ``stopped`` reply naming how the process ended;

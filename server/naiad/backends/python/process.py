@@ -10,7 +10,10 @@ outputs placed in a region of its own (see :mod:`naiad.backends.python.shm`).  `
 the model process asks the engine, which answers from the live request.  While an execution runs, the
 model process also sends a decoupled model's responses as they come, and forwards the model's BLS
 calls, which the engine makes on the instance's thread and answers.  ``execute`` blocks in socket I/O,
-releasing the GIL, so N instances compute in N processes at once.
+releasing the GIL, so N instances compute in N processes at once.  A single instance that only ever
+answers executions (not decoupled, no BLS) is driven from the event loop instead (``start_on_loop``),
+with executions sent ahead under load.  Log records come through a pipe of their own
+(:mod:`naiad.backends.python.logrelay`).
 
 A watcher thread per instance learns at once that the model process ended (the template reports its
 exit status), kills it when it crosses the model's memory limit or runs one execution past the
@@ -139,11 +142,6 @@ class ProcessModelInstance:
         self._watcher.start()
 
     @property
-    def pid(self) -> int:
-        """The current model process's id (tests and the isolation benchmark read it)."""
-        return self._child.process.pid
-
-    @property
     def loop_driven(self) -> bool:
         """Whether the scheduler may drive this instance from the event loop (``start_on_loop``):
         a model that is neither decoupled nor issues BLS requests only ever answers an execution
@@ -218,11 +216,10 @@ class ProcessModelInstance:
     ) -> list[ExecuteResult]:
         _, path, size, results = reply
         region = child.outputs.get(slot)
-        if path is not None:
+        if path is not None:  # the model process reuses it for the next execution of this slot
             region = shm.Region.attach(path, size)
             region.unlink()
-            if slot >= 0:
-                child.outputs[slot] = region
+            child.outputs[slot] = region
         return [
             self._result(region, request, result) for request, result in zip(requests, results, strict=True)
         ]
@@ -313,8 +310,9 @@ class ProcessModelInstance:
         def ended() -> None:
             loop.remove_reader(sentinel)
             message = self._stopped(child, "while executing")
-            for _, key, slot, requests, done, fresh in lost:
-                self._sent.remove((_, key, slot, requests, done, fresh))
+            for sent in lost:
+                self._sent.remove(sent)
+                _, key, slot, requests, done, fresh = sent
                 self._finish(key, False, fresh)
                 self._free_slots.append(slot)
                 done([InternalError(message) for _ in requests])
@@ -416,6 +414,7 @@ class ProcessModelInstance:
                 cause,
             )
             self._health.exited(_cause_kind(child))
+            _remove_orphans()  # a region it made but had not handed over yet
             with self._lock:
                 self._unhealthy = self._not_healthy(f"its model process stopped ({cause}) and is restarting")
             if not self._restart(cause):

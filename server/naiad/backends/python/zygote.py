@@ -44,8 +44,9 @@ log = logging.getLogger(__name__)
 SOURCE_ROOT = str(Path(__file__).resolve().parents[3])
 _PR_SET_PDEATHSIG = 1
 _STATUS = struct.Struct("i")
-#: The exit status reported when the template went away before the process's own status came.
-UNKNOWN_STATUS = 255
+#: The exit status recorded when the template went away before reporting the process's own (no
+#: real status is this low: signals are -1..-64).
+UNKNOWN_STATUS = -1000
 
 
 class ModelProcess:
@@ -110,6 +111,8 @@ def describe_status(code: int | None) -> str:
     """``exit status 3``, ``killed by signal 11 (SIGSEGV)``, or that it did not end."""
     if code is None:
         return "did not exit"
+    if code == UNKNOWN_STATUS:
+        return "ended with the model process template (status unknown)"
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -120,7 +123,8 @@ def describe_status(code: int | None) -> str:
 
 
 class Zygote:
-    """The engine's end of the template process; started on first use, shared by every model."""
+    """The engine's end of the template process; started on first use, shared by every model, and
+    gone with the engine (its socket closes)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -172,19 +176,6 @@ class Zygote:
             )
         self._control = ours
         return ours
-
-    def close(self) -> None:
-        """Stop the template (its model processes die with it)."""
-        with self._lock:
-            if self._control is not None:
-                self._control.close()
-                self._control = None
-            if self._process is not None:
-                try:
-                    self._process.wait(10.0)
-                except subprocess.TimeoutExpired:
-                    self._process.kill()
-                    self._process.wait()
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:

@@ -88,7 +88,8 @@ class HttpFrontend:
         if query >= 0:
             raw_path = raw_path[:query]
         if log.isEnabledFor(logging.DEBUG):  # Triton's line, with libevhtp's method number
-            log.debug("HTTP request: %d %s", _METHOD_CODES.get(scope["method"], 16), raw_path.decode("latin-1"))
+            method = _METHOD_CODES.get(scope["method"], 16)
+            log.debug("HTTP request: %d %s", method, raw_path.decode("latin-1"))
         try:
             segments = _segments(raw_path)
         except InvalidArgumentError as exc:

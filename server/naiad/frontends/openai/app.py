@@ -81,34 +81,31 @@ class OpenAIFrontend:
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
         watch: _DisconnectWatch | None = None
         try:
-            refused = self._refusal(method, path, headers)
-            if refused is not None:
-                raise refused
-            body = b""
-            if method == "POST":
-                length = headers.get("content-length")
-                declared = int(length) if length is not None and length.isdigit() else None
-                body = await read_body(receive, declared, self.max_input_size)
-                watch = _DisconnectWatch(receive)
-            status, content, extra = await self._route(method, path, body)
-        except asyncio.CancelledError:
-            if watch is None or not watch.gone():
-                raise
-            return  # the client has gone: nobody to answer
-        except OpenAIError as exc:
-            status, content, extra = exc.status, exc.body(), list(_JSON)
-        except InferenceServerError as exc:
-            error = OpenAIError.of(exc)
-            status, content, extra = error.status, error.body(), list(_JSON)
-        except Exception as exc:  # a bug must cost one request, never the server
-            log.exception("unhandled error serving %s %s", method, path)
-            error = OpenAIError(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
-            status, content, extra = error.status, error.body(), list(_JSON)
-        try:
+            try:
+                refused = self._refusal(method, path, headers)
+                if refused is not None:
+                    raise refused
+                body = b""
+                if method == "POST":
+                    length = headers.get("content-length")
+                    declared = int(length) if length is not None and length.isdigit() else None
+                    body = await read_body(receive, declared, self.max_input_size)
+                    watch = _DisconnectWatch(receive)
+                status, content, extra = await self._route(method, path, body)
+            except OpenAIError as exc:
+                status, content, extra = exc.status, exc.body(), exc.headers()
+            except InferenceServerError as exc:
+                error = OpenAIError.of(exc)
+                status, content, extra = error.status, error.body(), error.headers()
+            except Exception as exc:  # a bug must cost one request, never the server
+                log.exception("unhandled error serving %s %s", method, path)
+                error = OpenAIError(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+                status, content, extra = error.status, error.body(), error.headers()
             await _send(send, status, content, extra)
         except asyncio.CancelledError:
             if watch is None or not watch.gone():
                 raise
+            # the client has gone: its request is cancelled, and nobody is left to answer
         finally:
             if watch is not None:
                 watch.close()
@@ -126,7 +123,9 @@ class OpenAIFrontend:
             message = f"This API is restricted, expecting header '{denial.message}'"
             return OpenAIError(403, message, "permission_error", code="restricted_api")
         if denial.reason is Refusal.UNAUTHENTICATED:
-            return OpenAIError(401, denial.message, "authentication_error", code="invalid_api_key")
+            unauthenticated = OpenAIError(401, denial.message, "authentication_error", code="invalid_api_key")
+            unauthenticated.extra_headers.append((b"www-authenticate", b'Bearer realm="naiad"'))
+            return unauthenticated
         return OpenAIError(403, denial.message, "permission_error", code="insufficient_scope")
 
     async def _route(self, method: str, path: str, body: bytes) -> _Reply:

@@ -2,9 +2,11 @@
 
 Request:  ``text_input`` (the prompt, one string) and request parameters ``max_tokens``,
           ``temperature`` (0 = greedy), ``top_p``, ``seed``, ``stop`` (one string, or a JSON list of
-          strings) and ``stream`` (false: one response with the whole text, as Triton's ``generate``
-          endpoint needs).  Missing parameters take OpenAI's defaults (temperature 1, top_p 1), the
-          config's ``default_max_tokens`` and ``stream`` true.
+          strings), ``stream`` (false: one response with the whole text, as Triton's ``generate``
+          endpoint needs) and ``add_special_tokens`` (false for a prompt that has them already, as
+          one rendered from the chat template does).  Missing parameters take OpenAI's defaults
+          (temperature 1, top_p 1), the config's ``default_max_tokens``, ``stream`` true and
+          ``add_special_tokens`` true.
 Response: one per generated token with ``text_output`` (the text that token completes: "" while it
           ends inside a UTF-8 character or may be the start of a stop string), then a last response,
           sent with the final flag: the text still held back, ``finish_reason`` ("stop": end of text
@@ -50,8 +52,11 @@ class TritonPythonModel:
         self.model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
         self.context = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.default_max_tokens = int(parameters.get("default_max_tokens", "16"))
-        eos = self.tokenizer.eos_token_id
-        self.eos = {eos} if isinstance(eos, int) else set(eos or [])
+        # Chat models often end a turn with a token of their own (Llama 3's <|eot_id|>), listed in the
+        # generation config beside the tokenizer's end-of-text token.
+        self.eos = set()
+        for ids in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            self.eos.update([ids] if isinstance(ids, int) else ids or [])
         timing_log = parameters.get("timing_log", "")
         self.timing_log = open(timing_log, "a", encoding="utf-8") if timing_log else None
         self.arrivals = queue.SimpleQueue()
@@ -101,7 +106,10 @@ class TritonPythonModel:
             streaming = parameters.get("stream", True)
             if not isinstance(streaming, bool):
                 raise ValueError("parameter 'stream' must be a boolean")
-            ids = self.tokenizer(prompt, return_tensors="pt").input_ids
+            special = parameters.get("add_special_tokens", True)  # false: a prompt from a chat template
+            if not isinstance(special, bool):
+                raise ValueError("parameter 'add_special_tokens' must be a boolean")
+            ids = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=special).input_ids
             if ids.shape[1] == 0:
                 raise ValueError("the prompt is empty")
             if ids.shape[1] >= self.context:

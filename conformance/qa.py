@@ -1,0 +1,203 @@
+"""Test files of the server repository's ``qa/`` folder, with their model repositories made as each
+``test.sh`` makes them (``mkdir``/``cp`` of ``qa/python_models``, then its ``sed`` edits).
+
+Chosen, not discovered: the ones that run on a CPU with models that ship in ``qa/`` or in
+``python_backend/examples``.  The README lists them, and the ones left out with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from conformance.models import copy_model, edit_config, place_python_model
+from conformance.runner import Checkouts, Script, Suite
+
+QA = "qa/"
+DYNAMIC_BATCHING = "dynamic_batching {{ preferred_batch_size: [8], max_queue_delay_microseconds: {delay} }}\n"
+#: qa/common (test_util, shm_util...) and our stand-in for the C++ ``triton_shm_monitor`` they import.
+PYTHONPATH = "{common}" + os.pathsep + str(Path(__file__).resolve().parent / "stand_ins")
+
+
+def qa_model(checkouts: Checkouts, repository: Path, name: str, as_name: str | None = None) -> Path:
+    """``mkdir -p models/<as_name>/1; cp python_models/<name>/model.py ...; cp .../config.pbtxt ...``"""
+    source = checkouts.qa / "python_models" / name
+    return place_python_model(repository, as_name or name, source / "model.py", source / "config.pbtxt")
+
+
+def derive(repository: Path, source: str, name: str, *edits: tuple[str, str], append: str = "") -> Path:
+    """``cp -r models/<source> models/<name>`` and the ``sed`` edits that rename it and change it."""
+    folder = copy_model(repository / source, repository, name)
+    edit_config(folder, ("^name:.*", f'name: "{name}"'), *edits, append=append)
+    return folder
+
+
+def _pytest(checkouts: Checkouts, folder: str, test_file: str, **kwargs: object) -> Script:
+    cwd = checkouts.qa / folder
+    return Script(
+        f"{QA}{folder}/{test_file}",
+        (test_file,),
+        cwd,
+        pytest=True,
+        fixed_ports=True,
+        env={"PYTHONPATH": PYTHONPATH.format(common=checkouts.qa / "common")},
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def backend_python(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/python_test.py: identity models of many types, BF16, PyTorch, init args..."""
+
+    def build(repo: Path) -> None:
+        for name in ("identity_fp32", "identity_bf16"):
+            qa_model(checkouts, repo, name)
+        derive(
+            repo,
+            "identity_fp32",
+            "identity_uint8",
+            ("TYPE_FP32", "TYPE_UINT8"),
+            ("^max_batch_size:.*", "max_batch_size: 8"),
+            append="dynamic_batching { preferred_batch_size: [8], max_queue_delay_microseconds: 12000000 }\n",
+        )
+        derive(
+            repo,
+            "identity_fp32",
+            "identity_uint8_nobatch",
+            ("TYPE_FP32", "TYPE_UINT8"),
+            ("^max_batch_size:.*", ""),
+        )
+        derive(repo, "identity_fp32", "identity_uint32", ("TYPE_FP32", "TYPE_UINT32"))
+        derive(repo, "identity_fp32", "identity_bool", ("TYPE_FP32", "TYPE_BOOL"))
+        default = derive(
+            repo, "identity_fp32", "default_model_name", append='default_model_filename: "mymodel.py"\n'
+        )
+        (default / "1" / "model.py").rename(default / "1" / "mymodel.py")
+        qa_model(checkouts, repo, "pytorch_fp32_fp32")
+        edit_config(repo / "pytorch_fp32_fp32", ("^name:.*", 'name: "pytorch_fp32_fp32"'))
+        for name in (
+            "delayed_model",
+            "init_args",
+            "optional",
+            "non_contiguous",
+            "string",
+            "string_fixed",
+            "dlpack_identity",
+        ):
+            qa_model(checkouts, repo, name)
+
+    gpu = "needs a GPU (CUDA tensors, cuda-python)"
+    script = _pytest(
+        checkouts,
+        "L0_backend_python",
+        "python_test.py",
+        deselect={
+            "PythonTest::test_gpu_tensor_error": gpu,
+            "PythonTest::test_dlpack_tensor_error": gpu,
+            "PythonTest::test_growth_error": (
+                "grows the Python backend's own shared-memory pool past 1 GiB; Naiad has no such pool and "
+                "refuses the 1 GiB request body at --http-max-input-size (Triton's 64 MiB default) instead"
+            ),
+        },
+    )
+    # init_args checks that model_repository is $TRITON_DIR/qa/L0_backend_python/models/init_args
+    return Suite(
+        "qa-backend_python",
+        build,
+        (script,),
+        ("--allow-client-shm=true",),
+        repository="qa/L0_backend_python/models",
+        server_env={"TRITON_DIR": "{suite}"},
+    )
+
+
+def lifecycle(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/lifecycle: errors from execute (returned, raised, gRPC codes), cancellation."""
+
+    def build(repo: Path) -> None:
+        for name in ("error_code", "execute_cancel", "decoupled_grpc_error", "execute_return_error"):
+            qa_model(checkouts, repo, name)
+        batching = ("^max_batch_size:.*", "max_batch_size: 8")
+        for name, delay in (("execute_error", 12000000), ("execute_grpc_error", 1200000)):
+            qa_model(checkouts, repo, name)
+            edit_config(
+                repo / name,
+                ("^name:.*", f'name: "{name}"'),
+                batching,
+                append=DYNAMIC_BATCHING.format(delay=delay),
+            )
+        qa_model(checkouts, repo, "wrong_model")
+        edit_config(repo / "wrong_model", ("^name:.*", 'name: "wrong_model"'), ("TYPE_FP32", "TYPE_UINT32"))
+
+    folder = "L0_backend_python/lifecycle"
+    script = _pytest(checkouts, folder, "lifecycle_test.py")
+    # test_execute_cancel reads the model's log lines from the server log test.sh writes
+    return Suite(
+        "qa-lifecycle",
+        build,
+        (script,),
+        ("--log-verbose=1",),
+        log_link=checkouts.qa / folder / "lifecycle_server.log",
+    )
+
+
+def decoupled(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/decoupled: decoupled models, BLS to them, response senders, cancellation."""
+
+    def build(repo: Path) -> None:
+        for name in ("identity_fp32", "execute_cancel", "response_sender_until_cancelled", "dlpack_add_sub"):
+            qa_model(checkouts, repo, name)
+        examples = checkouts.pb_examples / "decoupled"
+        place_python_model(
+            repo, "square_int32", examples / "square_model.py", examples / "square_config.pbtxt"
+        )
+        shutil.copytree(checkouts.qa / "L0_backend_python" / "decoupled" / "models", repo, dirs_exist_ok=True)
+
+    return Suite(
+        "qa-decoupled", build, (_pytest(checkouts, "L0_backend_python/decoupled", "decoupled_test.py"),)
+    )
+
+
+def response_parameters(checkouts: Checkouts) -> Suite:
+    def build(repo: Path) -> None:
+        for name in ("response_parameters", "response_parameters_decoupled", "response_parameters_bls"):
+            qa_model(checkouts, repo, name)
+
+    script = _pytest(checkouts, "L0_backend_python/parameters", "response_parameters_test.py")
+    return Suite("qa-response_parameters", build, (script,))
+
+
+def aio_clients(
+    checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
+) -> list[Suite]:
+    """qa/L0_http/python_http_aio_test.py and qa/L0_grpc/python_grpc_aio_test.py on the example models:
+    the first counts 7 models in the repository index, the second 8."""
+    grpc_deselect = {
+        "TestGrpcAioClient::test_register_system_shared_memory": (
+            "expects INTERNAL for a key that does not open (Triton's answer); Naiad answers "
+            "INVALID_ARGUMENT / 400, as bad client input, never 5xx (issue 16's fuzzing rule)"
+        ),
+        "TestGrpcAioClient::test_register_cuda_shared_memory": (
+            "expects a GPU build's message for a CUDA IPC handle that cannot open; without a GPU Naiad "
+            "answers as Triton's CPU build does ('GPUs not supported')"
+        ),
+    }
+    http = _pytest(checkouts, "L0_http", "python_http_aio_test.py")
+    grpc = _pytest(checkouts, "L0_grpc", "python_grpc_aio_test.py", deselect=grpc_deselect)
+    return [
+        Suite("qa-http-aio", http_repository, (http,), ("--allow-client-shm=true",)),
+        Suite("qa-grpc-aio", grpc_repository, (grpc,), ("--allow-client-shm=true",)),
+    ]
+
+
+def qa_suites(
+    checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
+) -> list[Suite]:
+    return [
+        backend_python(checkouts),
+        lifecycle(checkouts),
+        decoupled(checkouts),
+        response_parameters(checkouts),
+        *aio_clients(checkouts, http_repository, grpc_repository),
+    ]

@@ -1,0 +1,80 @@
+"""The conformance runner's own logic on a tiny fake script folder: verdicts, test-case lines, deselected
+cases, unclassified scripts and the summary line.  No NVIDIA checkout and no server are involved."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from conformance.runner import Ports, Script, Skip, Verdict, run_script, summary, unclassified
+
+PORTS = Ports(8000, 8001, 8002)
+
+FAKE_TESTS = """
+import unittest
+
+
+class FakeTest(unittest.TestCase):
+    def test_passes(self):
+        self.assertEqual(1, 1)
+
+    def test_fails(self):
+        self.assertEqual(1, 2, "one is not two")
+
+    def test_deselected(self):
+        raise SystemExit("must not run")
+"""
+
+
+def _script(folder: Path, name: str, body: str, **kwargs: object) -> Script:
+    (folder / name).write_text(body)
+    return Script(name, ("{python}", name, "{http}"), folder, **kwargs)  # type: ignore[arg-type]
+
+
+def test_scripts_pass_on_exit_zero_and_the_expected_output_only(tmp_path: Path) -> None:
+    log = io.StringIO()
+    ok = _script(tmp_path, "ok.py", "import sys; print('PASS', sys.argv[1])", expect=r"PASS localhost:8000")
+    failing = _script(tmp_path, "failing.py", "import sys; print('boom'); sys.exit(3)")
+    silent = _script(tmp_path, "silent.py", "print('nothing to see')", expect="PASS")
+    verdicts = [v for s in (ok, failing, silent) for v in run_script(s, PORTS, log)]
+    assert [(v.name, v.outcome) for v in verdicts] == [
+        ("ok.py", "PASS"),
+        ("failing.py", "FAIL"),
+        ("silent.py", "FAIL"),
+    ]
+    assert verdicts[1].detail == "exit 3: boom"
+    assert verdicts[2].detail.startswith("output lacks /PASS/")
+    assert "===== failing.py" in log.getvalue()
+
+
+def test_scripts_that_need_the_default_ports_are_skipped_elsewhere(tmp_path: Path) -> None:
+    fixed = _script(tmp_path, "fixed.py", "pass", fixed_ports=True)
+    (verdict,) = run_script(fixed, Ports(18000, 18001, 18002), io.StringIO())
+    assert verdict.outcome == "SKIP"
+
+
+def test_test_files_get_a_line_per_case_and_deselected_cases_are_skipped_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "fake_test.py").write_text(FAKE_TESTS)
+    script = Script(
+        "qa/fake_test.py", ("fake_test.py",), tmp_path, pytest=True,
+        deselect={"FakeTest::test_deselected": "needs a GPU"},
+    )  # fmt: skip
+    verdicts = {v.name: v for v in run_script(script, PORTS, io.StringIO())}
+    assert {name: v.outcome for name, v in verdicts.items()} == {
+        "qa/fake_test.py::FakeTest::test_passes": "PASS",
+        "qa/fake_test.py::FakeTest::test_fails": "FAIL",
+        "qa/fake_test.py::FakeTest::test_deselected": "SKIP",
+    }
+    assert "one is not two" in verdicts["qa/fake_test.py::FakeTest::test_fails"].detail
+    assert verdicts["qa/fake_test.py::FakeTest::test_deselected"].detail == "needs a GPU"
+
+
+def test_unclassified_scripts_are_reported_and_the_summary_counts_every_outcome(tmp_path: Path) -> None:
+    for name in ("known.py", "skipped.py", "new_upstream.py"):
+        (tmp_path / name).write_text("")
+    found = unclassified(tmp_path, "*.py", {"client/known.py", "client/skipped.py"}, "client/")
+    assert found == [Skip("client/new_upstream.py", "not classified by conformance/cases.py yet")]
+    verdicts = [Verdict("a", "PASS"), Verdict("b", "FAIL"), Verdict("c", "SKIP"), Verdict("d", "PASS")]
+    assert summary(verdicts) == "2 passed, 1 failed, 1 skipped"
