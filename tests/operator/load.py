@@ -142,11 +142,9 @@ class Load:
                 for n in range(grpc_clients)
             ),
         ]
-        self.started = self.stopped = 0.0
 
     def __enter__(self) -> Load:
         self.endpoints = ready_endpoints(self.api, self.selector)
-        self.started = time.monotonic()
         for thread in self._threads:
             thread.start()
         return self
@@ -155,7 +153,6 @@ class Load:
         self._stop.set()
         for thread in self._threads:
             thread.join(30)
-        self.stopped = time.monotonic()
 
     def _refresh(self) -> None:
         while not self._stop.wait(self.propagation):
