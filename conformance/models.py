@@ -97,17 +97,16 @@ output [ {{ name: "OUTPUT0" data_type: {type} dims: [ -1 ] }} ]
 """
 
 
-def build_identity(repository: Path, name: str, elem_type: int = TensorProto.INT32) -> Path:
-    """An ONNX ``INPUT0 -> OUTPUT0`` identity, in place of Triton's C++ ``identity`` backend models."""
+def build_identity(repository: Path, name: str) -> Path:
+    """An INT32 ONNX ``INPUT0 -> OUTPUT0`` identity, in place of Triton's C++ ``identity`` backend model."""
     folder = repository / name
     dims: list[str | int] = ["batch", "n"]
     graph = helper.make_graph(
         [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
         name,
-        [helper.make_tensor_value_info("INPUT0", elem_type, dims)],
-        [helper.make_tensor_value_info("OUTPUT0", elem_type, dims)],
+        [helper.make_tensor_value_info("INPUT0", TensorProto.INT32, dims)],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.INT32, dims)],
     )
     _save(graph, folder / "1" / "model.onnx")
-    type_name = "TYPE_" + {TensorProto.INT32: "INT32", TensorProto.FLOAT: "FP32"}[elem_type]
-    (folder / "config.pbtxt").write_text(IDENTITY_CONFIG.format(name=name, type=type_name))
+    (folder / "config.pbtxt").write_text(IDENTITY_CONFIG.format(name=name, type="TYPE_INT32"))
     return folder

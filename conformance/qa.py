@@ -154,9 +154,9 @@ def decoupled(checkouts: Checkouts) -> Suite:
         )
         shutil.copytree(checkouts.qa / "L0_backend_python" / "decoupled" / "models", repo, dirs_exist_ok=True)
 
-    return Suite(
-        "qa-decoupled", build, (_pytest(checkouts, "L0_backend_python/decoupled", "decoupled_test.py"),)
-    )
+    # its hanging cases block in gRPC's C code, out of pytest-timeout's reach: one process per case
+    script = _pytest(checkouts, "L0_backend_python/decoupled", "decoupled_test.py", per_case=True)
+    return Suite("qa-decoupled", build, (script,))
 
 
 def response_parameters(checkouts: Checkouts) -> Suite:
@@ -166,6 +166,32 @@ def response_parameters(checkouts: Checkouts) -> Suite:
 
     script = _pytest(checkouts, "L0_backend_python/parameters", "response_parameters_test.py")
     return Suite("qa-response_parameters", build, (script,))
+
+
+def bls_parameters(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/bls/bls_parameters_test.py: request parameters passed on through BLS."""
+
+    def build(repo: Path) -> None:
+        qa_model(checkouts, repo, "bls_parameters")
+
+    script = _pytest(checkouts, "L0_backend_python/bls", "bls_parameters_test.py")
+    return Suite("qa-bls_parameters", build, (script,))
+
+
+def model_control(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/model_control: loading and unloading an ensemble of a Python model."""
+
+    def build(repo: Path) -> None:
+        qa_model(checkouts, repo, "identity_fp32")
+        ensemble = repo / "simple_identity_fp32"
+        (ensemble / "1").mkdir(parents=True)
+        shutil.copyfile(
+            checkouts.qa / "python_models" / "simple_identity_fp32" / "config.pbtxt",
+            ensemble / "config.pbtxt",
+        )
+
+    script = _pytest(checkouts, "L0_backend_python/model_control", "model_control_test.py")
+    return Suite("qa-model_control", build, (script,), ("--model-control-mode=explicit",))
 
 
 def aio_clients(
@@ -199,5 +225,7 @@ def qa_suites(
         lifecycle(checkouts),
         decoupled(checkouts),
         response_parameters(checkouts),
+        bls_parameters(checkouts),
+        model_control(checkouts),
         *aio_clients(checkouts, http_repository, grpc_repository),
     ]

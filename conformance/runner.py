@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -91,6 +91,9 @@ class Script:
     timeout: float = 600.0
     test_timeout: float = 60.0
     env: dict[str, str] = field(default_factory=dict)
+    #: Run each test case in a pytest process of its own, killed after ``test_timeout`` (plus start-up):
+    #: for files whose hanging cases block in C code, where pytest-timeout's signal never fires.
+    per_case: bool = False
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,8 @@ def run_script(script: Script, ports: Ports, log: TextIO) -> list[Verdict]:
         return [
             Verdict(script.name, "SKIP", "hard-codes localhost:8000-8002, which are taken (run isolated)")
         ]
+    if script.per_case:
+        return _per_case(script, ports, log)
     argv = [a.format(http=ports.http_url, grpc=ports.grpc_url, python=sys.executable) for a in script.argv]
     report = None
     if script.pytest:
@@ -302,6 +307,25 @@ def run_script(script: Script, ports: Ports, log: TextIO) -> list[Verdict]:
     if script.expect is not None and not re.search(script.expect, output):
         return [Verdict(script.name, "FAIL", f"output lacks /{script.expect}/: {_tail(output)}")]
     return [Verdict(script.name, "PASS", f"{elapsed:.1f}s")]
+
+
+def _per_case(script: Script, ports: Ports, log: TextIO) -> list[Verdict]:
+    """Collect the file's test cases, then run each alone (see :attr:`Script.per_case`)."""
+    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+               f"--rootdir={script.cwd}", script.argv[0]]  # fmt: skip
+    listed = subprocess.run(collect, cwd=script.cwd, env=_script_env(script), capture_output=True, text=True)
+    cases = [line.split("::", 1)[1] for line in listed.stdout.splitlines() if "::" in line]
+    if not cases:
+        return [Verdict(script.name, "FAIL", f"no test collected: {_tail(listed.stdout + listed.stderr)}")]
+    verdicts = [Verdict(f"{script.name}::{case}", "SKIP", why) for case, why in script.deselect.items()]
+    for case in (c for c in cases if c not in script.deselect):
+        alone = replace(script, argv=(f"{script.argv[0]}::{case}",), per_case=False, deselect={},
+                        timeout=script.test_timeout + 30)  # fmt: skip
+        found = run_script(alone, ports, log)
+        if len(found) == 1 and found[0].detail.startswith("no test ran (exit -1)"):
+            found = [Verdict(f"{script.name}::{case}", "FAIL", f"hung: killed after {alone.timeout:.0f}s")]
+        verdicts += [replace(v, name=v.name.replace(alone.name, script.name)) for v in found]
+    return verdicts
 
 
 def _run(argv: list[str], script: Script, report: Path | None) -> tuple[str, int]:

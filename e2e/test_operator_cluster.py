@@ -76,7 +76,7 @@ def repository(name: str, retention: str = "Retain") -> str:
                     "endpoint": os.environ.get("E2E_S3_ENDPOINT", "http://seaweedfs.naiad-e2e:8333"),
                     "credentials": {"secretRef": {"name": os.environ.get("E2E_S3_SECRET", "s3-creds")}},
                 },
-                "storage": {"size": "1Gi", "accessModes": ["ReadWriteOnce"]},
+                "storage": {"size": "1Gi"},  # perPod (the default) on the default StorageClass
                 "retentionPolicy": retention,
             },
         }
@@ -109,6 +109,11 @@ def test_admission_rejects_bad_specs(namespace: str) -> None:
     bad = json.loads(repository("bad"))
     bad["spec"]["source"]["uri"] = "http://not-a-bucket"
     assert "spec.source.uri" in kubectl("apply", "-f", "-", stdin=json.dumps(bad), check=False)
+    # CEL: shared storage on ReadWriteOnce would hit Multi-Attach on a second node
+    bad = json.loads(repository("bad"))
+    bad["spec"]["storage"] = {"mode": "shared", "accessModes": ["ReadWriteOnce"]}
+    refused = kubectl("apply", "-f", "-", stdin=json.dumps(bad), check=False)
+    assert "needs accessModes [ReadWriteMany]" in refused
     assert (
         "versionPolicy"
         in subprocess.run(

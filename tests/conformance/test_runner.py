@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+
 from conformance.runner import Ports, Script, Skip, Verdict, run_script, summary, unclassified
 
 PORTS = Ports(8000, 8001, 8002)
@@ -53,13 +55,15 @@ def test_scripts_that_need_the_default_ports_are_skipped_elsewhere(tmp_path: Pat
     assert verdict.outcome == "SKIP"
 
 
+@pytest.mark.parametrize("per_case", [False, True])
 def test_test_files_get_a_line_per_case_and_deselected_cases_are_skipped_with_the_reason(
-    tmp_path: Path,
+    tmp_path: Path, per_case: bool
 ) -> None:
+    """Whether the file runs in one pytest process or in one per case, the verdicts are the same."""
     (tmp_path / "fake_test.py").write_text(FAKE_TESTS)
     script = Script(
         "qa/fake_test.py", ("fake_test.py",), tmp_path, pytest=True,
-        deselect={"FakeTest::test_deselected": "needs a GPU"},
+        deselect={"FakeTest::test_deselected": "needs a GPU"}, per_case=per_case,
     )  # fmt: skip
     verdicts = {v.name: v for v in run_script(script, PORTS, io.StringIO())}
     assert {name: v.outcome for name, v in verdicts.items()} == {

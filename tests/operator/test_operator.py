@@ -189,8 +189,12 @@ def test_operator_lifecycle(s3: Any, api_server: ApiServer, cluster: FakeCluster
     assert sum("alpha versions [2, 3]" in m for m in events(api, "ModelLoaded")) <= 1
 
     # -- drift: a model unloaded by hand comes back on the next pass -------------------------------------
+    loaded_before = len(events(api, "ModelLoaded"))
     post(f"{url}/v2/repository/models/alpha/unload", {})
     eventually(lambda: ready_versions(url, "alpha") == (2,), what="alpha reloaded after a manual unload")
+    # no watch sees a manual unload: the periodic pass repaired it, and its Event was posted too
+    eventually(lambda: len(events(api, "ModelLoaded")) > loaded_before, what="the repair's Event")
+    assert metrics().get('naiad_operator_reconcile_errors_total{kind="InferenceService"}', 0) == 0
 
     # -- steady state: once settled, timer passes keep reading pods and write nothing at all ------------
     def settled() -> bool:

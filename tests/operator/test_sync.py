@@ -247,3 +247,20 @@ def test_status_is_stable_when_nothing_happens() -> None:
     status = _finished("Succeeded", message, ModelRepositoryStatus(active_job="j"))
     again = repository_status.with_conditions(status, 1, NOW + timedelta(minutes=5))
     assert merge_patch(status.dump(), again.dump()) == {}
+
+
+def test_a_running_sync_is_superseded_by_a_spec_change_or_suspend() -> None:
+    """A Job's pod template cannot change: a running Job of an older spec (or under suspend) is
+    cancelled, and the cancelled sync keeps the snapshot and lets the new spec start a Job."""
+    running = ModelRepositoryStatus(
+        synced_generation=1, active_job="models-sync-1", snapshot=SnapshotStatus(current="sha256:a")
+    )
+    assert not syncjob.superseded(SPEC, running, 1)
+    assert syncjob.superseded(SPEC, running, 2)
+    assert syncjob.superseded(SPEC.model_copy(update={"suspend": True}), running, 1)
+    assert not syncjob.superseded(SPEC, ModelRepositoryStatus(synced_generation=1), 2)  # nothing runs
+    cancelled = repository_status.cancel_sync(running, 2, NOW)
+    assert cancelled.active_job is None and cancelled.snapshot.current == "sha256:a"
+    assert cancelled.last_sync is not None and cancelled.last_sync.result is SyncResult.FAILED
+    assert "spec changed" in (cancelled.last_sync.message or "")
+    assert syncjob.sync_reason(SPEC, cancelled, 2, NOW) == "SpecChanged"

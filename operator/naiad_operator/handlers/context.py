@@ -8,6 +8,7 @@ reads the object, so it acts on the newest status, including what the previous p
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ class OperatorContext:
     services: Mapping[Any, Iterable[str]] = field(default_factory=dict)
     """InferenceService names by (namespace, label value): what the periodic passes go over."""
     repositories: Mapping[Any, Iterable[str]] = field(default_factory=dict)
+    handler_context: contextvars.Context | None = None
+    """A kopf handler's context variables (its Event queue), for passes that run outside handlers."""
     """The last status seen of each watched child, so only real changes trigger a pass."""
     """Objects with a triggered pass waiting for their lock (see ``watches.nudge``)."""
     configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)

@@ -38,7 +38,8 @@ async def every(
                 key = (namespace, name)
                 if key in running and not running[key].done():
                     continue  # the last pass over it is still running (a long rollout): no pile-up
-                running[key] = asyncio.create_task(_pass(ctx, tick, namespace, name))
+                context = ctx.handler_context.copy() if ctx.handler_context is not None else None
+                running[key] = asyncio.create_task(_pass(ctx, tick, namespace, name), context=context)
         for key in [k for k, task in running.items() if task.done()]:
             del running[key]
 

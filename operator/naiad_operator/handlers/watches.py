@@ -10,7 +10,8 @@ for the object's lock, further changes add nothing (the queued pass will see the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextvars
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -78,6 +79,9 @@ def attach(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:
     cache = ctx.cache
     if cache.ready:
         return
+    # kopf.event() reads its queue from context variables that kopf sets only inside its handlers: the
+    # periodic passes run in a copy of this handler's context, or their Events would be lost
+    ctx.handler_context = contextvars.copy_context()
     objects = {key: kwargs[_index_id(plural)] for key, (_, _, plural) in OWNED.items()}
     objects.update({key: kwargs[_index_id(plural)] for key, plural in OURS.items()})
     cache.objects = objects
@@ -86,7 +90,7 @@ def attach(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:
     cache.ready = True
 
 
-def changed_state(ctx: OperatorContext, body: dict[str, Any], event_type: str | None) -> bool:
+def changed_state(ctx: OperatorContext, body: Mapping[str, Any], event_type: str | None) -> bool:
     """Whether a watched object's status moved in a way a pass cares about (readiness, counts,
     conditions, container states); our own writes to a Deployment's spec, and repeated events with the
     same status, trigger nothing. Remembered per object in memory; a deletion always counts."""

@@ -68,11 +68,11 @@ def access(spec: ModelRepositorySpec, keep: int) -> SourceAccess:
         env.append({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": GCS_KEY_FILE})
     bundle = source.ca_bundle
     if bundle is not None and (bundle.secret_ref or bundle.config_map_ref):
-        kind, ref = "secret", bundle.secret_ref
-        if ref is None:
-            kind, ref = "configMap", bundle.config_map_ref
-        assert ref is not None
-        volumes.append(_file_volume("ca-bundle", kind, ref.name, ref.key, "ca-bundle.pem"))
+        kind, found = "secret", bundle.secret_ref
+        if found is None:
+            kind, found = "configMap", bundle.config_map_ref
+        assert found is not None
+        volumes.append(_file_volume("ca-bundle", kind, found.name, found.key, "ca-bundle.pem"))
         mounts.append({"name": "ca-bundle", "mountPath": f"{CREDENTIALS_DIR}/ca", "readOnly": True})
         env.append({"name": "AWS_CA_BUNDLE", "value": CA_BUNDLE_FILE})
     return SourceAccess(args, env, env_from, volumes, mounts, creds.service_account_name)

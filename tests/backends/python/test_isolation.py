@@ -367,11 +367,13 @@ def test_a_server_killed_with_sigkill_leaves_no_model_process_behind(tmp_path: P
         time.sleep(0.5)
         tree = _descendants(server.process.pid)
         assert len(tree) >= 3  # the template and two model processes
+        assert _shm_files([server.process.pid])  # the hung execution's inputs
         server.stop(signal.SIGKILL)
         deadline = time.monotonic() + 10
         while any(_alive(pid) for pid in tree) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert [pid for pid in tree if _alive(pid)] == []
+        assert _shm_files([server.process.pid, *tree]) == []
 
 
 def _hang_until_the_server_dies(server: ServerProcess) -> None:
@@ -405,4 +407,4 @@ def test_a_template_process_killed_from_outside_takes_its_model_processes_which_
             time.sleep(0.05)
         assert not _alive(pid)  # a model process never outlives its template
         assert _served_again(server, "segv", pid) != pid  # a new template, a new model process
-        assert "ended with the model process template (status unknown)" in server.log()
+        assert f"(pid {pid}) stopped: " in server.log()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from naiad.backends.python import shm
@@ -35,3 +36,17 @@ def test_orphans_are_removed_and_nothing_else(tmp_path: Path) -> None:
         path.write_bytes(b"x")
     assert shm.remove_orphans(str(tmp_path)) == [str(dead)]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (alive, unnamed, other))
+
+
+def test_the_files_of_a_process_that_ended_but_is_not_reaped_yet_are_orphans(tmp_path: Path) -> None:
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        orphan = tmp_path / f"naiad-{zombie.pid}-abc.shm"
+        orphan.write_bytes(b"x")
+        assert shm.remove_orphans(str(tmp_path)) == [str(orphan)]
+    finally:
+        zombie.wait()

@@ -104,13 +104,18 @@ def remove_orphans(folder: str | None = None) -> list[str]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which has ended but is not reaped yet, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def layout_size(arrays: Sequence[Array]) -> int:

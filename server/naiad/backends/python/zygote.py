@@ -31,6 +31,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -258,6 +259,7 @@ def serve(control_fd: int) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the group: the engine decides
     statuses: dict[int, int] = {}
+    engine = os.getppid()
     gc.freeze()  # what was imported so far stays shared with every fork
     while True:
         readable, _, _ = select.select([control, wake_r], [], [])
@@ -273,7 +275,8 @@ def serve(control_fd: int) -> int:
         if len(header) < 4 or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
-            return 0  # the engine went away: leaving kills every model process (PDEATHSIG)
+            _leave(statuses, engine)
+            return 0
         (size,) = struct.unpack("I", header)
         argv, env = pickle.loads(_read_exactly(control, size))
         pid = os.fork()
@@ -283,6 +286,29 @@ def serve(control_fd: int) -> int:
         os.close(fds[2])
         statuses[pid] = fds[1]
         control.sendall(_STATUS.pack(pid))
+
+
+def _leave(statuses: dict[int, int], engine: int) -> None:
+    """The engine went away (killed, even with SIGKILL, or exiting): stop every model process left
+    and, once the engine has exited, remove the shared-memory files that it and they no longer can
+    (an execution that was running holds its input region's file until its answer, which will never
+    be read now)."""
+    for pid in statuses:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in statuses:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    deadline = time.monotonic() + 10.0
+    while os.getppid() == engine and time.monotonic() < deadline:  # until the engine has exited
+        time.sleep(0.01)
+    from naiad.backends.python import shm
+
+    shm.remove_orphans()
 
 
 def _preload() -> None:
