@@ -8,7 +8,6 @@ Nothing else in the package reads the environment.
 from __future__ import annotations
 
 import functools
-import socket
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -82,8 +81,8 @@ class OperatorSettings(BaseSettings):
     """Namespace of the Lease: the operator's own (the chart sets it); empty: the first watched
     namespace, or ``default``."""
 
-    leader_identity: str = Field(default_factory=socket.gethostname)
-    """This replica's name in the Lease: the pod's name (its hostname) unless set."""
+    leader_identity: str = ""
+    """This replica's name in the Lease; empty: its hostname, which in a pod is the pod's name."""
 
     leader_lease_seconds: float = 15.0
     """How long a Lease not renewed stays with its holder: a dead leader is replaced after at most this."""

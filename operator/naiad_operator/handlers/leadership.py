@@ -11,6 +11,7 @@ server pods say, which is what the chaos tests check.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from datetime import UTC, datetime
 
@@ -24,7 +25,7 @@ from naiad_operator.settings import OperatorSettings
 class Elector:
     def __init__(self, kube: Kube, settings: OperatorSettings) -> None:
         self.kube = kube
-        self.me = settings.leader_identity
+        self.me = settings.leader_identity or socket.gethostname()
         self.namespace = settings.leader_namespace or (settings.namespaces or ["default"])[0]
         self.name = settings.leader_lease_name
         self.duration = settings.leader_lease_seconds
