@@ -155,8 +155,16 @@ def decoupled(checkouts: Checkouts) -> Suite:
         shutil.copytree(checkouts.qa / "L0_backend_python" / "decoupled" / "models", repo, dirs_exist_ok=True)
 
     # its hanging cases block in gRPC's C code, out of pytest-timeout's reach: one process per case
-    script = _pytest(checkouts, "L0_backend_python/decoupled", "decoupled_test.py", per_case=True)
-    return Suite("qa-decoupled", build, (script,))
+    folder = "L0_backend_python/decoupled"
+    script = _pytest(checkouts, folder, "decoupled_test.py", per_case=True)
+    # test_decoupled_execute_cancel reads the model's log lines from the server log test.sh writes
+    return Suite(
+        "qa-decoupled",
+        build,
+        (script,),
+        ("--log-verbose=1",),
+        log_link=checkouts.qa / folder / "decoupled_server.log",
+    )
 
 
 def response_parameters(checkouts: Checkouts) -> Suite:
