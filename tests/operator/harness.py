@@ -134,3 +134,5 @@ def ready_repository(api: Api) -> dict[str, Any]:
 
 def trigger_sync(api: Api, value: str) -> None:
     api.patch(f"{GROUP_PATH}/modelrepositories/models", {"spec": {"sync": {"trigger": value}}})
+
+

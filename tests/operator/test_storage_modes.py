@@ -107,12 +107,8 @@ def test_per_pod_storage(s3: Any, cluster: FakeCluster, operator: Any) -> None:
         lambda: (s := status_of(api, "modelrepositories", "models")["snapshot"]["current"]) != first and s,
         what="new snapshot",
     )
-    eventually(
-        lambda: model_status(api, "alpha").get("activeVersions") == [2], what="alpha v2 active", timeout=90
-    )
-    eventually(
-        lambda: not ({p.name for p in cluster.pods["vision"]} & old), what="old pods replaced", timeout=60
-    )
+    eventually(lambda: model_status(api, "alpha").get("activeVersions") == [2], what="alpha v2 active", timeout=90)
+    eventually(lambda: not ({p.name for p in cluster.pods["vision"]} & old), what="old pods replaced", timeout=60)
     for pod in _serving(cluster):
         assert _pulled(cluster, pod).startswith(f"Pulled {second}")
         assert index(pod.url)["alpha"]["2"] == "READY"
@@ -124,8 +120,7 @@ def test_per_pod_storage(s3: Any, cluster: FakeCluster, operator: Any) -> None:
     api.patch(f"{GROUP_PATH}/inferenceservices/vision", {"spec": {"replicas": 3}})
     stuck = eventually(
         lambda: next(
-            (m for n, ms in cluster.init_messages.items() for m in ms if m.startswith("SnapshotMismatch")),
-            None,
+            (m for n, ms in cluster.init_messages.items() for m in ms if m.startswith("SnapshotMismatch")), None
         ),
         what="a pod refusing the moved source",
     )

@@ -328,8 +328,6 @@ def record(namespaces: list[str], workdir: Path) -> Traffic:
         claim = api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-repository")
         assert [o["kind"] for o in claim["metadata"]["ownerReferences"]] == ["ModelRepository"]
         api.request("DELETE", f"{GROUP_PATH}/modelrepositories/models")
-        eventually(
-            lambda: api.get(f"{GROUP_PATH}/modelrepositories/models") is None, "the repository deleted"
-        )
+        eventually(lambda: api.get(f"{GROUP_PATH}/modelrepositories/models") is None, "the repository deleted")
         assert isinstance(server.emulator, RecordingEmulator)
         return replace(rules_of(server.emulator.requests), liveness_ok=healthy(port))

@@ -18,7 +18,9 @@ def pod(fixed_ids: bool = True) -> dict[str, Any]:
     ``OnRootMismatch`` spares a large claim the recursive chown on every pod start."""
     context: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     if fixed_ids:
-        context.update(runAsUser=USER, runAsGroup=USER, fsGroup=USER, fsGroupChangePolicy="OnRootMismatch")
+        context.update(
+            runAsUser=USER, runAsGroup=USER, fsGroup=USER, fsGroupChangePolicy="OnRootMismatch"
+        )
     return context
 
 
