@@ -94,6 +94,12 @@ class OperatorSettings(BaseSettings):
     """``ttlSecondsAfterFinished`` of sync Jobs: long enough to read their summary and inspect a failure,
     short enough that Jobs do not pile up with an interval sync."""
 
+    node_cache_path: str = "/var/lib/naiad/node-cache"
+    """Root of the ``storage.mode: nodeCache`` copies on every node (``<root>/<namespace>/<repository>``,
+    a ``local`` PersistentVolume per repository). A platform setting, never a repository's: a path a
+    tenant could choose would be a hostPath by proxy. Each directory must exist on the nodes, writable
+    by the pods' fsGroup (operator/README.md, "nodeCache")."""
+
 
 @functools.cache
 def load() -> OperatorSettings:

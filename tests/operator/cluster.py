@@ -155,13 +155,32 @@ class FakeCluster:
             self.claims[claim].mkdir(parents=True)
         return self.claims[claim]
 
-    def _mounts(self, pod_spec: dict[str, Any], container: dict[str, Any], scratch: Path) -> dict[str, str]:
+    def local_volume(self, claim: str) -> str | None:
+        """The ``local`` path of the PersistentVolume the claim names, if it names one."""
+        pvc = self.api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{claim}") or {}
+        name = (pvc.get("spec") or {}).get("volumeName")
+        pv = self.api.get(f"/api/v1/persistentvolumes/{name}") if name else None
+        return (((pv or {}).get("spec") or {}).get("local") or {}).get("path")
+
+    def node_dir(self, node: str, path: str) -> Path:
+        """A node's own disk: a ``local`` volume is this folder on whichever node the pod runs."""
+        host = self._root / "nodes" / node / path.lstrip("/")
+        host.mkdir(parents=True, exist_ok=True)  # the node bootstrap's part (operator/README.md)
+        return host
+
+    def _mounts(
+        self, pod_spec: dict[str, Any], container: dict[str, Any], scratch: Path, node: str | None = None
+    ) -> dict[str, str]:
         volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
         mounts: dict[str, str] = {}
         for mount in container.get("volumeMounts") or []:
             volume = volumes[mount["name"]]
-            if "persistentVolumeClaim" in volume:
-                host = self.claim_dir(volume["persistentVolumeClaim"]["claimName"])
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            local = self.local_volume(claim) if claim and node else None
+            if local is not None and node is not None:
+                host = self.node_dir(node, local)
+            elif claim:
+                host = self.claim_dir(claim)
             else:
                 host = scratch / mount["name"]
                 host.mkdir(parents=True, exist_ok=True)
@@ -382,10 +401,10 @@ class FakeCluster:
         self.terminating.append(thread)
 
     def _run_init(
-        self, template: dict[str, Any], container: dict[str, Any], scratch: Path
+        self, template: dict[str, Any], container: dict[str, Any], scratch: Path, node: str | None = None
     ) -> tuple[bool, str]:
         """Run one init container to completion, as the kubelet does before the server starts."""
-        mounts = self._mounts(template["spec"], container, scratch)
+        mounts = self._mounts(template["spec"], container, scratch, node)
         termination = scratch / f"{container['name']}-termination-log"
         termination.unlink(missing_ok=True)
         mounts[container.get("terminationMessagePath", "/dev/termination-log")] = str(termination)
@@ -438,8 +457,8 @@ class FakeCluster:
                 continue
             pvc = self.api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{claim}") or {}
             modes = set((pvc.get("spec") or {}).get("accessModes") or ["ReadWriteMany"])
-            if modes & {"ReadWriteMany", "ReadOnlyMany"}:
-                continue
+            if modes & {"ReadWriteMany", "ReadOnlyMany"} or self.local_volume(claim) is not None:
+                continue  # a local volume is never attached: each node has its own
             others = [
                 p.name for p in self._live_pods() if p.name != name and p.node != node and claim in p.claims
             ]
@@ -510,7 +529,7 @@ class FakeCluster:
         for init in template["spec"].get("initContainers") or []:
             if "command" not in init:
                 continue
-            ok, message = self._run_init(template, init, scratch)
+            ok, message = self._run_init(template, init, scratch, node)
             self.init_messages.setdefault(name, []).append(message)
             if not ok:  # the kubelet retries it with a back-off; the next loop tries again
                 self._patch_pod_status(
@@ -529,7 +548,7 @@ class FakeCluster:
                 failed = subprocess.Popen(["true"])
                 failed.wait()
                 return ServerPod(name, port, failed, scratch / "server.log", key)
-        mounts = self._mounts(template["spec"], container, scratch)
+        mounts = self._mounts(template["spec"], container, scratch, node)
         args = [self._mapped(a, mounts) for a in container.get("args") or []]
         args += [
             f"--http-port={port}",

@@ -61,6 +61,7 @@ def test_impossible_storage_is_refused(storage: dict[str, Any], fragment: str) -
         {"mode": "shared", "claimName": "team-nfs"},  # the user's claim: its modes are theirs
         {"mode": "perPod", "accessModes": ["ReadWriteOncePod"]},  # only the sync Job mounts it
         {"mode": "perPod", "accessModes": ["ReadWriteMany"]},
+        {"mode": "nodeCache"},  # the claim is the sync Job's; servers mount their node's local volume
     ],
 )
 def test_storage_that_works_is_admitted(storage: dict[str, Any]) -> None:

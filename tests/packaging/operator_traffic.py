@@ -3,7 +3,7 @@
 The real ``naiad-operator`` (a subprocess, started as the chart's Deployment starts it) runs against KMock
 (``tests/support/kmock_k8s.py``) through one lifecycle that reaches every code path that calls the API: a
 ModelRepository whose claim is created and whose sync Job is created, finished (the test plays the Job
-controller) and read back with its pod; an InferenceService with every optional child (HPA, PDB), then
+controller) and read back with its pod; a nodeCache repository's node-local PersistentVolume; an InferenceService with every optional child (HPA, PDB), then
 with them switched off (so they are deleted); the repository deleted (its claim, owned under
 ``retentionPolicy: Delete``, is garbage collection's to delete). Every request signed with the operator's token is kept.
 
@@ -277,6 +277,17 @@ def record(namespaces: list[str], workdir: Path) -> Traffic:
         eventually(lambda: api.get(f"/apis/batch/v1/namespaces/{NS}/jobs/models-sync-2"), "the new sync Job")
         _finish_job(api, "models-sync-2")
         eventually(lambda: _phase(api, "modelrepositories", "models") == "Ready", "the repository Ready")
+        # storage.mode nodeCache: the operator creates a node-local PersistentVolume (cluster-scoped)
+        api.create(
+            f"{GROUP_PATH}/modelrepositories",
+            {
+                "apiVersion": "serving.naiad.dev/v1alpha1",
+                "kind": "ModelRepository",
+                "metadata": {"name": "cached", "namespace": NS},
+                "spec": {"source": {"uri": "s3://bucket/triton"}, "storage": {"mode": "nodeCache"}},
+            },
+        )
+        eventually(lambda: api.get("/api/v1/persistentvolumes/naiad-default-cached-node-cache"), "the volume")
 
         isvc = f"{GROUP_PATH}/inferenceservices/vision"
         api.create(

@@ -143,6 +143,9 @@ created or deleted). Without them kopf works from its start-up scan and logs a w
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+- apiGroups: [""]
+  resources: ["persistentvolumes"]
+  verbs: ["get", "create", "patch"]
 {{- if .Values.operator.watchNamespaces }}
 - apiGroups: [""]
   resources: ["namespaces"]

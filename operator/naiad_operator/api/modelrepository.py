@@ -83,10 +83,14 @@ class StorageMode(StrEnum):
     ``perPod`` (the default) binds wherever a default StorageClass exists: the claim is mounted only by
     the sync Job (one pod at a time, so ReadWriteOnce block storage works), and every server pod copies
     the snapshot into its own volume in an init step. ``shared`` mounts the one claim read-only on every
-    server pod, which needs ReadWriteMany storage when pods run on several nodes."""
+    server pod, which needs ReadWriteMany storage when pods run on several nodes. ``nodeCache`` keeps
+    one content-addressed copy per node (a node-local PersistentVolume the operator creates): the first
+    server pod on a node syncs it, later pods there copy only what changed, and servers mount it
+    read-only (see ``reconcile.nodecache``)."""
 
     SHARED = "shared"
     PER_POD = "perPod"
+    NODE_CACHE = "nodeCache"
 
 
 class Storage(CamelModel):

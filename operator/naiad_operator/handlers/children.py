@@ -14,7 +14,8 @@ async def ensure(cache: Cache, desired: dict[str, Any]) -> dict[str, Any]:
     """The child as the API server holds it after this call; written only when it drifted. What it
     holds now comes from the watches (a live read only for what they have not delivered)."""
     meta = desired["metadata"]
-    observed = await cache.get(desired["apiVersion"], desired["kind"], meta["namespace"], meta["name"])
+    namespace = meta.get("namespace", "")  # none: a cluster-scoped kind (PersistentVolume)
+    observed = await cache.get(desired["apiVersion"], desired["kind"], namespace, meta["name"])
     if not needs_apply(desired, observed):
         assert observed is not None
         return observed

@@ -14,14 +14,14 @@ import kopf
 
 from naiad_operator import API_VERSION, GROUP, VERSION
 from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus, TransitionStatus
-from naiad_operator.api.modelrepository import ModelRepositorySpec, ModelRepositoryStatus
+from naiad_operator.api.modelrepository import ModelRepositorySpec, ModelRepositoryStatus, StorageMode
 from naiad_operator.api.observed import DeploymentObservation, PodObservation
 from naiad_operator.handlers import children, drive, watches
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.pods import observe
 from naiad_operator.k8s.problems import volume_events
-from naiad_operator.reconcile import names, rollout, traffic
+from naiad_operator.reconcile import names, nodecache, rollout, traffic
 from naiad_operator.reconcile.children import inference_service_children
 from naiad_operator.reconcile.compare import merge_patch
 from naiad_operator.reconcile.repository_mount import RepositoryMount
@@ -125,8 +125,11 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     if repo_body is not None:
         repo_spec = ModelRepositorySpec.model_validate(repo_body.get("spec") or {})
         current = repo_status.snapshot.current if repo_status is not None else None
+        claim = names.claim_name(spec.repository.name, repo_spec.storage.claim_name)
+        if repo_spec.storage.mode is StorageMode.NODE_CACHE:
+            claim = nodecache.claim_name(spec.repository.name)
         mount = RepositoryMount(
-            names.claim_name(spec.repository.name, repo_spec.storage.claim_name),
+            claim,
             repo_spec.storage.mode,
             repo_spec,
             spec.repository.snapshot or current,

@@ -11,6 +11,7 @@ from naiad_operator import API_VERSION, GROUP, VERSION
 from naiad_operator.api.modelrepository import (
     ModelRepositorySpec,
     ModelRepositoryStatus,
+    StorageMode,
     SyncResult,
 )
 from naiad_operator.api.observed import PodProblem
@@ -19,7 +20,7 @@ from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.errors import ConflictError
 from naiad_operator.k8s.jobs import observe_job
-from naiad_operator.reconcile import names, repository_status, storage, syncjob
+from naiad_operator.reconcile import names, nodecache, repository_status, storage, syncjob
 from naiad_operator.reconcile.compare import merge_patch, stamp
 
 KIND = "ModelRepository"
@@ -89,6 +90,11 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     desired_claim = storage.desired_claim(name, namespace, spec, names.owner_reference(KIND, meta))
     if desired_claim is not None:
         await children.ensure(ctx.cache, stamp(desired_claim))
+    if spec.storage.mode is StorageMode.NODE_CACHE:
+        root = ctx.settings.node_cache_path
+        await children.ensure(ctx.cache, stamp(nodecache.desired_volume(root, namespace, name, spec)))
+        owner = names.owner_reference(KIND, meta)
+        await children.ensure(ctx.cache, stamp(nodecache.desired_claim(namespace, name, spec, owner)))
     status = before.model_copy(update={"claim_name": claim})
 
     stuck: PodProblem | None = None

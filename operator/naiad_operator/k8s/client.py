@@ -128,9 +128,9 @@ class Kube:
         return items
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply of a whole object we own (created if absent)."""
+        """Server-side apply of a whole object we own (created if absent); no namespace: cluster-scoped."""
         meta = obj["metadata"]
-        path = resources.object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        path = resources.object_path(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
         query = [("fieldManager", self.field_manager), ("force", "true")]
 
         async def attempt() -> dict[str, Any]:

@@ -6,6 +6,7 @@ from naiad_operator import API_VERSION
 
 PLURALS: dict[tuple[str, str], str] = {
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("v1", "PersistentVolume"): "persistentvolumes",
     ("v1", "ConfigMap"): "configmaps",
     ("v1", "Service"): "services",
     ("v1", "Pod"): "pods",
@@ -21,8 +22,10 @@ PLURALS: dict[tuple[str, str], str] = {
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
+    """``namespace`` empty: a cluster-scoped kind (PersistentVolume)."""
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    return f"{prefix}/namespaces/{namespace}/{PLURALS[(api_version, kind)]}"
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"{prefix}{scope}/{PLURALS[(api_version, kind)]}"
 
 
 def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:

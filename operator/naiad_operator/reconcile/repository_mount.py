@@ -5,8 +5,12 @@ storage when pods run on several nodes). ``perPod``: the claim stays with the sy
 init step syncs the InferenceService's snapshot from the source into the pod's own volume, so nothing
 but the Job ever mounts the claim and ReadWriteOnce block storage works with pods on any node.
 
-A perPod pod holds the snapshot it started with: a new snapshot changes the pod template (the expected
-snapshot is part of it), and the Deployment replaces the pods under the rollout's maxSurge and
+``nodeCache``: the node-cache claim (``reconcile.nodecache``), mounted read-write by the init step, which
+syncs the service's snapshot into the node's content-addressed copy (changed files only), and read-only
+by the server, which reads that snapshot's immutable directory.
+
+A perPod (or nodeCache) pod holds the snapshot it started with: a new snapshot changes the pod template
+(the expected snapshot is part of it), and the Deployment replaces the pods under the rollout's maxSurge and
 maxUnavailable. Model loads and unloads in place act only on pods that already hold the target snapshot,
 so the operator never asks an old pod to load a version its copy does not have.
 """
@@ -49,6 +53,12 @@ if want and got != want:
 print("Pulled %s: %s bytes copied" % (got, (doc.get("bytes") or {}).get("copied", 0)))
 """
 
+#: ``nodeCache``: pods starting together on one node take turns (exit status 7: another sync holds the
+#: copy); the later ones then find the files there and copy nothing.
+TAKE_TURNS = (
+    'until naiad repo sync "$@" --json > /tmp/pull.json 2> /tmp/pull.err; [ "$?" -ne 7 ]; do sleep 1; done\n'
+)
+
 PULL_SCRIPT = (
     'naiad repo sync "$@" --json > /tmp/pull.json 2> /tmp/pull.err\n'
     f'python3 -c "$NAIAD_CHECK_PULL" /tmp/pull.json /tmp/pull.err "${EXPECTED_SNAPSHOT_ENV}"'
@@ -71,9 +81,16 @@ class RepositoryMount:
 
     @property
     def per_pod(self) -> bool:
-        return self.mode is StorageMode.PER_POD and self.repository is not None
+        """The pod pulls its snapshot in an init step (``perPod`` and ``nodeCache``)."""
+        return self.mode in (StorageMode.PER_POD, StorageMode.NODE_CACHE) and self.repository is not None
+
+    @property
+    def node_cache(self) -> bool:
+        return self.mode is StorageMode.NODE_CACHE and self.repository is not None
 
     def volume(self) -> dict[str, Any]:
+        if self.node_cache:  # the init step writes the node's copy; the server's mount is read-only
+            return {"name": "repository", "persistentVolumeClaim": {"claimName": self.claim}}
         if self.per_pod:
             assert self.repository is not None
             return {"name": "repository", "emptyDir": {"sizeLimit": self.repository.storage.size}}
@@ -86,12 +103,17 @@ class RepositoryMount:
         if not self.per_pod:
             return [], []
         assert self.repository is not None
-        reader = source.access(self.repository, 1)
+        # a node's copy keeps the repository's snapshots, which older pods on the node may still serve
+        keep = self.repository.sync.keep_snapshots if self.node_cache else 1
+        reader = source.access(self.repository, keep)
+        script = PULL_SCRIPT
+        if self.node_cache:
+            script = TAKE_TURNS + PULL_SCRIPT.split("\n", 1)[1]
         container: dict[str, Any] = {
             "name": "repository",
             "image": image,
             "imagePullPolicy": pull_policy,
-            "command": ["/bin/sh", "-c", PULL_SCRIPT, "naiad-pull", *reader.args],
+            "command": ["/bin/sh", "-c", script, "naiad-pull", *reader.args],
             "env": [
                 {"name": "NAIAD_CHECK_PULL", "value": CHECK_PULL},
                 {"name": "HOME", "value": "/tmp"},

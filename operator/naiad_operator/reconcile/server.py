@@ -36,7 +36,10 @@ DRAIN_SECONDS = 30
 def repository_path(spec: InferenceServiceSpec, mount: RepositoryMount) -> str:
     """Where the server reads models: the pinned snapshot, or ``current``, which each sync switches
     atomically, so loads after a sync read the new snapshot without a restart. A perPod copy holds
-    exactly one snapshot, behind ``current``."""
+    exactly one snapshot, behind ``current``; a node's copy holds several, and another pod on the node
+    may switch ``current``, so a nodeCache server reads its own snapshot's directory."""
+    if mount.node_cache and mount.snapshot:
+        return f"{names.REPOSITORY_MOUNT}/snapshots/{mount.snapshot.removeprefix('sha256:')}"
     if spec.repository.snapshot and not mount.per_pod:
         return f"{names.REPOSITORY_MOUNT}/snapshots/{spec.repository.snapshot.removeprefix('sha256:')}"
     return f"{names.REPOSITORY_MOUNT}/current"

@@ -8,8 +8,10 @@ behave the same way.  Per execution the engine writes the input tensors into a s
 and sends their placement and the request fields through a socket; the model process answers with its
 outputs placed in a region of its own (see :mod:`naiad.backends.python.shm`).  ``is_cancelled()`` in
 the model process asks the engine, which answers from the live request.  While an execution runs, the
-model process also sends a decoupled model's responses as they come, and forwards the model's BLS
-calls, which the engine makes on the instance's thread and answers.  ``execute`` blocks in socket I/O,
+model process forwards the model's BLS calls, which the engine makes on the instance's thread and
+answers.  A decoupled model's process is read by a thread of its own (``_read``): as in Triton's stub,
+the instance is free once ``execute`` returns, while the model's threads keep sending the responses of
+earlier requests (and asking whether they were cancelled).  ``execute`` blocks in socket I/O,
 releasing the GIL, so N instances compute in N processes at once.  A single instance that only ever
 answers executions (not decoupled, no BLS) is driven from the event loop instead (``start_on_loop``),
 with executions sent ahead under load.  Log records come through a pipe of their own
@@ -32,6 +34,7 @@ import functools
 import itertools
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -80,10 +83,17 @@ _Done = Callable[[list[ExecuteResult]], None]
 class _Child:
     """One model process and the shared memory it was handed; replaced whole by a restart."""
 
-    __slots__ = ("cause", "inputs", "outputs", "process")
+    __slots__ = ("cause", "executing", "inbox", "inputs", "open", "outputs", "process", "reader")
 
     def __init__(self, process: ModelProcess) -> None:
         self.process = process
+        #: A decoupled model's: what its reader thread hands the execution waiting for it (``None``
+        #: once the process ended), how many executions it was sent and has not answered, the
+        #: requests whose final flag has not come (by execution key, then index), and the reader.
+        self.inbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self.executing = 0
+        self.open: dict[int, dict[int, InferRequest]] = {}
+        self.reader: threading.Thread | None = None
         #: Input and output regions by slot: the engine may send up to PIPELINE executions ahead,
         #: each with a slot of its own, so that one's tensors are never overwritten by the next.
         self.inputs: dict[int, shm.Region] = {}
@@ -125,7 +135,10 @@ class ProcessModelInstance:
         #: When the outer execution under way must have finished (monotonic seconds; 0: none).
         self._deadline = 0.0
         self._crashes: collections.deque[float] = collections.deque()
+        self._decoupled = spec.decoupled
         self._loop_driven = not spec.decoupled and not mentions_requests(spec.model_file.parent)
+        #: Sends to a decoupled model's process come from its execution and from its reader thread.
+        self._send_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         #: The executions the loop sent, in order, and those waiting to be sent after them.
         self._sent: collections.deque[_Sent] = collections.deque()
@@ -134,7 +147,7 @@ class ProcessModelInstance:
         self._flushing = False
         #: The model process whose socket the loop watches.
         self._reading: _Child | None = None
-        self._child = _Child(launcher.start(spec, options))
+        self._child = self._started(launcher.start(spec, options))
         self._wake_r, self._wake_w = os.pipe()
         self._watcher = threading.Thread(
             target=self._watch, name=f"naiad-watch-{spec.instance_name}", daemon=True
@@ -160,25 +173,122 @@ class ProcessModelInstance:
         if unhealthy:
             return [InternalError(unhealthy) for _ in requests]
         nested = bool(self._running)
-        slot = -1 if nested else 0
-        key, message, fresh = self._prepare(child, requests, slot)
+        # a decoupled model's threads may read a request's inputs after ``execute`` returned, while
+        # later executions run: each execution gets input memory of its own (as a nested one does)
+        slot = -1 if nested or self._decoupled else 0
+        key, message, fresh = self._prepare(child, requests, slot, nested)
         try:
-            child.process.conn.send(message)
+            if self._decoupled:
+                with self._lock:
+                    child.open[key] = dict(enumerate(requests))
+                    child.executing += 1
+            self._send(child, message)
             with bls.executing(self._caller, requests):
                 reply = self._serve_child(child)
         except (EOFError, OSError):
-            message = self._stopped(child, "while executing")
-            return [InternalError(message) for _ in requests]
+            stopped = self._stopped(child, "while executing")
+            return [InternalError(stopped) for _ in requests]
         finally:
             self._finish(key, nested, fresh)
-        return self._collect(child, slot, requests, reply)
+        results = self._collect(child, slot, requests, reply)
+        if self._decoupled:  # a request that failed gets no responses: its stream ends with the error
+            with self._lock:
+                streams = child.open.get(key, {})
+                for index, result in enumerate(results):
+                    if not isinstance(result, InferResponse):
+                        streams.pop(index, None)
+                if not streams:
+                    child.open.pop(key, None)
+        return results
+
+    def _send(self, child: _Child, message: Any) -> None:
+        if self._decoupled:
+            with self._send_lock:
+                child.process.conn.send(message)
+        else:
+            child.process.conn.send(message)
+
+    def _started(self, process: ModelProcess) -> _Child:
+        """A decoupled model's process gets a reader thread: its threads keep sending responses (and
+        asking whether requests were cancelled) after ``execute`` returned, while the instance runs
+        the next executions, as Triton's stub does."""
+        child = _Child(process)
+        if self._decoupled:
+            child.reader = threading.Thread(
+                target=self._read, args=(child,), name=f"naiad-read-{self._instance_name}", daemon=True
+            )
+            child.reader.start()
+        return child
+
+    def _read(self, child: _Child) -> None:
+        """A decoupled model's socket: deliver responses, answer whether a request was cancelled,
+        and hand the rest (results, BLS calls) to the execution that waits for them.  Once the
+        process ended, the streams no execution answers for end with the reason."""
+        conn = child.process.conn
+        try:
+            while True:
+                message = conn.receive()
+                kind = message[0]
+                if kind == "respond":
+                    _, key, index, packed, final = message
+                    with self._lock:
+                        streams = child.open.get(key, {})
+                        request = streams.pop(index, None) if final else streams.get(index)
+                        if final and not streams:
+                            child.open.pop(key, None)
+                    if request is not None and request.responses is not None:
+                        request.responses(unpack_answer(packed, self._model_name, self._model_version), final)
+                elif kind == "is_cancelled":
+                    with self._lock:
+                        request = child.open.get(message[1], {}).get(message[2])
+                    self._send(child, bool(request is not None and request.cancelled))
+                elif kind == "bls":
+                    with self._lock:
+                        waited = child.executing > 0
+                    if waited:
+                        child.inbox.put(message)
+                    else:  # from a model thread between executions: nobody waits, answer it aside
+                        threading.Thread(target=self._forward, args=(child, message), daemon=True).start()
+                else:
+                    if kind == "results":
+                        with self._lock:
+                            child.executing -= 1
+                    child.inbox.put(message)
+        except (EOFError, OSError):
+            child.inbox.put(None)
+        if not child.open:
+            return
+        # (learning how it ended also lets an execution that got its results leave ``_running``)
+        if self._closing:
+            error = InternalError(self._not_healthy("the model was unloaded"))
+        else:
+            error = InternalError(self._stopped(child, "while streaming"))
+        with self._lock:
+            orphaned = [
+                request
+                for key, streams in child.open.items()
+                if key not in self._running
+                for request in streams.values()
+            ]
+            child.open.clear()
+        for request in orphaned:
+            if request.responses is not None:
+                request.responses(error, True)
+
+    def _forward(self, child: _Child, message: tuple[Any, ...]) -> None:
+        """Make a model's BLS call and send its answers back."""
+        try:
+            for answer, final in bls.forwarded(bls_request(message[1]), message[2]):
+                self._send(child, ("answer", pack_answer(answer), final))
+        except OSError:  # the process ended: its reader fails what it owes
+            pass
 
     def _prepare(
-        self, child: _Child, requests: Sequence[InferRequest], slot: int
+        self, child: _Child, requests: Sequence[InferRequest], slot: int, nested: bool = False
     ) -> tuple[int, tuple[Any, ...], shm.Region | None]:
-        """Place the inputs in ``slot``'s region (a region of its own for a nested execution, slot
-        -1) and register the execution: its key, its message, and the region made for it, if any
-        (to unlink once the model process answered)."""
+        """Place the inputs in ``slot``'s region (a region of its own for slot -1: a nested
+        execution's, or a decoupled model's) and register the execution: its key, its message, and
+        the region made for it, if any (to unlink once the model process answered)."""
         tensors = [(t.name, t.datatype, t.data) for request in requests for t in request.inputs]
         needed = shm.layout_size([array for _, _, array in tensors])
         region = child.inputs.get(slot)
@@ -197,10 +307,10 @@ class ProcessModelInstance:
         key = next(self._serial)
         self._running[key] = requests
         timeout = self._options.execution_timeout_s
-        if timeout and slot >= 0 and not self._deadline:
+        if timeout and not nested and not self._deadline:
             self._deadline = time.monotonic() + timeout
         path, size = (fresh.path, fresh.size) if fresh is not None else (None, None)
-        return key, ("execute", key, slot < 0, slot, path, size, messages), fresh
+        return key, ("execute", key, nested, slot, path, size, messages), fresh
 
     def _finish(self, key: int, nested: bool, fresh: shm.Region | None) -> None:
         del self._running[key]
@@ -370,7 +480,13 @@ class ProcessModelInstance:
         """
         conn = child.process.conn
         while True:
-            message = conn.receive()
+            if self._decoupled:  # its reader thread reads the socket
+                handed = child.inbox.get()
+                if handed is None:
+                    raise EOFError
+                message = handed
+            else:
+                message = conn.receive()
             kind = message[0]
             if kind == "is_cancelled":
                 conn.send(self._running[message[1]][message[2]].cancelled)
@@ -381,7 +497,7 @@ class ProcessModelInstance:
                     sink(unpack_answer(packed, self._model_name, self._model_version), final)
             elif kind == "bls":
                 for answer, final in bls.forwarded(bls_request(message[1]), message[2]):
-                    conn.send(("answer", pack_answer(answer), final))
+                    self._send(child, ("answer", pack_answer(answer), final))
             else:
                 return tuple(message)
 
@@ -486,10 +602,12 @@ class ProcessModelInstance:
             with self._lock:
                 closing = self._closing
                 if not closing:
-                    old, self._child, self._unhealthy = self._child, _Child(process), ""
+                    old, self._child, self._unhealthy = self._child, self._started(process), ""
             if closing:
                 _stop(process)
                 return False
+            if old.reader is not None:  # it saw the end and failed the streams it owed
+                old.reader.join(_CLOSE_TIMEOUT)
             old.process.close()
             log.info(
                 "restarted the model process of model '%s' instance '%s'",
@@ -512,11 +630,18 @@ class ProcessModelInstance:
         conn = child.process.conn
         if healthy and child.process.poll() is None:
             try:
-                conn.send(("close",))
-                if conn.poll(_CLOSE_TIMEOUT):
-                    conn.receive()
-            except (EOFError, OSError):
+                if child.reader is not None:
+                    self._send(child, ("close",))
+                    child.inbox.get(timeout=_CLOSE_TIMEOUT)
+                else:
+                    conn.send(("close",))
+                    if conn.poll(_CLOSE_TIMEOUT):
+                        conn.receive()
+            except (EOFError, OSError, queue.Empty):
                 pass
+        if child.reader is not None:  # the process leaves after ``closed``: its reader sees the end
+            child.process.wait(_CLOSE_TIMEOUT)
+            child.reader.join(_CLOSE_TIMEOUT)
         _stop(child.process)
         self._watcher.join(_CLOSE_TIMEOUT)
         os.close(self._wake_r)

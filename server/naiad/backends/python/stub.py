@@ -7,8 +7,8 @@ of a socket pair.  The first message says what to do: ``load`` an instance with 
 messages until told to close or until the engine goes away (the socket closes), so a model process
 never outlives its server; or ``auto_complete`` a configuration and leave.  SIGINT is ignored: a
 Ctrl-C reaches the whole process group, and the engine decides when its instances finish.  The
-model's BLS calls and a decoupled model's responses go to the engine over the same socket, while an
-execution runs.
+model's BLS calls go to the engine over the same socket while an execution runs; a decoupled model's
+responses go over it whenever its threads send them, also after ``execute`` returned.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ from naiad.core.allocator import pin_thresholds
 from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 
+#: What the reader thread hands on once the engine is gone.
+_GONE = object()
+
 #: The channel the current call chain holds (see :class:`_Channel`).
 _HOLDER: contextvars.ContextVar[_Channel | None] = contextvars.ContextVar(
     "naiad_channel_holder", default=None
@@ -51,15 +54,46 @@ class _Channel:
     ``execute`` for it, with its context) uses the channel without taking it again.
     """
 
-    def __init__(self, conn: Wire) -> None:
+    def __init__(self, conn: Wire, routed: bool) -> None:
         self.conn = conn
         #: ``execute`` messages that arrived while a question waited for its answer: the engine may
         #: send the next executions before the current one ends (see ``ProcessModelInstance``).
         self.waiting: collections.deque[tuple[Any, ...]] = collections.deque()
         self._lock = threading.Lock()
-        self._finished = threading.Condition(self._lock)
         #: Runs an ``execute`` message and returns the ``results`` message (set by :class:`_Worker`).
         self.execute: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
+        #: ``routed`` (a decoupled model): a reader thread reads the socket, since the model's threads
+        #: ask questions after ``execute`` returned, while the main thread waits for the next
+        #: execution.  It hands executions and ``close`` to the main thread (``work``) and the rest
+        #: (answers, nested executions) to the thread that holds the channel (``replies``).
+        self._work: queue.SimpleQueue[Any] | None = None
+        self._replies: queue.SimpleQueue[Any] | None = None
+        if routed:
+            self._work, self._replies = queue.SimpleQueue(), queue.SimpleQueue()
+            threading.Thread(target=self._route, name="naiad-channel-reader", daemon=True).start()
+
+    def _route(self) -> None:
+        assert self._work is not None and self._replies is not None
+        try:
+            while True:
+                message = self.conn.receive()
+                outer = type(message) is tuple and message[0] in ("execute", "close")
+                if outer and not (message[0] == "execute" and message[2]):  # not nested
+                    self._work.put(message)
+                else:
+                    self._replies.put(message)
+        except (EOFError, OSError):
+            self._work.put(_GONE)
+            self._replies.put(_GONE)
+
+    def _receive(self) -> Any:
+        """The next reply to the holder of the channel."""
+        if self._replies is None:
+            return self.conn.receive()
+        message = self._replies.get()
+        if message is _GONE:
+            raise EOFError
+        return message
 
     def _exclusive(self) -> _Holding:
         return _Holding(self)
@@ -68,7 +102,7 @@ class _Channel:
         with self._exclusive():
             self.conn.send(message)
             while True:
-                reply = self.conn.receive()
+                reply = self._receive()
                 if type(reply) is tuple and reply and reply[0] == "execute":
                     self.waiting.append(reply)  # a later execution, sent ahead
                     continue
@@ -93,6 +127,14 @@ class _Channel:
         engine is gone."""
         if self.waiting:
             return self.waiting.popleft()
+        if self._work is not None:
+            try:
+                work: tuple[Any, ...] = self._work.get(block=wait)
+            except queue.Empty:
+                return None
+            if work is _GONE:
+                raise EOFError
+            return work
         conn = self.conn
         if wait or conn.has_message():
             message: tuple[Any, ...] = conn.receive()
@@ -105,7 +147,7 @@ class _Channel:
         with self._exclusive():
             self.conn.send(message)
             while not answers or not answers[-1][1]:
-                reply = self.conn.receive()
+                reply = self._receive()
                 if reply[0] == "execute":
                     assert self.execute is not None
                     self.conn.send(self.execute(reply))
@@ -114,25 +156,12 @@ class _Channel:
         return answers
 
     def respond(
-        self,
-        key: int,
-        index: int,
-        answer: InferResponse | InferenceServerError | None,
-        final: bool,
-        open_: set[int],
+        self, key: int, index: int, answer: InferResponse | InferenceServerError | None, final: bool
     ) -> None:
-        """Send one answer of request ``index`` of execution ``key``; ``open_`` holds the requests
-        of that execution still to send their final flag."""
+        """Send one answer of request ``index`` of execution ``key`` (from any thread, also after
+        ``execute`` returned)."""
         with self._exclusive():
             self.conn.send(("respond", key, index, pack_answer(answer), final))
-            if final:
-                open_.discard(index)
-                self._finished.notify_all()
-
-    def wait_finals(self, open_: set[int], indices: list[int]) -> None:
-        """Until the requests at ``indices`` have sent their final flag (left ``open_``)."""
-        with self._exclusive():
-            self._finished.wait_for(lambda: not open_.intersection(indices))
 
 
 class _Holding:
@@ -253,8 +282,8 @@ class _Outputs:
 class _Worker:
     """Runs the executions the server sends, the nested ones included (see :class:`_Channel`).
 
-    A decoupled model's execution ends once every request it accepted has sent its final flag, since
-    its responses may come from threads after ``execute`` returned.
+    A decoupled model's execution ends when ``execute`` returns, as in Triton's stub: its threads
+    keep sending the responses of earlier requests while the next executions run.
     """
 
     def __init__(self, channel: _Channel, instance: PythonModelInstance, decoupled: bool) -> None:
@@ -277,13 +306,10 @@ class _Worker:
                 if not nested:  # a nested execution's region is its own; the outer one's inputs live on
                     self._inputs[slot] = region
             batch = [_request(request, region, channel, key, i) for i, request in enumerate(requests)]
-            open_ = set(range(len(batch)))
             if self._decoupled:
                 for index, request in enumerate(batch):
-                    request.responses = functools.partial(channel.respond, key, index, open_=open_)
+                    request.responses = functools.partial(channel.respond, key, index)
             results = self._instance.execute(batch)
-            if self._decoupled:
-                channel.wait_finals(open_, [i for i, r in enumerate(results) if isinstance(r, InferResponse)])
             return self._outputs[slot].pack(results)
         except Exception as exc:  # a failure here must cost this batch, not the instance
             error = ("error", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}")
@@ -350,7 +376,7 @@ def run(conn: Wire, log: int) -> int:
         conn.send(_failed(exc))
         return 1
     conn.send(("loaded",))
-    channel = _Channel(conn)
+    channel = _Channel(conn, spec.decoupled)
     pb_utils.bls_runner = _RemoteRunner(channel)
     _Worker(channel, instance, spec.decoupled).serve()
     return 0
