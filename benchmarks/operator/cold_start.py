@@ -2,14 +2,16 @@
 cluster (tests/operator/cluster.py: KMock as the API server, real sync Jobs and real ``naiad serve``
 processes as pods) with SeaweedFS as S3.
 
-For each mode (``shared``, ``perPod``) it creates a ModelRepository (timing its sync Job, which copies
-the repository into the claim), then an InferenceService with one replica, then scales it to two, and
-reports for each pod the time from its creation by the Deployment to Ready (its model loaded): in
-``perPod`` that includes the pod's own copy of the 1 GiB snapshot; in ``shared`` the pod reads the
-claim. The repository is one Python model whose version folder holds a 1 GiB weights file the model
-does not read (the cost under test is moving bytes, not loading them).
+For each mode (``shared``, ``perPod``, ``nodeCache``) it creates a ModelRepository (timing its sync
+Job, which copies the repository into the claim), then an InferenceService with one replica, then
+scales it to two, and reports for each pod the time from its creation by the Deployment to Ready (its
+model loaded): in ``perPod`` that includes the pod's own copy of the 1 GiB snapshot; in ``shared`` the
+pod reads the claim; in ``nodeCache`` (both pods on the one simulated node) the first pod copies the
+snapshot into the node's copy and the second finds it there (the bytes each pod's init step copied are
+reported). The repository is one Python model whose version folder holds a 1 GiB weights file the
+model does not read (the cost under test is moving bytes, not loading them).
 
-Usage: ``python benchmarks/operator/cold_start.py [--size-mib 1024] [--modes shared,perPod]``.
+Usage: ``python benchmarks/operator/cold_start.py [--size-mib 1024] [--modes shared,perPod,nodeCache]``.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ def run_mode(api: Api, cluster: FakeCluster, store: SeaweedS3, mode: str) -> dic
         what="second pod Ready",
     )
     starts = [round(p.ready_at - p.started, 2) for p in pods]  # type: ignore[operator]
+    pulled = [(cluster.init_messages.get(p.name) or [""])[-1] for p in pods]
     api.request("DELETE", f"{GROUP}/inferenceservices/{isvc}")
     return {
         "mode": mode,
@@ -116,13 +119,14 @@ def run_mode(api: Api, cluster: FakeCluster, store: SeaweedS3, mode: str) -> dic
         "repository_ready_seconds": round(repository_ready, 2),
         "pod_cold_start_seconds": starts,
         "pod_cold_start_median": statistics.median(starts),
+        "pod_init_messages": pulled,
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=1024)
-    parser.add_argument("--modes", default="shared,perPod")
+    parser.add_argument("--modes", default="shared,perPod,nodeCache")
     args = parser.parse_args()
     store = SeaweedS3().start()
     server = ApiServer(sorted((ROOT / "crds").glob("*.yaml"))).start()

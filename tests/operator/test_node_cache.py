@@ -8,13 +8,18 @@ node, and the pod spec a ``restricted`` namespace would admit, not what the oper
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
-from tests.operator.cluster import NS, FakeCluster, ServerPod
+from naiad_operator.api.modelrepository import ModelRepositorySpec, StorageMode
+from naiad_operator.reconcile.repository_mount import TERMINATION_LOG, RepositoryMount
+
+from tests.operator.cluster import BIN, NS, FakeCluster, ServerPod
 from tests.operator.harness import (
     GROUP_PATH,
-    IDENTITY_PY,
     conditions,
     eventually,
     index,
@@ -25,8 +30,9 @@ from tests.operator.harness import (
     trigger_sync,
     upload,
 )
+from tests.support.models import IDENTITY_PY, identity_config, write_model
 
-CLUSTER = {"nodes": {"node-a": {}, "node-b": {}}}
+CLUSTER: dict[str, Any] = {"nodes": {"node-a": {}, "node-b": {}}}
 ROOT = "/var/lib/naiad/node-cache"  # the operator's default NAIAD_OPERATOR_NODE_CACHE_PATH
 #: Pod Security Standards, ``restricted``: the volume types it allows.
 RESTRICTED_VOLUMES = {
@@ -157,9 +163,9 @@ def test_node_cache_storage(s3: Any, cluster: FakeCluster, operator: Any) -> Non
     # -- a second pod on each node finds the files there and copies nothing -------------------------------
     api.patch(f"{GROUP_PATH}/inferenceservices/vision", {"spec": {"replicas": 3}})
     eventually(lambda: len(_serving(cluster)) == 3, what="3 pods serving")
-    copied = _first_per_node(cluster, _serving(cluster))
-    assert {node: len(c) for node, c in copied.items()} == {"node-a": 2, "node-b": 1}, copied
-    assert copied["node-a"][0] == copied["node-b"][0] > 0 and copied["node-a"][1] == 0, copied
+    per_node = _first_per_node(cluster, _serving(cluster))
+    assert {node: len(c) for node, c in per_node.items()} == {"node-a": 2, "node-b": 1}, per_node
+    assert per_node["node-a"][0] == per_node["node-b"][0] > 0 and per_node["node-a"][1] == 0, per_node
     for pod in _serving(cluster):
         assert infer_version(pod.url, "alpha") == "1"
 
@@ -177,10 +183,10 @@ def test_node_cache_storage(s3: Any, cluster: FakeCluster, operator: Any) -> Non
     eventually(lambda: len(_serving(cluster)) == 3, what="3 new pods serving")
     new = _serving(cluster)
     assert all(_pulls(cluster, p)[0] == second for p in new)
-    copied = _first_per_node(cluster, new)
-    assert sorted(copied) == ["node-a", "node-b"]
-    for per_node in copied.values():
-        assert per_node[0] == len(changed.encode()) and not any(per_node[1:]), copied
+    per_node = _first_per_node(cluster, new)
+    assert sorted(per_node) == ["node-a", "node-b"]
+    for pulls in per_node.values():
+        assert pulls[0] == len(changed.encode()) and not any(pulls[1:]), per_node
     for pod in new:
         assert index(pod.url)["alpha"]["2"] == "READY"
         assert infer_version(pod.url, "alpha") == "2"
@@ -188,3 +194,49 @@ def test_node_cache_storage(s3: Any, cluster: FakeCluster, operator: Any) -> Non
         copy = cluster.node_dir(node, f"{ROOT}/{NS}/models")
         one, two = (copy / "snapshots" / s.removeprefix("sha256:") / "alpha" for s in (first, second))
         assert (one / "config.pbtxt").stat().st_ino == (two / "config.pbtxt").stat().st_ino
+
+
+def test_restricted_check_refuses_what_baseline_refuses() -> None:
+    """The check above can fail: a hostPath volume (the obvious way to reach a node's disk), a root
+    container or a missing seccomp profile are each named."""
+    hardened: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    container: dict[str, Any] = {"name": "server", "securityContext": hardened}
+    pod: dict[str, Any] = {
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": [{"name": "cache", "hostPath": {"path": "/var/lib/naiad"}}],
+    }
+    assert restricted_violations(pod) == ["volume cache: ['hostPath']"]
+    pod["volumes"] = []
+    assert restricted_violations(pod) == []
+    container["securityContext"] = {**hardened, "runAsUser": 0}
+    pod["securityContext"] = {"runAsNonRoot": True}
+    assert restricted_violations(pod) == ["server: may run as root", "server: seccomp"]
+
+
+def test_pods_starting_together_on_a_node_take_turns(tmp_path: Path) -> None:
+    """Two init steps at once on one node's copy: the sync's lock turns one away (exit status 7), it
+    tries again and then finds every file there. Both succeed; the bytes are copied once."""
+    source = tmp_path / "source"
+    model = write_model(source, "alpha", identity_config("alpha", "TYPE_FP32"), IDENTITY_PY)
+    (model / "1" / "weights.bin").write_bytes(b"\0" * (256 << 20))  # long enough for the syncs to overlap
+    spec = ModelRepositorySpec.model_validate({"source": {"uri": "source"}, "storage": {"mode": "nodeCache"}})
+    mount = RepositoryMount("models-node-cache", StorageMode.NODE_CACHE, spec, None)
+    (init,), _ = mount.init_containers("naiad/server:test", "IfNotPresent")
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **{e["name"]: e["value"] for e in init["env"]}}
+    cache = tmp_path / "node-a"
+    cache.mkdir()
+
+    def start(n: int) -> subprocess.Popen[str]:
+        log = str(tmp_path / f"termination{n}")
+        paths = {"/repository": str(cache), "/tmp": str(tmp_path / f"tmp{n}"), TERMINATION_LOG: log}
+        (tmp_path / f"tmp{n}").mkdir()
+        command = [re.sub("|".join(map(re.escape, paths)), lambda m: paths[m.group(0)], a) for a in init["command"]]
+        # relative to tmp_path: the source folder's own path must not contain the mapped /tmp
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+
+    pods = [start(n) for n in range(2)]
+    outputs = [p.communicate(timeout=60)[0] for p in pods]
+    assert [p.returncode for p in pods] == [0, 0], outputs
+    copied = sorted(int(re.findall(r"(\d+) bytes copied", out)[-1]) for out in outputs)
+    assert copied[0] == 0 and copied[1] > 256 << 20, outputs

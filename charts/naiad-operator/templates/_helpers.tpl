@@ -143,6 +143,7 @@ created or deleted). Without them kopf works from its start-up scan and logs a w
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+{{- /* storage.mode nodeCache: one node-local (local:) volume per repository; never deleted */}}
 - apiGroups: [""]
   resources: ["persistentvolumes"]
   verbs: ["get", "create", "patch"]

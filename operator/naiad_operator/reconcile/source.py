@@ -1,11 +1,11 @@
 """What a container needs to read the repository's source: the ``naiad repo sync`` arguments, and the
 credentials as environment variables and files.
 
-Two kinds of pod read the source: the sync Job (every storage mode) and, with ``storage.mode: perPod``,
-each server pod's init step. Both get exactly the same access from here, so a setting that works for
-one works for the other. Files matter: google-auth reads ``GOOGLE_APPLICATION_CREDENTIALS`` as a path
-and botocore reads ``AWS_CA_BUNDLE`` as a path, so a key or a CA bundle in a Secret must be mounted,
-not only exported.
+Two kinds of pod read the source: the sync Job (every storage mode) and, with ``storage.mode: perPod``
+or ``nodeCache``, each server pod's init step. Both get exactly the same access from here, so a
+setting that works for one works for the other. Files matter: google-auth reads
+``GOOGLE_APPLICATION_CREDENTIALS`` as a path and botocore reads ``AWS_CA_BUNDLE`` as a path, so a key
+or a CA bundle in a Secret must be mounted, not only exported.
 """
 
 from __future__ import annotations

@@ -27,6 +27,21 @@ from naiad.core.errors import InvalidArgumentError
 
 DEFAULT_MODEL_FILE = "model.py"
 
+#: Characters Triton's Python backend refuses in a stub's name (its ``INVALID_CHARS``): it starts each
+#: stub through a shell, so the model and instance names must not carry shell syntax.
+INVALID_STUB_NAME_CHARS = frozenset(";|&$`<>()[]{}\\\"'*?~#!")
+
+
+def check_stub_name(name: str) -> None:
+    """Refuse a model or instance name Triton's Python backend refuses (with its INVALID_ARG message).
+
+    Naiad starts no shell, but a model that loads here must load in Triton too: Triton 2.51 hangs or
+    runs the shell's reading of such a name, NVIDIA's current Python backend (and its
+    ``L0_backend_python/model_control`` test) refuses it, and so do we.
+    """
+    if not name or not INVALID_STUB_NAME_CHARS.isdisjoint(name):
+        raise InvalidArgumentError("Invalid stub name: contains invalid characters")
+
 
 def model_spec(context: InstanceContext) -> ModelSpec:
     """The :class:`ModelSpec` of the instance ``context`` describes, with the seven string arguments
@@ -78,6 +93,7 @@ class PythonBackend:
         if not model_file.is_file():
             return
         model_name = config.name or model_dir.name
+        check_stub_name(model_name)
         current = config_to_dict(config)
         current["name"] = model_name
         completed = self._launcher.auto_complete(model_file, model_name, json.dumps(current), options)
@@ -95,6 +111,7 @@ class PythonBackend:
 
     def create_instance(self, context: InstanceContext) -> PythonModelInstance | ProcessModelInstance:
         """In a model process (the default), or in the engine for a model that opted into it."""
+        check_stub_name(context.instance_name)
         options = ProcessOptions.of(context.config, context.model_dir)
         spec = model_spec(context)
         if options.in_process:

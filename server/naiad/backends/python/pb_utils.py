@@ -143,7 +143,16 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray[Any, Any]:
-        """The array itself (inputs are read-only views of the request's buffer)."""
+        """The array itself (inputs are read-only views of the request's buffer).
+
+        BF16 raises, as in Triton (models test for it): numpy has no bfloat16, so such tensors go
+        through ``to_dlpack``/``from_dlpack``, which carry the ml_dtypes array held here.
+        """
+        if self._datatype == "BF16":
+            raise TritonModelException(
+                "Tensor dtype is BF16 and cannot be converted to NumPy. "
+                "Use to_dlpack() and from_dlpack() instead."
+            )
         return self._array
 
     def shape(self) -> list[int]:
