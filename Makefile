@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 REPO   ?= examples/model_repository
 
-.PHONY: serve test models lint fuzz conformance bench-http clean constraints manifests chart-lint images
+.PHONY: serve test models lint fuzz conformance bench-http clean constraints manifests chart-lint images test-operator-chaos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,15 @@ test: $(VENV)/.test lint
 # `make test` runs the same tests in a small profile.
 fuzz: $(VENV)/.test
 	$(BIN)/python -m tests.fuzz.run
+
+# The operator under traffic and faults (issue 20), long profile: every scenario, every stage of the
+# operator kills; `make test` runs the short one (scenario 1, and 5 at one stage). Prints requests
+# sent, failed and the time to converge per scenario (benchmarks/operator_chaos/README.md).
+CHAOS_REPORT := $(CURDIR)/.pytest_cache/chaos-report.txt
+test-operator-chaos: $(VENV)/.test
+	mkdir -p $(dir $(CHAOS_REPORT)) && rm -f $(CHAOS_REPORT)
+	NAIAD_CHAOS_PROFILE=long NAIAD_CHAOS_REPORT=$(CHAOS_REPORT) $(BIN)/python -m pytest tests/operator/test_chaos.py -q
+	cat $(CHAOS_REPORT)
 
 # NVIDIA's own client examples, Python-backend examples and qa tests, run unchanged against naiad serve
 # (not part of `make test`: it needs extracted checkouts of triton-inference-server/client, /python_backend

@@ -73,6 +73,27 @@ class OperatorSettings(BaseSettings):
     OpenShift's ``restricted-v2``, which assigns them from the namespace's range and refuses fixed ones.
     A ``podTemplate.securityContext`` replaces the pod-level context altogether."""
 
+    leader_election: bool = False
+    """Act only while holding a ``coordination.k8s.io`` Lease, so several replicas can run (one acts, the
+    others wait and take over within ``leader_lease_seconds`` when it dies). Off: the one replica acts
+    without a Lease (and needs no RBAC on leases)."""
+
+    leader_lease_name: str = "naiad-operator"
+    """Name of the Lease the replicas share."""
+
+    leader_namespace: str = ""
+    """Namespace of the Lease: the operator's own (the chart sets it); empty: the first watched
+    namespace, or ``default``."""
+
+    leader_identity: str = ""
+    """This replica's name in the Lease; empty: its hostname, which in a pod is the pod's name."""
+
+    leader_lease_seconds: float = 15.0
+    """How long a Lease not renewed stays with its holder: a dead leader is replaced after at most this."""
+
+    leader_renew_seconds: float = 2.0
+    """How often the leader renews and a standby retries."""
+
     sync_job_ttl_seconds: int = 3600
     """``ttlSecondsAfterFinished`` of sync Jobs: long enough to read their summary and inspect a failure,
     short enough that Jobs do not pile up with an interval sync."""

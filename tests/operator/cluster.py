@@ -73,6 +73,7 @@ class ServerPod:
     process: subprocess.Popen[bytes]
     log: Path
     template: str = ""
+    grpc_port: int = 0
     node: str | None = None
     gpus: int = 0
     pending: bool = False
@@ -103,6 +104,11 @@ class FakeCluster:
     pod_counts: dict[str, int] = field(default_factory=dict)
     removed: list[ServerPod] = field(default_factory=list)
     init_messages: dict[str, list[str]] = field(default_factory=dict)
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each pod's spec as the kubelet runs it (preStop hook, grace period), by pod name."""
+    terminating: list[threading.Thread] = field(default_factory=list)
+    job_processes: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    """The container process of each Job's pod, by Job name (a test may kill one mid-way)."""
     nodes: dict[str, dict[str, str]] = field(default_factory=lambda: {"node-0": {}})
     """Node name -> labels; pods of a Deployment spread over the nodes that fit them."""
     gpus_per_node: int = 8
@@ -125,6 +131,8 @@ class FakeCluster:
             self._thread.join(30)
         for pod in [*(p for pods in self.pods.values() for p in pods), *self.surges.values()]:
             _kill(pod.process)
+        for thread in self.terminating:
+            thread.join(60)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -181,6 +189,8 @@ class FakeCluster:
 
     def _environment(self, container: dict[str, Any]) -> dict[str, str]:
         env = {"PATH": f"{BIN}:{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1", **self.env}
+        if os.environ.get("PYTHONPATH"):  # a checkout run against another checkout's venv runs its own code
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         for source in container.get("envFrom") or []:
             secret = self.api.get(f"/api/v1/namespaces/{NS}/secrets/{source['secretRef']['name']}")
             env.update((secret or {}).get("stringData") or {})
@@ -216,7 +226,7 @@ class FakeCluster:
             self.jobs_run.remove(name)  # the scheduler keeps trying
             if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}-pending") is None:
                 labels = {**job["spec"]["template"]["metadata"]["labels"], "job-name": name}
-                self._ensure_pod_object(f"{name}-pending", {"metadata": {"labels": labels}}, 0)
+                self._ensure_pod_object(f"{name}-pending", {"metadata": {"labels": labels}}, 0, 0)
                 message = self._unschedulable(pod_spec, 0)
                 self._patch_pod_status(f"{name}-pending", {"phase": "Pending", "conditions": [message]})
             return
@@ -228,7 +238,17 @@ class FakeCluster:
         env = self._environment(container)
         command = [self._mapped(a, mounts) for a in container["command"]]
         started = _now()
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.job_processes[name] = process
+        stdout, stderr = process.communicate(timeout=120)
+        done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
         message = termination.read_text() if termination.exists() else ""
         if not message and done.returncode != 0:  # terminationMessagePolicy: FallbackToLogsOnError
             message = (done.stdout + done.stderr)[-2048:]
@@ -282,8 +302,13 @@ class FakeCluster:
     # ---- Deployments and their pods ---------------------------------------------------------------
 
     def _run_deployments(self) -> None:
-        for deployment in self.api.items(f"/apis/apps/v1/namespaces/{NS}/deployments"):
+        deployments = self.api.items(f"/apis/apps/v1/namespaces/{NS}/deployments")
+        for deployment in deployments:
             self._reconcile_deployment(deployment)
+        present = {d["metadata"]["name"] for d in deployments}
+        for name in [n for n in self.pods if n not in present]:  # garbage collection of a deleted owner
+            for pod in [*self.pods.pop(name), *([self.surges.pop(name)] if name in self.surges else [])]:
+                self._remove_pod(pod)
 
     def _reconcile_deployment(self, deployment: dict[str, Any]) -> None:
         """Start pods up to ``replicas``; replace pods of an older template one at a time, the new pod
@@ -291,8 +316,13 @@ class FakeCluster:
         name = deployment["metadata"]["name"]
         template = json.dumps(deployment["spec"]["template"], sort_keys=True)
         pods = self.pods.setdefault(name, [])
-        while len(pods) < int(deployment["spec"].get("replicas", 1)):
+        replicas = int(deployment["spec"].get("replicas", 1))
+        while len(pods) < replicas:
             pods.append(self._start_pod(deployment, self._pod_name(name)))
+        while len(pods) > replicas:  # a ReplicaSet scales down the not-ready first, then the newest
+            going = min(pods, key=lambda p: (p.ready, -p.started))
+            pods.remove(going)
+            self._remove_pod(going)
         stale = [p for p in pods if p.template != template]
         surge = self.surges.get(name)
         if stale and surge is None:
@@ -308,6 +338,8 @@ class FakeCluster:
         ready = 0
         for pod in [*pods, *([self.surges[name]] if name in self.surges else [])]:
             if pod.process.poll() is not None:  # crashed (e.g. no snapshot yet): restart it, like a kubelet
+                if pod.ready:  # a dead container is not Ready: its endpoint goes at once
+                    self._set_ready(pod, False)
                 if not pod.pending and not pod.crash_reported:
                     pod.crash_reported, pod.attempted = True, time.monotonic()
                     self._crashed(pod)
@@ -358,9 +390,15 @@ class FakeCluster:
         return f"{deployment}-{n}"
 
     def _remove_pod(self, pod: ServerPod) -> None:
-        _kill(pod.process)
+        """Graceful deletion as the API server and kubelet do it: the Pod object goes first (endpoint
+        controllers drop it, with their lag), then the container's preStop hook runs and only then the
+        container gets SIGTERM, SIGKILL after ``terminationGracePeriodSeconds`` in all."""
         self.api.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{pod.name}")
         self.removed.append(pod)
+        spec = self.specs.get(pod.name) or {}
+        thread = threading.Thread(target=_terminate, args=(pod, spec), daemon=True, name=f"stop-{pod.name}")
+        thread.start()
+        self.terminating.append(thread)
 
     def _run_init(
         self, template: dict[str, Any], container: dict[str, Any], scratch: Path, node: str | None = None
@@ -458,7 +496,9 @@ class FakeCluster:
         container = template["spec"]["containers"][0]
         scratch = self._root / "pods" / name
         port = port or free_port()
-        self._ensure_pod_object(name, template, port)
+        grpc_port = free_port()
+        self.specs[name] = template["spec"]
+        self._ensure_pod_object(name, template, port, grpc_port)
         gpus = int(((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu") or 0)
         node = self._schedule(name, template["spec"], gpus, deployment["metadata"]["name"])
         if node is None:
@@ -512,7 +552,7 @@ class FakeCluster:
         args = [self._mapped(a, mounts) for a in container.get("args") or []]
         args += [
             f"--http-port={port}",
-            f"--grpc-port={free_port()}",
+            f"--grpc-port={grpc_port}",
             f"--metrics-port={free_port()}",
             "--http-address=127.0.0.1",
             "--grpc-address=127.0.0.1",
@@ -544,7 +584,9 @@ class FakeCluster:
                 "containerStatuses": [{"name": "server", "ready": False, "state": {"running": {}}}],
             },
         )
-        return ServerPod(name, port, process, log, key, node=node, gpus=gpus, claims=claims, started=created)
+        return ServerPod(
+            name, port, process, log, key, grpc_port, node=node, gpus=gpus, claims=claims, started=created
+        )
 
     def _event(self, pod: str, reason: str, message: str) -> None:
         self.api.create(
@@ -575,8 +617,13 @@ class FakeCluster:
         }
         self._patch_pod_status(pod.name, {"containerStatuses": [status]})
 
-    def _ensure_pod_object(self, name: str, template: dict[str, Any], port: int) -> None:
-        if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}") is not None:
+    def _ensure_pod_object(self, name: str, template: dict[str, Any], port: int, grpc_port: int) -> None:
+        ports = [{"name": "http", "containerPort": port}, {"name": "grpc", "containerPort": grpc_port}]
+        if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}") is not None:  # a restarted container
+            self.api.patch(
+                f"/api/v1/namespaces/{NS}/pods/{name}",
+                {"spec": {"containers": [{"name": "server", "ports": ports}]}},
+            )
             return
         metadata = {"name": name, "namespace": NS, "labels": template["metadata"]["labels"]}
         if template["metadata"].get("annotations"):
@@ -587,9 +634,7 @@ class FakeCluster:
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": metadata,
-                "spec": {
-                    "containers": [{"name": "server", "ports": [{"name": "http", "containerPort": port}]}]
-                },
+                "spec": {"containers": [{"name": "server", "ports": ports}]},
             },
         )
         self._patch_pod_status(
@@ -623,6 +668,26 @@ def _answers(url: str) -> bool:
             return r.status == 200
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
+
+
+def _terminate(pod: ServerPod, spec: dict[str, Any]) -> None:
+    """preStop, then SIGTERM, then SIGKILL once the grace period is over (30 s, Kubernetes' default)."""
+    deadline = time.monotonic() + float(spec.get("terminationGracePeriodSeconds", 30))
+    container = (spec.get("containers") or [{}])[0]
+    hook = ((container.get("lifecycle") or {}).get("preStop") or {}).get("exec")
+    if hook and pod.process.poll() is None:
+        subprocess.run(hook["command"], timeout=max(1.0, deadline - time.monotonic()), check=False)
+    if pod.process.poll() is None:  # SIGTERM goes to the container's main process only, SIGKILL to all
+        pod.process.send_signal(signal.SIGTERM)
+        try:
+            pod.process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(pod.process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    pod.process.wait()
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

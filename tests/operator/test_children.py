@@ -39,7 +39,7 @@ def _golden(name: str, objects: list[dict[str, Any]]) -> None:
     )
 
 
-SHARED = RepositoryMount("models-repository")
+SHARED = RepositoryMount("models-repository", snapshot="sha256:abc")
 
 
 def _service_children(
@@ -59,6 +59,18 @@ def test_full_inference_service_children_golden() -> None:
     kids = _service_children(samples.FULL_SERVICE_SPEC)
     assert kids.absent == ()
     _golden("inferenceservice-full", list(kids.present))
+
+
+def test_no_server_pod_before_the_repositorys_first_snapshot() -> None:
+    """A server started while the first sync still wrote found no models and stayed unready."""
+    spec = samples.inference_service(replicas=3)["spec"]
+    waiting = _service_children(spec, mount=RepositoryMount("models-repository"))
+    synced = _service_children(spec)
+    replicas = [
+        next(o for o in kids.present if o["kind"] == "Deployment")["spec"]["replicas"]
+        for kids in (waiting, synced)
+    ]
+    assert replicas == [0, 3]
 
 
 def test_minimal_inference_service_children_golden() -> None:

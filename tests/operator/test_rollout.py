@@ -266,3 +266,28 @@ def test_pinned_snapshot_map() -> None:
     records = {"m": record("m", {1: "h1"})}
     pods = [pod("p0", m={1: READY}, n={4: READY})]
     assert rollout.pinned_snapshot("sha256:old", records, pods) == {"m": {1: "h1"}, "n": {4: "sha256:old"}}
+
+
+def test_a_pod_that_died_during_its_load_does_not_block_the_rollout() -> None:
+    """Its load call got no answer and the restarted container does not list v2 yet: not a failed load."""
+    plan = rollout.plan(
+        [spec("m")], {"m": {1: "h1", 2: "h2"}}, {"m": record("m", {1: "h1"})}, [pod("p0", m={1: READY})]
+    )
+    after = [pod("p0", m={1: READY, 2: READY}), pod("p1", m={1: READY})]
+    assert rollout.failures(plan, after, NOW, {}, {"p1"}) == {}
+    broken = [pod("p0", m={1: READY, 2: READY}), pod("p1", m={1: READY, 2: (FAILED, "boom")})]
+    assert rollout.failures(plan, broken, NOW, {}, {"p1"})["m"].message == "boom"
+
+
+def test_a_rollout_resumed_after_its_unload_began_never_pins_the_old_version_again() -> None:
+    """The operator died while p0 was unloading v1 (so v2 was pinned everywhere) and before it
+    recorded v2 as active: p0 is left alone and p1 gets v2 pinned, never v1 again."""
+    pods = [pod("p0", m={2: READY}), pod("p1", m={1: READY, 2: READY})]
+    plan = rollout.plan([spec("m")], {"m": {1: "h1", 2: "h2"}}, {"m": record("m", {1: "h1"})}, pods)
+    assert actions(plan) == {
+        StageKind.SWITCH: [Load("p1", "m", (1, 2), 2)],
+        StageKind.UNLOAD: [Load("p0", "m", (2,), 2), Load("p1", "m", (2,), 2)],
+    }
+    lagging = [pod("p0", m={2: READY}), pod("p1", m={1: READY})]
+    plan = rollout.plan([spec("m")], {"m": {1: "h1", 2: "h2"}}, {"m": record("m", {1: "h1"})}, lagging)
+    assert actions(plan)[StageKind.LOAD] == [Load("p1", "m", (1, 2), 2)]

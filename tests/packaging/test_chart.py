@@ -108,7 +108,9 @@ def test_crds_are_the_repositorys() -> None:
     charts = {p.name: p.read_bytes() for p in (CHART / "files" / "crds").glob("*.yaml")}
     assert ours and charts.keys() == ours.keys()
     for name, content in ours.items():
-        assert charts[name] == content, f"charts/naiad-operator/files/crds/{name} differs: run `make manifests`"
+        assert charts[name] == content, (
+            f"charts/naiad-operator/files/crds/{name} differs: run `make manifests`"
+        )
     rendered = {o["metadata"]["name"]: o for o in find(render({}), "CustomResourceDefinition")}
     assert rendered.keys() == {n.removesuffix(".yaml") for n in ours}
     for name, content in ours.items():
@@ -118,7 +120,10 @@ def test_crds_are_the_repositorys() -> None:
         original = yaml.safe_load(content)
         assert crd["spec"] == original["spec"]
     assert not find(render({"crds": {"install": False}}), "CustomResourceDefinition")
-    assert "annotations" not in find(render({"crds": {"keep": False}}), "CustomResourceDefinition")[0]["metadata"]
+    assert (
+        "annotations"
+        not in find(render({"crds": {"keep": False}}), "CustomResourceDefinition")[0]["metadata"]
+    )
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
@@ -242,7 +247,9 @@ def test_servicemonitor_selects_the_services_the_operator_renders() -> None:
     ports = {p["name"] for p in service["spec"]["ports"]}
     for values_name, namespaces in (("default", None), ("namespaced", ["ml", "prod"])):
         values = {**VALUE_SETS[values_name], "serviceMonitor": {"enabled": True}}
-        (monitor,) = [m for m in find(render(values), "ServiceMonitor") if m["metadata"]["name"].endswith("-servers")]
+        (monitor,) = [
+            m for m in find(render(values), "ServiceMonitor") if m["metadata"]["name"].endswith("-servers")
+        ]
         assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
         assert monitor["metadata"]["namespace"] == NAMESPACE
         selector = monitor["spec"]["selector"]["matchLabels"]
@@ -307,7 +314,7 @@ def test_values_are_documented_and_typed() -> None:
         ({"operator": {"apiRetries": 0}}, "/operator/apiRetries"),
         ({"operator": {"healthPort": 80}}, "/operator/healthPort"),
         ({"operator": {"reconcileIntervall": 30}}, "reconcileIntervall"),  # a typo is not silently ignored
-        ({"replicaCount": 2}, "replicaCount"),  # one replica, by design
+        ({"replicaCount": 0}, "/replicaCount"),
         ({"image": {"digest": "latest"}}, "/image/digest"),
         ({"image": {"repository": ""}}, "/image/repository"),
         ({"rbac": {"create": "yes"}}, "/rbac/create"),
@@ -326,6 +333,7 @@ def test_values_schema_rejects(values: dict[str, Any], message: str) -> None:
         ({"serviceAccount": {"create": False}}, "serviceAccount.name"),
         ({"operator": {"watchNamespaces": ["ml", "ml"]}}, "lists a namespace twice"),
         ({"operator": {"loadTimeout": 5, "serverTimeout": 10}}, "operator.loadTimeout"),
+        ({"replicaCount": 2}, "need operator.leaderElection.enabled"),  # without a Lease all would act
     ],
 )
 def test_cross_field_checks_fail_the_render(values: dict[str, Any], message: str) -> None:
@@ -346,3 +354,19 @@ def test_notes() -> None:
     )
     rolling = render_files({"image": {"tag": "latest"}})["naiad-operator/templates/NOTES.txt"]
     assert "rolling image tag" in rolling
+
+
+def test_replicas_with_leader_election_roll_one_at_a_time() -> None:
+    """Standbys wait for the Lease, so the Deployment may roll (one pod down at a time); alone, the one
+    replica is replaced (Recreate), so two operators never act at once."""
+    values = {"operator": {"leaderElection": {"enabled": True}}, "replicaCount": 2}
+    deployment = _deployment(values)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert _env(container)["NAIAD_OPERATOR_LEADER_ELECTION"] == "true"
+    assert _env(container)["NAIAD_OPERATOR_LEADER_NAMESPACE"] == NAMESPACE
+    assert _deployment({})["spec"]["strategy"] == {"type": "Recreate"}

@@ -85,6 +85,18 @@ def test_file_override_paths_may_start_with_a_slash_as_in_triton(client: Reposit
     )
 
 
+def test_model_names_with_shell_characters_are_refused_as_by_triton(client: RepositoryClient) -> None:
+    """NVIDIA's qa/L0_backend_python/model_control: the Python backend refuses a stub name with shell
+    characters (INVALID_ARG), and the model is not served."""
+    source = textwrap.dedent(marked_py("shell")).encode()
+    for name in ("model;test", "model$test", "model'test'", "model!test", "model\\test"):
+        status, message = error_of(
+            client.load, name, config=marked_config_json(), files={"file:/1/model.py": source}
+        )
+        assert status == "400" and "Invalid stub name: contains invalid characters" in message, name
+        assert all(row["state"] != "READY" for row in rows(client.index(), name)), name
+
+
 def test_file_override_replaces_the_repository_files(client: RepositoryClient) -> None:
     source = textwrap.dedent(marked_py("override")).encode()
     client.load("plain", config=marked_config_json(), files={"file:5/model.py": source})

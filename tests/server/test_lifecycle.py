@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -172,3 +174,55 @@ def test_cli_usage_errors_name_the_flag(args: list[str], message: str) -> None:
     )
     assert completed.returncode == 2
     assert message in completed.stderr
+
+
+VERSIONED_INIT_PY = """
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        version = int(args["model_version"])
+        time.sleep(1.5 if version == 2 else 0)
+        if version == 3:
+            raise RuntimeError("weights are corrupt")
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_strict_readiness_holds_while_a_serving_model_loads_or_fails_in_place(tmp_path: Path) -> None:
+    """As Triton's: a model that serves a READY version keeps the server ready while other versions
+    load, or fail to load, next to it (an operator's in-place rollout must not empty a Service)."""
+    repo = tmp_path / "repo"
+    config = 'name: "m"\nversion_policy: { specific: { versions: [1] } }\n' + IO
+    for version in (1, 2, 3):
+        write_model(repo, "m", config, VERSIONED_INIT_PY, version=version)
+    args = ["--model-control-mode=explicit", "--load-model=m", "--strict-readiness=true"]
+    with ServerProcess([repo], args) as server, _raw(server) as raw, _raw(server) as probe:
+        base = raw.request("GET", "/v2/models/m/config").json()
+        samples: list[int] = []
+        for versions in ([1, 2], [1, 3]):
+            document = {**base, "version_policy": {"specific": {"versions": versions}}}
+            load = {"parameters": {"config": json.dumps(document)}}
+            loader = threading.Thread(
+                target=lambda d=load: raw_post(server, "/v2/repository/models/m/load", d)
+            )
+            loader.start()
+            while loader.is_alive():
+                samples.append(probe.request("GET", "/v2/health/ready").status)
+                time.sleep(0.05)
+            loader.join()
+        index = raw.post_json("/v2/repository/index", {}).json()
+        assert {e["version"]: e["state"] for e in index if e.get("version")}["1"] == "READY"
+        assert set(samples) == {200}, samples
+        assert raw.request("GET", "/v2/health/ready").status == 200
+
+
+def raw_post(server: ServerProcess, path: str, document: Any) -> None:
+    client = RawClient(server.http_url)
+    try:
+        client.post_json(path, document)
+    finally:
+        client.close()

@@ -138,6 +138,10 @@ class K8sEmulator(kmock.KubernetesEmulator):
                 patch = copy.deepcopy(patch)
                 if request.subresource == "status":
                     patch = {"status": patch.get("status")}
+                elif (
+                    request.subresource == "scale"
+                ):  # a Scale's spec.replicas is the object's (specReplicasPath)
+                    patch = {"spec": {"replicas": (patch.get("spec") or {}).get("replicas")}}
                 elif self._has_status_subresource(request):
                     patch.pop("status", None)
             new = dicts.patch_dict(current, patch)

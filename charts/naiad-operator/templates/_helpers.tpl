@@ -177,8 +177,15 @@ operator.loadTimeout ({{ .Values.operator.loadTimeout }}) must not be shorter th
 {{- end -}}
 {{- end -}}
 
+{{- define "naiad-operator.validateValues.replicaCount" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.operator.leaderElection.enabled) -}}
+replicaCount: {{ .Values.replicaCount }} replicas need operator.leaderElection.enabled, or they all act
+{{- end -}}
+{{- end -}}
+
 {{- define "naiad-operator.validateValues" -}}
 {{- $messages := list -}}
+{{- $messages = append $messages (include "naiad-operator.validateValues.replicaCount" .) -}}
 {{- $messages = append $messages (include "naiad-operator.validateValues.serviceAccount" .) -}}
 {{- $messages = append $messages (include "naiad-operator.validateValues.watchNamespaces" .) -}}
 {{- $messages = append $messages (include "naiad-operator.validateValues.timeouts" .) -}}

@@ -40,9 +40,9 @@ async def run(
     load_stage = plan.stage(StageKind.LOAD)
     if load_stage is not None:
         with ctx.metrics.stage_seconds.labels(StageKind.LOAD.value).time():
-            errors = await _execute(ctx, body, urls, load_stage.actions)
+            errors, lost = await _execute(ctx, body, urls, load_stage.actions)
         pods = await observe(ctx.server, pod_objects, ctx.resolve)
-        failed = rollout.failures(plan, pods, format_time(datetime.now(UTC)), errors)
+        failed = rollout.failures(plan, pods, format_time(datetime.now(UTC)), errors, lost)
         undo: list[Action] = []
         for model, failure in failed.items():
             kopf.event(
@@ -63,9 +63,11 @@ async def run(
 
 async def _execute(
     ctx: OperatorContext, body: dict[str, Any], urls: dict[str, str], actions: Sequence[Action]
-) -> dict[tuple[str, str], str]:
-    """Run actions, pods in parallel and each pod's in order; the errors servers answered (pod, model)."""
+) -> tuple[dict[tuple[str, str], str], set[str]]:
+    """Run actions, pods in parallel and each pod's in order; the errors servers answered (pod, model),
+    and the pods that did not answer at all (gone or restarted mid-call)."""
     errors: dict[tuple[str, str], str] = {}
+    lost: set[str] = set()
     by_pod: dict[str, list[Action]] = {}
     for action in actions:
         by_pod.setdefault(action.pod, []).append(action)
@@ -76,16 +78,20 @@ async def _execute(
             return
         for action in queue:
             error = await _perform(ctx, body, url, urls, action)
-            if error is not None:
-                errors[(pod, action.model)] = error
+            if error is None:
+                continue
+            if error.status == 0:
+                lost.add(pod)
+                return
+            errors[(pod, action.model)] = error.message
 
     await asyncio.gather(*(on_pod(pod, queue) for pod, queue in by_pod.items()))
-    return errors
+    return errors, lost
 
 
 async def _perform(
     ctx: OperatorContext, body: dict[str, Any], url: str, urls: dict[str, str], action: Action
-) -> str | None:
+) -> ServerCallError | None:
     """One action; a server error becomes an Event and is returned (the gate decides what it means)."""
     unload = isinstance(action, Unload)
     try:
@@ -104,7 +110,7 @@ async def _perform(
             reason="ModelUnloadFailed" if unload else "ModelLoadFailed",
             message=f"{action.model} {verb} on pod {action.pod}: {exc.message}",
         )
-        return exc.message
+        return exc
     kopf.event(body, type="Normal", reason="ModelUnloaded" if unload else "ModelLoaded", message=message)
     return None
 

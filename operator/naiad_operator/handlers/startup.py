@@ -6,12 +6,16 @@ kopf keeps its bookkeeping (finalizer, handler progress, last-handled spec) unde
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 from typing import Any
 
 import kopf
 
 from naiad_operator import GROUP
 from naiad_operator.handlers.context import OperatorContext
+from naiad_operator.handlers.leadership import Elector
 from naiad_operator.k8s.client import Kube, connect
 from naiad_operator.k8s.modelserver import ModelServer
 from naiad_operator.metrics import Metrics
@@ -21,8 +25,14 @@ FINALIZER = f"{GROUP}/finalizer"
 
 
 @kopf.on.startup()
-async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Configure kopf and open the clients every handler uses."""
+async def start(
+    settings: kopf.OperatorSettings,
+    memo: kopf.Memo,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **_: Any,
+) -> None:
+    """Configure kopf and open the clients every handler uses; with leader election, wait for the
+    Lease first (kopf starts no watch before its startup handlers return)."""
     ours = load()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -35,6 +45,21 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     server = ModelServer(ours.server_timeout, ours.load_timeout)
     memo["context"] = OperatorContext(ours, kube, server, metrics=metrics)
     metrics.serve(ours.metrics_port)
+    if ours.leader_election:
+        elector = Elector(kube, ours)
+        logger.info("waiting for Lease %s/%s as %s", elector.namespace, elector.name, elector.me)
+        await elector.acquire()
+        logger.info("leading as %s", elector.me)
+        memo["elector"] = elector
+        memo["leading"] = asyncio.create_task(_lead(elector, logger))
+
+
+async def _lead(elector: Elector, logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+    await elector.keep()
+    logger.error(
+        "lost the Lease %s/%s: exiting so that only the new leader acts", elector.namespace, elector.name
+    )
+    os._exit(1)
 
 
 @kopf.on.login()
@@ -46,6 +71,10 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
+    leading, elector = memo.get("leading"), memo.get("elector")
+    if isinstance(leading, asyncio.Task) and isinstance(elector, Elector):
+        leading.cancel()
+        await elector.release()
     context = memo.get("context")
     if isinstance(context, OperatorContext):
         await context.close()

@@ -27,6 +27,7 @@ T = TypeVar("T")
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 async def connect() -> client.ApiClient:
@@ -160,6 +161,15 @@ class Kube:
         except NotFoundError:
             return False
         return True
+
+    async def json_patch(
+        self, api_version: str, kind: str, namespace: str, name: str, operations: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """One JSON patch, not retried: its ``test`` operations make it conditional, and a failed
+        condition (409/422) is the caller's answer."""
+        path = resources.object_path(api_version, kind, namespace, name)
+        result: dict[str, Any] = await self._call("PATCH", path, body=operations, content_type=JSON_PATCH)
+        return result
 
     async def patch_status(
         self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]

@@ -15,6 +15,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("batch/v1", "Job"): "jobs",
     ("autoscaling/v2", "HorizontalPodAutoscaler"): "horizontalpodautoscalers",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("coordination.k8s.io/v1", "Lease"): "leases",
     (API_VERSION, "ModelRepository"): "modelrepositories",
     (API_VERSION, "InferenceService"): "inferenceservices",
 }

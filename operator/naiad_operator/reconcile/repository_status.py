@@ -24,8 +24,9 @@ from naiad_operator.api.observed import JobObservation, PodProblem
 from naiad_operator.reconcile.conditions import condition, merge_conditions
 from naiad_operator.reconcile.syncjob import format_time, next_sync_time
 
-#: Failure kinds of ``naiad repo sync`` that mean the source itself could not be reached or read.
-UNREACHABLE_KINDS = frozenset({"credentials", "not_found"})
+#: Failure kinds of ``naiad repo sync`` that mean the source itself could not be reached or read:
+#: ``source`` is any other failure talking to it (connection refused or reset, timeouts, 5xx).
+UNREACHABLE_KINDS = frozenset({"credentials", "not_found", "source"})
 
 
 def start_sync(

@@ -20,7 +20,7 @@ passes beyond status, so a pass interrupted anywhere is simply planned again fro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -172,12 +172,19 @@ def plan(
                 if pod.ready_versions(spec.name) != frozenset(mp.keep):
                     loads.append(Load(pod.name, spec.name, mp.keep, mp.new_default, False, override))
             continue
-        first_default = mp.old_default if mp.active else mp.new_default
+        done = _past_switch(spec.name, mp, ready)
+        first_default = mp.old_default if mp.active and not done else mp.new_default
         for pod in ready:
+            if pod.name in done:
+                continue
             if mp.fresh or pod.ready_versions(spec.name) != frozenset(mp.keep):
                 loads.append(Load(pod.name, spec.name, mp.keep, first_default, mp.fresh, override))
         if mp.active and mp.old_default != mp.new_default:
-            switches += [Load(p.name, spec.name, mp.keep, mp.new_default, False, override) for p in ready]
+            switches += [
+                Load(p.name, spec.name, mp.keep, mp.new_default, False, override)
+                for p in ready
+                if p.name not in done
+            ]
         if set(mp.keep) != set(mp.target):
             unloads += [
                 Load(p.name, spec.name, mp.target_versions, mp.new_default, False, override) for p in ready
@@ -195,6 +202,24 @@ def plan(
         if actions
     )
     return Plan(plans, stages, tuple(unwanted))
+
+
+def _past_switch(model: str, mp: ModelPlan, pods: Sequence[PodObservation]) -> frozenset[str]:
+    """Pods that already dropped the old versions, when an earlier pass (an operator that died before it
+    recorded the outcome) got as far as the Unload stage; empty otherwise.
+
+    Old versions go only after the new default was pinned on every pod, so once one pod dropped them
+    the switch is behind us: the rest of the rollout pins the new default (pinning the old one again
+    sent answers back to the old version) and leaves those pods alone (loading the union again on
+    them instantiated an old version a second time)."""
+    retired = set(mp.active) - set(mp.target)
+    if not retired:
+        return frozenset()
+    return frozenset(
+        p.name
+        for p in pods
+        if set(mp.target) <= p.ready_versions(model) and not retired & p.ready_versions(model)
+    )
 
 
 def target_snapshot(
@@ -238,11 +263,16 @@ def failures(
     pods: Sequence[PodObservation],
     now: str,
     errors: Mapping[tuple[str, str], str] | None = None,
+    lost: Collection[str] = (),
 ) -> dict[str, Failure]:
     """Rolling-out models whose target versions are not all READY on every actionable pod, after the
     Load stage; each with the first failing pod and the server's reason: from its index, else from the
     error its load call answered (``errors``, by pod and model), since a failed load may leave nothing
-    in the index."""
+    in the index.
+
+    A pod in ``lost`` never answered its load (it died or restarted mid-call): that says nothing about
+    the model, so unless its index names a failed target version it is not blamed (blaming it blocked
+    the new content for good); the level-triggered passes bring it in line once it is Ready again."""
     result: dict[str, Failure] = {}
     for name, mp in plan_.models.items():
         if mp.change is not Change.ROLLOUT:
@@ -252,6 +282,8 @@ def failures(
             if not missing:
                 continue
             reasons = pod.failed_versions(name)
+            if pod.name in lost and not any(v in reasons for v in missing):
+                continue
             version = next((v for v in missing if v in reasons), missing[0])
             message = (
                 reasons.get(version)

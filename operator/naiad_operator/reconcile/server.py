@@ -24,6 +24,14 @@ GPU_RESOURCE = "nvidia.com/gpu"
 #: ``$NAIAD_LOAD_MODEL_ARGS`` is deliberately unquoted: the shell splits it into one flag per model.
 SERVE_SCRIPT = f'exec naiad serve "$@" ${LOAD_MODELS_ENV}'
 
+#: Seconds a deleted pod keeps serving before it gets SIGTERM. Deleting a pod and removing it from the
+#: Service's endpoints happen at the same time, and kube-proxies (and clients' connection pools) learn of
+#: the removal up to seconds later: without the pause, the requests they still send find the listeners
+#: closed (scale-in and rolling updates under traffic failed requests).
+PRE_STOP_SECONDS = 5
+#: naiad's own drain on SIGTERM (``--exit-timeout-secs``), after the pause, inside the grace period.
+DRAIN_SECONDS = 30
+
 
 def repository_path(spec: InferenceServiceSpec, mount: RepositoryMount) -> str:
     """Where the server reads models: the pinned snapshot, or ``current``, which each sync switches
@@ -131,6 +139,7 @@ def desired_deployment(
         ),
         "readinessProbe": _probe("/v2/health/ready", period=5, failures=2),
         "livenessProbe": _probe("/v2/health/live", period=10, failures=3),
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", f"sleep {PRE_STOP_SECONDS}"]}}},
         "volumeMounts": [*mounts, *server.volume_mounts],
         # a server that dies at start leaves its last log lines as the message status shows
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -147,6 +156,7 @@ def desired_deployment(
         "securityContext": template.security_context or security.pod(fixed_ids),
         "containers": [container, *template.containers],
         "volumes": [*volumes, *pull_volumes, *template.volumes],
+        "terminationGracePeriodSeconds": PRE_STOP_SECONDS + DRAIN_SECONDS + 5,
     }
     if pull or template.init_containers:
         pod_spec["initContainers"] = [*pull, *template.init_containers]
@@ -173,7 +183,9 @@ def desired_deployment(
             names.server_name(name), namespace, names.server_labels(name), owner
         ),
         "spec": {
-            "replicas": spec.replicas,
+            # No pod before the repository's first snapshot: a server started while the first sync
+            # was still writing found no models and sat unready until its startup probe gave up.
+            "replicas": spec.replicas if mount.snapshot else 0,
             "selector": {"matchLabels": names.selector_labels(name)},
             "progressDeadlineSeconds": spec.rollout.progress_deadline_seconds,
             "strategy": {

@@ -46,3 +46,8 @@ def get_backend(name: str) -> Backend:
     backend = getattr(module, class_name)()
     _loaded[name] = backend
     return backend
+
+
+def loaded_backend(name: str) -> Backend | None:
+    """The backend called ``name`` if a model has needed it already (never imports one)."""
+    return _loaded.get(name)

@@ -26,11 +26,17 @@ def render(families: Iterable[Metric]) -> bytes:
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {_PROMETHEUS_TYPES.get(family.type, family.type)}\n")
         for sample in family.samples:
             if sample.labels:
-                labels = ",".join(f'{key}="{_escape(value)}"' for key, value in sorted(sample.labels.items()))
+                pairs = sorted(sample.labels.items(), key=_order)
+                labels = ",".join(f'{key}="{_escape(value)}"' for key, value in pairs)
                 out.append(f"{sample.name}{{{labels}}} {_number(sample.value)}\n")
             else:
                 out.append(f"{sample.name} {_number(sample.value)}\n")
     return "".join(out).encode()
+
+
+def _order(label: tuple[str, str]) -> tuple[bool, str]:
+    """Labels sorted by name, a histogram's ``le`` last (as Triton prints them)."""
+    return label[0] == "le", label[0]
 
 
 def _escape(value: str) -> str:

@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 from naiad.metrics import cpu
 from naiad.metrics.cache import CacheMetrics
 from naiad.metrics.config import parse_metrics_config
+from naiad.metrics.custom import CustomMetricsCollector
 from naiad.metrics.exposition import render
 from naiad.metrics.gpu import GpuMetrics, open_gpus
 from naiad.metrics.models import SUMMARY_SAMPLES, ModelMetrics
@@ -36,6 +37,7 @@ class ServerMetrics:
         if repository.response_cache is not None:
             self._collectors.append(CacheMetrics(repository.response_cache))
         self._collectors.append(PinnedMemoryMetrics())
+        self._collectors.append(CustomMetricsCollector())
         self._gpus: GpuMetrics | None = None
         sources: list[cpu.CpuMetrics | GpuMetrics] = []
         if settings.allow_cpu_metrics and cpu.available():

@@ -15,8 +15,11 @@ CONFIG_FILE = "config.pbtxt"
 
 
 def check_model_name(name: str) -> str:
-    """Reject names that could escape the repository (``..``, ``/``, NUL) or are empty."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name or len(name) > 255:
+    """Reject names that could escape the repository (``..``, ``/``, NUL) or are empty.
+
+    A backslash is an ordinary character in a POSIX path (Triton 2.51 loads ``model\\test``), so it is
+    left to the backends: the Python backend refuses it in a stub name, as Triton's does."""
+    if not name or name in (".", "..") or "/" in name or "\x00" in name or len(name) > 255:
         raise InvalidArgumentError(f"invalid model name '{name}'")
     return name
 

@@ -160,13 +160,20 @@ class ModelRepository:
 
     def all_ready(self) -> bool:
         """Triton's strict readiness: nothing loading that does not serve yet, and every known
-        version READY or unloaded on purpose.  Models never loaded do not count."""
+        version READY or unloaded on purpose.  Models never loaded do not count.
+
+        A model that already serves a READY version keeps the server ready while other versions of
+        it load or fail to load in place, as Triton's (whose strict readiness looks at READY versions
+        only): an in-place rollout, or one rolled back after a failed load, must not take every pod out
+        of its Service's endpoints at once while the old version still answers."""
         for name in self._polling:
             model = self._models.get(name)
             if model is None or not model.ready_versions():
                 return False
         for name, numbers in self._loading.items():
             model = self._models.get(name)
+            if model is not None and model.ready_versions():
+                continue
             for number in numbers:
                 mv = model.versions.get(number) if model is not None else None
                 if mv is None or mv.state is not ModelState.READY:
@@ -174,6 +181,8 @@ class ModelRepository:
         for model in self._models.values():
             if not model.versions and model.reason:
                 return False
+            if model.ready_versions():
+                continue
             if not all(mv.counts_as_ready for mv in model.versions.values()):
                 return False
         return True

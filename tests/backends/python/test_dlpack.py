@@ -1,5 +1,9 @@
 """DLPack in ``pb_utils`` for every datatype, BF16 included (numpy 2.4 refuses bfloat16 in DLPack).
 
+BF16 tensors go through DLPack only: ``as_numpy()`` raises for them as in Triton (NVIDIA's
+``identity_bf16`` model, L0_backend_python's ``test_bf16``, asserts that), so the checks read them
+through torch.
+
 Triton's Python backend hands BF16 tensors through ``to_dlpack``/``from_dlpack`` (that is how models
 pass them to torch); with the newest numpy and ml_dtypes the pins allow this failed with ``BufferError:
 DLPack only supports signed/unsigned integers, float and complex dtypes``, over HTTP and gRPC alike.
@@ -54,6 +58,13 @@ class TritonPythonModel:
             outputs = []
             for tensor in request.inputs():
                 name = tensor.name().replace("INPUT", "OUTPUT")
+                if tensor.name() == "INPUT_BF16":
+                    try:
+                        tensor.as_numpy()
+                    except pb_utils.TritonModelException as e:
+                        assert "tensor dtype is bf16 and cannot be converted to numpy" in str(e).lower()
+                    else:
+                        raise Exception("Expected BF16 conversion to numpy to fail")
                 copy = pb_utils.Tensor.from_dlpack(name, tensor.to_dlpack())
                 if tensor.name() == "INPUT_BF16":
                     copy = pb_utils.Tensor.from_dlpack(name, torch.from_dlpack(copy) * 2)
@@ -65,9 +76,7 @@ class TritonPythonModel:
 
 def _config(name: str, datatypes: list[str]) -> str:
     def tensors(prefix: str) -> str:
-        return ", ".join(
-            f'{{ name: "{prefix}_{d}" data_type: TYPE_{d} dims: [ -1 ] }}' for d in datatypes
-        )
+        return ", ".join(f'{{ name: "{prefix}_{d}" data_type: TYPE_{d} dims: [ -1 ] }}' for d in datatypes)
 
     return f"""
     name: "{name}"
@@ -90,7 +99,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def _data(datatype: str) -> np.ndarray[Any, Any]:
     if datatype == "BOOL":
         return np.array([True, False, True])
-    return np.array([1.5, -2.0, 3.25] if datatype.startswith(("FP", "BF")) else [1, 2, 3], dtype=DTYPES[datatype])
+    return np.array(
+        [1.5, -2.0, 3.25] if datatype.startswith(("FP", "BF")) else [1, 2, 3], dtype=DTYPES[datatype]
+    )
 
 
 def _expected(datatype: str) -> np.ndarray[Any, Any]:
@@ -123,10 +134,10 @@ def test_tensors_pass_through_dlpack_in_a_model(
 def test_bfloat16_round_trips_without_a_copy() -> None:
     array = np.array([[1.5, 2.0], [3.0, -4.0]], dtype=ml_dtypes.bfloat16)
     tensor = pb_utils.Tensor("X", array)
-    back = pb_utils.Tensor.from_dlpack("Y", tensor.to_dlpack()).as_numpy()
-    assert back.dtype == ml_dtypes.bfloat16 and np.shares_memory(back, array)
-    assert back.tolist() == array.tolist()
-    assert np.shares_memory(pb_utils.Tensor.from_dlpack("Z", tensor).as_numpy(), array)
+    back = torch.from_dlpack(pb_utils.Tensor.from_dlpack("Y", tensor.to_dlpack()))
+    assert back.dtype == torch.bfloat16 and back.data_ptr() == array.ctypes.data
+    assert back.tolist() == array.astype(np.float32).tolist()
+    assert torch.from_dlpack(pb_utils.Tensor.from_dlpack("Z", tensor)).data_ptr() == array.ctypes.data
 
 
 def test_bfloat16_goes_to_and_comes_from_torch() -> None:
@@ -136,8 +147,8 @@ def test_bfloat16_goes_to_and_comes_from_torch() -> None:
     assert torch.from_dlpack(pb_utils.Tensor("X", array).to_dlpack()).dtype == torch.bfloat16
     strided = torch.tensor([[1.0, 2.5], [3.0, 4.5]], dtype=torch.bfloat16).t()  # not contiguous
     for source in (strided, torch.utils.dlpack.to_dlpack(strided)):
-        back = pb_utils.Tensor.from_dlpack("Y", source).as_numpy()
-        assert back.dtype == ml_dtypes.bfloat16 and back.tolist() == [[1.0, 3.0], [2.5, 4.5]]
+        back = torch.from_dlpack(pb_utils.Tensor.from_dlpack("Y", source))
+        assert back.dtype == torch.bfloat16 and back.tolist() == [[1.0, 3.0], [2.5, 4.5]]
 
 
 def test_consumed_bfloat16_exports_are_released() -> None:
@@ -148,6 +159,14 @@ def test_consumed_bfloat16_exports_are_released() -> None:
     del views
     gc.collect()
     assert len(dlpack._exported) == before
+
+
+def test_bfloat16_as_numpy_raises_as_in_triton() -> None:
+    tensor = pb_utils.Tensor("X", np.array([1.5], dtype=ml_dtypes.bfloat16))
+    with pytest.raises(
+        pb_utils.TritonModelException, match="Tensor dtype is BF16 and cannot be converted to NumPy"
+    ):
+        tensor.as_numpy()
 
 
 def test_other_refusals_keep_their_message() -> None:

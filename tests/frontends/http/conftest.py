@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import modes
 from tests.support.http import RawClient
-from tests.support.models import write_identity, write_model
+from tests.support.models import identity_config, write_identity, write_model
 from tests.support.server import ServerProcess
 
 # Every test here runs against both server modes (one process; frontend workers over one engine).
@@ -52,6 +52,20 @@ class TritonPythonModel:
         return responses
 """
 
+DLPACK_IDENTITY_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            out = pb_utils.Tensor.from_dlpack("OUTPUT0", tensor.to_dlpack())
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return responses
+"""
+
 FAILING_PY = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -83,8 +97,10 @@ def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository
     for name in ("add_sub", "simple_identity", "simple"):
         if (example_repository / name).exists():
             shutil.copytree(example_repository / name, repo / name)
-    for dtype in DTYPES:
+    for dtype in DTYPES[:-1]:
         write_identity(repo, f"identity_{dtype.lower()}", _dtype_name(dtype))
+    # as_numpy() refuses BF16 (DTYPES' last), as in Triton: that identity passes it through DLPack
+    write_model(repo, "identity_bf16", identity_config("identity_bf16", "TYPE_BF16"), DLPACK_IDENTITY_PY)
     write_identity(repo, "batched_identity", "TYPE_INT32", max_batch_size=4)
     write_model(
         repo,

@@ -18,6 +18,8 @@ from typing import Any
 from google.protobuf import json_format
 
 from naiad.backends.base import InstanceContext
+from naiad.backends.python import pb_utils
+from naiad.backends.python.custom_metrics import CustomMetrics
 from naiad.backends.python.instance import PythonModelInstance
 from naiad.backends.python.launcher import Launcher
 from naiad.backends.python.process import ProcessModelInstance
@@ -26,6 +28,21 @@ from naiad.codecs.model_config_json import config_to_dict
 from naiad.core.errors import InvalidArgumentError
 
 DEFAULT_MODEL_FILE = "model.py"
+
+#: Characters Triton's Python backend refuses in a stub's name (its ``INVALID_CHARS``): it starts each
+#: stub through a shell, so the model and instance names must not carry shell syntax.
+INVALID_STUB_NAME_CHARS = frozenset(";|&$`<>()[]{}\\\"'*?~#!")
+
+
+def check_stub_name(name: str) -> None:
+    """Refuse a model or instance name Triton's Python backend refuses (with its INVALID_ARG message).
+
+    Naiad starts no shell, but a model that loads here must load in Triton too: Triton 2.51 hangs or
+    runs the shell's reading of such a name, NVIDIA's current Python backend (and its
+    ``L0_backend_python/model_control`` test) refuses it, and so do we.
+    """
+    if not name or not INVALID_STUB_NAME_CHARS.isdisjoint(name):
+        raise InvalidArgumentError("Invalid stub name: contains invalid characters")
 
 
 def model_spec(context: InstanceContext) -> ModelSpec:
@@ -60,6 +77,10 @@ class PythonBackend:
 
     def __init__(self) -> None:
         self._launcher = Launcher()
+        #: ``pb_utils.MetricFamily`` of every Python model, exported on ``/metrics``; models in the
+        #: engine write to its store directly (``pb_utils`` has no other way to find it).
+        self.custom_metrics = CustomMetrics()
+        pb_utils.metric_store = self.custom_metrics.local
 
     def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
         """Let ``TritonPythonModel.auto_complete_config`` fill the config, as Triton does, in a
@@ -78,6 +99,7 @@ class PythonBackend:
         if not model_file.is_file():
             return
         model_name = config.name or model_dir.name
+        check_stub_name(model_name)
         current = config_to_dict(config)
         current["name"] = model_name
         completed = self._launcher.auto_complete(model_file, model_name, json.dumps(current), options)
@@ -95,8 +117,9 @@ class PythonBackend:
 
     def create_instance(self, context: InstanceContext) -> PythonModelInstance | ProcessModelInstance:
         """In a model process (the default), or in the engine for a model that opted into it."""
+        check_stub_name(context.instance_name)
         options = ProcessOptions.of(context.config, context.model_dir)
         spec = model_spec(context)
         if options.in_process:
             return PythonModelInstance(spec)
-        return ProcessModelInstance(spec, options, self._launcher, context.health)
+        return ProcessModelInstance(spec, options, self._launcher, context.health, self.custom_metrics)

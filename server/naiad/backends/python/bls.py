@@ -143,7 +143,7 @@ def core_request(request: pb_utils.InferenceRequest) -> InferRequest:
             raise pb_utils.TritonModelException(
                 f"BLS request inputs must be pb_utils.Tensor, got {type(tensor).__name__}"
             )
-        data = tensor.as_numpy()
+        data = tensor._array  # as_numpy() refuses BF16, which BLS passes on as it is
         inputs.append(
             Tensor(
                 tensor.name(), tensor._datatype, bytes_array(data) if tensor._datatype == "BYTES" else data

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from naiad.backends.base import ExecuteResult
-from naiad.backends.python import bls
+from naiad.backends.python import bls, pb_utils
 from naiad.backends.python.host import ModelHost, describe
 from naiad.backends.python.request import ReceivedRequest
 from naiad.backends.python.response import to_results
@@ -36,6 +36,7 @@ class PythonModelInstance:
         "_host",
         "_instance_name",
         "_issues_requests",
+        "_metrics",
         "_model_name",
         "_model_version",
         "_outputs",
@@ -48,7 +49,12 @@ class PythonModelInstance:
         self._outputs = spec.outputs
         self._decoupled = spec.decoupled
         self._caller = bls.Caller(spec.model_name, int(spec.model_version), self)
-        self._host = ModelHost(spec.model_file, spec.model_name, spec.args)
+        self._metrics = pb_utils.metric_store
+        if self._metrics is None:
+            self._host = ModelHost(spec.model_file, spec.model_name, spec.args)
+        else:  # the metric families it creates leave with it
+            with self._metrics.owned_by(id(self)):
+                self._host = ModelHost(spec.model_file, spec.model_name, spec.args)
         # A model that builds BLS requests blocks its thread until they are answered on the event
         # loop, so it must never run on that loop (see ``inline_safe``).  Reading the source is
         # conservative: any mention disqualifies the model from inline execution, nothing else.
@@ -133,6 +139,8 @@ class PythonModelInstance:
 
     def close(self) -> None:
         self._host.close()
+        if self._metrics is not None:
+            self._metrics.release_owner(id(self))
 
 
 def mentions_requests(folder: Path) -> bool:

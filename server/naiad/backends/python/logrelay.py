@@ -2,7 +2,9 @@
 
 The engine's log settings change at run time (``/v2/logging``: format, verbose level, info on or
 off, a log file), so a model process does not format anything: every record goes, pickled, through a
-pipe of its own to the engine, which hands it to the logger it was made for.  ``pb_utils.Logger``
+pipe of its own to the engine, which hands it to the logger it was made for.  The same pipe carries the
+model process's custom metrics (:mod:`naiad.backends.python.custom_metrics`), which, like log
+records, may come at any time, from any thread, without a reply.  ``pb_utils.Logger``
 lines then look, and are filtered, exactly like the engine's, and follow every settings change at once.
 """
 
@@ -12,6 +14,7 @@ import logging
 import os
 import pickle
 import struct
+from collections.abc import Callable
 from typing import Any
 
 _HEADER = struct.Struct("!I")
@@ -33,26 +36,36 @@ class PipeHandler(logging.Handler):
             if record.exc_info:
                 fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
             fields["exc_info"] = None
-            payload = pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
-            data = memoryview(_HEADER.pack(len(payload)) + payload)
-            while data:
-                data = data[os.write(self._fd, data) :]
+            self._write(fields)
         except Exception:
             self.handleError(record)
 
+    def send(self, message: tuple[Any, ...]) -> None:
+        """Send something other than a record (custom metrics), between whole records."""
+        with self.lock:  # type: ignore[union-attr]
+            self._write(message)
 
-def install(fd: int) -> None:
-    """Send every record of this process to the engine through ``fd``."""
+    def _write(self, message: Any) -> None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        data = memoryview(_HEADER.pack(len(payload)) + payload)
+        while data:
+            data = data[os.write(self._fd, data) :]
+
+
+def install(fd: int) -> PipeHandler:
+    """Send every record of this process to the engine through ``fd``; the handler doing it."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    root.addHandler(PipeHandler(fd))
+    pipe = PipeHandler(fd)
+    root.addHandler(pipe)
     root.setLevel(logging.DEBUG)  # the engine's settings decide what is shown
+    return pipe
 
 
-def relay(fd: int, buffer: bytearray) -> bool:
-    """In the engine: handle the records that arrived on ``fd`` (``buffer`` keeps a partial one);
-    False once the model process closed its end."""
+def relay(fd: int, buffer: bytearray, other: Callable[[Any], None]) -> bool:
+    """In the engine: handle the records that arrived on ``fd`` (``buffer`` keeps a partial one),
+    and pass the other messages to ``other``; False once the model process closed its end."""
     try:
         data = os.read(fd, 1 << 16)
     except BlockingIOError:
@@ -64,8 +77,11 @@ def relay(fd: int, buffer: bytearray) -> bool:
         (size,) = _HEADER.unpack_from(buffer)
         if len(buffer) < _HEADER.size + size:
             break
-        fields: dict[str, Any] = pickle.loads(memoryview(buffer)[_HEADER.size : _HEADER.size + size])
+        fields: Any = pickle.loads(memoryview(buffer)[_HEADER.size : _HEADER.size + size])
         del buffer[: _HEADER.size + size]
+        if not isinstance(fields, dict):
+            other(fields)
+            continue
         record = logging.makeLogRecord(fields)
         logging.getLogger(record.name).handle(record)
     return True

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from naiad.backends.python import dlpack
+from naiad.backends.python.custom_metrics import MetricKind, MetricStore, Series
 from naiad.codecs import bytes_tensor
 from naiad.core import datatypes
 
@@ -143,7 +144,16 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray[Any, Any]:
-        """The array itself (inputs are read-only views of the request's buffer)."""
+        """The array itself (inputs are read-only views of the request's buffer).
+
+        BF16 raises, as in Triton (models test for it): numpy has no bfloat16, so such tensors go
+        through ``to_dlpack``/``from_dlpack``, which carry the ml_dtypes array held here.
+        """
+        if self._datatype == "BF16":
+            raise TritonModelException(
+                "Tensor dtype is BF16 and cannot be converted to NumPy. "
+                "Use to_dlpack() and from_dlpack() instead."
+            )
         return self._array
 
     def shape(self) -> list[int]:
@@ -644,3 +654,87 @@ class Logger:
     @staticmethod
     def log_verbose(message: str) -> None:
         _model_log.debug("%s", message)
+
+
+#: Where ``MetricFamily`` keeps its metrics: the engine's store, or a model process's (set at start-up).
+metric_store: MetricStore | None = None
+
+
+def _metric_store() -> MetricStore:
+    if metric_store is None:
+        raise TritonModelException("Custom metrics can only be created while the model is served")
+    return metric_store
+
+
+class MetricFamily:
+    """A family of custom metrics, exported on the server's ``/metrics`` (``COUNTER``, ``GAUGE`` or
+    ``HISTOGRAM``).  Families with the same name are one family; it leaves ``/metrics`` when the last
+    object naming it is deleted, or with its model."""
+
+    COUNTER = MetricKind.COUNTER
+    GAUGE = MetricKind.GAUGE
+    HISTOGRAM = MetricKind.HISTOGRAM
+
+    def __init__(self, name: str, description: str, kind: MetricKind) -> None:
+        if not isinstance(name, str) or not isinstance(description, str) or kind not in tuple(MetricKind):
+            raise TritonModelException("MetricFamily needs a name, a description and a kind")
+        self._store = _metric_store()
+        try:
+            self._family = self._store.family(name, description, MetricKind(kind))
+        except ValueError as exc:
+            raise TritonModelException(f"Failed to create metric family: {exc}") from exc
+
+    def Metric(
+        self, labels: Mapping[str, str] | None = None, buckets: Sequence[float] | None = None
+    ) -> Metric:
+        """The metric of this family with ``labels`` (histograms need ``buckets``, others refuse them)."""
+        labels = {} if labels is None else labels
+        if not isinstance(labels, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise TritonModelException("Failed to create metric. Labels must map strings to strings.")
+        histogram = self._family.kind == MetricKind.HISTOGRAM
+        if buckets is not None and not histogram:
+            raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+        if buckets is None and histogram:
+            raise TritonModelException("Failed to create metric. Missing required buckets.")
+        return Metric(self, self._store.series(self._family, labels, buckets))
+
+    def __del__(self) -> None:
+        family = getattr(self, "_family", None)
+        if family is not None:
+            self._store.release_family(family)
+
+
+class Metric:
+    """One metric of a family (a label set): ``increment``, ``set``, ``observe`` and ``value``."""
+
+    def __init__(self, family: MetricFamily, series: Series) -> None:
+        self._owner = family  # the family outlives its metrics
+        self._series = series
+
+    def increment(self, value: float) -> None:
+        self._apply(self._owner._store.increment, value, "Failed to increment metric value")
+
+    def set(self, value: float) -> None:
+        self._apply(self._owner._store.set, value, "Failed to set metric value")
+
+    def observe(self, value: float) -> None:
+        self._apply(self._owner._store.observe, value, "Failed to observe metric value")
+
+    def value(self) -> float:
+        try:
+            return self._owner._store.value(self._owner._family, self._series)
+        except ValueError as exc:
+            raise TritonModelException(f"Failed to get metric value: {exc}") from exc
+
+    def _apply(self, operation: Any, value: float, failure: str) -> None:
+        try:
+            operation(self._owner._family, self._series, float(value))
+        except ValueError as exc:
+            raise TritonModelException(f"{failure}: {exc}") from exc
+
+    def __del__(self) -> None:
+        owner = getattr(self, "_owner", None)
+        if owner is not None:
+            owner._store.release_series(owner._family, self._series)

@@ -43,6 +43,7 @@ from typing import Any
 
 from naiad.backends.base import ExecuteResult, InstanceHealth
 from naiad.backends.python import bls, shm
+from naiad.backends.python.custom_metrics import CustomMetrics
 from naiad.backends.python.instance import mentions_requests
 from naiad.backends.python.launcher import Launcher
 from naiad.backends.python.messages import bls_request, pack_answer, request_message, unpack_answer
@@ -113,9 +114,15 @@ class ProcessModelInstance:
     """A :class:`~naiad.backends.base.ModelInstance` whose model runs in a model process."""
 
     def __init__(
-        self, spec: ModelSpec, options: ProcessOptions, launcher: Launcher, health: InstanceHealth | None
+        self,
+        spec: ModelSpec,
+        options: ProcessOptions,
+        launcher: Launcher,
+        health: InstanceHealth | None,
+        metrics: CustomMetrics | None = None,
     ) -> None:
-        """Start the model process and load the model there; raise its load error, if any."""
+        """Start the model process and load the model there; raise its load error, if any.  Its
+        custom metrics are exported through ``metrics`` while the instance lives."""
         _remove_orphans_once()
         self._spec = spec
         self._options = options
@@ -153,6 +160,9 @@ class ProcessModelInstance:
             target=self._watch, name=f"naiad-watch-{spec.instance_name}", daemon=True
         )
         self._watcher.start()
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.attach(id(self), lambda: self._child.process.metrics)
 
     @property
     def loop_driven(self) -> bool:
@@ -625,6 +635,8 @@ class ProcessModelInstance:
                 return
             self._closing = True
             child, healthy = self._child, not self._unhealthy
+        if self._metrics is not None:
+            self._metrics.detach(id(self))
         os.write(self._wake_w, b"x")
         self._stop_reading()
         conn = child.process.conn

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from naiad.backends.python import bls, logrelay, pb_utils, shm
+from naiad.backends.python.custom_metrics import Publisher
 from naiad.backends.python.host import auto_complete_config
 from naiad.backends.python.instance import PythonModelInstance
 from naiad.backends.python.messages import PackedAnswer, Wire, bls_message, pack_answer, unpack_answer
@@ -361,7 +362,7 @@ def run(conn: Wire, log: int) -> int:
     """Do what the engine's first message says; the exit status.  Log records go to the engine
     through the pipe ``log`` (see :mod:`naiad.backends.python.logrelay`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logrelay.install(log)
+    pipe = logrelay.install(log)
     pin_thresholds()  # the model process moves the same tensors as the engine (see naiad.core.allocator)
     try:
         message = conn.receive()
@@ -370,6 +371,7 @@ def run(conn: Wire, log: int) -> int:
     if message[0] == "auto_complete":
         return _auto_complete(conn, message)
     _, spec = message
+    pb_utils.metric_store = Publisher(pipe.send).store
     try:
         instance = PythonModelInstance(spec)
     except Exception as exc:

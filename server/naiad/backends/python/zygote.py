@@ -35,8 +35,10 @@ import time
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import Any
 
 from naiad.backends.python import logrelay
+from naiad.backends.python.custom_metrics import Snapshot
 from naiad.backends.python.messages import Wire
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,8 @@ class ModelProcess:
         #: The pipe its log records come through (see :mod:`naiad.backends.python.logrelay`).
         self.log = log
         self._log_buffer = bytearray()
+        #: The last snapshot of its custom metrics (see :mod:`naiad.backends.python.custom_metrics`).
+        self.metrics: Snapshot | None = None
         self.returncode: int | None = None
         self._reading = threading.Lock()  # the executing thread and the watcher both ask
 
@@ -87,8 +91,13 @@ class ModelProcess:
         self.returncode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else UNKNOWN_STATUS
 
     def relay_logs(self) -> bool:
-        """Hand the log records that arrived to the engine's logging; False once the pipe closed."""
-        return logrelay.relay(self.log, self._log_buffer)
+        """Hand the log records that arrived to the engine's logging, and keep the latest custom
+        metrics; False once the pipe closed."""
+        return logrelay.relay(self.log, self._log_buffer, self._received)
+
+    def _received(self, message: Any) -> None:
+        if type(message) is tuple and message[0] == "metrics":
+            self.metrics = message[1]
 
     def kill(self) -> None:
         """SIGKILL, unless the process already ended (its pid may belong to another one by then)."""
