@@ -156,7 +156,17 @@ def decoupled(checkouts: Checkouts) -> Suite:
 
     # its hanging cases block in gRPC's C code, out of pytest-timeout's reach: one process per case
     folder = "L0_backend_python/decoupled"
-    script = _pytest(checkouts, folder, "decoupled_test.py", per_case=True)
+    script = _pytest(
+        checkouts,
+        folder,
+        "decoupled_test.py",
+        per_case=True,
+        deselect={
+            # the model's response thread moves torch tensors to "cuda" before it answers; on a CPU-only
+            # machine that raises in the thread and no response ever comes (the case hangs on any server)
+            "DecoupledTest::test_decoupled_bls": "needs a GPU (its response thread calls torch .to('cuda'))",
+        },
+    )
     # test_decoupled_execute_cancel reads the model's log lines from the server log test.sh writes
     return Suite(
         "qa-decoupled",
