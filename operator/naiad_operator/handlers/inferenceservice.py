@@ -65,15 +65,7 @@ async def server_changed(
 ) -> None:
     """A server pod or the Deployment changed (scheduled, Ready, failed, scaled): a pass now."""
     isvc = watches.owner(services_by_label, namespace, labels.get(names.ISVC_LABEL))
-    ctx = context_of(memo)
-    body = event.get("object") or {}
-    kind = event.get("type")
-    if kind is None or isvc is None:  # the initial listing: resume handlers cover it
-        return
-    if not watches.changed_state(ctx, body, kind):
-        return
-    watches.attach(ctx, kwargs)
-    await watches.nudge(ctx, KIND, namespace, isvc, reconcile)
+    await watches.child_event(context_of(memo), event, kwargs, KIND, namespace, isvc, reconcile)
 
 
 @kopf.on.event(GROUP, VERSION, "modelrepositories")

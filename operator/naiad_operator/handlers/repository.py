@@ -54,15 +54,7 @@ async def job_changed(
 ) -> None:
     """A sync Job or its pod changed (finished, stuck): a pass now rather than at the next poll."""
     repository = watches.owner(repositories_by_label, namespace, labels.get(names.REPO_LABEL))
-    ctx = context_of(memo)
-    body = event.get("object") or {}
-    kind = event.get("type")
-    if kind is None or repository is None:  # the initial listing: resume handlers cover it
-        return
-    if not watches.changed_state(ctx, body, kind):
-        return
-    watches.attach(ctx, kwargs)
-    await watches.nudge(ctx, KIND, namespace, repository, reconcile)
+    await watches.child_event(context_of(memo), event, kwargs, KIND, namespace, repository, reconcile)
 
 
 async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:

@@ -131,6 +131,26 @@ async def nudge(ctx: OperatorContext, kind: str, namespace: str, name: str, run:
     await run(ctx, namespace, name)
 
 
+async def child_event(
+    ctx: OperatorContext,
+    event: kopf.RawEvent,
+    kwargs: dict[str, Any],
+    owner_kind: str,
+    namespace: str,
+    owner_name: str | None,
+    run: Callable[..., Any],
+) -> None:
+    """A pass over the owner of a watched child whose status moved (not for the initial listing, which the
+    resume handlers cover, nor for events that only repeat what the last one said)."""
+    event_type = event.get("type")
+    if event_type is None or owner_name is None:
+        return
+    if not changed_state(ctx, event.get("object") or {}, event_type):
+        return
+    attach(ctx, kwargs)
+    await nudge(ctx, owner_kind, namespace, owner_name, run)
+
+
 def owner(index: kopf.Index[tuple[str, str], str], namespace: str, label: str | None) -> str | None:
     for name in index.get((namespace, label or ""), []):
         return name
