@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT.parent / "shared" / "reference"
 LARGE_SHAPE = (1, 3, 224, 224)
 
-_IDENTITY_PY = """
+IDENTITY_PY = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -56,7 +56,7 @@ class TritonPythonModel:
             for r in requests
         ]
 """
-_IDENTITY_CONFIG = """
+IDENTITY_CONFIG = """
 backend: "python"
 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
 output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
@@ -171,8 +171,8 @@ def triton_repository(root: Path) -> Path:
     repo = root / "models"
     shutil.copytree(ROOT / "examples" / "model_repository" / "add_sub", repo / "add_sub")
     (repo / "identity_large" / "1").mkdir(parents=True)
-    (repo / "identity_large" / "1" / "model.py").write_text(textwrap.dedent(_IDENTITY_PY))
-    (repo / "identity_large" / "config.pbtxt").write_text(textwrap.dedent(_IDENTITY_CONFIG))
+    (repo / "identity_large" / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_PY))
+    (repo / "identity_large" / "config.pbtxt").write_text(textwrap.dedent(IDENTITY_CONFIG))
     return repo
 
 

@@ -42,29 +42,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import SHARED, Served, naiad, triton
 from benchmarks.common.wrk import ADD_SUB_SCRIPT, wrk
-from benchmarks.grpc_infer.run import Workload, check_answers, grpc_body, h2load
+from benchmarks.grpc_infer.run import (
+    IDENTITY_CONFIG,
+    IDENTITY_PY,
+    LARGE_SHAPE,
+    Workload,
+    check_answers,
+    grpc_body,
+    h2load,
+)
 
 CONNECTIONS = 16
-LARGE_SHAPE = (1, 3, 224, 224)
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
-            )
-            for r in requests
-        ]
-"""
-IDENTITY_CONFIG = """
-backend: "python"
-input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
-output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
-instance_group [{ kind: KIND_CPU }]
-"""
 
 
 #: Naiad runs Python models in model processes by default; this parameter (which Triton ignores) keeps
