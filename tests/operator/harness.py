@@ -105,6 +105,38 @@ def upload(s3: Any, name: str, version: int, model_py: str = IDENTITY_PY) -> Non
     client.put_object(Bucket=BUCKET, Key=f"triton/{name}/{version}/model.py", Body=model_py.encode())
 
 
+def create_s3_repository(api: Api, s3: Any, storage: dict[str, Any] | None = None) -> None:
+    """The Secret with the S3 store's keys and a ModelRepository ``models`` over ``s3://models/triton``
+    (``storage`` as given, or left to the CRD's defaults)."""
+    api.create(
+        f"/api/v1/namespaces/{NS}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "s3-creds", "namespace": NS},
+            "stringData": s3.env(),
+        },
+    )
+    spec: dict[str, Any] = {
+        "source": {
+            "uri": f"s3://{BUCKET}/triton",
+            "endpoint": s3.endpoint,
+            "credentials": {"secretRef": {"name": "s3-creds"}},
+        }
+    }
+    if storage is not None:
+        spec["storage"] = storage
+    api.create(
+        f"{GROUP_PATH}/modelrepositories",
+        {
+            "apiVersion": "serving.naiad.dev/v1alpha1",
+            "kind": "ModelRepository",
+            "metadata": {"name": "models", "namespace": NS},
+            "spec": spec,
+        },
+    )
+
+
 def status_of(api: Api, plural: str, name: str) -> dict[str, Any]:
     return (api.get(f"{GROUP_PATH}/{plural}/{name}") or {}).get("status") or {}
 

@@ -21,6 +21,7 @@ from tests.operator.cluster import BIN, NS, FakeCluster, ServerPod
 from tests.operator.harness import (
     GROUP_PATH,
     conditions,
+    create_s3_repository,
     eventually,
     index,
     infer_version,
@@ -93,31 +94,7 @@ def _first_per_node(cluster: FakeCluster, pods: list[ServerPod]) -> dict[str, li
 def test_node_cache_storage(s3: Any, cluster: FakeCluster, operator: Any) -> None:
     api = cluster.api
     upload(s3, "alpha", 1)
-    api.create(
-        f"/api/v1/namespaces/{NS}/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "s3-creds", "namespace": NS},
-            "stringData": s3.env(),
-        },
-    )
-    api.create(
-        f"{GROUP_PATH}/modelrepositories",
-        {
-            "apiVersion": "serving.naiad.dev/v1alpha1",
-            "kind": "ModelRepository",
-            "metadata": {"name": "models", "namespace": NS},
-            "spec": {
-                "source": {
-                    "uri": "s3://models/triton",
-                    "endpoint": s3.endpoint,
-                    "credentials": {"secretRef": {"name": "s3-creds"}},
-                },
-                "storage": {"mode": "nodeCache", "size": "1Gi"},
-            },
-        },
-    )
+    create_s3_repository(api, s3, storage={"mode": "nodeCache", "size": "1Gi"})
 
     # -- the node-local volume and its claim; a pod spec a `restricted` namespace admits ---------------
     pv = eventually(lambda: api.get("/api/v1/persistentvolumes/naiad-default-models-node-cache"), what="PV")

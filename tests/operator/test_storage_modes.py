@@ -14,6 +14,7 @@ from tests.operator.cluster import NS, FakeCluster, ServerPod
 from tests.operator.harness import (
     GROUP_PATH,
     conditions,
+    create_s3_repository,
     events,
     eventually,
     index,
@@ -38,30 +39,7 @@ def _pulled(cluster: FakeCluster, pod: ServerPod) -> str:
 def test_per_pod_storage(s3: Any, cluster: FakeCluster, operator: Any) -> None:
     api = cluster.api
     upload(s3, "alpha", 1)
-    api.create(
-        f"/api/v1/namespaces/{NS}/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "s3-creds", "namespace": NS},
-            "stringData": s3.env(),
-        },
-    )
-    api.create(
-        f"{GROUP_PATH}/modelrepositories",
-        {
-            "apiVersion": "serving.naiad.dev/v1alpha1",
-            "kind": "ModelRepository",
-            "metadata": {"name": "models", "namespace": NS},
-            "spec": {
-                "source": {
-                    "uri": "s3://models/triton",
-                    "endpoint": s3.endpoint,
-                    "credentials": {"secretRef": {"name": "s3-creds"}},
-                }
-            },  # storage left to its defaults: perPod on a ReadWriteOnce claim
-        },
-    )
+    create_s3_repository(api, s3)  # storage left to its defaults: perPod on a ReadWriteOnce claim
     api.create(
         f"{GROUP_PATH}/inferenceservices",
         {
