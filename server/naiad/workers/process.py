@@ -45,6 +45,8 @@ def _die_with_parent() -> None:
 
 
 def _path(kind: type, value: Any) -> Any:
+    """msgspec's decode hook for the settings: ``Path`` is their one type msgspec does not build itself;
+    NotImplementedError is how a hook tells msgspec it has no conversion for a type."""
     if kind is Path:
         return Path(value)
     raise NotImplementedError(kind)
