@@ -18,6 +18,12 @@ arrives.  Joined by the completion ID (the request ID the model sees), that give
 * per-token overhead: token chunk received - model sent that token: the sink, the event loop, the
   codec, uvicorn and the socket, and the client's parse, per token, queueing included.
 
+Wall-clock figures follow whatever else runs on the machine; so beside them each level reports the CPU
+time our processes spent per token streamed (``/proc/<pid>/stat`` utime + stime over the level, divided
+by the tokens the clients received): the server process, its model processes (the example's, the
+template's), and the benchmark's clients.  Those hold under load, and they count a request's setup
+spread over its tokens.
+
 Prints p50/p99 of each per concurrency, the median over ``--rounds`` rounds; ``--json FILE`` writes
 them.
 
@@ -47,6 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.frontends.openai.conftest import LLM_REPOSITORY, MODEL, build_checkpoint
 from tests.support.server import ServerProcess, free_port
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 PROMPT = "The river begins as a thin line of cold water under the moss"
 
@@ -161,6 +169,40 @@ def _analyse(streams: list[Stream], records: dict[str, dict[str, Any]]) -> dict[
     return figures
 
 
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` (all its threads), 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * _TICK_S
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes under ``root`` (its model processes and their template)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _cpu(server: int) -> tuple[float, float, float]:
+    """CPU seconds so far of the server process, its model processes, and this (client) process."""
+    models = sum(_cpu_seconds(pid) for pid in _descendants(server))
+    return _cpu_seconds(server), models, _cpu_seconds(os.getpid())
+
+
 def _repository(into: Path, timing_log: Path, checkpoint: Path) -> Path:
     """A copy of the example repository whose model logs its timings (the checkpoint is linked)."""
     repository = into / "models"
@@ -179,10 +221,15 @@ def _repository(into: Path, timing_log: Path, checkpoint: Path) -> Path:
 
 def _records(timing_log: Path) -> dict[str, dict[str, Any]]:
     records = {}
-    for line in timing_log.read_text().splitlines():
+    text = timing_log.read_text()
+    for line in text[: text.rfind("\n") + 1].splitlines():  # not a line the model is still writing
         record = json.loads(line)
         records[record["id"]] = record
     return records
+
+
+#: The CPU-time figures, in the order :func:`_cpu` returns them.
+_CPU_KEYS = ("server_cpu_per_token_ms", "model_cpu_per_token_ms", "client_cpu_per_token_ms")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,18 +252,26 @@ def main(argv: list[str] | None = None) -> int:
         timing_log = Path(scratch) / "timing.jsonl"
         repository = _repository(Path(scratch), timing_log, checkpoint)
         port = free_port()
-        with ServerProcess([repository], [f"--openai-port={port}"]):
+        with ServerProcess([repository], [f"--openai-port={port}"]) as server:
+            assert server.process is not None
+            pid = server.process.pid
             asyncio.run(_drive(port, 4, 8, args.tokens))  # warm-up
             rounds: dict[str, list[dict[str, float]]] = {}
             for _ in range(args.rounds):  # levels in turn within each round, so load drifts hit all
                 for concurrency in (int(c) for c in args.concurrency.split(",")):
                     done = len(_records(timing_log)) if timing_log.exists() else 0
                     count = max(args.requests, concurrency)
+                    before = _cpu(pid)
                     streams = asyncio.run(_drive(port, concurrency, count, args.tokens))
+                    after = _cpu(pid)
                     deadline = time.monotonic() + 10
                     while len(_records(timing_log)) < done + len(streams) and time.monotonic() < deadline:
                         time.sleep(0.05)
-                    rounds.setdefault(str(concurrency), []).append(_analyse(streams, _records(timing_log)))
+                    figures = _analyse(streams, _records(timing_log))
+                    tokens = sum(len(stream.tokens) for stream in streams) or 1
+                    for key, start, end in zip(_CPU_KEYS, before, after, strict=True):
+                        figures[key] = (end - start) / tokens * 1e3
+                    rounds.setdefault(str(concurrency), []).append(figures)
             for level, figures in rounds.items():
                 results[level] = {key: statistics.median(f[key] for f in figures) for key in figures[0]}
     load = os.getloadavg()
@@ -237,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     for concurrency, figures in results.items():
         cells = " | ".join(f"{figures[key]:.3f}" for key, _ in columns)
         print(f"{concurrency} | {cells} | {figures['requests']:.0f}")
+    print("streams | CPU ms/token: server | model processes | clients")
+    for concurrency, figures in results.items():
+        print(f"{concurrency} | " + " | ".join(f"{figures[key]:.3f}" for key in _CPU_KEYS))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

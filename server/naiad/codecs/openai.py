@@ -423,11 +423,15 @@ class Encoder:
     def chunk(self, text: str, reason: str | None = None) -> bytes:
         """One stream chunk: a piece of text, and the finish reason on the last one."""
         encoded = orjson.dumps(text)
-        tail = b',"logprobs":null,"finish_reason":' + (b'"' + reason.encode() + b'"' if reason else b"null")
+        if reason is None:  # a token's chunk: the common case
+            if self._chat:
+                return self._chunk_head + b'"delta":{"content":' + encoded + b"}" + _OPEN_TAIL
+            return self._chunk_head + b'"text":' + encoded + _OPEN_TAIL
+        tail = b',"logprobs":null,"finish_reason":"' + reason.encode() + b'"}]}\n\n'
         if self._chat:
-            delta = b'"delta":{"content":' + encoded + b"}" if text or not reason else b'"delta":{}'
-            return self._chunk_head + delta + tail + b"}]}\n\n"
-        return self._chunk_head + b'"text":' + encoded + tail + b"}]}\n\n"
+            delta = b'"delta":{"content":' + encoded + b"}" if text else b'"delta":{}'
+            return self._chunk_head + delta + tail
+        return self._chunk_head + b'"text":' + encoded + tail
 
     def usage_chunk(self, usage: Usage) -> bytes:
         """The chunk ``stream_options.include_usage`` asks for: no choices, the request's usage."""
@@ -441,6 +445,10 @@ class Encoder:
             "usage": usage.document(),
         }
         return b"data: " + orjson.dumps(document) + b"\n\n"
+
+
+#: The end of a chunk that has no finish reason yet.
+_OPEN_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 def models_list(names: list[str], created: int) -> bytes:

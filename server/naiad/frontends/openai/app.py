@@ -53,8 +53,9 @@ log = logging.getLogger("naiad.openai")
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
-#: A handler's answer: status, body (bytes, or chunks to stream) and headers.
-_Reply = tuple[int, bytes | AsyncGenerator[bytes, None], list[tuple[bytes, bytes]]]
+#: A handler's answer: status, body (bytes, or chunks to stream, each with whether more follow) and headers.
+_Stream = AsyncGenerator[tuple[bytes, bool], None]
+_Reply = tuple[int, bytes | _Stream, list[tuple[bytes, bytes]]]
 
 
 class OpenAIFrontend:
@@ -216,21 +217,26 @@ async def _events(
     encoder: Encoder,
     generation: Generation,
     prompt: str,
-) -> AsyncGenerator[bytes, None]:
-    """The SSE chunks: the role (chat), one chunk per piece of text, the finish reason, usage, [DONE]."""
+) -> AsyncGenerator[tuple[bytes, bool], None]:
+    """The SSE chunks, each with whether more follow: the role (chat), one chunk per piece of text,
+    the finish reason, usage, [DONE].
+
+    Chunks that are ready at the same moment go out together, as one write and one wake-up of the
+    client: the role (and an echoed prompt) with the first text, and the last text with the finish
+    reason, usage, [DONE] and the end of the HTTP body.
+    """
     async with aclosing(answers):
-        opening = encoder.first()
-        if opening is not None:
-            yield opening
+        head = encoder.first() or b""
         if generation.echo:
-            yield encoder.chunk(prompt)
+            head += encoder.chunk(prompt)
         usage = Usage()
         reason = None
         item = first
+        text = ""
         while True:
             answer, final = item
             if isinstance(answer, InferenceServerError):
-                yield OpenAIError.of(answer).event()
+                yield head + OpenAIError.of(answer).event(), False
                 return
             text = ""
             if not isinstance(answer, EmptyFinal):
@@ -239,18 +245,22 @@ async def _events(
                 reason = piece.finish_reason or reason
                 text = piece.text
             if final:
-                yield encoder.chunk(text, finish_reason(reason))
                 break
             if text:
-                yield encoder.chunk(text)
+                yield head + encoder.chunk(text), True
+                head = b""
+            elif head:
+                yield head, True
+                head = b""
             try:
                 item = await anext(answers)
             except StopAsyncIteration:
-                yield encoder.chunk("", finish_reason(reason))
+                text = ""
                 break
+        last = head + encoder.chunk(text, finish_reason(reason))
         if generation.include_usage:
-            yield encoder.usage_chunk(usage)
-        yield DONE
+            last += encoder.usage_chunk(usage)
+        yield last + DONE, False
 
 
 class _DisconnectWatch:
@@ -301,16 +311,16 @@ def _not_allowed(method: str, path: str) -> OpenAIError:
     return OpenAIError(405, f"{method} is not allowed on {path}", code="method_not_allowed")
 
 
-async def _send(
-    send: Send, status: int, body: bytes | AsyncGenerator[bytes, None], headers: list[tuple[bytes, bytes]]
-) -> None:
+async def _send(send: Send, status: int, body: bytes | _Stream, headers: list[tuple[bytes, bytes]]) -> None:
     if isinstance(body, bytes):
         headers = [*headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
         return
+    more = True
     async with aclosing(body):
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        async for chunk in body:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
+        async for chunk, more in body:
+            await send({"type": "http.response.body", "body": chunk, "more_body": more})
+    if more:  # the chunks ended without a last one
+        await send({"type": "http.response.body", "body": b""})
