@@ -50,8 +50,10 @@ class InferRequest:
     ``outputs`` is ``None`` when the client asked for all outputs.
     ``parameters`` holds the custom parameters backends see; Triton's reserved keys (``priority``,
     ``timeout``, ``sequence_*``, ``binary_data_output``) are parsed into their own fields by the codecs.
-    ``cancelled`` is set by the scheduler when the client gives up (disconnects, cancels) after the
-    request was handed to a model instance, so a backend can stop early (Python ``is_cancelled()``).
+    ``cancelled`` is set by the scheduler (:meth:`cancel`) when the client gives up (disconnects,
+    cancels) after the request was handed to a model instance, so a backend can stop early (Python
+    ``is_cancelled()``); ``on_cancel``, when a backend sets it, is called then too (a model process
+    learns it at once instead of asking at every token).
     ``responses`` is set by the data plane for a decoupled model: the model answers through it (0..N
     responses, then the final flag) instead of through ``execute``'s return value.
     ``timestamps`` is a list only for a request being traced (``--trace-config``): the data plane and
@@ -72,7 +74,14 @@ class InferRequest:
     headers: dict[str, str] = field(default_factory=dict)
     cancelled: bool = False
     responses: ResponseSink | None = None
+    on_cancel: Callable[[], None] | None = None
     timestamps: list[tuple[str, int]] | None = None
+
+    def cancel(self) -> None:
+        """The client gave up on the request: mark it, and tell the backend that asked to know."""
+        self.cancelled = True
+        if self.on_cancel is not None:
+            self.on_cancel()
 
     def input(self, name: str) -> Tensor | None:
         for tensor in self.inputs:

@@ -60,7 +60,7 @@ async def answers(
                 return
     finally:
         if not finished:  # left early: the model may stop sending, and a running execution stops
-            request.cancelled = True
+            request.cancel()
             if not execution.done():
                 execution.cancel()
         elif not execution.done():

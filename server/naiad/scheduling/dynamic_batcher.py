@@ -142,7 +142,7 @@ class DynamicBatchScheduler:
                 if self._drained is not None:
                     self._check_drained()
             else:  # already with an instance: counted when its execution finishes
-                request.cancelled = True
+                request.cancel()
             raise
 
     def _shape_key(self, request: InferRequest) -> Hashable:

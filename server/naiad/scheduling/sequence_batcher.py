@@ -179,7 +179,7 @@ class SequenceBatchScheduler:
                 self.stats.fail(FailureReason.CANCELED, _MONOTONIC_NS() - now)
                 self._check_drained()
             else:  # with an instance already: counted when its execution finishes
-                request.cancelled = True
+                request.cancel()
             raise
 
     def _check(self, request: InferRequest) -> None:

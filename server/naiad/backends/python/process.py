@@ -7,7 +7,10 @@ the same :class:`~naiad.backends.python.instance.PythonModelInstance` the engine
 behave the same way.  Per execution the engine writes the input tensors into a shared-memory region
 and sends their placement and the request fields through a socket; the model process answers with its
 outputs placed in a region of its own (see :mod:`naiad.backends.python.shm`).  ``is_cancelled()`` in
-the model process asks the engine, which answers from the live request.  While an execution runs, the
+the model process asks the engine, which answers from the live request; a decoupled model's reads a
+flag there instead, which the engine sets by a message when the request is cancelled (such a model
+asks before every token it makes, and a question and its answer per token cost both processes more
+than the token's own response).  While an execution runs, the
 model process forwards the model's BLS calls, which the engine makes on the instance's thread and
 answers.  A decoupled model's process is read by a thread of its own (``_read``): as in Triton's stub,
 the instance is free once ``execute`` returns, while the model's threads keep sending the responses of
@@ -193,6 +196,8 @@ class ProcessModelInstance:
                     child.open[key] = dict(enumerate(requests))
                     child.executing += 1
             self._send(child, message)
+            if self._decoupled:
+                self._watch_cancel(child, key, requests)
             with bls.executing(self._caller, requests):
                 reply = self._serve_child(child)
         except (EOFError, OSError):
@@ -218,6 +223,25 @@ class ProcessModelInstance:
         else:
             child.process.conn.send(message)
 
+    def _watch_cancel(self, child: _Child, key: int, requests: Sequence[InferRequest]) -> None:
+        """Have the model process told when a request of execution ``key`` is cancelled (after the
+        execution's message, so it knows the request; one cancelled before that is told now)."""
+        for index, request in enumerate(requests):
+            request.on_cancel = functools.partial(self._cancel, child, key, index)
+            if request.cancelled:
+                self._cancel(child, key, index)
+
+    def _cancel(self, child: _Child, key: int, index: int) -> None:
+        """Tell ``child`` that request ``index`` of execution ``key`` was cancelled, while its stream
+        is open (from the thread that cancelled it)."""
+        with self._lock:
+            if index not in child.open.get(key, {}):
+                return
+        try:
+            self._send(child, ("cancel", key, index))
+        except OSError:  # it ended: its reader fails the stream
+            pass
+
     def _started(self, process: ModelProcess) -> _Child:
         """A decoupled model's process gets a reader thread: its threads keep sending responses (and
         asking whether requests were cancelled) after ``execute`` returned, while the instance runs
@@ -231,9 +255,9 @@ class ProcessModelInstance:
         return child
 
     def _read(self, child: _Child) -> None:
-        """A decoupled model's socket: deliver responses, answer whether a request was cancelled,
-        and hand the rest (results, BLS calls) to the execution that waits for them.  Once the
-        process ended, the streams no execution answers for end with the reason."""
+        """A decoupled model's socket: deliver responses, and hand the rest (results, BLS calls) to
+        the execution that waits for them.  Once the process ended, the streams no execution answers
+        for end with the reason."""
         conn = child.process.conn
         try:
             while True:
@@ -248,10 +272,6 @@ class ProcessModelInstance:
                             child.open.pop(key, None)
                     if request is not None and request.responses is not None:
                         request.responses(unpack_answer(packed, self._model_name, self._model_version), final)
-                elif kind == "is_cancelled":
-                    with self._lock:
-                        request = child.open.get(message[1], {}).get(message[2])
-                    self._send(child, bool(request is not None and request.cancelled))
                 elif kind == "bls":
                     with self._lock:
                         waited = child.executing > 0

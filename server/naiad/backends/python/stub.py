@@ -69,6 +69,13 @@ class _Channel:
         #: (answers, nested executions) to the thread that holds the channel (``replies``).
         self._work: queue.SimpleQueue[Any] | None = None
         self._replies: queue.SimpleQueue[Any] | None = None
+        #: ``routed``: the requests whose final response has not been sent, and those of them the
+        #: engine said were cancelled, by (execution key, index); the reader thread and the model's
+        #: threads change them together.
+        self.routed = routed
+        self._open: set[tuple[int, int]] = set()
+        self._cancelled: set[tuple[int, int]] = set()
+        self._flags = threading.Lock()
         if routed:
             self._work, self._replies = queue.SimpleQueue(), queue.SimpleQueue()
             threading.Thread(target=self._route, name="naiad-channel-reader", daemon=True).start()
@@ -78,7 +85,14 @@ class _Channel:
         try:
             while True:
                 message = self.conn.receive()
-                outer = type(message) is tuple and message[0] in ("execute", "close")
+                kind = message[0] if type(message) is tuple and message else None
+                if kind == "cancel":
+                    self._cancel((message[1], message[2]))
+                    continue
+                if kind == "execute":  # known before any cancel of its requests is read
+                    with self._flags:
+                        self._open.update((message[1], index) for index in range(len(message[6])))
+                outer = kind in ("execute", "close")
                 if outer and not (message[0] == "execute" and message[2]):  # not nested
                     self._work.put(message)
                 else:
@@ -86,6 +100,21 @@ class _Channel:
         except (EOFError, OSError):
             self._work.put(_GONE)
             self._replies.put(_GONE)
+
+    def _cancel(self, request: tuple[int, int]) -> None:
+        with self._flags:
+            if request in self._open:
+                self._cancelled.add(request)
+
+    def is_cancelled(self, key: int, index: int) -> bool:
+        """Whether the engine said request ``index`` of execution ``key`` was cancelled (``routed``)."""
+        return (key, index) in self._cancelled
+
+    def closed(self, key: int, index: int) -> None:
+        """Request ``index`` of execution ``key`` gets no further response: forget it."""
+        with self._flags:
+            self._open.discard((key, index))
+            self._cancelled.discard((key, index))
 
     def _receive(self) -> Any:
         """The next reply to the holder of the channel."""
@@ -163,6 +192,8 @@ class _Channel:
         ``execute`` returned)."""
         with self._exclusive():
             self.conn.send(("respond", key, index, pack_answer(answer), final))
+        if final and self.routed:
+            self.closed(key, index)
 
 
 class _Holding:
@@ -195,7 +226,10 @@ class _RemoteRequest(InferRequest):
 
     @property  # type: ignore[override]
     def cancelled(self) -> bool:
-        return bool(self._channel.ask(("is_cancelled", self._key, self._index)))
+        channel = self._channel
+        if channel.routed:  # a decoupled model's: the engine says so when it happens
+            return channel.is_cancelled(self._key, self._index)
+        return bool(channel.ask(("is_cancelled", self._key, self._index)))
 
     @cancelled.setter
     def cancelled(self, value: bool) -> None:
@@ -311,10 +345,15 @@ class _Worker:
                 for index, request in enumerate(batch):
                     request.responses = functools.partial(channel.respond, key, index)
             results = self._instance.execute(batch)
-            return self._outputs[slot].pack(results)
+            reply = self._outputs[slot].pack(results)
         except Exception as exc:  # a failure here must cost this batch, not the instance
             error = ("error", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}")
-            return ("results", None, None, [error] * len(requests))
+            reply = ("results", None, None, [error] * len(requests))
+        if self._decoupled:  # a request that failed gets no responses (its stream ends with the error)
+            for index, result in enumerate(reply[3]):
+                if result[0] == "error":
+                    channel.closed(key, index)
+        return reply
 
     def serve(self) -> None:
         """Run executions until told to close, or until the engine goes away.
