@@ -13,6 +13,8 @@ import socket
 import struct
 from typing import Any
 
+import numpy as np
+
 from naiad.backends.python import shm
 from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
@@ -36,6 +38,8 @@ def request_message(request: InferRequest, placements: list[shm.Placement]) -> t
 
 #: An answer as it crosses the pipe: ``("ok", parameters, [(name, datatype, array)])``,
 #: ``("error", code, message)``, or ``None`` (a decoupled model's final flag without a response).
+#: An object array (BYTES) goes as ``(name, datatype, shape, items)``: pickling a numpy object array
+#: costs ten times its few items (a language model's token text: one per response).
 PackedAnswer = tuple[Any, ...] | None
 
 
@@ -44,7 +48,14 @@ def pack_answer(answer: InferResponse | InferenceServerError | None) -> PackedAn
         return None
     if isinstance(answer, InferenceServerError):
         return ("error", answer.code.value, answer.message)
-    return ("ok", answer.parameters, [(t.name, t.datatype, t.data) for t in answer.outputs])
+    return ("ok", answer.parameters, [_pack_tensor(t) for t in answer.outputs])
+
+
+def _pack_tensor(tensor: Tensor) -> tuple[Any, ...]:
+    data = tensor.data
+    if data.dtype.kind == "O":
+        return (tensor.name, tensor.datatype, data.shape, data.ravel().tolist())
+    return (tensor.name, tensor.datatype, data)
 
 
 def unpack_answer(
@@ -54,8 +65,18 @@ def unpack_answer(
         return None
     if packed[0] == "error":
         return InferenceServerError(packed[2], ErrorCode(packed[1]))
-    outputs = [Tensor(name, datatype, array) for name, datatype, array in packed[2]]
+    outputs = [_unpack_tensor(tensor) for tensor in packed[2]]
     return InferResponse(model_name, model_version, "", outputs, packed[1])
+
+
+def _unpack_tensor(packed: tuple[Any, ...]) -> Tensor:
+    if len(packed) == 3:
+        return Tensor(*packed)
+    name, datatype, shape, items = packed
+    array = np.empty(len(items), dtype=np.object_)
+    for index, item in enumerate(items):  # one by one: an item may itself be a sequence
+        array[index] = item
+    return Tensor(name, datatype, array.reshape(shape))
 
 
 def bls_message(request: InferRequest) -> tuple[Any, ...]:
