@@ -15,9 +15,8 @@ from tests.support.http import RawClient
 from tests.support.models import write_model
 from tests.support.server import EXAMPLES, ServerProcess
 
-# Every test here runs against both server modes (one process; frontend workers over one engine).
+# Every test through a server taking frontend_workers runs in both server modes (tests.support.modes).
 frontend_workers = modes.frontend_workers
-_server_mode = modes._server_mode
 
 
 #: A Python model that logs one line at each level per request (through ``pb_utils.Logger``).

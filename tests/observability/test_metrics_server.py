@@ -92,7 +92,8 @@ def test_flags_turn_families_off_and_unloaded_models_leave(repo: Path) -> None:
         assert value(text, "nv_inference_request_success", model="add_sub", version="1") == 0
 
 
-def test_allow_metrics_false_serves_no_metrics(repo: Path) -> None:
-    with ServerProcess([repo], ["--allow-metrics=false"]) as server:
+def test_allow_metrics_false_serves_no_metrics(repo: Path, frontend_workers: int) -> None:
+    # both modes: with workers the engine builds a listener set of its own for /metrics alone
+    with ServerProcess([repo], ["--allow-metrics=false"], frontend_workers=frontend_workers) as server:
         with pytest.raises(OSError), socket.create_connection(("127.0.0.1", server.metrics_port), timeout=2):
             pass

@@ -170,7 +170,7 @@ def collector() -> Iterator[_Collector]:
 
 
 def test_opentelemetry_mode_exports_frontend_model_queue_and_compute_spans(
-    repo: Path, collector: _Collector
+    repo: Path, collector: _Collector, frontend_workers: int
 ) -> None:
     args = [
         "--trace-config=mode=opentelemetry",
@@ -180,7 +180,7 @@ def test_opentelemetry_mode_exports_frontend_model_queue_and_compute_spans(
         "--trace-config=rate=1",
     ]
     caller = "0af7651916cd43dd8448eb211c80319c"
-    with ServerProcess([repo], args) as server:
+    with ServerProcess([repo], args, frontend_workers=frontend_workers) as server:
         client = RawClient(server.http_url)
         try:
             assert client.post_json("/v2/models/add_sub/infer", {"id": "otel-1", **ADD_SUB}).status == 200

@@ -19,9 +19,8 @@ from tests.pipelines.models import (
 from tests.support import modes
 from tests.support.server import ServerProcess
 
-# Every test here runs against both server modes (one process; frontend workers over one engine).
+# Every test through a server taking frontend_workers runs in both server modes (tests.support.modes).
 frontend_workers = modes.frontend_workers
-_server_mode = modes._server_mode
 
 
 #: How long each branch of the diamond ensemble takes (the branches must overlap to finish in time).

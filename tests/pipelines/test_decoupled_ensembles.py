@@ -207,7 +207,7 @@ def _flip_config(decoupled: bool) -> dict[str, Any]:
 
 
 def test_a_step_model_that_changes_its_policy_holds_the_ensemble_until_it_is_loaded_again(
-    tmp_path: Path,
+    tmp_path: Path, frontend_workers: int
 ) -> None:
     """The ensemble's stages and its own policy are fixed when it loads: once a step model is reloaded
     decoupled, the ensemble is UNAVAILABLE with the reason, until it is loaded again (as decoupled)."""
@@ -225,7 +225,9 @@ def test_a_step_model_that_changes_its_policy_holds_the_ensemble_until_it_is_loa
         ),
     )
     n = np.array([3], dtype=np.int32)
-    with ServerProcess([tmp_path], ["--model-control-mode=explicit"]) as server:
+    with ServerProcess(
+        [tmp_path], ["--model-control-mode=explicit"], frontend_workers=frontend_workers
+    ) as server:
         http = httpclient.InferenceServerClient(server.http_url)
         http.load_model("flip", config=json.dumps(_flip_config(False)))
         http.load_model("via_flip")

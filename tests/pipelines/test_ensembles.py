@@ -115,9 +115,13 @@ def _write_steps_and_ensemble(repo: Path) -> None:
     copy_examples(repo, ("add_sub", "mul", "add_sub_mul"))
 
 
-def test_explicit_loading_brings_up_the_steps_and_readiness_follows_them(tmp_path: Path) -> None:
+def test_explicit_loading_brings_up_the_steps_and_readiness_follows_them(
+    tmp_path: Path, frontend_workers: int
+) -> None:
     _write_steps_and_ensemble(tmp_path)
-    with ServerProcess([tmp_path], ["--model-control-mode=explicit"]) as server:
+    with ServerProcess(
+        [tmp_path], ["--model-control-mode=explicit"], frontend_workers=frontend_workers
+    ) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         assert not client.is_model_ready("add_sub")
         client.load_model("add_sub_mul")

@@ -40,9 +40,15 @@ def serve() -> ServerFactory:
 
     @contextmanager
     def start(
-        repo: Path | str, *args: str, wait_ready: bool = True, env: dict[str, str] | None = None
+        repo: Path | str,
+        *args: str,
+        wait_ready: bool = True,
+        env: dict[str, str] | None = None,
+        frontend_workers: int = 0,
     ) -> Iterator[ServerProcess]:
-        with ServerProcess([repo], list(args), wait_ready=wait_ready, env=env) as server:
+        with ServerProcess(
+            [repo], list(args), wait_ready=wait_ready, env=env, frontend_workers=frontend_workers
+        ) as server:
             yield server
 
     return start

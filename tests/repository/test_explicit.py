@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.repository.clients import RepositoryClient, error_of, eventually, rows
-from tests.repository.conftest import ServerFactory, connect
+from tests.repository.conftest import PROTOCOLS, ServerFactory, connect
 from tests.repository.models import set_mark, write_marked
 from tests.support import modes
 from tests.support.models import write_model
@@ -18,7 +18,6 @@ from tests.support.server import ServerProcess
 
 # Model control answers the same in both server modes.
 frontend_workers = modes.frontend_workers
-_server_mode = modes._server_mode
 
 BROKEN_CONFIG = """
 backend: "python"
@@ -146,40 +145,47 @@ def test_version_policy_and_dropped_versions(client: RepositoryClient) -> None:
 
 
 def test_load_and_unload_rejected_outside_explicit_mode(
-    tmp_path: Path, serve: ServerFactory, protocol: str
+    tmp_path: Path, serve: ServerFactory, frontend_workers: int
 ) -> None:
     write_marked(tmp_path, "alpha")
     for mode in ("none", "poll"):
-        with serve(tmp_path, f"--model-control-mode={mode}") as server:
-            client = connect(protocol, server)
-            expected = ("503", "explicit model load / unload is not allowed if polling is enabled")
-            assert error_of(client.load, "alpha") == expected
-            assert error_of(client.unload, "alpha") == expected
-            assert client.mark("alpha") == "a:1"
-            client.close()
+        with serve(tmp_path, f"--model-control-mode={mode}", frontend_workers=frontend_workers) as server:
+            for protocol in PROTOCOLS:  # read-only requests: one server answers both protocols
+                client = connect(protocol, server)
+                expected = ("503", "explicit model load / unload is not allowed if polling is enabled")
+                assert error_of(client.load, "alpha") == expected
+                assert error_of(client.unload, "alpha") == expected
+                assert client.mark("alpha") == "a:1"
+                client.close()
 
 
-def test_load_model_star_loads_everything(tmp_path: Path, serve: ServerFactory, protocol: str) -> None:
+# The two startup flags below are the engine's alone (the workers only relay the index the tests read,
+# which the shared server's tests cover in both modes): one process, both protocols on one server.
+
+
+def test_load_model_star_loads_everything(tmp_path: Path, serve: ServerFactory) -> None:
     write_marked(tmp_path, "one")
     write_marked(tmp_path, "two")
     with serve(tmp_path, "--model-control-mode=explicit", "--load-model=*") as server:
-        client = connect(protocol, server)
-        assert {e["name"] for e in client.index(ready=True)} == {"one", "two"}
-        client.close()
+        for protocol in PROTOCOLS:
+            client = connect(protocol, server)
+            assert {e["name"] for e in client.index(ready=True)} == {"one", "two"}
+            client.close()
 
 
 def test_load_model_naming_a_missing_model_keeps_the_server_unready(
-    tmp_path: Path, serve: ServerFactory, protocol: str
+    tmp_path: Path, serve: ServerFactory
 ) -> None:
     write_marked(tmp_path, "one")
     args = ("--model-control-mode=explicit", "--load-model=one", "--load-model=missing")
     with serve(tmp_path, *args, wait_ready=False) as server:
-        client = connect(protocol, server)
-        (entry,) = eventually(lambda: rows(client.index(), "missing"))
-        assert entry["state"] == "UNAVAILABLE" and "not found" in entry["reason"]
-        assert eventually(lambda: client.mark("one") == "a:1")
-        assert not client.server_ready()
-        client.close()
+        for protocol in PROTOCOLS:
+            client = connect(protocol, server)
+            (entry,) = eventually(lambda: rows(client.index(), "missing"))  # noqa: B023 (called at once)
+            assert entry["state"] == "UNAVAILABLE" and "not found" in entry["reason"]
+            assert eventually(lambda: client.mark("one") == "a:1")  # noqa: B023
+            assert not client.server_ready()
+            client.close()
 
 
 def test_reload_of_an_unchanged_model_keeps_its_instances(client: RepositoryClient, repo: Path) -> None:

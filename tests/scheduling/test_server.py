@@ -34,7 +34,6 @@ from tests.support.server import ServerProcess
 
 # Priorities, timeouts, queue policies and cancellation answer the same in both server modes.
 frontend_workers = modes.frontend_workers
-_server_mode = modes._server_mode
 
 
 @pytest.fixture
@@ -281,10 +280,12 @@ def test_onnx_batches_are_split_back_per_request(server: ServerProcess, pool: Th
         np.testing.assert_array_equal(difference, want_difference)
 
 
-def test_sigterm_finishes_queued_requests_before_exit(tmp_path: Path, pool: ThreadPoolExecutor) -> None:
+def test_sigterm_finishes_queued_requests_before_exit(
+    tmp_path: Path, pool: ThreadPoolExecutor, frontend_workers: int
+) -> None:
     repo = tmp_path / "repo"
     write_probe(repo, "draining", max_batch_size=1, extra="dynamic_batching { }")
-    with ServerProcess([repo]) as server:
+    with ServerProcess([repo], frontend_workers=frontend_workers) as server:
         gate, first = held(pool, server, "draining", tmp_path)
         futures = queue_up(
             pool, [lambda i=i: infer(server.http_url, "draining", f"drain{i}") for i in range(3)]

@@ -24,11 +24,6 @@ EXAMPLES = ROOT / "examples" / "model_repository"
 TRITON_EXAMPLES = ROOT.parent / "shared" / "triton-examples" / "model_repository"
 
 
-#: ``--frontend-workers`` of servers started without an explicit count: 0 (one process) unless a test
-#: runs in the frontend-workers mode (see :mod:`tests.support.modes`).
-FRONTEND_WORKERS = 0
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -45,10 +40,11 @@ class ServerProcess:
         *,
         wait_ready: bool = True,
         env: dict[str, str] | None = None,
-        frontend_workers: int | None = None,
+        frontend_workers: int = 0,
     ) -> None:
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
-        self.frontend_workers = FRONTEND_WORKERS if frontend_workers is None else frontend_workers
+        # 0: one process; a test in both modes passes its ``frontend_workers`` (tests.support.modes)
+        self.frontend_workers = frontend_workers
         self.repositories = [str(r) for r in repositories]
         self.args = list(args)
         self.wait_ready = wait_ready

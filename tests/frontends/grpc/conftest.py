@@ -17,9 +17,8 @@ import pytest
 from tests.support import modes
 from tests.support.server import EXAMPLES, ServerProcess
 
-# Every test here runs against both server modes (one process; frontend workers over one engine).
+# Every test through a server taking frontend_workers runs in both server modes (tests.support.modes).
 frontend_workers = modes.frontend_workers
-_server_mode = modes._server_mode
 
 
 #: Datatypes a Python-backend model can carry (BF16 has no numpy type there, as in Triton).

@@ -108,8 +108,10 @@ def test_concurrent_aio_requests(grpc_server: ServerProcess) -> None:
     asyncio.run(run())
 
 
-def test_sigterm_ends_open_streams_and_exits_zero(grpc_repository: Path) -> None:
-    server = ServerProcess([grpc_repository], ["--exit-timeout-secs=5"]).start()
+def test_sigterm_ends_open_streams_and_exits_zero(grpc_repository: Path, frontend_workers: int) -> None:
+    server = ServerProcess(
+        [grpc_repository], ["--exit-timeout-secs=5"], frontend_workers=frontend_workers
+    ).start()
     with grpc.insecure_channel(server.grpc_url) as channel:
         requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         stream = pbg.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter(requests.get, None))

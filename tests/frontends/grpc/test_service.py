@@ -171,12 +171,14 @@ def test_standard_health_check_follows_readiness(grpc_server: ServerProcess) -> 
             assert response.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_health_check_says_not_serving_while_a_model_is_unavailable(tmp_path: Path) -> None:
+def test_health_check_says_not_serving_while_a_model_is_unavailable(
+    tmp_path: Path, frontend_workers: int
+) -> None:
     broken = tmp_path / "broken" / "1"
     broken.mkdir(parents=True)
     (broken / "model.py").write_text("raise RuntimeError('no')\n")
     (tmp_path / "broken" / "config.pbtxt").write_text('backend: "python"\n')
-    with ServerProcess([tmp_path], wait_ready=False) as server:
+    with ServerProcess([tmp_path], wait_ready=False, frontend_workers=frontend_workers) as server:
         with grpcclient.InferenceServerClient(server.grpc_url) as c:
             deadline = time.monotonic() + 30
             while not any(m.state == "UNAVAILABLE" for m in c.get_model_repository_index().models):
@@ -189,12 +191,13 @@ def test_health_check_says_not_serving_while_a_model_is_unavailable(tmp_path: Pa
             assert status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def test_explicit_model_control_over_grpc(grpc_repository: Path) -> None:
+def test_explicit_model_control_over_grpc(grpc_repository: Path, frontend_workers: int) -> None:
     """load/unload reach the data plane; ``file:`` contents travel raw in ``bytes_param``."""
     args = ["--model-control-mode=explicit", "--load-model=add_sub"]
-    with ServerProcess([grpc_repository], args) as server, grpcclient.InferenceServerClient(
-        server.grpc_url
-    ) as c:
+    with (
+        ServerProcess([grpc_repository], args, frontend_workers=frontend_workers) as server,
+        grpcclient.InferenceServerClient(server.grpc_url) as c,
+    ):
         assert not c.is_model_ready("identity_fp32")
         c.load_model("identity_fp32")
         assert c.is_model_ready("identity_fp32")

@@ -127,7 +127,9 @@ class TritonPythonModel:
 """
 
 
-def test_triton_grpc_error_header_ends_the_stream_at_the_first_model_error(tmp_path: Path) -> None:
+def test_triton_grpc_error_header_ends_the_stream_at_the_first_model_error(
+    tmp_path: Path, frontend_workers: int
+) -> None:
     """Triton's opt-in (``triton_grpc_error: true`` when the stream starts): a model's error closes the
     stream with its gRPC status; a request refused before the model runs is still answered in-band."""
     write_model(tmp_path, "failing", identity_config("failing", "TYPE_INT32"), FAILING_PY)
@@ -139,7 +141,10 @@ def test_triton_grpc_error_header_ends_the_stream_at_the_first_model_error(tmp_p
         return message
 
     requests = [request("failing", 1), request("nope", 1), request("failing", -1), request("failing", 2)]
-    with ServerProcess([tmp_path]) as server, grpc.insecure_channel(server.grpc_url) as channel:
+    with (
+        ServerProcess([tmp_path], frontend_workers=frontend_workers) as server,
+        grpc.insecure_channel(server.grpc_url) as channel,
+    ):
         stub = pbg.GRPCInferenceServiceStub(channel)
         received = []
         with pytest.raises(grpc.RpcError) as ended:

@@ -13,9 +13,8 @@ from tests.support.http import RawClient
 from tests.support.models import identity_config, write_identity, write_model
 from tests.support.server import ServerProcess
 
-# Every test here runs against both server modes (one process; frontend workers over one engine).
+# Every test through a server taking frontend_workers runs in both server modes (tests.support.modes).
 frontend_workers = modes.frontend_workers
-_server_mode = modes._server_mode
 
 
 DTYPES = [
