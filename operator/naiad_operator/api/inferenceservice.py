@@ -46,7 +46,7 @@ class CanaryAnalysis(CamelModel):
     pod. A bound left out is not checked; ``min_requests`` holds a step until it saw that much traffic."""
 
     max_error_rate: float | None = None
-    max_p99_latency_ms: float | None = Field(default=None, alias="maxP99LatencyMs")
+    max_p99_latency_ms: float | None = None
     min_requests: int = 0
 
 
@@ -208,7 +208,7 @@ class Evidence(CamelModel):
     requests: int = 0
     errors: int = 0
     error_rate: float | None = None
-    p99_latency_ms: float | None = Field(default=None, alias="p99LatencyMs")
+    p99_latency_ms: float | None = None
     mean_latency_ms: float | None = None
 
 

@@ -171,7 +171,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     plan = rollout.plan(spec.models, snapshot, mount.planning_records(records), acting)
     uid = str(meta.get("uid") or "")
     now = datetime.now(UTC)
-    counters = await scrape(ctx.server, acting) if canary.wants_scrape(spec.models, records) else None
+    counters = await scrape(ctx.server, acting) if canary.wants_scrape(spec.models, plan) else None
     decisions = {
         m.name: canary.decide(
             m,

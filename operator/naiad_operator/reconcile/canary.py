@@ -75,10 +75,10 @@ class Decision:
     """A step began: its window starts at the scrape taken after this pass's actions."""
 
 
-def wants_scrape(models: Sequence[ModelSpec], records: Mapping[str, ModelStatus]) -> bool:
-    """Whether any model needs the pods' metrics this pass (a mirror, or a canary that may be running)."""
+def wants_scrape(models: Sequence[ModelSpec], plan_: Plan) -> bool:
+    """Whether any model needs the pods' metrics this pass: a mirror, or a canary rollout under way."""
     return any(
-        m.mirror is not None or (m.rollout.strategy is RolloutStrategy.CANARY and m.name in records)
+        m.mirror is not None or (m.name in plan_.models and _is_canary(m, plan_.models[m.name]))
         for m in models
     )
 
