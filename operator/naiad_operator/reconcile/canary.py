@@ -94,6 +94,8 @@ def decide(
 ) -> Decision:
     """The traffic split of one model this pass (``pods``: the actionable ones; ``scrape``: their
     counters now, None when none was taken)."""
+    if mp.change in (Change.WAITING, Change.INVALID):
+        return Decision(spec.name)  # nothing is touched meanwhile, a running canary included
     mirror = (spec.mirror.version, spec.mirror.percent) if spec.mirror is not None else None
     previous = record.canary if record is not None else None
     running = previous is not None and previous.phase is CanaryPhase.PROGRESSING
