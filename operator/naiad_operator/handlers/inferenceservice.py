@@ -145,12 +145,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
 
     settings = ctx.settings
     wanted = inference_service_children(
-        meta,
-        spec,
-        before,
-        mount,
-        settings.server_image,
-        settings.fixed_user_ids,
+        meta, spec, before, mount, settings.server_image, settings.fixed_user_ids,
         settings.server_frontend_workers,
     )
     deployment: dict[str, Any] | None = None
