@@ -13,6 +13,9 @@ from naiad_operator.k8s.modelserver import parse_counters, routing_parameters
 from naiad_operator.reconcile import analysis, canary, rollout
 from naiad_operator.reconcile.rollout import Load, Routing, StageKind
 
+from tests.operator import samples
+from tests.operator.cel import admit, defaulted, schema
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 READY = VersionState.READY
 INF = float("inf")
@@ -196,3 +199,33 @@ def test_a_mirror_version_is_loaded_beside_the_served_one_never_as_default() -> 
     ]
     missing = ModelSpec.model_validate({"name": "m", "mirror": {"version": 7, "percent": 20}})
     assert "mirror version 7" in rollout.plan([missing], {"m": {1: "h1"}}, {}, pods).models["m"].message
+
+
+def test_the_crd_admits_a_canary_and_a_mirror_and_refuses_impossible_shares() -> None:
+    def isvc(model: dict[str, object]) -> dict[str, object]:
+        return samples.inference_service(models=[{"name": "resnet", **model}])
+
+    good = {
+        "rollout": {
+            "strategy": "canary",
+            "steps": [10, 50, 100],
+            "pauseSeconds": 30,
+            "analysis": {"maxErrorRate": 0.01, "maxP99LatencyMs": 250},
+        },
+        "mirror": {"version": 2, "percent": 20},
+    }
+    assert admit("inferenceservices", isvc(good)) == []
+    model = defaulted(schema("inferenceservices"), isvc({"rollout": {"strategy": "canary"}}))["spec"][
+        "models"
+    ][0]
+    parsed = ModelSpec.model_validate(model)
+    assert (parsed.rollout.pause_seconds, parsed.rollout.analysis.min_requests) == (60, 0)
+    assert ModelSpec.model_validate({"name": "m"}).rollout.strategy.value == "both"
+    for bad in (
+        {"rollout": {"strategy": "canary", "steps": [150]}},
+        {"rollout": {"strategy": "blue-green"}},
+        {"rollout": {"analysis": {"maxErrorRate": 2}}},
+        {"mirror": {"version": 2, "percent": 101}},
+        {"mirror": {"percent": 10}},
+    ):
+        assert admit("inferenceservices", isvc(bad)), bad
