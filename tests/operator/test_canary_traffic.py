@@ -287,3 +287,33 @@ def test_a_slow_rollout_holds_up_no_other_service_and_yields_to_a_spec_change(
         "the slow service's new spec in status: v1 only",
     )
     assert index(slow_pod)["slow"].get("2") == "LOADING", "the spec change waited for the slow load"
+
+
+def test_a_long_canary_pause_is_no_sleep_and_a_spec_change_replans_it(s3: Any, serving: Api) -> None:
+    """A canary held for an hour holds nothing: shortening the pause in the spec promotes it at once."""
+    api = serving
+    path = f"{GROUP_PATH}/inferenceservices/paused"
+    hour = {"strategy": "canary", "steps": [50], "pauseSeconds": 3600}
+    upload(s3, "paused", 1, versioned_py())
+    trigger_sync(api, "paused-v1")
+    eventually(
+        lambda: (
+            "paused" in {m["name"] for m in status_of(api, "modelrepositories", "models").get("models") or []}
+        ),
+        60,
+        "the model in the repository",
+    )
+    api.create(f"{GROUP_PATH}/inferenceservices", service("paused", [{"name": "paused", "rollout": hour}], 1))
+    eventually(lambda: up_to_date(api, "paused", "paused", [1]), 90, "the service on v1")
+    upload(s3, "paused", 2, versioned_py())
+    trigger_sync(api, "paused-v2")
+    eventually(
+        lambda: (record(api, "paused", "paused").get("canary") or {}).get("toVersion") == 2,
+        60,
+        "the canary of v2 at its first step",
+    )
+    assert record(api, "paused", "paused")["canary"]["phase"] == "Progressing"
+    api.patch(path, {"spec": {"models": [{"name": "paused", "rollout": {**hour, "pauseSeconds": 1}}]}})
+    eventually(lambda: up_to_date(api, "paused", "paused", [2]), 30, "v2 promoted after the shorter pause")
+    canary = record(api, "paused", "paused")["canary"]
+    assert canary["phase"] == "Promoted" and canary["steps"][0]["verdict"] == "Passed"
