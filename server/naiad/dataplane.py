@@ -43,6 +43,9 @@ class EmptyFinal(InferResponse):
 #: One answer of a streamed request: a response or an error, and whether it is the last.
 StreamItem = tuple[InferResponse | InferenceServerError, bool]
 
+#: Mirror copies running at most (see :meth:`DataPlane._mirror`).
+MIRRORS_IN_FLIGHT = 64
+
 SERVER_NAME = "triton"
 SERVER_VERSION = "2.51.0"
 #: Triton extensions this server implements (reported by ``GET /v2`` and ServerMetadata).
@@ -101,6 +104,8 @@ class DataPlane:
         self.tracer = tracer or Tracer()
         self.started = False
         self.exiting = False
+        #: Background copies of requests to mirror versions (strong references until they finish).
+        self._mirrors: set[asyncio.Task[None]] = set()
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -237,7 +242,11 @@ class DataPlane:
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
-        model, version = self.repository.resolve(request.model_name, request.model_version)
+        model, version = self.repository.route(request)
+        return await self._run(request, model, version)
+
+    async def _run(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
+        """:meth:`_infer` once the version that runs ``request`` is chosen."""
         signature = model.signature
         assert signature is not None
         batch = signature.validate(request)
@@ -246,6 +255,8 @@ class DataPlane:
             _log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
         if model.decoupled:
             raise UnsupportedError(f"model '{model.name}' is decoupled: its responses can only be streamed")
+        if model.mirror is not None and not request.model_version:
+            self._mirror(request, model, version)
         if request.outputs is None or not any(output.parameters for output in request.outputs):
             # The common case: no output goes to shared memory or asks for classification.
             response = await self._counted(request, model, version)
@@ -292,6 +303,28 @@ class DataPlane:
         if self._inflight == 0:
             self._idle.set()
 
+    def _mirror(self, request: InferRequest, model: Model, version: ModelVersion) -> None:
+        """Copy ``request`` to the model's mirror version in the background if it is in the mirrored
+        share (see :mod:`naiad.repository.routing`).  The copy owns its inputs (the client's buffers
+        or a worker's arena block are reused once the client is answered) and asks for no output
+        placement; its answer is dropped and its outcome only counted in that version's statistics.
+        Beyond :data:`MIRRORS_IN_FLIGHT` copies are skipped, so a slow mirror cannot pile up work."""
+        target = model.mirror_target(version, request)
+        if target is None or len(self._mirrors) >= MIRRORS_IN_FLIGHT:
+            return
+        copy = InferRequest(
+            request.model_name,
+            str(target.version),
+            request.id,
+            [Tensor(t.name, t.datatype, t.data.copy()) for t in request.inputs],
+            parameters=dict(request.parameters),
+            priority=request.priority,
+            timeout_us=request.timeout_us,
+        )
+        task = asyncio.get_running_loop().create_task(_mirrored(target, copy))
+        self._mirrors.add(task)
+        task.add_done_callback(self._mirrors.discard)
+
     async def stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
         """Every answer to one request, in order: ``(response or error, final)``.
 
@@ -306,9 +339,9 @@ class DataPlane:
             yield item
 
     async def _stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
-        model, version = self.repository.resolve(request.model_name, request.model_version)
+        model, version = self.repository.route(request)
         if not model.decoupled:
-            yield await self._infer(request), True
+            yield await self._run(request, model, version), True
             return
         signature = model.signature
         assert signature is not None
@@ -358,10 +391,26 @@ class _BlsServer:
         return self._dataplane._stream(request)
 
     def check(self, request: InferRequest) -> tuple[int, bool]:
-        model, version = self._dataplane.repository.resolve(request.model_name, request.model_version)
+        """The version is chosen here, once: a request naming none is pinned to it, so that the call
+        that runs it (inline or not) gets the version this answer names even with version weights."""
+        model, version = self._dataplane.repository.route(request)
+        if not request.model_version and model.version_weights is not None:
+            request.model_version = str(version.version)
         assert model.signature is not None
         model.signature.validate(request)
         return version.version, model.decoupled
+
+
+async def _mirrored(version: ModelVersion, request: InferRequest) -> None:
+    """Run a mirror copy; its answer and error are dropped (the version's statistics count them)."""
+    try:
+        await version.submit(request)
+    except InferenceServerError as error:
+        _log.debug(
+            "mirror request to '%s' version %d failed: %s", request.model_name, version.version, error.message
+        )
+    except Exception:
+        _log.exception("mirror request to '%s' version %d failed", request.model_name, version.version)
 
 
 def _streamed_outputs(request: InferRequest, produced: list[Tensor]) -> list[Tensor]:

@@ -496,9 +496,9 @@ class FakeCluster:
         container = template["spec"]["containers"][0]
         scratch = self._root / "pods" / name
         port = port or free_port()
-        grpc_port = free_port()
+        grpc_port, metrics_port = free_port(), free_port()
         self.specs[name] = template["spec"]
-        self._ensure_pod_object(name, template, port, grpc_port)
+        self._ensure_pod_object(name, template, port, grpc_port, metrics_port)
         gpus = int(((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu") or 0)
         node = self._schedule(name, template["spec"], gpus, deployment["metadata"]["name"])
         if node is None:
@@ -553,7 +553,7 @@ class FakeCluster:
         args += [
             f"--http-port={port}",
             f"--grpc-port={grpc_port}",
-            f"--metrics-port={free_port()}",
+            f"--metrics-port={metrics_port}",
             "--http-address=127.0.0.1",
             "--grpc-address=127.0.0.1",
             "--metrics-address=127.0.0.1",
@@ -617,8 +617,12 @@ class FakeCluster:
         }
         self._patch_pod_status(pod.name, {"containerStatuses": [status]})
 
-    def _ensure_pod_object(self, name: str, template: dict[str, Any], port: int, grpc_port: int) -> None:
+    def _ensure_pod_object(
+        self, name: str, template: dict[str, Any], port: int, grpc_port: int, metrics_port: int = 0
+    ) -> None:
         ports = [{"name": "http", "containerPort": port}, {"name": "grpc", "containerPort": grpc_port}]
+        if metrics_port:
+            ports.append({"name": "metrics", "containerPort": metrics_port})
         if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}") is not None:  # a restarted container
             self.api.patch(
                 f"/api/v1/namespaces/{NS}/pods/{name}",

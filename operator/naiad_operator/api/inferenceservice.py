@@ -35,11 +35,47 @@ class VersionPolicy(CamelModel):
     all: dict[str, Any] | None = None
 
 
+class RolloutStrategy(StrEnum):
+    BOTH = "both"
+    PER_POD = "perPod"
+    CANARY = "canary"
+
+
+class CanaryAnalysis(CamelModel):
+    """When a canary step passes: the new version's figures over the step's window, summed over every
+    pod. A bound left out is not checked; ``min_requests`` holds a step until it saw that much traffic."""
+
+    max_error_rate: float | None = None
+    max_p99_latency_ms: float | None = None
+    min_requests: int = 0
+
+
+class ModelRollout(CamelModel):
+    """How a new version replaces the old one on the pods. ``canary``: both stay loaded while the
+    share of requests naming no version moves to the new one step by step (percent), each step held
+    ``pause_seconds`` and judged by ``analysis``."""
+
+    strategy: RolloutStrategy = RolloutStrategy.BOTH
+    steps: list[int] = Field(default_factory=lambda: [10, 50, 100])
+    pause_seconds: int = 60
+    analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
+
+
+class Mirror(CamelModel):
+    """Shadow traffic: ``percent`` of the requests naming no version are also sent to ``version``
+    (kept loaded beside the served ones), whose answers are discarded."""
+
+    version: int
+    percent: int
+
+
 class ModelSpec(CamelModel):
     name: str
     required: bool = True
     version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
     config_override: dict[str, Any] | None = None
+    rollout: ModelRollout = Field(default_factory=ModelRollout)
+    mirror: Mirror | None = None
 
 
 class Resources(CamelModel):
@@ -165,6 +201,61 @@ class Failure(CamelModel):
     time: str | None = None
 
 
+class Evidence(CamelModel):
+    """One version's traffic over a window, summed over the pods' own metrics: requests (successes
+    and failures), errors, and latency of the successful ones (p99 from the latency histogram)."""
+
+    requests: int = 0
+    errors: int = 0
+    error_rate: float | None = None
+    p99_latency_ms: float | None = None
+    mean_latency_ms: float | None = None
+
+
+class StepVerdict(StrEnum):
+    RUNNING = "Running"
+    PASSED = "Passed"
+    FAILED = "Failed"
+
+
+class CanaryStep(CamelModel):
+    """One canary step: the weight the new version had, when, and what its traffic showed."""
+
+    weight: int
+    started_at: str
+    finished_at: str | None = None
+    verdict: StepVerdict = StepVerdict.RUNNING
+    evidence: Evidence | None = None
+    share: float | None = None
+    """The share of the model's requests the new version actually served in the window."""
+    message: str | None = None
+
+
+class CanaryPhase(StrEnum):
+    PROGRESSING = "Progressing"
+    PROMOTED = "Promoted"
+    ABORTED = "Aborted"
+
+
+class CanaryStatus(CamelModel):
+    """The canary of one rollout (``target``: the content it rolls out), kept after it ended."""
+
+    phase: CanaryPhase = CanaryPhase.PROGRESSING
+    from_version: int
+    to_version: int
+    target: dict[int, str] = Field(default_factory=dict)
+    step: int = 0
+    steps: list[CanaryStep] = Field(default_factory=list)
+
+
+class MirrorStatus(CamelModel):
+    """The mirror version's traffic on the current pods (cumulative: since it was loaded there)."""
+
+    version: int
+    percent: int
+    evidence: Evidence = Field(default_factory=Evidence)
+
+
 class ModelStatus(CamelModel):
     """What status says about one model. ``active_versions``, ``default_version``, ``content_hashes``
     and ``blocked_hashes`` are also the rollout's memory: the operator keeps no state of its own."""
@@ -181,6 +272,8 @@ class ModelStatus(CamelModel):
     copies: Copies = Field(default_factory=Copies)
     replicas: list[ReplicaState] = Field(default_factory=list)
     last_failure: Failure | None = None
+    canary: CanaryStatus | None = None
+    mirror: MirrorStatus | None = None
 
 
 class SnapshotRef(CamelModel):

@@ -62,6 +62,8 @@ class PodObservation:
     snapshot: str | None = None
     """The snapshot the pod was started with (``perPod`` storage: its own copy), from its annotation."""
     problem: PodProblem | None = None
+    metrics_url: str | None = None
+    """Where the pod's Prometheus endpoint answers (its ``metrics`` port): per-version traffic."""
 
     @property
     def reporting(self) -> bool:
@@ -87,6 +89,23 @@ class PodObservation:
 
     def loading_versions(self, model: str) -> frozenset[int]:
         return frozenset(v for v, o in self.models.get(model, {}).items() if o.state is VersionState.LOADING)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionCounters:
+    """One model version's cumulative request counters on one pod, from its ``/metrics``:
+    ``nv_inference_request_success`` and ``_failure`` (all reasons), and the successful requests'
+    latency histogram ``nv_inference_request_histogram_ms`` as (upper bound in ms, cumulative count),
+    ascending, the last bound infinite."""
+
+    success: float = 0.0
+    failure: float = 0.0
+    latency_sum_ms: float = 0.0
+    buckets: tuple[tuple[float, float], ...] = ()
+
+
+#: One pod's counters: (model, version) -> counters; a version not loaded there is absent.
+PodCounters = dict[tuple[str, int], VersionCounters]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from naiad_operator.handlers.passes import Passes
 from naiad_operator.k8s.cache import Cache
 from naiad_operator.k8s.client import Kube
 from naiad_operator.k8s.modelserver import ModelServer
 from naiad_operator.k8s.pods import PodResolver, pod_address
 from naiad_operator.metrics import Metrics
+from naiad_operator.reconcile.canary import Baseline
+from naiad_operator.reconcile.rollout import Routing
 from naiad_operator.settings import OperatorSettings
 
 
@@ -44,11 +47,19 @@ class OperatorContext:
     configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """The last full config seen per (InferenceService uid, model): the base for a load on a pod
     that lost the model when no other pod has it loaded."""
+    passes: Passes = field(default_factory=Passes)
+    """InferenceService passes, run in the background (``handlers.passes``)."""
+    routes: dict[tuple[str, str, str], Routing] = field(default_factory=dict)
+    """The routing (canary weights, mirror) last set per (InferenceService uid, pod, model): a pod's
+    index does not show it. Lost on restart, which only means setting it once more."""
+    baselines: dict[tuple[str, str], Baseline] = field(default_factory=dict)
+    """The scrape each running canary step's window starts from, per (InferenceService uid, model)."""
 
     def __post_init__(self) -> None:
         self.cache = Cache(self.kube)
 
     async def close(self) -> None:
+        await self.passes.close()
         self.metrics.close()
         await self.server.close()
         await self.kube.close()

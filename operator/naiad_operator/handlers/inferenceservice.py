@@ -2,7 +2,9 @@
 
 Change handlers react at once; the timer re-reads every pod's index and repairs drift (a restarted pod, a
 model unloaded by hand). A repository that moves to a new snapshot triggers its InferenceServices
-through an index, so a sync turns into a rollout without waiting for the timer.
+through an index, so a sync turns into a rollout without waiting for the timer. Every handler only asks
+for a pass (``handlers.passes``): passes run in the background, so one slow rollout holds up no other
+InferenceService, and a spec change replaces the pass in flight.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from naiad_operator.api.observed import DeploymentObservation, PodObservation
 from naiad_operator.handlers import children, drive, watches
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
-from naiad_operator.k8s.pods import observe
+from naiad_operator.k8s.pods import observe, scrape
 from naiad_operator.k8s.problems import volume_events
-from naiad_operator.reconcile import names, nodecache, rollout, traffic
+from naiad_operator.reconcile import canary, names, nodecache, rollout, traffic
 from naiad_operator.reconcile.children import inference_service_children
 from naiad_operator.reconcile.compare import merge_patch
 from naiad_operator.reconcile.repository_mount import RepositoryMount
@@ -42,15 +44,29 @@ def by_repository(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> dict[
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 async def changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+    """The spec changed (or the operator started): replace any pass in flight with a new one."""
     ctx = context_of(memo)
     watches.attach(ctx, kwargs)
-    await reconcile(ctx, namespace, name)
+    ctx.passes.restart(_key(namespace, name), lambda: reconcile(ctx, namespace, name))
 
 
 async def tick(ctx: OperatorContext, namespace: str, name: str) -> None:
     """Level-triggered pass (``periodic``): the truth from every pod, drift repaired; writes nothing
     when all is well."""
-    await watches.nudge(ctx, KIND, namespace, name, reconcile)
+    request(ctx, namespace, name)
+
+
+async def requested(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """``watches.nudge``'s runner: a background pass, coalesced with one already asked for."""
+    request(ctx, namespace, name)
+
+
+def request(ctx: OperatorContext, namespace: str, name: str) -> None:
+    ctx.passes.request(_key(namespace, name), lambda: reconcile(ctx, namespace, name))
+
+
+def _key(namespace: str, name: str) -> str:
+    return f"{KIND}/{namespace}/{name}"
 
 
 @kopf.on.event("v1", "pods", labels={names.ISVC_LABEL: kopf.PRESENT})
@@ -65,7 +81,7 @@ async def server_changed(
 ) -> None:
     """A server pod or the Deployment changed (scheduled, Ready, failed, scaled): a pass now."""
     isvc = watches.owner(services_by_label, namespace, labels.get(names.ISVC_LABEL))
-    await watches.child_event(context_of(memo), event, kwargs, KIND, namespace, isvc, reconcile)
+    await watches.child_event(context_of(memo), event, kwargs, KIND, namespace, isvc, requested)
 
 
 @kopf.on.event(GROUP, VERSION, "modelrepositories")
@@ -87,11 +103,11 @@ async def repository_moved(
     ctx = context_of(memo)
     watches.attach(ctx, kwargs)
     for isvc in list(by_repository.get((namespace, name), [])):
-        await reconcile(ctx, namespace, isvc)
+        request(ctx, namespace, isvc)
 
 
 async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
-    key = f"{KIND}/{namespace}/{name}"
+    key = _key(namespace, name)
     async with ctx.locks[key]:
         ctx.queued.discard(key)
         with ctx.metrics.reconcile_seconds.labels(KIND).time():
@@ -148,10 +164,33 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     acting = mount.acting_pods(pods)
     snapshot = rollout.target_snapshot(spec.repository.snapshot, repo_status, records, acting)
     plan = rollout.plan(spec.models, snapshot, mount.planning_records(records), acting)
+    uid = str(meta.get("uid") or "")
+    now = datetime.now(UTC)
+    counters = await scrape(ctx.server, acting) if canary.wants_scrape(spec.models, plan) else None
+    decisions = {
+        m.name: canary.decide(
+            m,
+            plan.models[m.name],
+            records.get(m.name),
+            rollout.actionable(acting),
+            now,
+            ctx.baselines.get((uid, m.name)),
+            counters,
+        )
+        for m in spec.models
+        if m.name in plan.models
+    }
+    applied = {(pod, model): r for (owner, pod, model), r in ctx.routes.items() if owner == uid}
+    overrides = {m.name: m.config_override for m in spec.models}
+    plan = canary.apply(plan, decisions, acting, applied, overrides)
     acting_names = {p.name for p in acting}
     acting_objects = [o for o in pod_objects if o["metadata"]["name"] in acting_names]
-    acted, failures = await drive.run(ctx, body, plan, spec.models, acting_objects, acting)
+    acted, failures, routed = await drive.run(ctx, body, plan, spec.models, acting_objects, acting)
     pods = _replace(pods, acted)
+    for (pod, model), routing in routed.items():
+        ctx.routes[(uid, pod, model)] = routing
+    failures = {**failures, **{n: d.abort for n, d in decisions.items() if d.abort and n not in failures}}
+    await _traffic_bookkeeping(ctx, body, uid, decisions, acted)
 
     status = service_status(
         name,
@@ -166,6 +205,11 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         format_time(datetime.now(UTC)),
         ctx.settings.replica_detail_limit,
     )
+    mirrors = {
+        m.name: canary.mirror_status(m, counters, records[m.name].mirror if m.name in records else None)
+        for m in spec.models
+    }
+    status = canary.record(status, decisions, mirrors)
     blocked = sum(m.transition_status is TransitionStatus.BLOCKED_BY_FAILED_LOAD for m in status.models)
     ctx.metrics.blocked_models.labels(namespace, name).set(blocked)
     if failures:
@@ -173,6 +217,35 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     patch = merge_patch(before.dump(), status.dump())
     if patch:
         await ctx.kube.patch_status(API_VERSION, KIND, namespace, name, patch)
+    wake = canary.next_wake(decisions)
+    if wake is not None:
+        delay = (wake - datetime.now(UTC)).total_seconds()
+        ctx.passes.wake(_key(namespace, name), delay, lambda: reconcile(ctx, namespace, name))
+
+
+async def _traffic_bookkeeping(
+    ctx: OperatorContext,
+    body: dict[str, Any],
+    uid: str,
+    decisions: dict[str, canary.Decision],
+    pods: list[PodObservation],
+) -> None:
+    """Events of the canaries' steps, and the baseline scrape of each step that began: taken after this
+    pass set the step's weights, so its window holds only traffic split the new way."""
+    for decision in decisions.values():
+        if decision.event is not None:
+            kind, reason, message = decision.event
+            kopf.event(body, type=kind, reason=reason, message=message)
+    starting = [d for d in decisions.values() if d.new_baseline and d.canary is not None]
+    if not starting:
+        return
+    counters = await scrape(ctx.server, rollout.actionable(pods))
+    for decision in starting:
+        assert decision.canary is not None
+        step = decision.canary.steps[-1]
+        ctx.baselines[(uid, decision.model)] = canary.Baseline(
+            decision.canary.step, step.started_at, counters
+        )
 
 
 def _replace(pods: list[PodObservation], fresh: list[PodObservation]) -> list[PodObservation]:

@@ -5,6 +5,11 @@
   config.pbtxt) and Naiad's ``default_version`` (the pinned version for requests naming none)
 * ``POST /v2/repository/models/{m}/unload``
 * ``GET /v2/models/{m}/config`` -> the loaded config (the base the operator edits the version policy of)
+* ``GET /metrics`` on the pod's metrics port -> per-version request counters and latency histograms
+  (what a canary step is judged by)
+
+Naiad's ``version_weights`` and ``mirror`` load parameters (JSON text; "" clears) split the requests
+that name no version between loaded versions, or shadow a share of them to another version.
 
 A load answers only once the load finished (or failed), which is what lets a rollout move stage by stage.
 """
@@ -15,11 +20,18 @@ import json
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
-from naiad_operator.api.observed import VersionObservation, VersionState
+from naiad_operator.api.observed import PodCounters, VersionCounters, VersionObservation, VersionState
 
 #: Load parameter of Naiad's pinned-default-version extension (``naiad.repository.overrides``).
 DEFAULT_VERSION_PARAMETER = "default_version"
+#: Load parameters of Naiad's weighted routing and mirroring (``naiad.repository.overrides``).
+VERSION_WEIGHTS_PARAMETER = "version_weights"
+MIRROR_PARAMETER = "mirror"
+#: The families the operator reads from ``/metrics`` (Triton's names, plus Naiad's histogram).
+SUCCESS, FAILURE = "nv_inference_request_success", "nv_inference_request_failure"
+HISTOGRAM = "nv_inference_request_histogram_ms"
 
 
 class ServerCallError(Exception):
@@ -89,15 +101,38 @@ class ModelServer:
             raise ServerCallError(0, f"{type(exc).__name__}: {exc}") from exc
 
     async def load(
-        self, base: str, model: str, config: dict[str, Any] | None, default_version: int | None
+        self,
+        base: str,
+        model: str,
+        config: dict[str, Any] | None,
+        default_version: int | None,
+        routing: dict[str, str] | None = None,
     ) -> None:
-        parameters: dict[str, Any] = {}
+        """``routing``: the weights and mirror parameters (:func:`routing_parameters`), when the load
+        sets them."""
+        parameters: dict[str, Any] = dict(routing or {})
         if config is not None:
             parameters["config"] = json.dumps(config)
         if default_version is not None:
             parameters[DEFAULT_VERSION_PARAMETER] = default_version
         body = {"parameters": parameters} if parameters else {}
         await self._post(f"{base}/v2/repository/models/{model}/load", body, self.load_timeout)
+
+    async def counters(self, base: str) -> PodCounters:
+        """The request counters of every loaded version, from the pod's ``/metrics``."""
+        try:
+            async with self._http().get(
+                f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=self.timeout)
+            ) as r:
+                text = await r.text()
+                if r.status != 200:
+                    raise ServerCallError(r.status, f"/metrics answered HTTP {r.status}")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ServerCallError(0, f"{type(exc).__name__}: {exc}") from exc
+        try:
+            return parse_counters(text)
+        except ValueError as exc:
+            raise ServerCallError(r.status, f"/metrics is not Prometheus text: {exc}") from exc
 
     async def unload(self, base: str, model: str) -> None:
         await self._post(f"{base}/v2/repository/models/{model}/unload", {}, self.timeout)
@@ -108,3 +143,37 @@ def _error_text(text: str) -> str:
         return str(json.loads(text).get("error") or "")
     except (ValueError, AttributeError):
         return text.strip()[:500]
+
+
+def routing_parameters(weights: dict[int, int], mirror: tuple[int, int] | None) -> dict[str, str]:
+    """The load parameters that set exactly these weights and this mirror ("" clears either)."""
+    return {
+        VERSION_WEIGHTS_PARAMETER: json.dumps({str(v): w for v, w in weights.items()}) if weights else "",
+        MIRROR_PARAMETER: json.dumps({"version": mirror[0], "percent": mirror[1]}) if mirror else "",
+    }
+
+
+def parse_counters(text: str) -> PodCounters:
+    """(model, version) -> counters from Prometheus text; failures of every reason are added up."""
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            model, version = sample.labels.get("model"), str(sample.labels.get("version") or "")
+            if model is None or not version.isdigit():
+                continue
+            entry = found.setdefault(
+                (model, int(version)), {"success": 0.0, "failure": 0.0, "sum": 0.0, "le": {}}
+            )
+            if sample.name in (SUCCESS, f"{SUCCESS}_total"):
+                entry["success"] += sample.value
+            elif sample.name in (FAILURE, f"{FAILURE}_total"):
+                entry["failure"] += sample.value
+            elif sample.name == f"{HISTOGRAM}_sum":
+                entry["sum"] += sample.value
+            elif sample.name == f"{HISTOGRAM}_bucket":
+                bound = float(sample.labels["le"])
+                entry["le"][bound] = entry["le"].get(bound, 0.0) + sample.value
+    return {
+        key: VersionCounters(e["success"], e["failure"], e["sum"], tuple(sorted(e["le"].items())))
+        for key, e in found.items()
+    }

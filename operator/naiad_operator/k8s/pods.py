@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from naiad_operator.api.observed import SNAPSHOT_ANNOTATION, PodObservation
+from naiad_operator.api.observed import SNAPSHOT_ANNOTATION, PodCounters, PodObservation
 from naiad_operator.k8s.modelserver import ModelServer, ServerCallError
 from naiad_operator.k8s.problems import pod_problem
 
@@ -20,13 +20,22 @@ PodResolver = Callable[[dict[str, Any]], str | None]
 
 
 def pod_address(pod: dict[str, Any]) -> str | None:
+    return _address(pod, "http", 8000)
+
+
+def metrics_address(pod: dict[str, Any]) -> str | None:
+    """Base URL of the pod's Prometheus endpoint (its ``metrics`` port)."""
+    return _address(pod, "metrics", 8002)
+
+
+def _address(pod: dict[str, Any], name: str, default: int) -> str | None:
     ip = (pod.get("status") or {}).get("podIP")
     if not ip:
         return None
-    port = 8000
+    port = default
     for container in (pod.get("spec") or {}).get("containers") or []:
         for p in container.get("ports") or []:
-            if p.get("name") == "http":
+            if p.get("name") == name:
                 port = int(p["containerPort"])
     host = f"[{ip}]" if ":" in ip else ip
     return f"http://{host}:{port}"
@@ -53,13 +62,34 @@ async def observe(
         name, url, ready = pod["metadata"]["name"], resolve(pod), pod_ready(pod)
         snapshot = (pod["metadata"].get("annotations") or {}).get(SNAPSHOT_ANNOTATION)
         problem = None if ready else pod_problem(pod, (events or {}).get(name, ()))
+        metrics = metrics_address(pod)
         if url is None:
             return PodObservation(name, None, ready, snapshot=snapshot, problem=problem)
         try:
             models = await server.index(url)
         except ServerCallError as exc:
             error = exc.message
-            return PodObservation(name, url, ready, index_error=error, snapshot=snapshot, problem=problem)
-        return PodObservation(name, url, ready, models, snapshot=snapshot, problem=problem)
+            return PodObservation(
+                name, url, ready, index_error=error, snapshot=snapshot, problem=problem, metrics_url=metrics
+            )
+        return PodObservation(
+            name, url, ready, models, snapshot=snapshot, problem=problem, metrics_url=metrics
+        )
 
     return list(await asyncio.gather(*(one(p) for p in pods)))
+
+
+async def scrape(server: ModelServer, pods: Sequence[PodObservation]) -> dict[str, PodCounters]:
+    """Every reporting pod's per-version counters; a pod whose ``/metrics`` does not answer is left
+    out (its traffic is missing from the window, never invented)."""
+
+    async def one(pod: PodObservation) -> tuple[str, PodCounters | None]:
+        if pod.metrics_url is None:
+            return pod.name, None
+        try:
+            return pod.name, await server.counters(pod.metrics_url)
+        except ServerCallError:
+            return pod.name, None
+
+    found = await asyncio.gather(*(one(p) for p in pods if p.reporting))
+    return {name: counters for name, counters in found if counters is not None}

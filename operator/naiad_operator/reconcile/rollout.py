@@ -32,6 +32,16 @@ from naiad_operator.reconcile.versions import InvalidPolicy, select_versions
 
 
 @dataclass(frozen=True, slots=True)
+class Routing:
+    """How a pod splits the requests that name no version (Naiad's ``version_weights`` and ``mirror``
+    load parameters): ``weights`` version -> weight, empty for none (the pinned default serves);
+    ``mirror`` (version, percent) or None. A load carrying one sets exactly this on the pod."""
+
+    weights: tuple[tuple[int, int], ...] = ()
+    mirror: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Load:
     """Load ``model`` on ``pod`` with exactly ``versions`` and ``default_version`` pinned.
 
@@ -44,6 +54,8 @@ class Load:
     default_version: int | None
     fresh: bool = False
     config_override: Mapping[str, Any] | None = None
+    routing: Routing | None = None
+    """None: the load leaves the pod's routing of this model as it is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +69,7 @@ Action = Load | Unload
 
 class StageKind(StrEnum):
     LOAD = "Load"
+    ROUTE = "Route"  # set how requests are split between loaded versions (canary, mirror)
     SWITCH = "Switch"
     UNLOAD = "Unload"
 
@@ -120,6 +133,15 @@ def plan_model(spec: ModelSpec, snapshot: Mapping[int, str] | None, record: Mode
         versions = select_versions(spec.version_policy, snapshot)
     except InvalidPolicy as exc:
         return ModelPlan(spec.name, Change.INVALID, message=f"model '{spec.name}': {exc}")
+    default = max(versions)
+    if spec.mirror is not None and spec.mirror.version not in versions:
+        if spec.mirror.version not in snapshot:
+            return ModelPlan(
+                spec.name,
+                Change.INVALID,
+                message=f"model '{spec.name}': mirror version {spec.mirror.version} is not in the repository",
+            )
+        versions = sorted({*versions, spec.mirror.version})  # loaded beside the served ones, never default
     target = {v: snapshot[v] for v in versions}
     active = dict(record.content_hashes) if record is not None else {}
     old_default = record.default_version if record is not None and active else None
@@ -128,11 +150,9 @@ def plan_model(spec: ModelSpec, snapshot: Mapping[int, str] | None, record: Mode
             spec.name, Change.BLOCKED, target, active, tuple(sorted(active)), old_default, old_default
         )
     if active == target:
-        return ModelPlan(
-            spec.name, Change.STEADY, target, active, tuple(versions), max(versions), max(versions)
-        )
+        return ModelPlan(spec.name, Change.STEADY, target, active, tuple(versions), default, default)
     keep = tuple(sorted(set(active) | set(target)))
-    return ModelPlan(spec.name, Change.ROLLOUT, target, active, keep, old_default, max(versions))
+    return ModelPlan(spec.name, Change.ROLLOUT, target, active, keep, old_default, default)
 
 
 def plan(

@@ -15,9 +15,10 @@ import msgspec
 import orjson
 
 from naiad.core.signature import ModelSignature, TensorSpec
-from naiad.ipc.messages import Catalog, ModelEntry, VersionEntry
+from naiad.ipc.messages import Catalog, MirrorEntry, ModelEntry, VersionEntry
 from naiad.repository.config import ModelConfig
 from naiad.repository.model import Model, ModelState, ModelVersion
+from naiad.repository.routing import Mirror
 
 
 class SignatureMsg(msgspec.Struct, array_like=True):
@@ -37,6 +38,8 @@ def digest(models: dict[str, Model], ready: bool, started: bool) -> Hashable:
                 name,
                 id(model),
                 model.default_version,
+                None if model.version_weights is None else tuple(model.version_weights.items()),
+                model.mirror,
                 model.reason,
                 tuple((v, mv.state, mv.reason, id(mv)) for v, mv in model.versions.items()),
             )
@@ -70,6 +73,8 @@ def _entry(model: Model) -> ModelEntry:
         ],
         model.reason,
         model.default_version,
+        model.version_weights,
+        None if model.mirror is None else MirrorEntry(model.mirror.version, model.mirror.percent),
     )
 
 
@@ -104,5 +109,7 @@ def models(message: Catalog) -> dict[str, Model]:
             reason=entry.reason,
             config_json=orjson.loads(entry.config_json) if entry.config_json else None,
             default_version=entry.default_version,
+            version_weights=entry.version_weights,
+            mirror=None if entry.mirror is None else Mirror(entry.mirror.version, entry.mirror.percent),
         )
     return rebuilt

@@ -162,8 +162,14 @@ class VersionEntry(msgspec.Struct, array_like=True):
     model_dir: str | None
 
 
+class MirrorEntry(msgspec.Struct, array_like=True):
+    version: int
+    percent: float
+
+
 class ModelEntry(msgspec.Struct, array_like=True):
-    """What a worker needs to answer metadata, config and readiness for one model locally."""
+    """What a worker needs to answer metadata, config and readiness for one model locally (the
+    routing of requests naming no version included, so it resolves them as the engine does)."""
 
     name: str
     path: str
@@ -173,6 +179,8 @@ class ModelEntry(msgspec.Struct, array_like=True):
     versions: list[VersionEntry]
     reason: str
     default_version: int | None
+    version_weights: dict[int, int] | None = None
+    mirror: MirrorEntry | None = None
 
 
 class Catalog(msgspec.Struct, tag=True, array_like=True):

@@ -38,8 +38,8 @@ from naiad.repository.model import Model, ModelState, ModelVersion
 from naiad.scheduling.cache import ResponseCache
 from naiad.scheduling.ensemble import EnsembleScheduler, Stage, Step, StepRunner, steps_of
 
-#: The repository's "which version serves this request" (``ModelRepository.resolve``).
-Resolver = Callable[[str, str], tuple[Model, ModelVersion]]
+#: The repository's "which version runs this request" (``ModelRepository.route``).
+Resolver = Callable[[InferRequest], tuple[Model, ModelVersion]]
 
 _READY = ModelState.READY
 
@@ -55,7 +55,7 @@ def step_runner(resolve: Resolver, cache: ResponseCache | None = None) -> StepRu
     answered from the response cache when the step's model uses it (as Triton's ensembles do)."""
 
     async def run(request: InferRequest) -> InferResponse:
-        model, version = resolve(request.model_name, request.model_version)
+        model, version = resolve(request)
         signature = model.signature
         assert signature is not None
         batch = signature.validate(request)

@@ -35,13 +35,15 @@ from naiad.core.errors import (
     UnavailableError,
     unknown_model,
 )
+from naiad.core.request import InferRequest
 from naiad.repository import ensemble
 from naiad.repository.layout import ModelLocation, check_model_name, scan_repositories
 from naiad.repository.loader import LoadPlan, ModelLoader, NoVersionsError, PollError
-from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion, resolve
-from naiad.repository.overrides import LoadRequest, parse_load_parameters
+from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion, resolve, route
+from naiad.repository.overrides import DEFAULT_VERSION, LoadRequest, parse_load_parameters
 from naiad.repository.poller import Poller
 from naiad.repository.roots import CloudRoot, open_root
+from naiad.repository.routing import Mirror
 from naiad.repository.sync.engine import SyncError
 from naiad.scheduling.cache import ResponseCache
 from naiad.scheduling.rate_limiter import RateLimiter
@@ -129,6 +131,10 @@ class ModelRepository:
         ``""`` means the pinned default version if the model has one, else the highest READY one.
         """
         return resolve(self._models, name, version)
+
+    def route(self, request: InferRequest) -> tuple[Model, ModelVersion]:
+        """The model and the version that runs ``request`` (version weights applied, once per request)."""
+        return route(self._models, request)
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Every model in the repositories or ever loaded: one entry per known version.
@@ -280,7 +286,7 @@ class ModelRepository:
         finally:
             self._polling.discard(name)
         try:
-            pinned = _pinned_version(name, plan, request, previous)
+            routes = _routing(name, plan, request, previous)
             await self._load_dependencies(name, plan)
         except InferenceServerError:
             _remove_scratch(plan.scratch)
@@ -295,7 +301,7 @@ class ModelRepository:
                 self._models[name] = _failure_record(plan, previous, failed)
             details = "".join(f"version {v} is at UNAVAILABLE state: {failed[v]};" for v in sorted(failed))
             raise InvalidArgumentError(f"load failed for model '{name}': {details}\n")
-        return await self._publish(plan, previous, {**reused, **built}, pinned)
+        return await self._publish(plan, previous, {**reused, **built}, routes)
 
     async def _build(
         self, plan: LoadPlan, numbers: list[int]
@@ -318,7 +324,7 @@ class ModelRepository:
         return built, failed
 
     async def _publish(
-        self, plan: LoadPlan, previous: Model | None, versions: dict[int, ModelVersion], pinned: int | None
+        self, plan: LoadPlan, previous: Model | None, versions: dict[int, ModelVersion], routes: _Routing
     ) -> Model:
         """Swap the new model in, then retire the versions it replaces (after their requests)."""
         replaced = (
@@ -335,9 +341,11 @@ class ModelRepository:
             plan.signature,
             dict(sorted(versions.items())),
             config_json=plan.config_json,
-            default_version=pinned,
+            default_version=routes.default_version,
             dependencies=plan.dependencies,
             source_fingerprint=plan.source_fingerprint,
+            version_weights=routes.version_weights,
+            mirror=routes.mirror,
         )
         self._models[plan.name] = model
         log.info("successfully loaded '%s' version(s) %s", plan.name, ", ".join(map(str, plan.versions)))
@@ -404,6 +412,8 @@ class ModelRepository:
                 if mv.state is ModelState.UNAVAILABLE:
                     mv.reason = UNLOADED  # a failed version no longer holds readiness down
             model.default_version = None
+            model.version_weights = None
+            model.mirror = None
             dependents = model.dependencies
             serving = model.serving()
             for mv in serving:
@@ -461,7 +471,7 @@ class ModelRepository:
         """Ensembles hold no instances: their version is checked and built here, on the loop, against
         the step models loaded just before; every other model builds on the load pool."""
         if ensemble.is_ensemble(plan.config):
-            return ensemble.build_version(plan, number, self._models, self.resolve, self.response_cache)
+            return ensemble.build_version(plan, number, self._models, self.route, self.response_cache)
         return await self._run(self._loader.build_version, plan, number)
 
     def _record_dependency_failure(self, plan: LoadPlan, dependency: str, message: str) -> None:
@@ -505,20 +515,45 @@ def _failure_record(plan: LoadPlan, previous: Model | None, failed: dict[int, st
     return record
 
 
-def _pinned_version(
-    name: str, plan: LoadPlan, request: LoadRequest | None, previous: Model | None
-) -> int | None:
-    """The default version after this load: the request's, else the previous one if still loaded."""
+@dataclass(frozen=True, slots=True)
+class _Routing:
+    """How requests naming no version are served after a load (see :mod:`naiad.repository.routing`)."""
+
+    default_version: int | None
+    version_weights: dict[int, int] | None
+    mirror: Mirror | None
+
+
+def _routing(name: str, plan: LoadPlan, request: LoadRequest | None, previous: Model | None) -> _Routing:
+    """The pinned default version, version weights and mirror after this load: the request's, else the
+    previous ones while every version they name is still loaded.  A request naming a version this load
+    does not load is INVALID_ARG (and the load changes nothing)."""
+    if request is not None:
+        for parameter, numbers in request.named_versions().items():
+            missing = sorted(numbers - set(plan.versions))
+            if missing:
+                what = "default version" if parameter == DEFAULT_VERSION else f"'{parameter}' version"
+                raise InvalidArgumentError(
+                    f"load failed for model '{name}': {what} {missing[0]} is not among the versions "
+                    f"to load {plan.versions}\n"
+                )
+    loaded = set(plan.versions)
     if request is not None and request.sets_default_version:
         pinned = request.default_version
-        if pinned is not None and pinned not in plan.versions:
-            raise InvalidArgumentError(
-                f"load failed for model '{name}': default version {pinned} is not among the versions "
-                f"to load {plan.versions}\n"
-            )
-        return pinned
-    pinned = previous.default_version if previous is not None else None
-    return pinned if pinned in plan.versions else None
+    else:
+        pinned = previous.default_version if previous is not None else None
+        pinned = pinned if pinned in loaded else None
+    if request is not None and request.sets_version_weights:
+        weights = request.version_weights
+    else:
+        weights = previous.version_weights if previous is not None else None
+        weights = weights if weights is not None and set(weights) <= loaded else None
+    if request is not None and request.sets_mirror:
+        mirror = request.mirror
+    else:
+        mirror = previous.mirror if previous is not None else None
+        mirror = mirror if mirror is not None and mirror.version in loaded else None
+    return _Routing(pinned, weights, mirror)
 
 
 def _reason(name: str, version: int, error: BaseException) -> str:

@@ -12,6 +12,8 @@ from naiad.backends.base import InstanceHealth
 from naiad.core.errors import NotFoundError, UnavailableError, unknown_model
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
+from naiad.repository import routing
+from naiad.repository.routing import Mirror
 from naiad.scheduling.scheduler import Scheduler
 
 #: The reason Triton gives a version that was unloaded on purpose (it does not count against readiness).
@@ -118,6 +120,8 @@ class Model:
     ``config`` and ``signature`` are ``None`` when the model failed before its configuration could be
     read; ``reason`` then says why and the model has no versions.  ``default_version`` is the pinned
     version that serves requests naming none (``None``: the highest READY version, as Triton);
+    ``version_weights`` (when set, instead of the pin) spreads them over versions by weight and
+    ``mirror`` copies a share of them to a shadow version (see :mod:`naiad.repository.routing`);
     ``dependencies`` names the models loaded along with it because it needs them (an ensemble's
     steps): ``unload_dependents`` unloads them too, unless another loaded model still needs them;
     ``source_fingerprint`` is the state of the model folder it was loaded from (POLL compares it).
@@ -133,6 +137,8 @@ class Model:
     default_version: int | None = None
     dependencies: tuple[str, ...] = ()
     source_fingerprint: str = ""
+    version_weights: dict[int, int] | None = None
+    mirror: Mirror | None = None
 
     @property
     def platform(self) -> str:
@@ -155,6 +161,15 @@ class Model:
                 latest = mv
         return latest
 
+    def mirror_target(self, chosen: ModelVersion, request: InferRequest) -> ModelVersion | None:
+        """The READY mirror version ``request`` (answered by ``chosen``, naming no version) is also
+        copied to, if it is one of the mirrored share; ``None`` otherwise."""
+        mirror = self.mirror
+        if mirror is None or not routing.mirrors(mirror, chosen.version, request.sequence_id):
+            return None
+        target = self.versions.get(mirror.version)
+        return target if target is not None and target.state is ModelState.READY else None
+
     def serving(self) -> list[ModelVersion]:
         """Versions holding instances (READY, or draining while UNLOADING)."""
         return [mv for mv in self.versions.values() if mv.scheduler is not None]
@@ -172,13 +187,17 @@ class Model:
 def resolve(models: dict[str, Model], name: str, version: str) -> tuple[Model, ModelVersion]:
     """The model and the version that serves a request for ``version``, with Triton's errors.
 
-    ``""`` means the pinned default version if the model has one, else the highest READY one.  The
-    engine's repository and a frontend worker's copy of its catalog answer with this one function.
+    ``""`` means the pinned default version if the model has one, else the highest READY one; with
+    version weights, the READY version with the largest weight (what answers for the model outside a
+    request: readiness, metadata; requests themselves go through :func:`route`).  The engine's
+    repository and a frontend worker's copy of its catalog answer with this one function.
     """
     model = models.get(name)
     if model is None:
         raise unknown_model(name)
     if not version:
+        if model.version_weights is not None:
+            return model, _weighted(model, routing.heaviest(model.version_weights, model.ready_versions()))
         pinned = model.default_version
         if pinned is not None:
             mv = model.versions.get(pinned)
@@ -200,3 +219,24 @@ def resolve(models: dict[str, Model], name: str, version: str) -> tuple[Model, M
             f"Request for unknown model: '{name}' version {version} is not at ready state"
         )
     return model, model_version
+
+
+def route(models: dict[str, Model], request: InferRequest) -> tuple[Model, ModelVersion]:
+    """:func:`resolve` for a request that runs: one naming no version of a model with version weights
+    goes to a version chosen by weight (a sequence's by its correlation id, see
+    :mod:`naiad.repository.routing`).  Called once per request, where it runs (the engine)."""
+    if request.model_version:
+        return resolve(models, request.model_name, request.model_version)
+    model = models.get(request.model_name)
+    if model is None or model.version_weights is None:
+        return resolve(models, request.model_name, "")
+    ready = [number for number, mv in model.versions.items() if mv.state is ModelState.READY]
+    return model, _weighted(model, routing.choose(model.version_weights, ready, request.sequence_id))
+
+
+def _weighted(model: Model, chosen: int | None) -> ModelVersion:
+    if chosen is None:
+        raise UnavailableError(
+            f"Request for unknown model: '{model.name}' has no version with a routing weight at ready state"
+        )
+    return model.versions[chosen]
