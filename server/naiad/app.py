@@ -1,4 +1,4 @@
-"""The composition root: the engine (repository + data plane), its frontends, and graceful exit.
+"""The composition root: the engine (model registry, repository manager, data plane), its frontends, and exit.
 
 With ``--frontend-workers 0`` the frontends run in this process over the data plane.  With N > 0 this
 process is the engine alone (plus ``/metrics``) and N worker processes serve HTTP and gRPC on the same
@@ -29,6 +29,7 @@ from naiad.frontends.listeners import Listeners, uvicorn_server
 from naiad.frontends.metrics import MetricsEndpoint
 from naiad.metrics.registry import ServerMetrics
 from naiad.repository.manager import ModelRepository, RepositoryUnavailable
+from naiad.repository.registry import ModelRegistry
 from naiad.scheduling.cache import ResponseCache, parse_cache_config
 from naiad.scheduling.rate_limiter import RateLimiter, parse_resource
 from naiad.settings import ServerSettings
@@ -48,8 +49,10 @@ async def serve(settings: ServerSettings) -> int:
     response_cache = ResponseCache(cache_size) if cache_size is not None else None
     resources = [parse_resource(text) for text in settings.rate_limit_resources]
     rate_limiter = RateLimiter(resources) if settings.rate_limit == "execution_count" else None
+    registry = ModelRegistry()
     repository = ModelRepository(
         settings.model_repositories,
+        registry=registry,
         auto_complete=not settings.disable_auto_complete_config,
         gpu_count=gpu_count(),
         load_threads=settings.model_load_thread_count,
@@ -63,6 +66,7 @@ async def serve(settings: ServerSettings) -> int:
     tracer = Tracer(parse_trace_config(settings.trace_config))
     shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
     dataplane = DataPlane(
+        registry,
         repository,
         strict_readiness=settings.strict_readiness,
         tracer=tracer,

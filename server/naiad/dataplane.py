@@ -3,6 +3,9 @@
 Frontends decode their wire format into core types, call one method here, and encode what comes back.
 So the rules (which version serves, request validation, output selection and order, readiness) live in
 one place and the two protocols cannot drift apart.
+
+Requests resolve in the :class:`~naiad.repository.registry.ModelRegistry` (the published models); the
+repository manager beside it takes the model control calls (load, unload, the index) and readiness.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from naiad.core.signature import ModelSignature
 from naiad.core.verbose import prepared, response_outputs
 from naiad.repository.manager import IndexEntry, ModelRepository
 from naiad.repository.model import Model, ModelVersion
+from naiad.repository.registry import ModelRegistry
 from naiad.scheduling.answers import answers
 from naiad.scheduling.cache import ResponseCache
 from naiad.statistics import model_statistics
@@ -86,13 +90,17 @@ class DataPlane:
 
     def __init__(
         self,
-        repository: ModelRepository,
+        registry: ModelRegistry,
+        repository: ModelRepository | None,
         *,
         strict_readiness: bool = True,
         tracer: Tracer | None = None,
         shared_memory: SharedMemoryRegistry | None = None,
         response_cache: ResponseCache | None = None,
     ) -> None:
+        """``repository``: the manager that loads into ``registry`` (``None`` in a frontend worker,
+        whose data plane sends model control to the engine)."""
+        self.registry = registry
         self.repository = repository
         self.strict_readiness = strict_readiness
         #: Client system shared memory regions (none can be registered unless ``--allow-client-shm``).
@@ -122,7 +130,7 @@ class DataPlane:
     def ready(self) -> bool:
         if self.exiting or not self.started:
             return False
-        return self.repository.all_ready() if self.strict_readiness else True
+        return self._manager().all_ready() if self.strict_readiness else True
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(EXTENSIONS)}
@@ -132,7 +140,7 @@ class DataPlane:
         if self.exiting:
             return False
         try:
-            self.repository.resolve(name, version)
+            self.registry.resolve(name, version)
         except InferenceServerError:
             return False
         return True
@@ -167,10 +175,10 @@ class DataPlane:
     def model_folder(self, name: str, version: str) -> Path | None:
         """The folder the serving version was loaded from: the OpenAI frontend reads a language
         model's tokenizer configuration (its chat template) there."""
-        return self.repository.resolve(name, version)[1].model_dir
+        return self.registry.resolve(name, version)[1].model_dir
 
     async def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
-        return self.repository.index(ready_only)
+        return self._manager().index(ready_only)
 
     async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
         """Repository extension: load or reload ``name`` (model control mode EXPLICIT only).
@@ -180,17 +188,17 @@ class DataPlane:
         extension ``default_version`` (int, or str of digits; "" or -1 unpins): see
         :mod:`naiad.repository.overrides`.
         """
-        await self.repository.load_model(name, parameters)
+        await self._manager().load_model(name, parameters)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Repository extension: unload ``name`` (model control mode EXPLICIT only)."""
-        await self.repository.unload_model(name, unload_dependents)
+        await self._manager().unload_model(name, unload_dependents)
 
     # ---- statistics, trace and logging extensions -------------------------------------------------
 
     async def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """Statistics extension: Triton's ``{"model_stats": [...]}`` (all models when ``name`` is "")."""
-        return model_statistics(self.repository, name, version)
+        return model_statistics(self.registry.models(), name, version)
 
     async def trace_settings(self, model: str = "") -> dict[str, Any]:
         """Trace extension: the global settings, or those ``model`` is traced with."""
@@ -224,11 +232,16 @@ class DataPlane:
         self.shared_memory.unregister(name)
 
     def _check_trace_model(self, model: str) -> None:
-        if model and model not in self.repository.models():
+        if model and model not in self.registry.models():
             raise InvalidArgumentError(f"Request for unknown model : {model}")
 
+    def _manager(self) -> ModelRepository:
+        if self.repository is None:
+            raise UnavailableError("model control is not available in this process")
+        return self.repository
+
     def _ready_model(self, name: str, version: str) -> tuple[Model, ModelSignature]:
-        model, _ = self.repository.resolve(name, version)
+        model, _ = self.registry.resolve(name, version)
         assert model.signature is not None
         return model, model.signature
 
@@ -242,7 +255,7 @@ class DataPlane:
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
-        model, version = self.repository.route(request)
+        model, version = self.registry.route(request)
         return await self._run(request, model, version)
 
     async def _run(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
@@ -255,7 +268,7 @@ class DataPlane:
             _log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
         if model.decoupled:
             raise UnsupportedError(f"model '{model.name}' is decoupled: its responses can only be streamed")
-        if model.mirror is not None and not request.model_version:
+        if model.mirror is not None:
             self._mirror(request, model, version)
         if request.outputs is None or not any(output.parameters for output in request.outputs):
             # The common case: no output goes to shared memory or asks for classification.
@@ -305,11 +318,11 @@ class DataPlane:
 
     def _mirror(self, request: InferRequest, model: Model, version: ModelVersion) -> None:
         """Copy ``request`` to the model's mirror version in the background if it is in the mirrored
-        share (see :mod:`naiad.repository.routing`).  The copy owns its inputs (the client's buffers
+        share (see :meth:`ModelRegistry.mirror`).  The copy owns its inputs (the client's buffers
         or a worker's arena block are reused once the client is answered) and asks for no output
         placement; its answer is dropped and its outcome only counted in that version's statistics.
         Beyond :data:`MIRRORS_IN_FLIGHT` copies are skipped, so a slow mirror cannot pile up work."""
-        target = model.mirror_target(version, request)
+        target = self.registry.mirror(model, version, request)
         if target is None or len(self._mirrors) >= MIRRORS_IN_FLIGHT:
             return
         copy = InferRequest(
@@ -339,7 +352,7 @@ class DataPlane:
             yield item
 
     async def _stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
-        model, version = self.repository.route(request)
+        model, version = self.registry.route(request)
         if not model.decoupled:
             yield await self._run(request, model, version), True
             return
@@ -393,7 +406,7 @@ class _BlsServer:
     def check(self, request: InferRequest) -> tuple[int, bool]:
         """The version is chosen here, once: a request naming none is pinned to it, so that the call
         that runs it (inline or not) gets the version this answer names even with version weights."""
-        model, version = self._dataplane.repository.route(request)
+        model, version = self._dataplane.registry.route(request)
         if not request.model_version and model.version_weights is not None:
             request.model_version = str(version.version)
         assert model.signature is not None

@@ -12,24 +12,24 @@ HTTP (as JSON) and gRPC (parsed into ``ModelStatisticsResponse``, whose field na
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from naiad.core.errors import InvalidArgumentError
-from naiad.repository.manager import ModelRepository
+from naiad.repository.model import Model
 from naiad.scheduling.stats import SchedulerStats
 
 
-def model_statistics(repository: ModelRepository, name: str, version: str) -> dict[str, Any]:
+def model_statistics(models: Mapping[str, Model], name: str, version: str) -> dict[str, Any]:
     """``{"model_stats": [...]}`` for every ready version, ``name``'s, or one version of it.
 
     Errors as Triton's (INVALID_ARG): ``requested model '<m>' is not available`` when the model has no
     ready version, ``requested model version is not available for model '<m>'``.
     """
-    models = repository.models()
     chosen: list[tuple[str, int]] = []
     if not name:
-        for model_name, model in sorted(models.items()):
-            chosen += [(model_name, number) for number in model.ready_versions()]
+        for model_name, listed in sorted(models.items()):
+            chosen += [(model_name, number) for number in listed.ready_versions()]
     else:
         model = models.get(name)
         ready = model.ready_versions() if model is not None else []

@@ -1,13 +1,15 @@
 """The engine's published models as a :class:`~naiad.ipc.messages.Catalog`, and how a worker rebuilds them.
 
-A worker answers metadata, config and model readiness, and makes the checks that come before decoding a
-request, from its copy of the catalog, with the same :func:`~naiad.repository.model.resolve` the engine
-uses.  The engine sends a new catalog whenever :func:`digest` changes.
+The catalog is built from the engine's :class:`~naiad.repository.registry.ModelRegistry` (what is
+published, with each model's routing of requests naming no version).  A worker publishes it into a
+registry of its own and answers metadata, config and model readiness, and makes the checks that come
+before decoding a request, with the same resolution the engine uses.  The engine sends a new catalog
+whenever :func:`digest` changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ class SignatureMsg(msgspec.Struct, array_like=True):
     outputs: list[TensorSpec]
 
 
-def digest(models: dict[str, Model], ready: bool, started: bool) -> Hashable:
+def digest(models: Mapping[str, Model], ready: bool, started: bool) -> Hashable:
     """What a catalog depends on, cheap enough to compare a few times a second."""
     return (
         ready,
@@ -48,7 +50,7 @@ def digest(models: dict[str, Model], ready: bool, started: bool) -> Hashable:
     )
 
 
-def catalog(catalog_id: int, models: dict[str, Model], ready: bool, started: bool) -> Catalog:
+def catalog(catalog_id: int, models: Mapping[str, Model], ready: bool, started: bool) -> Catalog:
     return Catalog(catalog_id, [_entry(model) for model in models.values()], ready, started)
 
 

@@ -74,7 +74,7 @@ class FrontendWorkers:
         return not self._stopping and self.dataplane.ready() and self.serving()
 
     def _catalog_message(self) -> Any:
-        models = self.dataplane.repository.models()
+        models = self.dataplane.registry.models()
         self._digest = catalog.digest(models, self.ready(), self.dataplane.started)
         return catalog.catalog(next(self._ids), models, self.ready(), self.dataplane.started)
 
@@ -85,7 +85,7 @@ class FrontendWorkers:
     async def _watch_catalog(self) -> None:
         while not self._stopping:
             await asyncio.sleep(CATALOG_CHECK_SECS)
-            models = self.dataplane.repository.models()
+            models = self.dataplane.registry.models()
             if catalog.digest(models, self.ready(), self.dataplane.started) != self._digest:
                 await self.publish(wait=False)
 

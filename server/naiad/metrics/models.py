@@ -206,14 +206,14 @@ class ModelMetrics(Collector):
             return frozenset()
         return frozenset(
             name
-            for name, model in self._repository.models().items()
+            for name, model in self._repository.registry.models().items()
             if model.config is not None and model.config.response_cache.enable
         )
 
     def _serving(self) -> list[tuple[_Labels, ModelVersion, SchedulerStats]]:
         """Versions holding instances, by model name and version number."""
         rows: list[tuple[_Labels, ModelVersion, SchedulerStats]] = []
-        for name, model in sorted(self._repository.models().items()):
+        for name, model in sorted(self._repository.registry.models().items()):
             for number, mv in sorted(model.versions.items()):
                 if mv.scheduler is not None:
                     rows.append(({"model": name, "version": str(number)}, mv, mv.scheduler.stats))

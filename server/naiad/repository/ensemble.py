@@ -38,7 +38,7 @@ from naiad.repository.model import Model, ModelState, ModelVersion
 from naiad.scheduling.cache import ResponseCache
 from naiad.scheduling.ensemble import EnsembleScheduler, Stage, Step, StepRunner, steps_of
 
-#: The repository's "which version runs this request" (``ModelRepository.route``).
+#: The registry's "which version runs this request" (``ModelRegistry.route``).
 Resolver = Callable[[InferRequest], tuple[Model, ModelVersion]]
 
 _READY = ModelState.READY

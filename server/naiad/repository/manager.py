@@ -1,4 +1,7 @@
-"""The models of one server: loading, unloading, and "which version serves this request".
+"""The models of one server: loading, unloading, polling and syncing, beside the request path.
+
+What requests see is the :class:`~naiad.repository.registry.ModelRegistry`; this manager decides what is
+in it and publishes each model there when a load (or an unload, or a failure worth listing) is complete.
 
 Loads are make-before-break.  A load polls the model, builds the versions that are new or changed on
 the load pool (``--model-load-thread-count``) while the versions already loaded keep serving, and only
@@ -8,7 +11,7 @@ fails anywhere leaves the model exactly as it was, so a failed reload keeps the 
 Versions whose configuration and files did not change are kept, not reloaded.
 
 One load or unload runs at a time per model (a lock per name); different models load in parallel.
-Requests see a published model or its predecessor, never a half-built one.
+Requests see a published model or its predecessor, never a half-built one (they resolve in the registry).
 
 The control mode decides who loads: NONE loads everything at start, POLL also follows the
 repository (:mod:`naiad.repository.poller`), EXPLICIT loads the ``--load-model`` list at start and
@@ -33,15 +36,14 @@ from naiad.core.errors import (
     InternalError,
     InvalidArgumentError,
     UnavailableError,
-    unknown_model,
 )
-from naiad.core.request import InferRequest
 from naiad.repository import ensemble
 from naiad.repository.layout import ModelLocation, check_model_name, scan_repositories
 from naiad.repository.loader import LoadPlan, ModelLoader, NoVersionsError, PollError
-from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion, resolve, route
+from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion
 from naiad.repository.overrides import DEFAULT_VERSION, LoadRequest, parse_load_parameters
 from naiad.repository.poller import Poller
+from naiad.repository.registry import ModelRegistry
 from naiad.repository.roots import CloudRoot, open_root
 from naiad.repository.routing import Mirror
 from naiad.repository.sync.engine import SyncError
@@ -86,6 +88,7 @@ class ModelRepository:
         self,
         repositories: Sequence[str | Path],
         *,
+        registry: ModelRegistry,
         auto_complete: bool = True,
         gpu_count: int = 0,
         load_threads: int = 4,
@@ -96,7 +99,8 @@ class ModelRepository:
         response_cache: ResponseCache | None = None,
         rate_limiter: RateLimiter | None = None,
     ) -> None:
-        """``response_cache``: the server's (``--cache-config``), for ensembles' steps;
+        """``registry``: where loaded models are published (what requests resolve in);
+        ``response_cache``: the server's (``--cache-config``), for ensembles' steps;
         ``rate_limiter``: the server's (``--rate-limit``), handed to every version's scheduler."""
         self.roots = [open_root(str(r), cache_dir or default_cache_dir()) for r in repositories]
         self.response_cache = response_cache
@@ -106,7 +110,9 @@ class ModelRepository:
         self._loader = ModelLoader(
             auto_complete=auto_complete, gpu_count=gpu_count, rate_limiter=rate_limiter
         )
-        self._models: dict[str, Model] = {}
+        self.registry = registry
+        #: What is published, read-only: changes go through ``registry.publish`` and ``retire``.
+        self._models = registry.models()
         self._locks: dict[str, asyncio.Lock] = {}
         self._polling: set[str] = set()
         self._loading: dict[str, set[int]] = {}
@@ -114,27 +120,7 @@ class ModelRepository:
         self._pool = ThreadPoolExecutor(max_workers=max(1, load_threads), thread_name_prefix="naiad-load")
         self._poller: Poller | None = None
 
-    # ---- lookup -------------------------------------------------------------------------------
-
-    def models(self) -> dict[str, Model]:
-        return self._models
-
-    def get_model(self, name: str) -> Model:
-        model = self._models.get(name)
-        if model is None:
-            raise unknown_model(name)
-        return model
-
-    def resolve(self, name: str, version: str) -> tuple[Model, ModelVersion]:
-        """The model and the version that serves a request for ``version``.
-
-        ``""`` means the pinned default version if the model has one, else the highest READY one.
-        """
-        return resolve(self._models, name, version)
-
-    def route(self, request: InferRequest) -> tuple[Model, ModelVersion]:
-        """The model and the version that runs ``request`` (version weights applied, once per request)."""
-        return route(self._models, request)
+    # ---- what the repositories hold ---------------------------------------------------------------
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Every model in the repositories or ever loaded: one entry per known version.
@@ -298,7 +284,7 @@ class ModelRepository:
             await self._unload_versions(list(built.values()))
             _remove_scratch(plan.scratch)
             if not _serves(previous):
-                self._models[name] = _failure_record(plan, previous, failed)
+                self.registry.publish(_failure_record(plan, previous, failed))
             details = "".join(f"version {v} is at UNAVAILABLE state: {failed[v]};" for v in sorted(failed))
             raise InvalidArgumentError(f"load failed for model '{name}': {details}\n")
         return await self._publish(plan, previous, {**reused, **built}, routes)
@@ -347,7 +333,7 @@ class ModelRepository:
             version_weights=routes.version_weights,
             mirror=routes.mirror,
         )
-        self._models[plan.name] = model
+        self.registry.publish(model)
         log.info("successfully loaded '%s' version(s) %s", plan.name, ", ".join(map(str, plan.versions)))
         if plan.scratch not in {mv.scratch for mv in model.serving()}:
             _remove_scratch(plan.scratch)
@@ -375,11 +361,11 @@ class ModelRepository:
             log.error("failed to load '%s': %s", name, message)
             if isinstance(exc, NoVersionsError):
                 if not _serves(previous) and location is not None:
-                    self._models[name] = Model(name, location.path, reason=message)
+                    self.registry.publish(Model(name, location.path, reason=message))
                 raise InvalidArgumentError(f"load failed for model '{name}': {message}\n") from None
             if not _serves(previous) and (location is not None or record_missing):
                 path = location.path if location is not None else Path(name)
-                self._models[name] = Model(name, path, reason=message)
+                self.registry.publish(Model(name, path, reason=message))
             raise InternalError(f"failed to load '{name}', failed to poll from model repository") from None
 
     async def _load_dependencies(self, name: str, plan: LoadPlan) -> None:
@@ -406,7 +392,7 @@ class ModelRepository:
             if model is None:
                 return
             if not model.versions:
-                del self._models[name]
+                self.registry.retire(name)
                 return
             for mv in model.versions.values():
                 if mv.state is ModelState.UNAVAILABLE:
@@ -434,7 +420,7 @@ class ModelRepository:
         """Unload ``name`` and drop it from the index (POLL: its folder was removed)."""
         await self.unload(name)
         async with self._lock(name):
-            self._models.pop(name, None)
+            self.registry.retire(name)
 
     async def _unload_versions(self, versions: list[ModelVersion]) -> None:
         await asyncio.gather(*(mv.unload() for mv in versions))
@@ -471,7 +457,9 @@ class ModelRepository:
         """Ensembles hold no instances: their version is checked and built here, on the loop, against
         the step models loaded just before; every other model builds on the load pool."""
         if ensemble.is_ensemble(plan.config):
-            return ensemble.build_version(plan, number, self._models, self.route, self.response_cache)
+            return ensemble.build_version(
+                plan, number, self._models, self.registry.route, self.response_cache
+            )
         return await self._run(self._loader.build_version, plan, number)
 
     def _record_dependency_failure(self, plan: LoadPlan, dependency: str, message: str) -> None:
@@ -480,7 +468,7 @@ class ModelRepository:
             found = dependency in self._models or dependency in self._scan()
             reason = ensemble.dependency_failure(plan.name, dependency, message if found else None)
             failed = dict.fromkeys(plan.versions, reason)
-            self._models[plan.name] = _failure_record(plan, self._models.get(plan.name), failed)
+            self.registry.publish(_failure_record(plan, self._models.get(plan.name), failed))
 
 
 def _serves(model: Model | None) -> bool:

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from naiad.backends.base import InstanceHealth
-from naiad.core.errors import NotFoundError, UnavailableError, unknown_model
+from naiad.core.errors import UnavailableError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
-from naiad.repository import routing
 from naiad.repository.routing import Mirror
 from naiad.scheduling.scheduler import Scheduler
 
@@ -121,7 +120,7 @@ class Model:
     read; ``reason`` then says why and the model has no versions.  ``default_version`` is the pinned
     version that serves requests naming none (``None``: the highest READY version, as Triton);
     ``version_weights`` (when set, instead of the pin) spreads them over versions by weight and
-    ``mirror`` copies a share of them to a shadow version (see :mod:`naiad.repository.routing`);
+    ``mirror`` copies a share of them to a shadow version (see :mod:`naiad.repository.registry`);
     ``dependencies`` names the models loaded along with it because it needs them (an ensemble's
     steps): ``unload_dependents`` unloads them too, unless another loaded model still needs them;
     ``source_fingerprint`` is the state of the model folder it was loaded from (POLL compares it).
@@ -161,15 +160,6 @@ class Model:
                 latest = mv
         return latest
 
-    def mirror_target(self, chosen: ModelVersion, request: InferRequest) -> ModelVersion | None:
-        """The READY mirror version ``request`` (answered by ``chosen``, naming no version) is also
-        copied to, if it is one of the mirrored share; ``None`` otherwise."""
-        mirror = self.mirror
-        if mirror is None or not routing.mirrors(mirror, chosen.version, request.sequence_id):
-            return None
-        target = self.versions.get(mirror.version)
-        return target if target is not None and target.state is ModelState.READY else None
-
     def serving(self) -> list[ModelVersion]:
         """Versions holding instances (READY, or draining while UNLOADING)."""
         return [mv for mv in self.versions.values() if mv.scheduler is not None]
@@ -183,60 +173,3 @@ class Model:
             return ModelState.LOADING
         return ModelState.UNAVAILABLE
 
-
-def resolve(models: dict[str, Model], name: str, version: str) -> tuple[Model, ModelVersion]:
-    """The model and the version that serves a request for ``version``, with Triton's errors.
-
-    ``""`` means the pinned default version if the model has one, else the highest READY one; with
-    version weights, the READY version with the largest weight (what answers for the model outside a
-    request: readiness, metadata; requests themselves go through :func:`route`).  The engine's
-    repository and a frontend worker's copy of its catalog answer with this one function.
-    """
-    model = models.get(name)
-    if model is None:
-        raise unknown_model(name)
-    if not version:
-        if model.version_weights is not None:
-            return model, _weighted(model, routing.heaviest(model.version_weights, model.ready_versions()))
-        pinned = model.default_version
-        if pinned is not None:
-            mv = model.versions.get(pinned)
-            if mv is None or mv.state is not ModelState.READY:
-                raise UnavailableError(
-                    f"Request for unknown model: '{name}' version {pinned} is not at ready state"
-                )
-            return model, mv
-        latest = model.latest_ready()
-        if latest is None:
-            raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
-        return model, latest
-    number = int(version) if version.isdigit() else -1
-    model_version = model.versions.get(number)
-    if model_version is None:
-        raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
-    if model_version.state is not ModelState.READY:
-        raise UnavailableError(
-            f"Request for unknown model: '{name}' version {version} is not at ready state"
-        )
-    return model, model_version
-
-
-def route(models: dict[str, Model], request: InferRequest) -> tuple[Model, ModelVersion]:
-    """:func:`resolve` for a request that runs: one naming no version of a model with version weights
-    goes to a version chosen by weight (a sequence's by its correlation id, see
-    :mod:`naiad.repository.routing`).  Called once per request, where it runs (the engine)."""
-    if request.model_version:
-        return resolve(models, request.model_name, request.model_version)
-    model = models.get(request.model_name)
-    if model is None or model.version_weights is None:
-        return resolve(models, request.model_name, "")
-    ready = [number for number, mv in model.versions.items() if mv.state is ModelState.READY]
-    return model, _weighted(model, routing.choose(model.version_weights, ready, request.sequence_id))
-
-
-def _weighted(model: Model, chosen: int | None) -> ModelVersion:
-    if chosen is None:
-        raise UnavailableError(
-            f"Request for unknown model: '{model.name}' has no version with a routing weight at ready state"
-        )
-    return model.versions[chosen]

@@ -29,7 +29,7 @@ from naiad.ipc.messages import Serving, ToWorker, Welcome
 from naiad.settings import ServerSettings
 from naiad.tracing.config import parse_trace_config
 from naiad.tracing.tracer import Tracer
-from naiad.workers.remote import CatalogRepository, EngineLink, RemoteDataPlane
+from naiad.workers.remote import CatalogCopy, EngineLink, RemoteDataPlane
 
 log = logging.getLogger("naiad.worker")
 
@@ -79,7 +79,7 @@ async def _serve(
 ) -> int:
     tracer = Tracer(parse_trace_config(settings.trace_config))
     shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
-    link = EngineLink(requests, responses, CatalogRepository(), shared_memory, tracer)
+    link = EngineLink(requests, responses, CatalogCopy(), shared_memory, tracer)
     dataplane = RemoteDataPlane(link, settings)
     sock.setblocking(False)
     await connect(sock, ToWorker, link.on_message, link.on_lost, link.bind)

@@ -2,8 +2,8 @@
 doing what needs shared state.
 
 Metadata, config, model readiness and the checks made before a request is decoded are answered from the
-worker's copy of the engine's catalog, by the in-process code itself (the catalog is a repository with
-the same models); inference, statistics, the repository index, model control, trace and log settings
+worker's copy of the engine's catalog, by the in-process code itself (the catalog fills a model registry
+with the same models); inference, statistics, the repository index, model control, trace and log settings
 and client shared-memory registration go to the engine over the channel.
 """
 
@@ -49,7 +49,7 @@ from naiad.ipc.messages import (
     TraceChange,
 )
 from naiad.repository.manager import IndexEntry
-from naiad.repository.model import Model, ModelVersion, resolve
+from naiad.repository.registry import ModelRegistry
 from naiad.settings import ServerSettings
 from naiad.tracing.tracer import Changes, Tracer
 
@@ -64,22 +64,21 @@ def raise_error(message: ErrorMsg) -> InferenceServerError:
     return InferenceServerError(message.message, _CODES.get(message.code, ErrorCode.INTERNAL))
 
 
-class CatalogRepository:
-    """The engine's models as last published to this worker (no schedulers: requests go to the engine)."""
+class CatalogCopy:
+    """The engine's catalog as last published to this worker: its models in a registry of the worker's
+    own (no schedulers: requests go to the engine, which chooses their versions), and readiness."""
 
     def __init__(self) -> None:
-        self._models: dict[str, Model] = {}
+        self.registry = ModelRegistry()
         self.ready = False
         self.started = False
 
-    def models(self) -> dict[str, Model]:
-        return self._models
-
-    def resolve(self, name: str, version: str) -> tuple[Model, ModelVersion]:
-        return resolve(self._models, name, version)
-
     def apply(self, message: Catalog) -> None:
-        self._models = catalog.models(message)
+        models = catalog.models(message)
+        for name in set(self.registry.models()) - set(models):
+            self.registry.retire(name)
+        for model in models.values():
+            self.registry.publish(model)
         self.ready = message.ready
         self.started = message.started
 
@@ -102,13 +101,13 @@ class EngineLink:
         self,
         requests: Arena,
         responses: Arena,
-        repository: CatalogRepository,
+        catalog: CatalogCopy,
         shared_memory: SharedMemoryRegistry,
         tracer: Tracer,
     ) -> None:
         self.requests = requests
         self.responses = responses
-        self.repository = repository
+        self.catalog = catalog
         self.shared_memory = shared_memory
         self.tracer = tracer
         self.channel: Channel[ToWorker] | None = None
@@ -139,7 +138,7 @@ class EngineLink:
             if future is not None and not future.done():
                 future.set_result(message)
         elif isinstance(message, Catalog):
-            self.repository.apply(message)
+            self.catalog.apply(message)
             self.send(Ack(message.id))
         elif isinstance(message, RegionChange):
             self._region(message)
@@ -354,13 +353,14 @@ class RemoteDataPlane(DataPlane):
 
     def __init__(self, link: EngineLink, settings: ServerSettings) -> None:
         super().__init__(
-            link.repository,  # type: ignore[arg-type]
+            link.catalog.registry,
+            None,
             strict_readiness=settings.strict_readiness,
             tracer=link.tracer,
             shared_memory=link.shared_memory,
         )
         self.link = link
-        self._catalog = link.repository
+        self._catalog = link.catalog
 
     def ready(self) -> bool:
         return not self.exiting and self._catalog.ready

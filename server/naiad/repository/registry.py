@@ -1,0 +1,125 @@
+"""The published models: the one thing the request path reads to find which version serves a request.
+
+Loading, reloading, polling and syncing repositories take seconds to minutes and hold locks, thread
+pools and cloud clients; answering "which version runs this request" takes a dictionary lookup.  So the
+two are apart: the repository manager (:mod:`naiad.repository.manager`) works beside the request path
+and, when a load is complete, publishes the model here in one assignment (a request sees a model or its
+predecessor, never a half-built one); the data plane, ensembles' steps and BLS calls only resolve here.
+A frontend worker keeps a registry of its own, filled from the engine's catalog, so metadata, config
+and readiness are answered by the same rules in every process.
+
+Requests naming no version follow the model's routing: the pinned default version, Triton's highest
+READY version, or version weights (:mod:`naiad.repository.routing`).  :meth:`ModelRegistry.route` makes
+the weighted choice for a request that runs, once, in the engine; :meth:`ModelRegistry.resolve` is the
+deterministic answer for everything else (the heaviest READY version stands for the model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from naiad.core.errors import NotFoundError, UnavailableError, unknown_model
+from naiad.core.request import InferRequest
+from naiad.repository import routing
+from naiad.repository.model import Model, ModelState, ModelVersion
+
+
+class ModelRegistry:
+    """The models requests can see, by name: published by whoever decides (the repository manager in
+    the engine, the catalog in a worker), read by the request path."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, Model] = {}
+        self._view = MappingProxyType(self._models)
+
+    def models(self) -> Mapping[str, Model]:
+        """A read-only, live view of the published models (statistics, metrics, the catalog)."""
+        return self._view
+
+    def publish(self, model: Model) -> None:
+        """Make ``model`` the one requests for its name see (replacing any earlier one at once)."""
+        self._models[model.name] = model
+
+    def retire(self, name: str) -> None:
+        """Forget ``name``: requests for it fail as for a model never loaded."""
+        self._models.pop(name, None)
+
+    def resolve(self, name: str, version: str) -> tuple[Model, ModelVersion]:
+        """The model and the version that serves a request for ``version``, with Triton's errors.
+
+        ``""`` means the pinned default version if the model has one, else the highest READY one; with
+        version weights, the READY version with the largest weight (what answers for the model outside
+        a request: readiness, metadata; requests themselves go through :meth:`route`).
+        """
+        model = self._models.get(name)
+        if model is None:
+            raise unknown_model(name)
+        if not version:
+            if model.version_weights is not None:
+                return model, _weighted(
+                    model, routing.heaviest(model.version_weights, model.ready_versions())
+                )
+            return model, _unversioned(model)
+        number = int(version) if version.isdigit() else -1
+        model_version = model.versions.get(number)
+        if model_version is None:
+            raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
+        if model_version.state is not ModelState.READY:
+            raise UnavailableError(
+                f"Request for unknown model: '{name}' version {version} is not at ready state"
+            )
+        return model, model_version
+
+    def route(self, request: InferRequest) -> tuple[Model, ModelVersion]:
+        """:meth:`resolve` for a request that runs: one naming no version of a model with version
+        weights goes to a version chosen by weight (a sequence's by its correlation id).  Called once
+        per request, where it runs (the engine)."""
+        if request.model_version:
+            return self.resolve(request.model_name, request.model_version)
+        model = self._models.get(request.model_name)
+        if model is None:
+            raise unknown_model(request.model_name)
+        weights = model.version_weights
+        if weights is None:
+            return model, _unversioned(model)
+        ready = [number for number, mv in model.versions.items() if mv.state is ModelState.READY]
+        return model, _weighted(model, routing.choose(weights, ready, request.sequence_id))
+
+    @staticmethod
+    def mirror(model: Model, chosen: ModelVersion, request: InferRequest) -> ModelVersion | None:
+        """The READY mirror version ``request`` (naming no version, run by ``chosen``) is also copied
+        to, if it falls in the mirrored share; ``None`` otherwise."""
+        mirror = model.mirror
+        if (
+            mirror is None
+            or request.model_version
+            or not routing.mirrors(mirror, chosen.version, request.sequence_id)
+        ):
+            return None
+        target = model.versions.get(mirror.version)
+        return target if target is not None and target.state is ModelState.READY else None
+
+
+def _unversioned(model: Model) -> ModelVersion:
+    """Without version weights: the pinned default version, else the highest READY one (Triton)."""
+    pinned = model.default_version
+    if pinned is not None:
+        mv = model.versions.get(pinned)
+        if mv is None or mv.state is not ModelState.READY:
+            raise UnavailableError(
+                f"Request for unknown model: '{model.name}' version {pinned} is not at ready state"
+            )
+        return mv
+    latest = model.latest_ready()
+    if latest is None:
+        raise NotFoundError(f"Request for unknown model: '{model.name}' has no available versions")
+    return latest
+
+
+def _weighted(model: Model, chosen: int | None) -> ModelVersion:
+    if chosen is None:
+        raise UnavailableError(
+            f"Request for unknown model: '{model.name}' has no version with a routing weight at ready state"
+        )
+    return model.versions[chosen]
