@@ -24,6 +24,8 @@ from naiad_operator.reconcile.compare import merge_patch
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 SPEC = ModelRepositorySpec.model_validate({"source": {"uri": "s3://b/p"}, "sync": {"interval": "10m"}})
+#: A fixed 300 s retry (jitter 1.0 takes the full step), as the status tests below expect.
+FIXED = syncjob.Backoff(300, 300)
 
 
 def _summary_doc(models: int = 2) -> dict[str, Any]:
@@ -189,7 +191,7 @@ def _finished(result: str, message: str | None, status: ModelRepositoryStatus) -
         completion_time="2026-01-01T12:00:00Z",
         message=message,
     )
-    after = repository_status.finish_sync(status, SPEC, job, syncjob.parse_summary(message), NOW, 300)
+    after = repository_status.finish_sync(status, SPEC, job, syncjob.parse_summary(message), NOW, FIXED, 1.0)
     return repository_status.with_conditions(after, 1, NOW)
 
 
@@ -236,7 +238,7 @@ def test_a_failed_sync_keeps_the_previous_snapshot() -> None:
 def test_a_job_without_summary_and_a_vanished_job_are_failures() -> None:
     status = ModelRepositoryStatus(active_job="j")
     assert _finished("Failed", "OOMKilled", status).last_sync.result is SyncResult.FAILED  # type: ignore[union-attr]
-    gone = repository_status.finish_sync(status, SPEC, None, None, NOW, 300)
+    gone = repository_status.finish_sync(status, SPEC, None, None, NOW, FIXED, 1.0)
     assert gone.last_sync is not None and "disappeared" in (gone.last_sync.message or "")
     assert repository_status.with_conditions(gone, 1, NOW).phase is RepositoryPhase.FAILED
 

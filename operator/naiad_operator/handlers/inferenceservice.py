@@ -147,7 +147,8 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     records = {m.name: m for m in before.models}
     acting = mount.acting_pods(pods)
     snapshot = rollout.target_snapshot(spec.repository.snapshot, repo_status, records, acting)
-    plan = rollout.plan(spec.models, snapshot, mount.planning_records(records), acting)
+    complete = repo_status is None or repo_status.models_complete is not False
+    plan = rollout.plan(spec.models, snapshot, mount.planning_records(records), acting, complete)
     acting_names = {p.name for p in acting}
     acting_objects = [o for o in pod_objects if o["metadata"]["name"] in acting_names]
     acted, failures = await drive.run(ctx, body, plan, spec.models, acting_objects, acting)
