@@ -10,14 +10,20 @@ the Job processes the kubelet ran or killed, and what each server pod serves.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from naiad_operator.api.modelrepository import ModelRepositorySpec, ModelRepositoryStatus
+from naiad_operator.reconcile import listing, repository_status, syncjob
 
 from tests.operator.chaos import OperatorProcess, Scenario
 from tests.operator.cluster import NS, FakeCluster
@@ -28,6 +34,8 @@ from tests.support.kmock_k8s import ApiServer
 #: ``NAIAD_LISTING_MODELS=5000`` for the full size (about a minute more: 5,000 objects to upload and sync).
 FILLERS = int(os.environ.get("NAIAD_LISTING_MODELS", "300")) - 1
 CONVERGE = 90.0
+RBAC = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
+ACCOUNT = f"system:serviceaccount:{NS}"
 
 
 @pytest.fixture(scope="module")
@@ -90,20 +98,40 @@ def test_a_large_listing_reaches_every_service_and_pinned_snapshots_survive_gc(
     big = Scenario(api, s3, "big", model="zz-model")  # the last name: the first a cut listing dropped
     _upload_fillers(s3, big.prefix, FILLERS)
     big.upload(1)
-    big.create(replicas=1, sync={"keepSnapshots": 1})
+    cluster.hold_jobs.set()
+    try:
+        big.create(replicas=1, sync={"keepSnapshots": 1})
+        eventually(lambda: big.repository().get("activeJob"), CONVERGE, "the first Job")
+        # its right to write the listing is taken away before it runs: only the 4 KiB message is left
+        api.request("DELETE", f"{RBAC}/rolebindings/big-listing-writer")
+    finally:
+        cluster.hold_jobs.clear()
+    cut = eventually(lambda: big.repository().get("phase") == "Ready" and big.repository(), CONVERGE, "Ready")
+    assert cut["modelsComplete"] is False and cut["modelCount"] == FILLERS + 1
+    assert 0 < len(cut["models"]) < 100 and not any(m["name"] == "zz-model" for m in cut["models"])
+    assert "not known yet" in cut["lastSync"]["message"]
+    assert cluster.front is not None
+    refused = ("PATCH", f"/api/v1/namespaces/{NS}/configmaps/big-listing", f"{ACCOUNT}:big-sync", False)
+    assert refused in cluster.front.requests
+    # the model the cut left out exists: never InvalidSpec, its pod (which loads it at start) serves it
+    eventually(lambda: _serving(cluster, "big"), CONVERGE, "the pod loaded zz-model at start")
+    record = eventually(lambda: big.record().get("transitionStatus") and big.record(), CONVERGE, "status")
+    assert record["transitionStatus"] == "InProgress" and "lastFailure" not in record, record
 
-    # -- the Job wrote every model to its ConfigMap, with its own account, as its Role allows ----------
+    # -- the next sync: the operator restored the binding, the Job wrote every model to its ConfigMap --
+    big.trigger("full")
     repo = eventually(
-        lambda: big.repository().get("phase") == "Ready" and big.repository(), CONVERGE, "Ready"
+        lambda: (r := big.repository()).get("phase") == "Ready" and r.get("modelsComplete") and r,
+        CONVERGE,
+        "a complete listing",
     )
     assert repo["modelCount"] == FILLERS + 1 and len(repo["models"]) == FILLERS + 1
-    assert repo["modelsComplete"] is True and not (repo["lastSync"].get("message") or "")
+    assert not (repo["lastSync"].get("message") or "")
     assert any(m["name"] == "zz-model" for m in repo["models"])
-    assert cluster.front is not None
     writes = [
         r for r in cluster.front.requests if r[0] == "PATCH" and r[1].endswith("/configmaps/big-listing")
     ]
-    assert writes and writes[-1][2:] == ("system:serviceaccount:default:big-sync", True), writes
+    assert writes and writes[-1][2:] == (f"{ACCOUNT}:big-sync", True), writes
     job = api.get(f"/apis/batch/v1/namespaces/{NS}/jobs/{repo['lastSync']['jobName']}")
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == "big-sync"
     listing = api.get(f"/api/v1/namespaces/{NS}/configmaps/big-listing")
@@ -227,3 +255,74 @@ def test_a_sync_that_finished_while_the_operator_was_down_is_read_from_its_listi
     assert [(m["name"], [v["version"] for v in m["versions"]]) for m in status["models"]] == [("m", [1, 2])]
     assert (claim / "current" / "m" / "2" / "model.py").exists()
     late.delete()
+
+
+def test_a_listing_of_5000_models_goes_through_the_configmap_whole(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """The Job's own summary step, run as its container runs it (its ServiceAccount mount, the API over
+    HTTPS, RBAC from the objects the operator makes), on ``naiad repo sync --json`` output for 5,000
+    models: the ConfigMap holds all of them, the termination message a cut copy, and the status the
+    operator derives from the ConfigMap lists every model."""
+    api = cluster.api
+    spec = ModelRepositorySpec.model_validate({"source": {"uri": "s3://b/p"}})
+    owner = {
+        "apiVersion": "serving.naiad.dev/v1alpha1",
+        "kind": "ModelRepository",
+        "name": "huge",
+        "uid": "u",
+    }
+    for obj in listing.desired_objects("huge", NS, owner, spec):
+        path = f"/apis/{obj['apiVersion']}" if "/" in obj["apiVersion"] else "/api/v1"
+        api.create(f"{path}/namespaces/{NS}/{obj['kind'].lower()}s", obj)
+    doc = {
+        "result": "Succeeded",
+        "snapshot": {"id": "sha256:" + "f" * 64, "previous": None},
+        "objects": {"listed": 10_000, "copied": 10_000, "reused": 0},
+        "models": [
+            {
+                "name": f"model{i:05d}",
+                "config_hash": f"sha256:{i:064x}",
+                "versions": [{"version": v, "content_hash": f"sha256:{i * 7 + v:064x}"} for v in (1, 2)],
+            }
+            for i in range(5000)
+        ],
+    }
+    (tmp_path / "summary.json").write_text(json.dumps(doc))
+    (tmp_path / "sync.err").write_text("")
+    assert cluster.front is not None
+    account = cluster.front.mount({"serviceAccountName": "huge-sync"}, tmp_path / "account")
+    env = {
+        **os.environ,
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(cluster.front.port),
+        listing.CONFIGMAP_ENV: "huge-listing",
+        listing.JOB_ENV: "huge-sync-1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", syncjob.COMPACT_SUMMARY, *(str(tmp_path / f) for f in ("summary.json", "sync.err")), str(account)],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    message = done.stdout.strip()
+    assert len(message.encode()) <= 4096 and not done.stderr
+    cut = syncjob.parse_summary(message)
+    assert cut is not None and cut.truncated and cut.listing and cut.model_count == 5000
+
+    written = api.get(f"/api/v1/namespaces/{NS}/configmaps/huge-listing")
+    size = len(written["binaryData"][listing.LISTING_KEY])
+    assert size < listing.LISTING_LIMIT
+    assert listing.read(written, "huge-sync-2") is None  # another Job's listing is never taken for this one
+    full = listing.best(cut, listing.read(written, "huge-sync-1"))
+    assert full is not None and len(full.models) == 5000 and not full.truncated
+    status = repository_status.finish_sync(
+        ModelRepositoryStatus(active_job="huge-sync-1"),
+        spec,
+        None,
+        full,
+        datetime.now(UTC),
+        syncjob.Backoff(30, 900),
+        0.5,
+    )
+    assert status.models_complete is True and status.model_count == 5000 and len(status.models) == 5000
+    assert status.models[-1].name == "model04999" and sorted(status.models[-1].hashes()) == [1, 2]
+    print(f"5,000 models x 2 versions: listing ConfigMap {size} bytes (base64 of gzip)")

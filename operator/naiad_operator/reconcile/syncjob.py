@@ -111,10 +111,17 @@ def write_listing():
 
 
 out["listing"] = write_listing()
-while models and len(json.dumps(out, separators=(",", ":"))) > LIMIT:
-    models.popitem()
-    out["truncated"] = True
-print(json.dumps(out, separators=(",", ":")))
+# the termination message: as many models as fit, counted once each (not re-encoded per model dropped)
+short = dict(out, models={}, truncated=True)
+room = LIMIT - len(json.dumps(short, separators=(",", ":")))
+for name, versions in models.items():
+    room -= len(json.dumps({name: versions}, separators=(",", ":"))) - 1  # without braces, with a comma
+    if room < 0:
+        break
+    short["models"][name] = versions
+else:
+    short = out
+print(json.dumps(short, separators=(",", ":")))
 """
 
 #: The Job's shell step: sync, show the full summary in the log, leave the compact one for the kubelet.
