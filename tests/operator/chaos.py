@@ -38,6 +38,8 @@ class OperatorProcess:
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.liveness = ""
+        """The ``--liveness`` URL of the current start (what the chart's probe calls)."""
 
     def start(self) -> OperatorProcess:
         env = {
@@ -55,6 +57,7 @@ class OperatorProcess:
             **self.env,
         }
         self.starts += 1
+        self.liveness = f"http://127.0.0.1:{free_port()}/healthz"
         with self.log.open("ab") as out:
             out.write(f"---- start {self.starts} ----\n".encode())
             out.flush()
@@ -64,7 +67,7 @@ class OperatorProcess:
                     "-m",
                     "naiad_operator",
                     "--liveness",
-                    f"http://127.0.0.1:{free_port()}/healthz",
+                    self.liveness,
                 ],
                 env=env,
                 stdout=out,
