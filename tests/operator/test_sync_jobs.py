@@ -1,6 +1,6 @@
 """Sync Jobs on the simulated cluster, end to end: a listing longer than any termination message, pinned
 snapshots that GC keeps, a running sync stopped by a spec change or ``suspend``, and a sync that finished
-while the operator was down.
+while the operator was down; and the frontend workers a server pod gets from its CPU.
 
 The operator runs as its own process (``python -m naiad_operator``, as in the chaos tests) because one
 scenario stops it. Every check reads what happened: the ConfigMap the Job wrote (through the HTTPS
@@ -326,3 +326,31 @@ def test_a_listing_of_5000_models_goes_through_the_configmap_whole(
     assert status.models_complete is True and status.model_count == 5000 and len(status.models) == 5000
     assert status.models[-1].name == "model04999" and sorted(status.models[-1].hashes()) == [1, 2]
     print(f"5,000 models x 2 versions: listing ConfigMap {size} bytes (base64 of gzip)")
+
+
+def test_server_pods_run_the_frontend_workers_their_cpu_allows(
+    s3: Any, cluster: FakeCluster, operator_process: OperatorProcess
+) -> None:
+    """A pod with 4 CPUs runs 2 frontend workers (the server's ``auto`` rule applied to the pod's CPUs,
+    not the node's): read from the pod's own process, which answers through them."""
+    api = cluster.api
+    cpu = Scenario(api, s3, "cpu")
+    cpu.upload(1)
+    _create_repository(cpu)
+    api.create(
+        f"{GROUP_PATH}/inferenceservices",
+        {
+            "apiVersion": "serving.naiad.dev/v1alpha1",
+            "kind": "InferenceService",
+            "metadata": {"name": "cpu", "namespace": NS},
+            "spec": {
+                "repository": {"name": "cpu"},
+                "models": [{"name": "m"}],
+                "server": {"resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "4"}}},
+            },
+        },
+    )
+    (pod,) = eventually(lambda: _serving(cluster, "cpu"), CONVERGE, "the pod serves")
+    assert "serving through 2 frontend workers" in pod.log.read_text()
+    assert infer_version(pod.url, "m") == "1"
+    cpu.delete()
