@@ -49,6 +49,7 @@ class OperatorProcess:
             "NAIAD_OPERATOR_RECONCILE_INTERVAL": "1",
             "NAIAD_OPERATOR_SYNC_POLL_INTERVAL": "0.5",
             "NAIAD_OPERATOR_SYNC_RETRY_SECONDS": "2",
+            "NAIAD_OPERATOR_SYNC_RETRY_MAX_SECONDS": "4",
             "NAIAD_OPERATOR_METRICS_PORT": str(free_port()),
             "NAIAD_OPERATOR_LEADER_ELECTION": "true",
             "NAIAD_OPERATOR_LEADER_IDENTITY": self.identity,
