@@ -354,3 +354,25 @@ def test_server_pods_run_the_frontend_workers_their_cpu_allows(
     assert "serving through 2 frontend workers" in pod.log.read_text()
     assert infer_version(pod.url, "m") == "1"
     cpu.delete()
+
+
+def test_failed_syncs_are_retried_with_backoff_shown_in_status(
+    s3: Any, cluster: FakeCluster, operator_process: OperatorProcess
+) -> None:
+    """An empty prefix fails each sync (not_found); the operator retries on its backoff (2 s doubling to
+    4 s in this profile) and says so in status, and a success starts the count over."""
+    api = cluster.api
+    empty = Scenario(api, s3, "empty")
+    _create_repository(empty)
+    failing = eventually(
+        lambda: (s := empty.repository()).get("syncFailures", 0) >= 2 and s, CONVERGE, "two failures in a row"
+    )
+    synced = next(c for c in failing["conditions"] if c["type"] == "Synced")
+    assert synced["reason"] == "SyncFailed" and "time(s) in a row; next try at" in synced["message"]
+    assert failing["phase"] == "Failed" and failing["nextSyncTime"]
+    started = [j for j in cluster.jobs_run if j.startswith("empty-sync-")]
+    assert len(started) >= 2  # each retry is a new Job
+    empty.upload(1)
+    repo = eventually(lambda: empty.repository().get("phase") == "Ready" and empty.repository(), CONVERGE)
+    assert repo["syncFailures"] == 0 and "nextSyncTime" not in repo
+    empty.delete()
