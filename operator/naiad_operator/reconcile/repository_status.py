@@ -71,8 +71,9 @@ def finish_sync(
         result = summary.result
         message = f"{summary.error_kind}: {summary.error}" if summary.error else ""
         if summary.truncated:
+            where = "could not be read" if summary.listing else "was not written"
             message = (
-                f"the listing ConfigMap was not written and the termination message holds "
+                f"the listing ConfigMap {where} and the termination message holds "
                 f"{len(summary.models)} of {summary.model_count or '?'} models: the others are not known yet"
             )
     failures = status.sync_failures + 1 if result is SyncResult.FAILED else 0
