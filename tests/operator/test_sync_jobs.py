@@ -163,7 +163,12 @@ def test_a_large_listing_reaches_every_service_and_pinned_snapshots_survive_gc(
         s.removeprefix("sha256:") for s in (pinned, current)
     )
     # the pinned service's pod reads that snapshot's folder, which is still there
-    (pod,) = eventually(lambda: _serving(cluster, "big"), CONVERGE, "the pinned pod serves")
+    folder = f"snapshots/{pinned.removeprefix('sha256:')}"
+    (pod,) = eventually(
+        lambda: (pods := _serving(cluster, "big")) and all(folder in p.template for p in pods) and pods,
+        CONVERGE,
+        "only the pinned pod serves",
+    )
     assert ready_versions(pod.url, "zz-model") == (1,) and infer_version(pod.url, "zz-model") == "1"
     assert big.record().get("transitionStatus") == "UpToDate"
     big.delete()
@@ -194,7 +199,11 @@ def test_a_spec_change_or_suspend_stops_a_running_sync(
         lambda: (s := stuck.repository()).get("observedGeneration") == 2 and s, CONVERGE, "status of gen 2"
     )
     assert status.get("activeJob") is None and "suspended" in status["lastSync"]["message"]
-    assert any(first in m and "suspended" in m for m in events(api, "SyncCancelled"))
+    eventually(
+        lambda: any(first in m and "suspended" in m for m in events(api, "SyncCancelled")),
+        CONVERGE,
+        "a SyncCancelled Event",
+    )
 
     api.patch(f"{GROUP_PATH}/modelrepositories/stuck", {"spec": {"suspend": False}})
     second = eventually(lambda: (j := running()) != first and j, CONVERGE, "a new Job, hanging again")
