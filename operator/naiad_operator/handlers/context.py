@@ -42,7 +42,7 @@ class OperatorContext:
     """A kopf handler's context variables (its Event queue), for passes that run outside handlers."""
     """The last status seen of each watched child, so only real changes trigger a pass."""
     """Objects with a triggered pass waiting for their lock (see ``watches.nudge``)."""
-    jitter: Callable[[], float] = random.random
+    jitter: Callable[[], float] = field(default_factory=lambda: random.Random().random)
     """Draws in [0, 1) that spread retry delays (reconcile code takes the number, never the source)."""
     configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """The last full config seen per (InferenceService uid, model): the base for a load on a pod
