@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 REPO   ?= examples/model_repository
 
-.PHONY: serve test models lint fuzz conformance bench-http clean constraints manifests chart-lint images test-operator-chaos
+.PHONY: serve test models lint fuzz conformance bench-http clean constraints manifests chart-lint images test-operator-chaos test-operator-listing
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ test-operator-chaos: $(VENV)/.test
 	mkdir -p $(dir $(CHAOS_REPORT)) && rm -f $(CHAOS_REPORT)
 	NAIAD_CHAOS_PROFILE=long NAIAD_CHAOS_REPORT=$(CHAOS_REPORT) $(BIN)/python -m pytest tests/operator/test_chaos.py -q
 	cat $(CHAOS_REPORT)
+
+# A repository of 5,000 models end to end on the simulated cluster (sync Job -> listing ConfigMap ->
+# operator -> InferenceService status and the pods); `make test` runs the same test with 300.
+test-operator-listing: $(VENV)/.test
+	NAIAD_LISTING_MODELS=5000 $(BIN)/python -m pytest tests/operator/test_sync_jobs.py -q -k large_listing
 
 # NVIDIA's own client examples, Python-backend examples and qa tests, run unchanged against naiad serve
 # (not part of `make test`: it needs extracted checkouts of triton-inference-server/client, /python_backend

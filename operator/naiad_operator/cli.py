@@ -34,5 +34,6 @@ def main(argv: list[str] | None = None) -> int:
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
         liveness_endpoint=args.liveness,
+        memo=kopf.Memo(liveness=args.liveness),  # a standby answers it while it waits for the Lease
     )
     return 0

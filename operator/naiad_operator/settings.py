@@ -55,10 +55,13 @@ class OperatorSettings(BaseSettings):
     """Attempts for one Kubernetes API write on a conflict (409), throttling (429) or a 5xx before the
     handler fails and kopf retries it later. Conflicts are retried after a re-read, never ignored."""
 
-    sync_retry_seconds: float = 300.0
-    """Seconds before a failed sync is tried again when no interval is set (or a shorter one than the
-    interval): a bucket that was missing or credentials that were wrong are often fixed without a spec
-    change."""
+    sync_retry_seconds: float = 30.0
+    """Seconds before the first retry of a failed sync (when the interval does not come sooner): a
+    bucket that was missing or credentials that were wrong are often fixed without a spec change. Each
+    further failure in a row doubles it, up to ``sync_retry_max_seconds``, with jitter."""
+
+    sync_retry_max_seconds: float = 900.0
+    """The longest delay between retries of a sync that keeps failing."""
 
     metrics_port: int = 8081
     """Port of the operator's own Prometheus ``/metrics`` (0: none). kopf's liveness endpoint keeps

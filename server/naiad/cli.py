@@ -74,6 +74,15 @@ def _workers(text: str) -> int:
     return _non_negative(text)
 
 
+def _snapshot_id(text: str) -> str:
+    """``--protect``: a snapshot id as status and the JSON summary write it (``sha256:HEX``) or as its
+    folder under ``snapshots/`` is named (``HEX``); stored as the folder name, which GC compares."""
+    digest = text.strip().removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise argparse.ArgumentTypeError(f"expected sha256:<64 hex digits>, got {text!r}")
+    return digest
+
+
 def _message_size(text: str) -> int:
     """gRPC takes message limits as a C ``int``: 1 to INT32_MAX bytes."""
     value = _positive(text)
@@ -281,6 +290,9 @@ def _repo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                    help="re-hash stored objects instead of trusting ETag/size")
     p.add_argument("--parallel", type=_positive, default=16, metavar="N",
                    help="concurrent downloads (default 16)")
+    p.add_argument("--protect", type=_snapshot_id, action="append", default=[], metavar="ID",
+                   help="a snapshot GC must keep whatever --keep says (sha256:HEX or HEX; repeatable): "
+                   "one a server is pinned to")
     p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
 
 
@@ -346,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return sync(
             args.source, args.dest, keep=args.keep, verify=args.verify == "sha256",
-            parallel=args.parallel, as_json=args.json,
+            parallel=args.parallel, as_json=args.json, protect=set(args.protect),
         )
     if args.command == "perf":
         from naiad.tools.perf.command import run as perf

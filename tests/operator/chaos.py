@@ -38,6 +38,8 @@ class OperatorProcess:
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.liveness = ""
+        """The ``--liveness`` URL of the current start (what the chart's probe calls)."""
 
     def start(self) -> OperatorProcess:
         env = {
@@ -47,6 +49,7 @@ class OperatorProcess:
             "NAIAD_OPERATOR_RECONCILE_INTERVAL": "1",
             "NAIAD_OPERATOR_SYNC_POLL_INTERVAL": "0.5",
             "NAIAD_OPERATOR_SYNC_RETRY_SECONDS": "2",
+            "NAIAD_OPERATOR_SYNC_RETRY_MAX_SECONDS": "4",
             "NAIAD_OPERATOR_METRICS_PORT": str(free_port()),
             "NAIAD_OPERATOR_LEADER_ELECTION": "true",
             "NAIAD_OPERATOR_LEADER_IDENTITY": self.identity,
@@ -55,6 +58,7 @@ class OperatorProcess:
             **self.env,
         }
         self.starts += 1
+        self.liveness = f"http://127.0.0.1:{free_port()}/healthz"
         with self.log.open("ab") as out:
             out.write(f"---- start {self.starts} ----\n".encode())
             out.flush()
@@ -64,7 +68,7 @@ class OperatorProcess:
                     "-m",
                     "naiad_operator",
                     "--liveness",
-                    f"http://127.0.0.1:{free_port()}/healthz",
+                    self.liveness,
                 ],
                 env=env,
                 stdout=out,

@@ -8,14 +8,23 @@ credentials. Paths the pod would see (``/repository``, ``/tmp``, ``/dev/terminat
 per-claim and per-pod temporary folders; each server pod gets its own free ports (appended flags win),
 and its Pod object names them (``podIP`` 127.0.0.1, the ``http`` container port), which is how the
 operator finds it without any test hook.
+
+Pods reach the API server as in a cluster: ``KUBERNETES_SERVICE_HOST``/``_PORT`` name an HTTPS front
+(:class:`ApiFront`) whose CA, with a token naming the pod's ServiceAccount, is mounted where the kubelet
+mounts them; the front authorizes each request by the namespace's Roles and RoleBindings, as the API
+server's RBAC does, before passing it to KMock (which has no RBAC). Jobs run concurrently, and a Job
+deleted while it runs has its process killed, as the garbage collector and the kubelet would.
 """
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -66,6 +75,107 @@ class Api:
         return self.request("PATCH", path, body)
 
 
+ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+VERBS = {"GET": "get", "PATCH": "patch", "PUT": "update", "DELETE": "delete", "POST": "create"}
+
+
+class ApiFront:
+    """HTTPS in front of KMock for pods, with RBAC: a pod's token ``system:serviceaccount:NS:NAME``
+    may do what a Role bound to that account in NS allows (``resourceNames`` included), nothing else.
+    ``requests`` records (method, path, account, allowed) for the test to read."""
+
+    def __init__(self, api: Api, root: Path) -> None:
+        self.api = api
+        root.mkdir(parents=True, exist_ok=True)
+        self.cert, key = root / "ca.crt", root / "ca.key"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+             "-nodes", "-keyout", str(key), "-out", str(self.cert), "-days", "2", "-subj", "/CN=kubernetes",
+             "-addext", "subjectAltName=IP:127.0.0.1"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        self.requests: list[tuple[str, str, str, bool]] = []
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                account = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                allowed = front.allowed(self.command, self.path, account)
+                front.requests.append((self.command, self.path, account, allowed))
+                if not allowed:
+                    self._answer(403, b'{"kind":"Status","reason":"Forbidden"}')
+                    return
+                host, _, port = api.url.removeprefix("http://").partition(":")
+                upstream = http.client.HTTPConnection(host, int(port), timeout=30)
+                headers = {"Content-Type": self.headers.get("Content-Type") or "application/json"}
+                upstream.request(self.command, self.path, body=body or None, headers=headers)
+                answer = upstream.getresponse()
+                self._answer(answer.status, answer.read())
+                upstream.close()
+
+            def _answer(self, code: int, data: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PATCH = do_PUT = do_POST = do_DELETE = _forward
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True, name="api-front").start()
+
+    def allowed(self, method: str, path: str, token: str) -> bool:
+        match = re.fullmatch(r"system:serviceaccount:([^:]+):(.+)", token)
+        found = re.fullmatch(r"/api/v1/namespaces/([^/]+)/([^/]+)/([^/?]+)", path.split("?")[0])
+        if match is None or found is None or match.group(1) != found.group(1):
+            return False
+        namespace, account = match.groups()
+        _, resource, name = found.groups()
+        verb = VERBS.get(method, "")
+        for binding in self.api.items(
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"
+        ):
+            subject = {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+            if subject not in binding.get("subjects") or []:
+                continue
+            role = self.api.get(
+                f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles/{binding['roleRef']['name']}"
+            )
+            for rule in (role or {}).get("rules") or []:
+                if (
+                    "" in rule.get("apiGroups", [])
+                    and resource in rule.get("resources", [])
+                    and verb in rule.get("verbs", [])
+                    and name in (rule.get("resourceNames") or [name])
+                ):
+                    return True
+        return False
+
+    def mount(self, pod_spec: dict[str, Any], folder: Path) -> Path | None:
+        """The ServiceAccount volume the kubelet mounts (unless the pod opts out)."""
+        if pod_spec.get("automountServiceAccountToken") is False:
+            return None
+        folder.mkdir(parents=True, exist_ok=True)
+        account = pod_spec.get("serviceAccountName") or "default"
+        (folder / "token").write_text(f"system:serviceaccount:{NS}:{account}")
+        (folder / "namespace").write_text(NS)
+        (folder / "ca.crt").write_bytes(self.cert.read_bytes())
+        return folder
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @dataclass
 class ServerPod:
     name: str
@@ -109,6 +219,12 @@ class FakeCluster:
     terminating: list[threading.Thread] = field(default_factory=list)
     job_processes: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     """The container process of each Job's pod, by Job name (a test may kill one mid-way)."""
+    jobs_done: dict[str, int] = field(default_factory=dict)
+    """Exit status of each Job's container that ran to its end, by Job name (-15: killed because its
+    Job was deleted while it ran)."""
+    hold_jobs: threading.Event = field(default_factory=threading.Event)
+    """While set, new Jobs wait before their pod starts (as on a cluster with no room for them)."""
+    front: ApiFront | None = None
     nodes: dict[str, dict[str, str]] = field(default_factory=lambda: {"node-0": {}})
     """Node name -> labels; pods of a Deployment spread over the nodes that fit them."""
     gpus_per_node: int = 8
@@ -121,6 +237,7 @@ class FakeCluster:
     errors: list[str] = field(default_factory=list)
 
     def start(self) -> FakeCluster:
+        self.front = ApiFront(self.api, self._root / "api-front")
         self._thread = threading.Thread(target=self._loop, daemon=True, name="fake-cluster")
         self._thread.start()
         return self
@@ -133,6 +250,11 @@ class FakeCluster:
             _kill(pod.process)
         for thread in self.terminating:
             thread.join(60)
+        for process in self.job_processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        if self.front is not None:
+            self.front.stop()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -212,12 +334,26 @@ class FakeCluster:
     # ---- Jobs -----------------------------------------------------------------------------------
 
     def _run_jobs(self) -> None:
-        for job in self.api.items(f"/apis/batch/v1/namespaces/{NS}/jobs"):
+        jobs = self.api.items(f"/apis/batch/v1/namespaces/{NS}/jobs")
+        present = {job["metadata"]["name"] for job in jobs}
+        for name, process in list(self.job_processes.items()):
+            if name not in present and process.poll() is None:  # deleted while it ran: its pod goes
+                os.killpg(process.pid, signal.SIGTERM)
+        if self.hold_jobs.is_set():
+            return
+        for job in jobs:
             name = job["metadata"]["name"]
             if name in self.jobs_run:
                 continue
             self.jobs_run.append(name)
+            thread = threading.Thread(target=self._run_job_reporting, args=(job,), daemon=True, name=name)
+            thread.start()
+
+    def _run_job_reporting(self, job: dict[str, Any]) -> None:
+        try:
             self._run_job(job)
+        except Exception as exc:  # the test reads the errors
+            self.errors.append(f"Job {job['metadata']['name']}: {type(exc).__name__}: {exc}")
 
     def _run_job(self, job: dict[str, Any]) -> None:
         name = job["metadata"]["name"]
@@ -236,6 +372,11 @@ class FakeCluster:
         termination = scratch / "termination-log"
         mounts[container["terminationMessagePath"]] = str(termination)
         env = self._environment(container)
+        assert self.front is not None
+        account = self.front.mount(pod_spec, scratch / "serviceaccount")
+        if account is not None:
+            mounts[ACCOUNT_DIR] = str(account)
+            env.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(self.front.port))
         command = [self._mapped(a, mounts) for a in container["command"]]
         started = _now()
         process = subprocess.Popen(
@@ -248,6 +389,11 @@ class FakeCluster:
         )
         self.job_processes[name] = process
         stdout, stderr = process.communicate(timeout=120)
+        scratch.mkdir(parents=True, exist_ok=True)
+        (scratch / "log").write_text(stdout + stderr)
+        if self.api.get(f"/apis/batch/v1/namespaces/{NS}/jobs/{name}") is None:
+            self.jobs_done[name] = process.returncode
+            return  # deleted while it ran: no pod status to report
         done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
         message = termination.read_text() if termination.exists() else ""
         if not message and done.returncode != 0:  # terminationMessagePolicy: FallbackToLogsOnError
@@ -298,6 +444,7 @@ class FakeCluster:
                 }
             },
         )
+        self.jobs_done[name] = done.returncode
 
     # ---- Deployments and their pods ---------------------------------------------------------------
 

@@ -272,3 +272,25 @@ def test_sync_job_template_and_file_credentials() -> None:
     assert {"name": "NAIAD_S3_VERIFY_TLS", "value": "false"} in job["spec"]["template"]["spec"]["containers"][
         0
     ]["env"]
+
+
+@pytest.mark.parametrize(
+    ("server", "platform", "expected"),
+    [
+        ({}, "", None),  # nothing set anywhere: the server decides
+        ({}, "8", "8"),  # the operator's platform-wide default
+        ({"resources": {"limits": {"cpu": "2"}}}, "8", "0"),  # 2 CPUs: a second process only adds a hop
+        ({"resources": {"limits": {"cpu": "8"}, "requests": {"cpu": "1"}}}, "", "4"),  # the limit first
+        ({"resources": {"requests": {"cpu": "6500m"}}}, "", "3"),  # no limit: the request
+        ({"resources": {"limits": {"cpu": "64"}}}, "", "16"),  # at most 16, as the server's auto
+        ({"resources": {"limits": {"cpu": "64"}}, "frontendWorkers": 1}, "8", "1"),  # the field wins
+    ],
+)
+def test_frontend_workers_follow_the_server_containers_cpu(
+    server: dict[str, Any], platform: str, expected: str | None
+) -> None:
+    spec = {**samples.inference_service()["spec"], "server": server}
+    assert (
+        _server_env(_service_children(spec, frontend_workers=platform)).get("NAIAD_FRONTEND_WORKERS")
+        == expected
+    )

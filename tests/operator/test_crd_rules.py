@@ -130,3 +130,39 @@ def test_mig_profile_through_resources_is_admitted() -> None:
     spec = _isvc(server={"gpus": 0, "resources": {"limits": {"nvidia.com/mig-1g.10gb": 1}}})
     assert admit("inferenceservices", spec) == []
     assert admit("inferenceservices", _isvc(server={"args": ["--log-verbose=1", "--grpc-port-x"]})) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model-control-mode=poll"],
+        ["--model-control-mode", "poll"],
+        ["--model-control=poll"],  # argparse (and tritonserver's getopt_long) take any unambiguous prefix
+        ["--model-store=/elsewhere"],  # Triton's other name of --model-repository
+        ["--model-repo", "/elsewhere"],
+        ["--log-verbose=1", "--strict-readiness=false"],
+        ["--http-port=9000"],
+        ["--grpc-port", "9001"],
+        ["--metrics-po=9002"],
+        ["--http-address=127.0.0.1"],  # the kubelet's probes and the operator could not reach the pod
+        ["--allow-http=false"],
+        ["--load-model=other"],
+    ],
+)
+def test_flags_the_operator_owns_are_refused_in_every_spelling(args: list[str]) -> None:
+    messages = admit("inferenceservices", _isvc(server={"args": args}))
+    assert any("server.args must not set" in m for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--log-verbose=1", "--grpc-port-x"],
+        ["--model-load-thread-count=4", "--metrics-config=summary_latencies=true"],
+        ["--http-header-forward-pattern=x-.*", "--grpc-address=0.0.0.0", "--allow-grpc=false"],
+        ["--frontend-workers=3", "--exit-timeout-secs=10", "--repository-poll-secs", "5"],
+        ["--http-max-input-size=1048576", "--log-format", "ISO8601"],
+    ],
+)
+def test_other_server_flags_are_admitted(args: list[str]) -> None:
+    assert admit("inferenceservices", _isvc(server={"args": args})) == []

@@ -24,6 +24,8 @@ from naiad_operator.reconcile.compare import merge_patch
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 SPEC = ModelRepositorySpec.model_validate({"source": {"uri": "s3://b/p"}, "sync": {"interval": "10m"}})
+#: A fixed 300 s retry (jitter 1.0 takes the full step), as the status tests below expect.
+FIXED = syncjob.Backoff(300, 300)
 
 
 def _summary_doc(models: int = 2) -> dict[str, Any]:
@@ -189,7 +191,7 @@ def _finished(result: str, message: str | None, status: ModelRepositoryStatus) -
         completion_time="2026-01-01T12:00:00Z",
         message=message,
     )
-    after = repository_status.finish_sync(status, SPEC, job, syncjob.parse_summary(message), NOW, 300)
+    after = repository_status.finish_sync(status, SPEC, job, syncjob.parse_summary(message), NOW, FIXED, 1.0)
     return repository_status.with_conditions(after, 1, NOW)
 
 
@@ -236,7 +238,7 @@ def test_a_failed_sync_keeps_the_previous_snapshot() -> None:
 def test_a_job_without_summary_and_a_vanished_job_are_failures() -> None:
     status = ModelRepositoryStatus(active_job="j")
     assert _finished("Failed", "OOMKilled", status).last_sync.result is SyncResult.FAILED  # type: ignore[union-attr]
-    gone = repository_status.finish_sync(status, SPEC, None, None, NOW, 300)
+    gone = repository_status.finish_sync(status, SPEC, None, None, NOW, FIXED, 1.0)
     assert gone.last_sync is not None and "disappeared" in (gone.last_sync.message or "")
     assert repository_status.with_conditions(gone, 1, NOW).phase is RepositoryPhase.FAILED
 
@@ -264,3 +266,74 @@ def test_a_running_sync_is_superseded_by_a_spec_change_or_suspend() -> None:
     assert cancelled.last_sync is not None and cancelled.last_sync.result is SyncResult.FAILED
     assert "spec changed" in (cancelled.last_sync.message or "")
     assert syncjob.sync_reason(SPEC, cancelled, 2, NOW) == "SpecChanged"
+
+
+def test_retries_back_off_exponentially_with_jitter_up_to_the_cap() -> None:
+    backoff = syncjob.Backoff(base=30, cap=900)
+    low = [syncjob.retry_delay(backoff, n, 0.0) for n in range(1, 8)]
+    high = [syncjob.retry_delay(backoff, n, 1.0) for n in range(1, 8)]
+    assert high == [30, 60, 120, 240, 480, 900, 900]
+    assert low == [h / 2 for h in high]  # jitter moves a retry within the upper half of its step
+    assert syncjob.retry_delay(backoff, 3, 0.5) == 90
+
+
+def test_failures_in_a_row_push_the_next_try_back_and_status_says_when() -> None:
+    """Each failed sync doubles the delay (shown as ``syncFailures`` and ``nextSyncTime``, and in the
+    Synced condition); a success starts over. The interval still comes first when it is sooner."""
+    spec = ModelRepositorySpec.model_validate({"source": {"uri": "s3://b/p"}})  # no interval
+    backoff = syncjob.Backoff(base=30, cap=900)
+    failed = json.dumps({"result": "Failed", "errorKind": "source", "error": "connection refused"})
+    status = ModelRepositoryStatus(snapshot=SnapshotStatus(current="sha256:a"))
+    nexts = []
+    for n in range(1, 5):
+        job = JobObservation(f"j{n}", failed=True, completion_time="2026-01-01T12:00:00Z", message=failed)
+        status = status.model_copy(update={"active_job": f"j{n}"})
+        status = repository_status.finish_sync(
+            status, spec, job, syncjob.parse_summary(failed), NOW, backoff, 1.0
+        )
+        status = repository_status.with_conditions(status, 1, NOW)
+        nexts.append(status.next_sync_time)
+        assert status.sync_failures == n
+    assert nexts == [
+        "2026-01-01T12:00:30Z",
+        "2026-01-01T12:01:00Z",
+        "2026-01-01T12:02:00Z",
+        "2026-01-01T12:04:00Z",
+    ]
+    synced = next(c for c in status.conditions if c.type == "Synced")
+    assert "failed 4 time(s) in a row; next try at 2026-01-01T12:04:00Z" in synced.message
+    ok = json.dumps({"result": "NoChange", "snapshot": "sha256:a", "models": {}})
+    job = JobObservation("j5", succeeded=True, message=ok)
+    status = repository_status.finish_sync(
+        status.model_copy(update={"active_job": "j5"}),
+        spec,
+        job,
+        syncjob.parse_summary(ok),
+        NOW,
+        backoff,
+        1.0,
+    )
+    assert status.sync_failures == 0 and status.next_sync_time is None
+    with_interval = SPEC  # 10 minutes: after many failures the interval is sooner than the backoff
+    many = ModelRepositoryStatus(sync_failures=9, active_job="j")
+    job = JobObservation("j", failed=True, message=failed)
+    after = repository_status.finish_sync(
+        many, with_interval, job, syncjob.parse_summary(failed), NOW, backoff, 1.0
+    )
+    assert after.next_sync_time == "2026-01-01T12:10:00Z"
+
+
+def test_a_pinned_snapshot_is_protected_by_the_next_sync_job() -> None:
+    services = [
+        {"spec": {"repository": {"name": "models", "snapshot": "sha256:" + "a" * 64}}},
+        {"spec": {"repository": {"name": "models"}}},  # follows current: nothing to protect
+        {"spec": {"repository": {"name": "other", "snapshot": "sha256:" + "b" * 64}}},
+    ]
+    pinned = syncjob.pinned_snapshots("models", services)
+    assert pinned == ["sha256:" + "a" * 64]
+    owner = {"apiVersion": "v", "kind": "ModelRepository", "name": "models", "uid": "u"}
+    job = syncjob.desired_sync_job(
+        "models", "ml", owner, SPEC, "claim", "models-sync-1", "img", 60, True, pinned
+    )
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--protect") :] == ["--protect", "sha256:" + "a" * 64]

@@ -122,6 +122,28 @@ def test_gc_keeps_the_last_snapshots_and_drops_unreferenced_objects(source: Path
     assert tree(dest / "current")["beta/1/model.py"] == b"round = 3\n"
 
 
+def test_gc_keeps_protected_snapshots_beyond_keep(source: Path, tmp_path: Path) -> None:
+    """``--protect`` (what the operator passes for snapshots InferenceServices pin): GC keeps it however
+    many syncs came after it, and the pinned folder still holds what it held."""
+    dest = tmp_path / "dest"
+    ids = []
+    for round_ in range(4):
+        (source / "beta" / "1" / "model.py").write_text(f"round = {round_}\n")
+        args = [str(source), str(dest), "--keep", "1", "--json"]
+        if ids:
+            args += ["--protect", f"sha256:{ids[0]}"]
+        done = naiad_sync(*args)
+        assert done.returncode == 0, done.stderr
+        ids.append(json.loads(done.stdout)["snapshot"]["id"].removeprefix("sha256:"))
+    assert sorted(p.name for p in (dest / "snapshots").iterdir()) == sorted({ids[0], ids[-1]})
+    assert tree(dest / "snapshots" / ids[0])["beta/1/model.py"] == b"round = 0\n"
+    unprotected = naiad_sync(str(source), str(dest), "--keep", "1")  # nothing protected: it goes
+    assert unprotected.returncode == 0, unprotected.stderr
+    assert [p.name for p in (dest / "snapshots").iterdir()] == [ids[-1]]
+    refused = naiad_sync(str(source), str(dest), "--protect", "latest")
+    assert refused.returncode == 2 and "sha256:<64 hex digits>" in refused.stderr
+
+
 def test_verify_rehashes_and_repairs_a_corrupted_object(source: Path, tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     first = sync(str(source), dest)

@@ -94,6 +94,8 @@ class ServerSpec(CamelModel):
     resources: Resources = Field(default_factory=Resources)
     startup_timeout_seconds: int = 600
     security_context: dict[str, Any] | None = None
+    frontend_workers: int | None = None
+    """``naiad serve --frontend-workers``; unset: derived from the container's CPU (``reconcile.server``)."""
 
 
 class PodTemplate(CamelModel):

@@ -209,6 +209,11 @@ class ModelRepositoryStatus(CamelModel):
     next_sync_time: str | None = None
     model_count: int | None = None
     models: list[RepositoryModel] = Field(default_factory=list)
+    models_complete: bool | None = None
+    """False when ``models`` came from a termination message cut to 4 KiB (the listing ConfigMap could
+    not be written): a model missing from it may well exist, so consumers must not call it Invalid."""
+    sync_failures: int = 0
+    """Failed syncs in a row: the exponent of the retry backoff (see ``syncjob.retry_delay``)."""
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -219,10 +224,11 @@ class ModelRepositoryStatus(CamelModel):
 
 
 class SyncSummary(CamelModel):
-    """The compact summary a sync Job leaves as its termination message (see ``reconcile.syncjob``).
+    """The compact summary a sync Job writes to its listing ConfigMap and, cut to fit the kubelet's 4 KiB,
+    as its termination message (see ``reconcile.syncjob`` and ``reconcile.listing``).
 
-    ``naiad repo sync --json`` prints a richer document; the Job shrinks it to fit the kubelet's 4 KiB
-    termination-message limit, keeping what status needs: counts, the snapshot and per-version hashes.
+    ``naiad repo sync --json`` prints a richer document; the Job shrinks it, keeping what status needs:
+    counts, the snapshot and per-version hashes.
     """
 
     result: SyncResult
@@ -237,3 +243,8 @@ class SyncSummary(CamelModel):
     error: str | None = None
     error_kind: str | None = None
     truncated: bool = False
+    model_count: int | None = None
+    """Models the sync found, all of them even where ``models`` was cut to fit."""
+    listing: bool = False
+    """The Job wrote the full summary to the listing ConfigMap (``reconcile.listing``)."""
+    finished_at: str | None = None

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import random
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,8 @@ class OperatorContext:
     """A kopf handler's context variables (its Event queue), for passes that run outside handlers."""
     """The last status seen of each watched child, so only real changes trigger a pass."""
     """Objects with a triggered pass waiting for their lock (see ``watches.nudge``)."""
+    jitter: Callable[[], float] = field(default_factory=lambda: random.Random().random)
+    """Draws in [0, 1) that spread retry delays (reconcile code takes the number, never the source)."""
     configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """The last full config seen per (InferenceService uid, model): the base for a load on a pod
     that lost the model when no other pod has it loaded."""

@@ -163,7 +163,8 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     records = {m.name: m for m in before.models}
     acting = mount.acting_pods(pods)
     snapshot = rollout.target_snapshot(spec.repository.snapshot, repo_status, records, acting)
-    plan = rollout.plan(spec.models, snapshot, mount.planning_records(records), acting)
+    complete = repo_status is None or repo_status.models_complete is not False
+    plan = rollout.plan(spec.models, snapshot, mount.planning_records(records), acting, complete)
     uid = str(meta.get("uid") or "")
     now = datetime.now(UTC)
     counters = await scrape(ctx.server, acting) if canary.wants_scrape(spec.models, plan) else None

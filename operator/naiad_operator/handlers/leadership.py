@@ -14,6 +14,10 @@ import asyncio
 import socket
 import time
 from datetime import UTC, datetime
+from types import TracebackType
+from urllib.parse import urlsplit
+
+from aiohttp import web
 
 from naiad_operator.k8s import lease
 from naiad_operator.k8s.client import Kube
@@ -76,3 +80,38 @@ class Elector:
             return
         spec = {**found[0], "holderIdentity": "", "leaseDurationSeconds": 1}
         await lease.write_if_unchanged(self.kube, self.namespace, self.name, found[1], spec)
+
+
+class StandbyLiveness:
+    """The liveness endpoint, answered while this replica waits for the Lease.
+
+    kopf serves ``--liveness`` only once the startup handlers have returned, and a standby waits in them:
+    with nothing listening, the kubelet's liveness probe fails and restarts the standby over and over
+    (restarts that look like a fault, and a standby in back-off takes over late). A waiting standby is
+    healthy, so it answers the same address itself, and frees the port the moment it leads, for kopf's
+    own endpoint. ``url`` None (no liveness endpoint configured): nothing to answer."""
+
+    def __init__(self, url: str | None, lease_name: str) -> None:
+        self.url, self.lease_name = url, lease_name
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> StandbyLiveness:
+        if not self.url:
+            return self
+        parts = urlsplit(self.url)
+        app = web.Application()
+        app.router.add_get(parts.path or "/", self._answer)
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, parts.hostname or "0.0.0.0", parts.port or 80).start()
+        return self
+
+    async def _answer(self, _: web.Request) -> web.Response:
+        return web.json_response({"standby": f"waiting for Lease {self.lease_name}"})
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -20,7 +20,7 @@ from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.errors import ConflictError
 from naiad_operator.k8s.jobs import observe_job
-from naiad_operator.reconcile import names, nodecache, repository_status, storage, syncjob
+from naiad_operator.reconcile import listing, names, nodecache, repository_status, storage, syncjob
 from naiad_operator.reconcile.compare import merge_patch, stamp
 
 KIND = "ModelRepository"
@@ -94,33 +94,43 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         job = await observe_job(ctx.cache, namespace, status.active_job)
         stuck = job.problem if job is not None and not job.finished else None
         if job is None or job.finished:
-            summary = syncjob.parse_summary(job.message) if job is not None else None
-            status = repository_status.finish_sync(
-                status, spec, job, summary, now, ctx.settings.sync_retry_seconds
+            # live, not from the watch: the Job wrote it moments ago
+            written = await ctx.kube.get("v1", "ConfigMap", namespace, listing.configmap_name(name))
+            summary = listing.best(
+                syncjob.parse_summary(job.message) if job is not None else None,
+                listing.read(written, status.active_job),
             )
+            backoff = syncjob.Backoff(ctx.settings.sync_retry_seconds, ctx.settings.sync_retry_max_seconds)
+            status = repository_status.finish_sync(status, spec, job, summary, now, backoff, ctx.jitter())
             _sync_event(body, status)
             _count_sync(ctx, status)
 
     if syncjob.superseded(spec, status, generation) and status.active_job:
         cancelled = status.active_job
         await ctx.kube.delete("batch/v1", "Job", namespace, cancelled)
-        status = repository_status.cancel_sync(status, generation, now)
+        status = repository_status.cancel_sync(status, generation, now, spec.suspend)
         stuck = None
-        kopf.event(body, type="Normal", reason="SyncCancelled", message=f"Job {cancelled}: the spec changed")
+        why = "the repository was suspended" if spec.suspend else "the spec changed"
+        kopf.event(body, type="Normal", reason="SyncCancelled", message=f"Job {cancelled}: {why}")
 
     reason = syncjob.sync_reason(spec, status, generation, now)
     if reason is not None:
+        owner = names.owner_reference(KIND, meta)
+        for obj in listing.desired_objects(name, namespace, owner, spec):
+            await children.ensure(ctx.cache, stamp(obj))
+        services = await ctx.kube.list(API_VERSION, "InferenceService", namespace)
         job_name = names.sync_job_name(name, status.sync_count + 1)
         job_body = syncjob.desired_sync_job(
             name,
             namespace,
-            names.owner_reference(KIND, meta),
+            owner,
             spec,
             claim,
             job_name,
             ctx.settings.server_image,
             ctx.settings.sync_job_ttl_seconds,
             ctx.settings.fixed_user_ids,
+            syncjob.pinned_snapshots(name, services),
         )
         try:
             await ctx.kube.create(job_body)

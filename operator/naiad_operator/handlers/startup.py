@@ -15,7 +15,7 @@ import kopf
 
 from naiad_operator import GROUP
 from naiad_operator.handlers.context import OperatorContext
-from naiad_operator.handlers.leadership import Elector
+from naiad_operator.handlers.leadership import Elector, StandbyLiveness
 from naiad_operator.k8s.client import Kube, connect
 from naiad_operator.k8s.modelserver import ModelServer
 from naiad_operator.metrics import Metrics
@@ -48,7 +48,9 @@ async def start(
     if ours.leader_election:
         elector = Elector(kube, ours)
         logger.info("waiting for Lease %s/%s as %s", elector.namespace, elector.name, elector.me)
-        await elector.acquire()
+        liveness = memo.get("liveness")
+        async with StandbyLiveness(liveness if isinstance(liveness, str) else None, elector.name):
+            await elector.acquire()
         logger.info("leading as %s", elector.me)
         memo["elector"] = elector
         memo["leading"] = asyncio.create_task(_lead(elector, logger))

@@ -22,7 +22,7 @@ from naiad_operator.api.modelrepository import (
 )
 from naiad_operator.api.observed import JobObservation, PodProblem
 from naiad_operator.reconcile.conditions import condition, merge_conditions
-from naiad_operator.reconcile.syncjob import format_time, next_sync_time
+from naiad_operator.reconcile.syncjob import Backoff, format_time, next_sync_time, retry_delay
 
 #: Failure kinds of ``naiad repo sync`` that mean the source itself could not be reached or read:
 #: ``source`` is any other failure talking to it (connection refused or reset, timeouts, 5xx).
@@ -51,26 +51,38 @@ def finish_sync(
     job: JobObservation | None,
     summary: SyncSummary | None,
     now: datetime,
-    retry_seconds: float,
+    backoff: Backoff,
+    jitter: float,
 ) -> ModelRepositoryStatus:
     """Status once the active Job finished (or vanished): copy its summary in, keep the old snapshot on
-    failure."""
+    failure. A Job that is gone (``ttlSecondsAfterFinished`` ran out while the operator was down) is
+    judged by what it wrote to the listing ConfigMap, which ``summary`` then is; only a Job gone without
+    a word is a failure. ``jitter`` in [0, 1) spreads the retry of a failed sync (``retry_delay``)."""
     previous = status.last_sync or LastSync(job_name=status.active_job)
-    done = job.completion_time if job is not None and job.completion_time else format_time(now)
-    if job is None:
+    done = job.completion_time if job is not None and job.completion_time else None
+    done = done or (summary.finished_at if summary is not None else None) or format_time(now)
+    if job is None and summary is None:
         result, message = SyncResult.FAILED, f"sync Job {status.active_job} disappeared before it finished"
     elif summary is None:
+        assert job is not None
         result = SyncResult.FAILED if job.failed or not job.succeeded else SyncResult.SUCCEEDED
         message = (job.message or "the sync Job left no summary")[:1500]
     else:
         result = summary.result
         message = f"{summary.error_kind}: {summary.error}" if summary.error else ""
         if summary.truncated:
-            message = "summary truncated to fit the termination message: some models are not listed"
+            where = "could not be read" if summary.listing else "was not written"
+            message = (
+                f"the listing ConfigMap {where} and the termination message holds "
+                f"{len(summary.models)} of {summary.model_count or '?'} models: the others are not known yet"
+            )
+    failures = status.sync_failures + 1 if result is SyncResult.FAILED else 0
+    retry = retry_delay(backoff, failures, jitter)
     last = previous.model_copy(update={"result": result, "completion_time": done, "message": message or None})
     update: dict[str, object] = {
         "active_job": None,
-        "next_sync_time": next_sync_time(spec, result, now, retry_seconds),
+        "sync_failures": failures,
+        "next_sync_time": next_sync_time(spec, result, now, retry),
     }
     if summary is not None:
         last = last.model_copy(
@@ -94,15 +106,22 @@ def finish_sync(
                 )
                 for name, versions in sorted(summary.models.items())
             ]
-            update["model_count"] = len(summary.models)
+            update["model_count"] = summary.model_count or len(summary.models)
+            update["models_complete"] = not summary.truncated
     update["last_sync"] = last
     return status.model_copy(update=update)
 
 
-def cancel_sync(status: ModelRepositoryStatus, generation: int, now: datetime) -> ModelRepositoryStatus:
-    """Status once a running Job was cancelled for a newer spec: the snapshot stays as it was."""
+def cancel_sync(
+    status: ModelRepositoryStatus, generation: int, now: datetime, suspended: bool = False
+) -> ModelRepositoryStatus:
+    """Status once a running Job was cancelled for a newer spec or ``suspend``: the snapshot stays as
+    it was."""
     previous = status.last_sync or LastSync(job_name=status.active_job)
-    message = f"cancelled: the spec changed (generation {generation}) while it ran"
+    if suspended:
+        message = f"cancelled: the repository was suspended (generation {generation}) while it ran"
+    else:
+        message = f"cancelled: the spec changed (generation {generation}) while it ran"
     last = previous.model_copy(
         update={"result": SyncResult.FAILED, "completion_time": format_time(now), "message": message}
     )
@@ -136,7 +155,10 @@ def with_conditions(
     elif status.active_job:
         synced = condition("Synced", False, "Syncing", f"sync Job {status.active_job} is running", generation)
     elif failed and last is not None:
-        synced = condition("Synced", False, "SyncFailed", last.message or "", generation)
+        retry = ""
+        if status.next_sync_time:
+            retry = f" (failed {status.sync_failures} time(s) in a row; next try at {status.next_sync_time})"
+        synced = condition("Synced", False, "SyncFailed", (last.message or "") + retry, generation)
     elif result is None:
         synced = condition("Synced", False, "Pending", "no sync has run yet", generation)
     else:

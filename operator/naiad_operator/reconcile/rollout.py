@@ -160,10 +160,13 @@ def plan(
     snapshot: Mapping[str, Mapping[int, str]] | None,
     records: Mapping[str, ModelStatus],
     pods: Sequence[PodObservation],
+    listing_complete: bool = True,
 ) -> Plan:
     """Every stage for this pass, across all models: all loads first, then switches, then unloads.
     ``snapshot`` (model -> version -> content hash) is None while the repository has none: then
-    nothing is touched, not even models the spec no longer lists."""
+    nothing is touched, not even models the spec no longer lists. With ``listing_complete`` False the
+    snapshot lists only some of the repository's models (a cut summary): a model it lacks waits as not
+    known yet instead of being Invalid."""
     if snapshot is None:
         return Plan(
             {
@@ -180,6 +183,13 @@ def plan(
     switches: list[Action] = []
     unloads: list[Action] = []
     for spec in models:
+        if spec.name not in snapshot and not listing_complete:
+            plans[spec.name] = ModelPlan(
+                spec.name,
+                Change.WAITING,
+                message=f"model '{spec.name}' is not known yet: the repository's listing is incomplete",
+            )
+            continue
         mp = plan_model(spec, snapshot.get(spec.name), records.get(spec.name))
         plans[spec.name] = mp
         override = spec.config_override

@@ -79,6 +79,32 @@ def desired_models_configmap(
 FRONTEND_WORKERS_ENV = "NAIAD_FRONTEND_WORKERS"
 
 
+def worker_count(spec: InferenceServiceSpec, platform_default: str = "") -> str | None:
+    """``NAIAD_FRONTEND_WORKERS`` for the server container, first that applies: the service's own
+    ``server.frontendWorkers``; the server's ``auto`` rule (none with at most 2 cores, else half of them,
+    at most 16) applied to the container's CPU limit, else its request; the operator's platform-wide
+    default; nothing (the server decides). The CPU must come from the spec: ``auto`` inside the pod counts
+    the CPUs the process may be scheduled on, which a CPU limit (a cgroup quota) does not narrow, so a
+    2-CPU pod on a 64-core node would start 16 workers that share 2 CPUs. A ``NAIAD_FRONTEND_WORKERS``
+    in ``server.env`` (or ``--frontend-workers`` in ``server.args``) still wins over all of these."""
+    if spec.server.frontend_workers is not None:
+        return str(spec.server.frontend_workers)
+    resources = spec.server.resources
+    cpu = resources.limits.get("cpu") or resources.requests.get("cpu")
+    cores = _cpu_cores(str(cpu)) if cpu else None
+    if cores is not None:
+        return str(0 if cores <= 2 else min(16, math.floor(cores) // 2))
+    return platform_default or None
+
+
+def _cpu_cores(quantity: str) -> float | None:
+    """``"4"`` -> 4.0, ``"2500m"`` -> 2.5; None for what is not a CPU quantity."""
+    try:
+        return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+    except ValueError:
+        return None
+
+
 def desired_deployment(
     name: str,
     namespace: str,
@@ -89,7 +115,8 @@ def desired_deployment(
     fixed_ids: bool = True,
     frontend_workers: str = "",
 ) -> dict[str, Any]:
-    """``frontend_workers``: the default ``NAIAD_FRONTEND_WORKERS`` (the service's ``env`` wins)."""
+    """``frontend_workers``: the platform's default ``NAIAD_FRONTEND_WORKERS`` (see
+    :func:`worker_count` for what comes before it)."""
     server = spec.server
     image = server.image or default_image
     args = [
@@ -111,8 +138,9 @@ def desired_deployment(
         },
         *server.env,
     ]
-    if frontend_workers and not any(item.get("name") == FRONTEND_WORKERS_ENV for item in server.env):
-        env.append({"name": FRONTEND_WORKERS_ENV, "value": frontend_workers})
+    workers = worker_count(spec, frontend_workers)
+    if workers is not None and not any(item.get("name") == FRONTEND_WORKERS_ENV for item in server.env):
+        env.append({"name": FRONTEND_WORKERS_ENV, "value": workers})
     template = spec.pod_template
     mounts: list[dict[str, Any]] = [
         {"name": "repository", "mountPath": names.REPOSITORY_MOUNT, "readOnly": True},

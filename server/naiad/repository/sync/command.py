@@ -16,9 +16,19 @@ from naiad.repository.sync.engine import EXIT_STATUS, SyncError, SyncOptions, Sy
 from naiad.repository.sync.progress import Progress, human_size
 
 
-def run(source: str, dest: Path, *, keep: int, verify: bool, parallel: int, as_json: bool) -> int:
-    """Sync and print the outcome; the process exit status."""
-    options = SyncOptions(keep=keep, verify=verify, parallel=parallel)
+def run(
+    source: str,
+    dest: Path,
+    *,
+    keep: int,
+    verify: bool,
+    parallel: int,
+    as_json: bool,
+    protect: set[str] | None = None,
+) -> int:
+    """Sync and print the outcome; the process exit status. ``protect``: snapshot ids (folder names)
+    that GC keeps beyond ``keep``, e.g. the ones servers are pinned to."""
+    options = SyncOptions(keep=keep, verify=verify, parallel=parallel, protect=set(protect or ()))
     try:
         result = sync(source, dest, options, Progress())
     except SyncError as exc:
