@@ -23,8 +23,9 @@ os.environ.setdefault("NAIAD_OPERATOR_SYNC_RETRY_SECONDS", "3600")
 os.environ.setdefault("NAIAD_OPERATOR_METRICS_PORT", str(free_port()))
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[Any]:
+@pytest.fixture(scope="package")
+def seaweed() -> Iterator[Any]:
+    """One SeaweedFS for the package (it takes seconds to start); modules get it through :func:`s3`."""
     object_store = pytest.importorskip("tests.support.object_store", reason="needs SeaweedFS support")
     try:
         store = object_store.SeaweedS3().start()
@@ -33,6 +34,19 @@ def s3() -> Iterator[Any]:
     store.client().create_bucket(Bucket=BUCKET)
     yield store
     store.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(seaweed: Any) -> Any:
+    """The object store with an empty bucket, as if started for this module alone: what an earlier
+    module uploaded (and its operator, stopped by now, synced) is deleted first."""
+    client = seaweed.client()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
+        keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+        if keys:
+            client.delete_objects(Bucket=BUCKET, Delete={"Objects": keys, "Quiet": True})
+    assert client.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
+    return seaweed
 
 
 @pytest.fixture(scope="module")

@@ -100,7 +100,8 @@ def test_node_cache_storage(s3: Any, cluster: FakeCluster, operator: Any) -> Non
     pv = eventually(lambda: api.get("/api/v1/persistentvolumes/naiad-default-models-node-cache"), what="PV")
     assert pv["spec"]["local"] == {"path": f"{ROOT}/{NS}/models"}
     assert pv["spec"]["claimRef"] == {"namespace": NS, "name": "models-node-cache"}
-    claim = api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-node-cache")
+    # the claim comes a moment after the volume: both are applied by one pass, one after the other
+    claim = eventually(lambda: api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-node-cache"))
     assert claim["spec"]["volumeName"] == pv["metadata"]["name"]
     repo = eventually(lambda: ready_repository(api), what="repository Ready")
     first = repo["snapshot"]["current"]
@@ -126,6 +127,9 @@ def test_node_cache_storage(s3: Any, cluster: FakeCluster, operator: Any) -> Non
     assert {m["mountPath"]: m.get("readOnly") for m in server["volumeMounts"]}["/repository"] is True
 
     # -- one pod per node: each copied the snapshot into its own node's copy and serves it ------------
+    # Ready may come from the first pod alone; both pods are waited for (on a loaded machine the second
+    # one's init step can still be copying)
+    eventually(lambda: len(_serving(cluster)) == 2, what="2 pods serving")
     pods = _serving(cluster)
     assert sorted(p.node or "" for p in pods) == ["node-a", "node-b"]
     for pod in pods:
