@@ -35,11 +35,32 @@ class VersionPolicy(CamelModel):
     all: dict[str, Any] | None = None
 
 
+class RolloutStrategy(StrEnum):
+    """How a model's new versions (or new config) reach the pods.
+
+    ``both``: every pod loads old and new side by side, then all switch (no pod leaves the Service, but
+    each holds both versions for a while). ``perPod``: one pod at a time leaves the Service's endpoints,
+    drops the old version, loads the new one and comes back (never both in one pod's memory).
+    ``canary``: both versions stay loaded while traffic shifts by weight."""
+
+    BOTH = "both"
+    PER_POD = "perPod"
+    CANARY = "canary"
+
+
+class ModelRollout(CamelModel):
+    """``strategy`` unset: ``both``, unless the model's measured footprint says old and new together
+    would not fit in the pod's memory limit, then ``perPod``."""
+
+    strategy: RolloutStrategy | None = None
+
+
 class ModelSpec(CamelModel):
     name: str
     required: bool = True
     version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
     config_override: dict[str, Any] | None = None
+    rollout: ModelRollout = Field(default_factory=ModelRollout)
 
 
 class Resources(CamelModel):
@@ -178,6 +199,20 @@ class ModelStatus(CamelModel):
     default_version: int | None = None
     content_hashes: dict[int, str] = Field(default_factory=dict)
     blocked_hashes: dict[int, str] | None = None
+    config_hash: str | None = None
+    """Fingerprint of the ``configOverride`` every pod serves (None: no override)."""
+    blocked_config: str | None = None
+    """The override fingerprint of the blocked attempt: a different override is a new attempt."""
+    blocked_spec: str | None = None
+    """Fingerprint of the pod spec (resources, GPUs, placement) the blocked attempt ran on."""
+    blocked_retry: str | None = None
+    """The retry annotation's value when the attempt failed: bumping it retries."""
+    retries: int = 0
+    """Failed attempts at this target in a row (transient failures are retried with a back-off)."""
+    next_retry: str | None = None
+    """When a transient failure is tried again; None while no automatic retry is planned."""
+    strategy: RolloutStrategy | None = None
+    """The strategy of the rollout in progress or last done, as chosen (spec or measured footprint)."""
     copies: Copies = Field(default_factory=Copies)
     replicas: list[ReplicaState] = Field(default_factory=list)
     last_failure: Failure | None = None

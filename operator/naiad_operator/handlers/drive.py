@@ -1,7 +1,11 @@
 """Run a rollout plan stage by stage against the pods, checking the gate after the Load stage.
 
 The plan itself (what, where, in which order) comes from ``reconcile.rollout``; this module only performs
-it: pods in parallel, each pod's actions in order, an Event per load, unload and failure.
+it: pods in parallel, each pod's actions in order, an Event per load, unload and failure. The ``PerPod``
+stage goes one pod at a time: the pod's readiness gate closes (it leaves the Service's endpoints), the
+endpoints get time to follow, the pod's models are replaced, and the gate opens again; the next pod goes
+only once this one is Ready. Pods held out by the gate since they started are let in once every action
+on them succeeded (``reconcile.readiness``).
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from naiad_operator.api.inferenceservice import Failure, ModelSpec
 from naiad_operator.api.observed import PodObservation
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.k8s.modelserver import ServerCallError
-from naiad_operator.k8s.pods import observe
-from naiad_operator.reconcile import rollout
+from naiad_operator.k8s.pods import gate_state, observe, pod_ready, set_gate
+from naiad_operator.reconcile import readiness, rollout
 from naiad_operator.reconcile.rollout import Action, Load, Plan, StageKind, Unload
 from naiad_operator.reconcile.syncjob import format_time
 
@@ -32,17 +36,23 @@ async def run(
     pods: list[PodObservation],
 ) -> tuple[list[PodObservation], dict[str, Failure]]:
     """Perform every stage; returns the pods as observed afterwards and the models that failed."""
-    if not plan.stages:
+    namespace = body["metadata"]["namespace"]
+    for pod in readiness.to_close(pods):
+        await close_gate(ctx, namespace, pod.name, "ContainerRestarted")
+    if not plan.stages and not plan.admit:
         return pods, {}
     urls = {p.name: p.url for p in pods if p.url}
     overrides = {m.name: m.config_override for m in models}
     failed: dict[str, Failure] = {}
+    trouble: set[str] = set()
+    """Pods where some action failed or went unanswered: not let in by the gate this pass."""
     load_stage = plan.stage(StageKind.LOAD)
     if load_stage is not None:
         with ctx.metrics.stage_seconds.labels(StageKind.LOAD.value).time():
             errors, lost = await _execute(ctx, body, urls, load_stage.actions)
+        trouble |= {pod for pod, _ in errors} | lost
         pods = await observe(ctx.server, pod_objects, ctx.resolve)
-        failed = rollout.failures(plan, pods, format_time(datetime.now(UTC)), errors, lost)
+        failed = rollout.failures(plan, pods, _now(), errors, lost)
         undo: list[Action] = []
         for model, failure in failed.items():
             kopf.event(
@@ -52,13 +62,108 @@ async def run(
                 message=f"{model}: {failure.message} (pod {failure.pod}); rolling back",
             )
             undo += rollout.rollback(plan.models[model], pods, overrides.get(model))
+            trouble.add(failure.pod or "")
         await _execute(ctx, body, urls, undo)
     for kind in (StageKind.SWITCH, StageKind.UNLOAD):
         stage = plan.stage(kind)
         if stage is not None:
             with ctx.metrics.stage_seconds.labels(kind.value).time():
-                await _execute(ctx, body, urls, rollout.without(stage, set(failed)).actions)
+                errors, lost = await _execute(ctx, body, urls, rollout.without(stage, set(failed)).actions)
+            trouble |= {pod for pod, _ in errors} | lost
+    per_pod = plan.stage(StageKind.PER_POD)
+    if per_pod is not None:
+        with ctx.metrics.stage_seconds.labels(StageKind.PER_POD.value).time():
+            failed.update(await _one_pod_at_a_time(ctx, body, plan, per_pod.actions, urls, overrides))
+    for name in plan.admit:
+        if name not in trouble:
+            await _admit(ctx, namespace, name)
     return await observe(ctx.server, pod_objects, ctx.resolve), failed
+
+
+def _now() -> str:
+    return format_time(datetime.now(UTC))
+
+
+async def close_gate(ctx: OperatorContext, namespace: str, pod: str, reason: str) -> bool:
+    """Take ``pod`` out of the Service's endpoints (its gate condition False); False if it is gone."""
+    current = await ctx.kube.get("v1", "Pod", namespace, pod)
+    if current is None:
+        return False
+    restarts = int(gate_state(current)["restarts"])
+    return await set_gate(ctx.kube, current, readiness.gate_condition(False, restarts, reason, _now()))
+
+
+async def _admit(ctx: OperatorContext, namespace: str, pod: str) -> bool:
+    """Open ``pod``'s gate for the container running now, if that container is (still) ready."""
+    current = await ctx.kube.get("v1", "Pod", namespace, pod)
+    if current is None or current["metadata"].get("deletionTimestamp"):
+        return False
+    state = gate_state(current)
+    if not state["containers_ready"]:
+        return False
+    condition = readiness.gate_condition(True, int(state["restarts"]), "ModelsLoaded", _now())
+    return await set_gate(ctx.kube, current, condition)
+
+
+async def _one_pod_at_a_time(
+    ctx: OperatorContext,
+    body: dict[str, Any],
+    plan: Plan,
+    actions: Sequence[Action],
+    urls: dict[str, str],
+    overrides: dict[str, Any],
+) -> dict[str, Failure]:
+    """The ``PerPod`` stage: out of the endpoints, drained, replaced, checked, back in, Ready; then the
+    next pod. A failure rolls that pod back and stops the stage (the other pods still serve the old
+    versions); so does a pod that does not come back Ready, so at most one pod is ever out."""
+    namespace = body["metadata"]["namespace"]
+    by_pod: dict[str, list[Action]] = {}
+    for action in actions:
+        by_pod.setdefault(action.pod, []).append(action)
+    failed: dict[str, Failure] = {}
+    for pod, queue in sorted(by_pod.items()):
+        models = sorted({a.model for a in queue})
+        if not await close_gate(ctx, namespace, pod, "PerPodRollout"):
+            continue
+        kopf.event(body, type="Normal", reason="PerPodRollout", message=f"pod {pod} out for {models}")
+        await asyncio.sleep(ctx.settings.endpoint_drain_seconds)
+        errors, lost = await _execute(ctx, body, urls, queue)
+        current = await ctx.kube.get("v1", "Pod", namespace, pod)
+        if current is None:
+            break
+        seen = await observe(ctx.server, [current], ctx.resolve)
+        here = {
+            m: f
+            for m, f in rollout.failures(plan, seen, _now(), errors, lost, per_pod=True).items()
+            if m in models
+        }
+        if here:
+            undo = [a for m in here for a in rollout.rollback(plan.models[m], seen, overrides.get(m))]
+            for model, failure in here.items():
+                kopf.event(
+                    body,
+                    type="Warning",
+                    reason="BlockedByFailedLoad",
+                    message=f"{model}: {failure.message} (pod {pod}); rolling back",
+                )
+            await _execute(ctx, body, urls, undo)
+            failed.update(here)
+        if not await _admit(ctx, namespace, pod) or not await _until_ready(ctx, namespace, pod) or here:
+            break
+    return failed
+
+
+async def _until_ready(ctx: OperatorContext, namespace: str, pod: str) -> bool:
+    """Wait (bounded by the load timeout) until the kubelet counts ``pod`` Ready again."""
+    deadline = asyncio.get_running_loop().time() + ctx.settings.load_timeout
+    while asyncio.get_running_loop().time() < deadline:
+        current = await ctx.kube.get("v1", "Pod", namespace, pod)
+        if current is None:
+            return False
+        if pod_ready(current):
+            return True
+        await asyncio.sleep(0.2)
+    return False
 
 
 async def _execute(
@@ -125,6 +230,8 @@ async def _load(
     key = (body["metadata"]["uid"], action.model)
     base = None if action.fresh else await _loaded_config(ctx, [url, *peers], action.model)
     base = base or (None if action.fresh else ctx.configs.get(key))
+    if action.replace:  # perPod: the old versions go before the new ones load
+        await ctx.server.unload(url, action.model)
     if base is None:
         await ctx.server.load(url, action.model, None, None)
         base = await ctx.server.config(url, action.model)

@@ -12,11 +12,15 @@ A load answers only once the load finished (or failed), which is what lets a rol
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import aiohttp
 
 from naiad_operator.api.observed import VersionObservation, VersionState
+
+_MEMORY = re.compile(r"^nv_model_loaded_memory_bytes\{([^}]*)\}\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 #: Load parameter of Naiad's pinned-default-version extension (``naiad.repository.overrides``).
 DEFAULT_VERSION_PARAMETER = "default_version"
@@ -87,6 +91,25 @@ class ModelServer:
                 return result
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise ServerCallError(0, f"{type(exc).__name__}: {exc}") from exc
+
+    async def memory(self, base: str) -> dict[str, dict[int, int]]:
+        """model -> version -> resident bytes its load added (``nv_model_loaded_memory_bytes``)."""
+        try:
+            async with self._http().get(
+                f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=self.timeout)
+            ) as r:
+                text = await r.text() if r.status == 200 else ""
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ServerCallError(0, f"{type(exc).__name__}: {exc}") from exc
+        result: dict[str, dict[int, int]] = {}
+        for line in text.splitlines():
+            found = _MEMORY.match(line)
+            if found:
+                labels = dict(_LABEL.findall(found.group(1)))
+                version = labels.get("version", "")
+                if "model" in labels and version.isdigit():
+                    result.setdefault(labels["model"], {})[int(version)] = int(float(found.group(2)))
+        return result
 
     async def load(
         self, base: str, model: str, config: dict[str, Any] | None, default_version: int | None
