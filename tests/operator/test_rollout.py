@@ -227,24 +227,14 @@ def test_config_override_travels_with_every_load() -> None:
     assert actions(plan)[StageKind.LOAD] == [Load("p0", "m", (1,), 1, False, override)]
 
 
-def test_load_config_sets_the_version_policy_and_merges_the_override() -> None:
-    base = {
-        "name": "m",
-        "max_batch_size": 0,
-        "version_policy": {"latest": {"num_versions": 1}},
-        "parameters": {"a": {"string_value": "1"}},
-    }
-    config = rollout.load_config(
-        base, [1, 2], {"max_batch_size": 8, "parameters": {"b": {"string_value": "2"}}}
-    )
-    assert config == {
-        "name": "m",
+def test_load_override_sets_the_version_policy_next_to_the_override() -> None:
+    override = {"max_batch_size": 8, "version_policy": {"latest": {"num_versions": 1}}}
+    assert rollout.load_override([1, 2], override) == {
         "max_batch_size": 8,
         "version_policy": {"specific": {"versions": [1, 2]}},
-        "parameters": {"a": {"string_value": "1"}, "b": {"string_value": "2"}},
     }
-    assert base["max_batch_size"] == 0  # the base is not modified
-    assert rollout.load_config(None, [1], None) is None
+    assert override["version_policy"] == {"latest": {"num_versions": 1}}  # the spec is not modified
+    assert rollout.load_override([1], None) == {"version_policy": {"specific": {"versions": [1]}}}
 
 
 def test_target_snapshot() -> None:

@@ -41,9 +41,6 @@ class OperatorContext:
     """A kopf handler's context variables (its Event queue), for passes that run outside handlers."""
     """The last status seen of each watched child, so only real changes trigger a pass."""
     """Objects with a triggered pass waiting for their lock (see ``watches.nudge``)."""
-    configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    """The last full config seen per (InferenceService uid, model): the base for a load on a pod
-    that lost the model when no other pod has it loaded."""
 
     def __post_init__(self) -> None:
         self.cache = Cache(self.kube)

@@ -11,7 +11,7 @@ on them succeeded (``reconcile.readiness``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,13 +70,15 @@ async def run(
             with ctx.metrics.stage_seconds.labels(kind.value).time():
                 errors, lost = await _execute(ctx, body, urls, rollout.without(stage, set(failed)).actions)
             trouble |= {pod for pod, _ in errors} | lost
+    admitted = [name for name in plan.admit if name not in trouble and await _admit(ctx, namespace, name)]
     per_pod = plan.stage(StageKind.PER_POD)
     if per_pod is not None:
+        acting = [o["metadata"]["name"] for o in pod_objects]
         with ctx.metrics.stage_seconds.labels(StageKind.PER_POD.value).time():
-            failed.update(await _one_pod_at_a_time(ctx, body, plan, per_pod.actions, urls, overrides))
-    for name in plan.admit:
-        if name not in trouble:
-            await _admit(ctx, namespace, name)
+            if all([await _until(ctx, namespace, name, pod_ready) for name in admitted]):
+                failed.update(
+                    await _one_pod_at_a_time(ctx, body, plan, per_pod.actions, urls, overrides, acting)
+                )
     return await observe(ctx.server, pod_objects, ctx.resolve), failed
 
 
@@ -93,15 +95,14 @@ async def close_gate(ctx: OperatorContext, namespace: str, pod: str, reason: str
     return await set_gate(ctx.kube, current, readiness.gate_condition(False, restarts, reason, _now()))
 
 
-async def _admit(ctx: OperatorContext, namespace: str, pod: str) -> bool:
-    """Open ``pod``'s gate for the container running now, if that container is (still) ready."""
+async def _admit(ctx: OperatorContext, namespace: str, pod: str, wait: float = 0.0) -> bool:
+    """Open ``pod``'s gate for the container running now, once that container is ready (the kubelet
+    reports a server that just finished loading within its probe period: ``wait`` seconds at most)."""
+    ready = await _until(ctx, namespace, pod, lambda o: bool(gate_state(o)["containers_ready"]), wait)
     current = await ctx.kube.get("v1", "Pod", namespace, pod)
-    if current is None or current["metadata"].get("deletionTimestamp"):
+    if not ready or current is None or current["metadata"].get("deletionTimestamp"):
         return False
-    state = gate_state(current)
-    if not state["containers_ready"]:
-        return False
-    condition = readiness.gate_condition(True, int(state["restarts"]), "ModelsLoaded", _now())
+    condition = readiness.gate_condition(True, int(gate_state(current)["restarts"]), "ModelsLoaded", _now())
     return await set_gate(ctx.kube, current, condition)
 
 
@@ -112,10 +113,12 @@ async def _one_pod_at_a_time(
     actions: Sequence[Action],
     urls: dict[str, str],
     overrides: dict[str, Any],
+    acting: Sequence[str],
 ) -> dict[str, Failure]:
     """The ``PerPod`` stage: out of the endpoints, drained, replaced, checked, back in, Ready; then the
     next pod. A failure rolls that pod back and stops the stage (the other pods still serve the old
-    versions); so does a pod that does not come back Ready, so at most one pod is ever out."""
+    versions); so does a pod that does not come back Ready, or any other pod of the service found not
+    Ready before a pod goes out: at most one pod is ever out (the next pass carries on)."""
     namespace = body["metadata"]["namespace"]
     by_pod: dict[str, list[Action]] = {}
     for action in actions:
@@ -123,6 +126,9 @@ async def _one_pod_at_a_time(
     failed: dict[str, Failure] = {}
     for pod, queue in sorted(by_pod.items()):
         models = sorted({a.model for a in queue})
+        others = [await ctx.kube.get("v1", "Pod", namespace, name) for name in acting if name != pod]
+        if not all(o is not None and pod_ready(o) for o in others):
+            break
         if not await close_gate(ctx, namespace, pod, "PerPodRollout"):
             continue
         kopf.event(body, type="Normal", reason="PerPodRollout", message=f"pod {pod} out for {models}")
@@ -148,22 +154,35 @@ async def _one_pod_at_a_time(
                 )
             await _execute(ctx, body, urls, undo)
             failed.update(here)
-        if not await _admit(ctx, namespace, pod) or not await _until_ready(ctx, namespace, pod) or here:
+        wait = ctx.settings.load_timeout
+        if not await _admit(ctx, namespace, pod, wait) or not await _until(
+            ctx, namespace, pod, pod_ready, wait
+        ):
+            break
+        if here:
             break
     return failed
 
 
-async def _until_ready(ctx: OperatorContext, namespace: str, pod: str) -> bool:
-    """Wait (bounded by the load timeout) until the kubelet counts ``pod`` Ready again."""
-    deadline = asyncio.get_running_loop().time() + ctx.settings.load_timeout
-    while asyncio.get_running_loop().time() < deadline:
+async def _until(
+    ctx: OperatorContext,
+    namespace: str,
+    pod: str,
+    check: Callable[[dict[str, Any]], bool],
+    wait: float | None = None,
+) -> bool:
+    """Poll the Pod object until ``check`` holds (True) or it is gone or ``wait`` seconds (default: the
+    load timeout) passed (False): the kubelet reports readiness within its probe period."""
+    deadline = asyncio.get_running_loop().time() + (ctx.settings.load_timeout if wait is None else wait)
+    while True:
         current = await ctx.kube.get("v1", "Pod", namespace, pod)
         if current is None:
             return False
-        if pod_ready(current):
+        if check(current):
             return True
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
         await asyncio.sleep(0.2)
-    return False
 
 
 async def _execute(
@@ -204,7 +223,7 @@ async def _perform(
             await ctx.server.unload(url, action.model)
             message = f"{action.model} unloaded from pod {action.pod}"
         else:
-            await _load(ctx, body, url, [u for u in urls.values() if u != url], action)
+            await _load(ctx, url, action)
             pinned = f", default {action.default_version}" if action.default_version is not None else ""
             message = f"{action.model} versions {list(action.versions)} on pod {action.pod}{pinned}"
     except ServerCallError as exc:
@@ -220,34 +239,12 @@ async def _perform(
     return None
 
 
-async def _load(
-    ctx: OperatorContext, body: dict[str, Any], url: str, peers: Sequence[str], action: Load
-) -> None:
-    """Load with exactly ``action.versions``: a Load names versions through the config's version policy,
-    so it needs the model's full config as a base. That comes from this pod, another pod, or the last
-    one seen; failing those (or when content changed: the config may have too) the server first loads
-    the model plain from the repository and its answer becomes the base."""
-    key = (body["metadata"]["uid"], action.model)
-    base = None if action.fresh else await _loaded_config(ctx, [url, *peers], action.model)
-    base = base or (None if action.fresh else ctx.configs.get(key))
+async def _load(ctx: OperatorContext, url: str, action: Load) -> None:
+    """Load with exactly ``action.versions``, the spec's override and the pinned default in one request:
+    the server merges override and version policy into the repository's ``config.pbtxt`` (Naiad's
+    ``config_override`` load parameter) and re-reads the files, so changed content is picked up and is
+    never served, not even for a moment, without its pin and override."""
     if action.replace:  # perPod: the old versions go before the new ones load
         await ctx.server.unload(url, action.model)
-    if base is None:
-        await ctx.server.load(url, action.model, None, None)
-        base = await ctx.server.config(url, action.model)
-    if base is not None:
-        ctx.configs[key] = base
-    config = rollout.load_config(base, action.versions, action.config_override)
-    if config is not None:
-        await ctx.server.load(url, action.model, config, action.default_version)
-
-
-async def _loaded_config(ctx: OperatorContext, urls: Sequence[str], model: str) -> dict[str, Any] | None:
-    for url in urls:
-        try:
-            config = await ctx.server.config(url, model)
-        except ServerCallError:
-            continue
-        if config is not None:
-            return config
-    return None
+    override = rollout.load_override(action.versions, action.config_override)
+    await ctx.server.load(url, action.model, override, action.default_version)

@@ -19,7 +19,7 @@ from naiad_operator.api.observed import DeploymentObservation, PodObservation
 from naiad_operator.handlers import children, drive, watches
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
-from naiad_operator.k8s.pods import describe, observe
+from naiad_operator.k8s.pods import confirmed, describe, observe
 from naiad_operator.k8s.problems import volume_events
 from naiad_operator.reconcile import names, nodecache, readiness, retry, rollout, traffic
 from naiad_operator.reconcile.children import inference_service_children
@@ -148,7 +148,9 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         for ref in wanted.absent:
             await children.remove(ctx.cache, namespace, ref)
 
-    pod_objects = await ctx.cache.server_pods(namespace, names.selector_labels(name))
+    pod_objects = await confirmed(
+        ctx.kube, await ctx.cache.server_pods(namespace, names.selector_labels(name))
+    )
     events = await volume_events(ctx.kube, namespace, pod_objects)
     memory_limit = quantity_bytes(spec.server.resources.limits.get("memory"))
     weigh = memory_limit is not None and any(m.rollout.strategy is None for m in spec.models)
@@ -159,9 +161,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     attempt = retry.Attempt(
         datetime.now(UTC), retry.spec_fingerprint(spec), retry.retry_token(meta.get("annotations"))
     )
-    plan = rollout.plan(
-        spec.models, snapshot, mount.planning_records(records), acting, attempt, memory_limit
-    )
+    plan = rollout.plan(spec.models, snapshot, mount.planning_records(records), acting, attempt, memory_limit)
     acting_names = {p.name for p in acting}
     acting_objects = [o for o in pod_objects if o["metadata"]["name"] in acting_names]
     acted, failures = await drive.run(ctx, body, plan, spec.models, acting_objects, acting)

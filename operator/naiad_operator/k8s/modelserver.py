@@ -1,10 +1,10 @@
 """HTTP calls to one server pod's repository API (Triton's model repository extension).
 
 * ``POST /v2/repository/index`` -> ``[{name, version, state, reason}]`` (models never loaded: name only)
-* ``POST /v2/repository/models/{m}/load`` with ``parameters``: ``config`` (ModelConfig JSON that replaces
-  config.pbtxt) and Naiad's ``default_version`` (the pinned version for requests naming none)
+* ``POST /v2/repository/models/{m}/load`` with Naiad's ``parameters``: ``config_override`` (ModelConfig
+  JSON merged into config.pbtxt) and ``default_version`` (the pinned version for requests naming none)
 * ``POST /v2/repository/models/{m}/unload``
-* ``GET /v2/models/{m}/config`` -> the loaded config (the base the operator edits the version policy of)
+* ``GET /v2/models/{m}/config`` -> the loaded config
 
 A load answers only once the load finished (or failed), which is what lets a rollout move stage by stage.
 """
@@ -22,6 +22,8 @@ from naiad_operator.api.observed import VersionObservation, VersionState
 _MEMORY = re.compile(r"^nv_model_loaded_memory_bytes\{([^}]*)\}\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
+#: Load parameter of Naiad's merged-config extension (``naiad.repository.overrides``).
+CONFIG_OVERRIDE_PARAMETER = "config_override"
 #: Load parameter of Naiad's pinned-default-version extension (``naiad.repository.overrides``).
 DEFAULT_VERSION_PARAMETER = "default_version"
 
@@ -79,19 +81,6 @@ class ModelServer:
             )
         return models
 
-    async def config(self, base: str, model: str) -> dict[str, Any] | None:
-        """The loaded config of ``model``, or None when it is not loaded there."""
-        try:
-            async with self._http().get(
-                f"{base}/v2/models/{model}/config", timeout=aiohttp.ClientTimeout(total=self.timeout)
-            ) as r:
-                if r.status != 200:
-                    return None
-                result: dict[str, Any] = await r.json(content_type=None)
-                return result
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise ServerCallError(0, f"{type(exc).__name__}: {exc}") from exc
-
     async def memory(self, base: str) -> dict[str, dict[int, int]]:
         """model -> version -> resident bytes its load added (``nv_model_loaded_memory_bytes``)."""
         try:
@@ -112,11 +101,12 @@ class ModelServer:
         return result
 
     async def load(
-        self, base: str, model: str, config: dict[str, Any] | None, default_version: int | None
+        self, base: str, model: str, override: dict[str, Any] | None, default_version: int | None
     ) -> None:
+        """``override`` is merged into the repository's ``config.pbtxt`` by the server."""
         parameters: dict[str, Any] = {}
-        if config is not None:
-            parameters["config"] = json.dumps(config)
+        if override is not None:
+            parameters[CONFIG_OVERRIDE_PARAMETER] = json.dumps(override)
         if default_version is not None:
             parameters[DEFAULT_VERSION_PARAMETER] = default_version
         body = {"parameters": parameters} if parameters else {}

@@ -80,6 +80,19 @@ def gate_state(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def confirmed(kube: Kube, pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``pods`` (from the watches' cache), with each one that looks held out by its gate read again
+    live: the operator loads such a pod as one out of the Service (a ``perPod`` model is unloaded
+    first), which a gate opened moments ago and not yet in the cache would turn into failed requests."""
+    result = []
+    for pod in pods:
+        if describe(pod).preparing:
+            meta = pod["metadata"]
+            pod = await kube.get("v1", "Pod", meta["namespace"], meta["name"]) or pod
+        result.append(pod)
+    return result
+
+
 def describe(pod: dict[str, Any]) -> PodObservation:
     """A pod as its object alone tells (no index): enough to decide about its gate."""
     return PodObservation(pod["metadata"]["name"], None, pod_ready(pod), **gate_state(pod))

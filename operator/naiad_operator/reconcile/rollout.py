@@ -437,15 +437,16 @@ def rollback(
 ) -> list[Action]:
     """Undo a failed Load stage for one model.
 
-    A model that was never active is unloaded again where it came up, so the fleet stays uniform. A
-    model with active versions gets exactly those back, with the old default pinned, on every pod where
-    the set differs; when an active version changed content in the snapshot, reloading it would read
-    the new (failed) content, so it is left to the server, which keeps the old copy serving after a
-    failed reload.
+    A model that was never active is unloaded again where it came up or failed, so the fleet stays
+    uniform and every server ready. A model with active versions gets exactly those back, with the old
+    default pinned, on every pod where the set differs; when an active version changed content in the
+    snapshot, reloading it would read the new (failed) content, so it is left to the server, which keeps
+    the old copy serving after a failed reload.
     """
     ready = actionable(pods)
     if not mp.active:
-        return [Unload(p.name, mp.name) for p in ready if p.holds(mp.name)]
+        # also where it failed: a failed load left in the index keeps a strict-readiness server unready
+        return [Unload(p.name, mp.name) for p in ready if p.holds(mp.name) or p.failed_versions(mp.name)]
     if mp.fresh:
         return []
     versions = tuple(sorted(mp.active))
@@ -464,23 +465,7 @@ def without(stage: Stage, models: set[str]) -> Stage:
     return Stage(stage.kind, tuple(a for a in stage.actions if a.model not in models))
 
 
-def load_config(
-    base: Mapping[str, Any] | None, versions: Sequence[int], override: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
-    """The ``config`` parameter of a load: the model's current config with the version policy set to
-    exactly ``versions`` and the spec's override merged in. None when there is no config to start from
-    (the model is not loaded on that pod): the caller loads it plain first."""
-    if base is None:
-        return None
-    config = _merge(dict(base), dict(override or {}))
-    config["version_policy"] = {"specific": {"versions": [int(v) for v in versions]}}
-    return config
-
-
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            base[key] = _merge(dict(base[key]), value)
-        else:
-            base[key] = value
-    return base
+def load_override(versions: Sequence[int], override: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``config_override`` parameter of a load (merged by the server into the repository's
+    ``config.pbtxt``): the spec's override with the version policy set to exactly ``versions``."""
+    return {**dict(override or {}), "version_policy": {"specific": {"versions": [int(v) for v in versions]}}}
