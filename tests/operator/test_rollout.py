@@ -193,11 +193,11 @@ def test_rollback_restores_active_versions_and_old_default() -> None:
     assert remaining.actions == ()
 
 
-def test_rollback_of_a_new_model_unloads_it_where_it_came_up() -> None:
-    plan = rollout.plan([spec("n")], {"n": {1: "n1"}}, {}, [pod("p0"), pod("p1")])
-    after = [pod("p0", n={1: READY}), pod("p1", n={1: (FAILED, "bad")})]
-    # p1 holds nothing (its failed version stays listed, with the reason, for status to show)
-    assert rollout.rollback(plan.models["n"], after, None) == [Unload("p0", "n")]
+def test_rollback_of_a_new_model_unloads_it_where_it_came_up_or_failed() -> None:
+    plan = rollout.plan([spec("n")], {"n": {1: "n1"}}, {}, [pod("p0"), pod("p1"), pod("p2")])
+    after = [pod("p0", n={1: READY}), pod("p1", n={1: (FAILED, "bad")}), pod("p2")]
+    # p1's failed version would keep its strict-readiness server unready (status has the reason already)
+    assert rollout.rollback(plan.models["n"], after, None) == [Unload("p0", "n"), Unload("p1", "n")]
 
 
 def test_blocked_target_is_not_retried_but_drift_is_held_at_active() -> None:

@@ -63,14 +63,20 @@ async def run(
             )
             undo += rollout.rollback(plan.models[model], pods, overrides.get(model))
             trouble.add(failure.pod or "")
-        await _execute(ctx, body, urls, undo)
+        errors, lost = await _execute(ctx, body, urls, undo)
+        trouble |= {pod for pod, _ in errors} | lost
     for kind in (StageKind.SWITCH, StageKind.UNLOAD):
         stage = plan.stage(kind)
         if stage is not None:
             with ctx.metrics.stage_seconds.labels(kind.value).time():
                 errors, lost = await _execute(ctx, body, urls, rollout.without(stage, set(failed)).actions)
             trouble |= {pod for pod, _ in errors} | lost
-    admitted = [name for name in plan.admit if name not in trouble and await _admit(ctx, namespace, name)]
+    starts = {p.name: p.restarts for p in pods}
+    admitted = [
+        name
+        for name in plan.admit
+        if name not in trouble and await _admit(ctx, namespace, name, starts.get(name))
+    ]
     per_pod = plan.stage(StageKind.PER_POD)
     if per_pod is not None:
         acting = [o["metadata"]["name"] for o in pod_objects]
@@ -86,23 +92,31 @@ def _now() -> str:
     return format_time(datetime.now(UTC))
 
 
-async def close_gate(ctx: OperatorContext, namespace: str, pod: str, reason: str) -> bool:
-    """Take ``pod`` out of the Service's endpoints (its gate condition False); False if it is gone."""
+async def close_gate(ctx: OperatorContext, namespace: str, pod: str, reason: str) -> int | None:
+    """Take ``pod`` out of the Service's endpoints (its gate condition False): the container start it
+    was closed at, or None if the pod is gone or changed under the write."""
     current = await ctx.kube.get("v1", "Pod", namespace, pod)
     if current is None:
-        return False
+        return None
     restarts = int(gate_state(current)["restarts"])
-    return await set_gate(ctx.kube, current, readiness.gate_condition(False, restarts, reason, _now()))
+    condition = readiness.gate_condition(False, restarts, reason, _now())
+    return restarts if await set_gate(ctx.kube, current, condition) else None
 
 
-async def _admit(ctx: OperatorContext, namespace: str, pod: str, wait: float = 0.0) -> bool:
-    """Open ``pod``'s gate for the container running now, once that container is ready (the kubelet
-    reports a server that just finished loading within its probe period: ``wait`` seconds at most)."""
+async def _admit(
+    ctx: OperatorContext, namespace: str, pod: str, restarts: int | None, wait: float = 0.0
+) -> bool:
+    """Open ``pod``'s gate, once its container is ready (the kubelet reports a server that just finished
+    loading within its probe period: ``wait`` seconds at most), if that container is still the one the
+    operator loaded (``restarts``): one restarted meanwhile holds only what it loaded at start."""
     ready = await _until(ctx, namespace, pod, lambda o: bool(gate_state(o)["containers_ready"]), wait)
     current = await ctx.kube.get("v1", "Pod", namespace, pod)
     if not ready or current is None or current["metadata"].get("deletionTimestamp"):
         return False
-    condition = readiness.gate_condition(True, int(gate_state(current)["restarts"]), "ModelsLoaded", _now())
+    now_restarts = int(gate_state(current)["restarts"])
+    if restarts is not None and now_restarts != restarts:
+        return False
+    condition = readiness.gate_condition(True, now_restarts, "ModelsLoaded", _now())
     return await set_gate(ctx.kube, current, condition)
 
 
@@ -129,7 +143,8 @@ async def _one_pod_at_a_time(
         others = [await ctx.kube.get("v1", "Pod", namespace, name) for name in acting if name != pod]
         if not all(o is not None and pod_ready(o) for o in others):
             break
-        if not await close_gate(ctx, namespace, pod, "PerPodRollout"):
+        started = await close_gate(ctx, namespace, pod, "PerPodRollout")
+        if started is None:
             continue
         kopf.event(body, type="Normal", reason="PerPodRollout", message=f"pod {pod} out for {models}")
         await asyncio.sleep(ctx.settings.endpoint_drain_seconds)
@@ -155,11 +170,8 @@ async def _one_pod_at_a_time(
             await _execute(ctx, body, urls, undo)
             failed.update(here)
         wait = ctx.settings.load_timeout
-        if not await _admit(ctx, namespace, pod, wait) or not await _until(
-            ctx, namespace, pod, pod_ready, wait
-        ):
-            break
-        if here:
+        admitted = await _admit(ctx, namespace, pod, started, wait)
+        if not admitted or not await _until(ctx, namespace, pod, pod_ready, wait) or here:
             break
     return failed
 

@@ -45,10 +45,11 @@ from naiad_operator.reconcile.versions import InvalidPolicy, select_versions
 
 @dataclass(frozen=True, slots=True)
 class Load:
-    """Load ``model`` on ``pod`` with exactly ``versions`` and ``default_version`` pinned.
+    """Load ``model`` on ``pod`` with exactly ``versions``, ``default_version`` pinned and the spec's
+    ``config_override``.
 
-    ``fresh`` says content of an already-loaded version changed, so the server must re-read it from the
-    repository instead of the config it holds."""
+    ``fresh`` says why a pod that already holds these versions is loaded again: content of a version
+    changed under its number (every load re-reads the repository's files)."""
 
     pod: str
     model: str

@@ -135,7 +135,9 @@ def _copies(model: str, serving: Sequence[int], pods: Sequence[PodObservation]) 
         if not pod.reporting:
             continue
         states = pod.models.get(model, {})
-        if wanted and wanted <= pod.ready_versions(model):
+        if pod.preparing or (pod.gated and not pod.ready and wanted <= pod.ready_versions(model)):
+            copies.loading += 1  # held out of the Service until the operator let it in
+        elif wanted and wanted <= pod.ready_versions(model):
             copies.ready += 1
         elif any(states.get(v) is not None and states[v].state is VersionState.UNAVAILABLE for v in wanted):
             copies.failed += 1
