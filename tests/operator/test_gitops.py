@@ -28,8 +28,9 @@ CONVERGE = 120.0  # generous: the machine is shared; every wait returns as soon 
 PARAM = "flavour"
 
 
-def _create(scenario: Scenario, models: list[dict[str, Any]], replicas: int = 2) -> None:
-    """The scenario's repository and an InferenceService serving ``models`` (each a ``models[]`` entry)."""
+def _create(scenario: Scenario, models: list[dict[str, Any]], replicas: int = 2, **spec: Any) -> None:
+    """The scenario's repository and an InferenceService serving ``models`` (each a ``models[]`` entry),
+    with more of the service's ``spec`` as given."""
     scenario.api.create(
         f"{GROUP_PATH}/modelrepositories",
         {
@@ -52,7 +53,7 @@ def _create(scenario: Scenario, models: list[dict[str, Any]], replicas: int = 2)
             "apiVersion": "serving.naiad.dev/v1alpha1",
             "kind": "InferenceService",
             "metadata": {"name": scenario.name, "namespace": NS},
-            "spec": {"repository": {"name": scenario.name}, "models": models, "replicas": replicas},
+            "spec": {"repository": {"name": scenario.name}, "models": models, "replicas": replicas, **spec},
         },
     )
 
@@ -274,11 +275,14 @@ def test_blocked_models_are_retried_when_fixed(
 def test_per_pod_rollout_keeps_one_pod_out_and_never_two_versions_in_a_pod(
     s3: Any, api_server: ApiServer, cluster: FakeCluster, operator: Any
 ) -> None:
+    """No strategy in the spec: the pods' metrics say the model weighs about 40 MB (a Python model's
+    process), so two copies do not fit the 48Mi memory limit and the operator picks ``perPod``."""
     _setup(cluster, s3)
     scenario = Scenario(cluster.api, s3, "perpod")
     scenario.upload(1)
-    model: dict[str, Any] = {"name": scenario.model, "rollout": {"strategy": "perPod"}}
-    _create(scenario, [model], replicas=3)
+    _create(
+        scenario, [{"name": scenario.model}], replicas=3, server={"resources": {"limits": {"memory": "48Mi"}}}
+    )
     eventually(
         lambda: (
             len(ready_endpoints(scenario.api, scenario.selector)) == 3
