@@ -177,6 +177,7 @@ def test_config_override_merges_into_config_pbtxt_with_its_own_version_policy(
     assert config["version_policy"] == {"specific": {"versions": [1, 2]}}
     assert client.mark("multi") == "m:1" and client.mark("multi", "2") == "m:2"
     http.close()
-    status, message = error_of(client.load, "multi", parameters={"config_override": "[1]"})
-    assert status == "500" and client.mark("multi") == "m:1"  # refused; the loaded model keeps serving
+    refused = error_of(client.load, "multi", parameters={"config_override": "[1]"})
+    assert refused == ("500", POLL_FAILURE.format("multi"))
+    assert client.mark("multi") == "m:1"  # the loaded model keeps serving
     client.unload("multi")
