@@ -44,6 +44,11 @@ class OperatorSettings(BaseSettings):
     """Seconds one model load may take on one pod before it counts as failed (and the rollout rolls
     back). Large models take minutes to load, so this is generous."""
 
+    endpoint_drain_seconds: float = 5.0
+    """Seconds a ``perPod`` rollout waits after taking a pod out of the Service's endpoints before it
+    unloads there: kube-proxies and clients' connection pools learn of the removal with a lag (the same
+    reason server pods sleep in ``preStop``)."""
+
     replica_detail_limit: int = 10
     """Most per-pod entries kept in ``status.models[].replicas`` (not-ready pods first): status stays
     small with hundreds of pods, and the counts still cover every pod."""

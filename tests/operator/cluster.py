@@ -7,7 +7,9 @@ run ``naiad serve`` with the rendered flags, the ConfigMap's ``--load-model`` li
 credentials. Paths the pod would see (``/repository``, ``/tmp``, ``/dev/termination-log``) map to
 per-claim and per-pod temporary folders; each server pod gets its own free ports (appended flags win),
 and its Pod object names them (``podIP`` 127.0.0.1, the ``http`` container port), which is how the
-operator finds it without any test hook.
+operator finds it without any test hook. Readiness follows the kubelet's rule: ``ContainersReady`` from
+the server's readiness probe, and ``Ready`` only when, in addition, every condition the pod's
+``readinessGates`` name is True (conditions someone else wrote are kept).
 
 Pods reach the API server as in a cluster: ``KUBERNETES_SERVICE_HOST``/``_PORT`` name an HTTPS front
 (:class:`ApiFront`) whose CA, with a token naming the pod's ServiceAccount, is mounted where the kubelet
@@ -191,6 +193,8 @@ class ServerPod:
     claims: set[str] = field(default_factory=set)
     crash_reported: bool = False
     ready: bool = False
+    container_ready: bool = False
+    metrics_port: int = 0
     restarts: int = 0
     started: float = field(default_factory=time.monotonic)
     attempted: float = field(default_factory=time.monotonic)
@@ -474,7 +478,7 @@ class FakeCluster:
         surge = self.surges.get(name)
         if stale and surge is None:
             self.surges[name] = self._start_pod(deployment, self._pod_name(name))
-        elif surge is not None and (surge.template != template or _answers(f"{surge.url}/v2/health/ready")):
+        elif surge is not None and (surge.template != template or surge.ready):
             if surge.template == template and stale:
                 old = stale[0]
                 pods[pods.index(old)] = surge
@@ -485,7 +489,7 @@ class FakeCluster:
         ready = 0
         for pod in [*pods, *([self.surges[name]] if name in self.surges else [])]:
             if pod.process.poll() is not None:  # crashed (e.g. no snapshot yet): restart it, like a kubelet
-                if pod.ready:  # a dead container is not Ready: its endpoint goes at once
+                if pod.ready or pod.container_ready:  # a dead container is not Ready: its endpoint goes
                     self._set_ready(pod, False)
                 if not pod.pending and not pod.crash_reported:
                     pod.crash_reported, pod.attempted = True, time.monotonic()
@@ -493,8 +497,7 @@ class FakeCluster:
                 back_off = 1.0 if pod.pending else min(2.0**pod.restarts, 8.0)  # the kubelet doubles it
                 if time.monotonic() - pod.attempted < back_off:
                     continue
-                restarted = self._start_pod(deployment, pod.name, pod.port, pod.template)
-                restarted.restarts = pod.restarts + 1
+                restarted = self._start_pod(deployment, pod.name, pod.port, pod.template, pod.restarts + 1)
                 restarted.started = pod.started
                 if pod in pods:
                     pods[pods.index(pod)] = restarted
@@ -502,9 +505,7 @@ class FakeCluster:
                     self.surges[name] = restarted
                 self._set_ready(restarted, False)
                 continue
-            now_ready = _answers(f"{pod.url}/v2/health/ready")
-            if now_ready != pod.ready:
-                self._set_ready(pod, now_ready)
+            self._set_ready(pod, _answers(f"{pod.url}/v2/health/ready"))
             ready += int(pod.ready)
         deadline = float(deployment["spec"].get("progressDeadlineSeconds", 600))
         mine = [*pods, *([self.surges[name]] if name in self.surges else [])]
@@ -635,7 +636,12 @@ class FakeCluster:
         )
 
     def _start_pod(
-        self, deployment: dict[str, Any], name: str, port: int | None = None, template_key: str | None = None
+        self,
+        deployment: dict[str, Any],
+        name: str,
+        port: int | None = None,
+        template_key: str | None = None,
+        restarts: int = 0,
     ) -> ServerPod:
         created = time.monotonic()  # the pod's creation: its init containers run after it
         template = deployment["spec"]["template"]
@@ -728,11 +734,24 @@ class FakeCluster:
                     {"type": "PodScheduled", "status": "True"},
                     {"type": "Ready", "status": "False"},
                 ],
-                "containerStatuses": [{"name": "server", "ready": False, "state": {"running": {}}}],
+                "containerStatuses": [
+                    {"name": "server", "ready": False, "restartCount": restarts, "state": {"running": {}}}
+                ],
             },
         )
         return ServerPod(
-            name, port, process, log, key, grpc_port, node=node, gpus=gpus, claims=claims, started=created
+            name,
+            port,
+            process,
+            log,
+            key,
+            grpc_port,
+            node=node,
+            gpus=gpus,
+            claims=claims,
+            started=created,
+            metrics_port=metrics_port,
+            restarts=restarts,
         )
 
     def _event(self, pod: str, reason: str, message: str) -> None:
@@ -761,6 +780,7 @@ class FakeCluster:
                 "waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}
             },
             "lastState": {"terminated": {"exitCode": pod.process.returncode, "message": tail}},
+            "restartCount": pod.restarts,
         }
         self._patch_pod_status(pod.name, {"containerStatuses": [status]})
 
@@ -770,6 +790,7 @@ class FakeCluster:
         ports = [{"name": "http", "containerPort": port}, {"name": "grpc", "containerPort": grpc_port}]
         if metrics_port:
             ports.append({"name": "metrics", "containerPort": metrics_port})
+        gates = list(template.get("spec", {}).get("readinessGates") or [])
         if self.api.get(f"/api/v1/namespaces/{NS}/pods/{name}") is not None:  # a restarted container
             self.api.patch(
                 f"/api/v1/namespaces/{NS}/pods/{name}",
@@ -785,7 +806,10 @@ class FakeCluster:
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": metadata,
-                "spec": {"containers": [{"name": "server", "ports": ports}]},
+                "spec": {
+                    "containers": [{"name": "server", "ports": ports}],
+                    **({"readinessGates": gates} if gates else {}),
+                },
             },
         )
         self._patch_pod_status(
@@ -796,21 +820,46 @@ class FakeCluster:
     def _patch_pod_status(self, name: str, status: dict[str, Any]) -> None:
         self.api.patch(f"/api/v1/namespaces/{NS}/pods/{name}/status", {"status": status})
 
-    def _set_ready(self, pod: ServerPod, ready: bool) -> None:
-        pod.ready = ready
+    def _set_ready(self, pod: ServerPod, container_ready: bool) -> None:
+        """The kubelet's readiness: ``ContainersReady`` from the probe, ``Ready`` only with every readiness
+        gate's condition True as well. Conditions others wrote (the gates) are kept; the write is a JSON
+        patch that tests the list it replaces, so a gate written meanwhile is never lost (the next loop
+        computes again)."""
+        obj = self.api.get(f"/api/v1/namespaces/{NS}/pods/{pod.name}")
+        if obj is None:
+            return
+        gates = [g["conditionType"] for g in (obj.get("spec") or {}).get("readinessGates") or []]
+        current = list((obj.get("status") or {}).get("conditions") or [])
+        by_type = {c["type"]: c for c in current}
+        ready = container_ready and all(by_type.get(g, {}).get("status") == "True" for g in gates)
+        pod.container_ready = container_ready
         if ready and pod.ready_at is None:
             pod.ready_at = time.monotonic()
-        self.api.patch(
-            f"/api/v1/namespaces/{NS}/pods/{pod.name}/status",
-            {
-                "status": {
-                    "conditions": [
-                        *([{"type": "PodScheduled", "status": "True"}] if pod.node else []),
-                        {"type": "Ready", "status": "True" if ready else "False"},
-                    ],
-                }
-            },
-        )
+        owned = {"PodScheduled", "ContainersReady", "Ready"}
+        conditions = [
+            *([{"type": "PodScheduled", "status": "True"}] if pod.node else []),
+            {"type": "ContainersReady", "status": "True" if container_ready else "False"},
+            {"type": "Ready", "status": "True" if ready else "False"},
+            *(c for c in current if c["type"] not in owned),
+        ]
+        if conditions == current and ready == pod.ready:
+            return
+        patch = [
+            {"op": "test", "path": "/status/conditions", "value": current},
+            {"op": "replace", "path": "/status/conditions", "value": conditions},
+        ]
+        if not current:
+            patch = [{"op": "add", "path": "/status/conditions", "value": conditions}]
+        try:
+            self.api.request(
+                "PATCH",
+                f"/api/v1/namespaces/{NS}/pods/{pod.name}/status",
+                patch,
+                "application/json-patch+json",
+            )
+        except urllib.error.HTTPError:
+            return  # someone wrote the list meanwhile: the next loop reads it again
+        pod.ready = ready
 
 
 def _answers(url: str) -> bool:

@@ -20,6 +20,8 @@ from tests.support.server import free_port
 os.environ.setdefault("NAIAD_OPERATOR_RECONCILE_INTERVAL", "1")
 os.environ.setdefault("NAIAD_OPERATOR_SYNC_POLL_INTERVAL", "0.5")
 os.environ.setdefault("NAIAD_OPERATOR_SYNC_RETRY_SECONDS", "3600")
+# the simulated endpoints follow a Ready change within a second (load.py refreshes them every 0.5 s)
+os.environ.setdefault("NAIAD_OPERATOR_ENDPOINT_DRAIN_SECONDS", "1.5")
 os.environ.setdefault("NAIAD_OPERATOR_METRICS_PORT", str(free_port()))
 
 

@@ -3,10 +3,10 @@ failed load and rollback, invalid spec, no snapshot yet, pinned snapshot."""
 
 from __future__ import annotations
 
-from naiad_operator.api.inferenceservice import ModelSpec, ModelStatus, VersionPolicy
+from naiad_operator.api.inferenceservice import ModelSpec, ModelStatus, RolloutStrategy, VersionPolicy
 from naiad_operator.api.modelrepository import ModelRepositoryStatus
 from naiad_operator.api.observed import PodObservation, VersionObservation, VersionState
-from naiad_operator.reconcile import rollout
+from naiad_operator.reconcile import retry, rollout
 from naiad_operator.reconcile.rollout import Change, Load, StageKind, Unload
 from naiad_operator.reconcile.versions import InvalidPolicy, select_versions
 
@@ -193,11 +193,11 @@ def test_rollback_restores_active_versions_and_old_default() -> None:
     assert remaining.actions == ()
 
 
-def test_rollback_of_a_new_model_unloads_it_where_it_came_up() -> None:
-    plan = rollout.plan([spec("n")], {"n": {1: "n1"}}, {}, [pod("p0"), pod("p1")])
-    after = [pod("p0", n={1: READY}), pod("p1", n={1: (FAILED, "bad")})]
-    # p1 holds nothing (its failed version stays listed, with the reason, for status to show)
-    assert rollout.rollback(plan.models["n"], after, None) == [Unload("p0", "n")]
+def test_rollback_of_a_new_model_unloads_it_where_it_came_up_or_failed() -> None:
+    plan = rollout.plan([spec("n")], {"n": {1: "n1"}}, {}, [pod("p0"), pod("p1"), pod("p2")])
+    after = [pod("p0", n={1: READY}), pod("p1", n={1: (FAILED, "bad")}), pod("p2")]
+    # p1's failed version would keep its strict-readiness server unready (status has the reason already)
+    assert rollout.rollback(plan.models["n"], after, None) == [Unload("p0", "n"), Unload("p1", "n")]
 
 
 def test_blocked_target_is_not_retried_but_drift_is_held_at_active() -> None:
@@ -227,24 +227,14 @@ def test_config_override_travels_with_every_load() -> None:
     assert actions(plan)[StageKind.LOAD] == [Load("p0", "m", (1,), 1, False, override)]
 
 
-def test_load_config_sets_the_version_policy_and_merges_the_override() -> None:
-    base = {
-        "name": "m",
-        "max_batch_size": 0,
-        "version_policy": {"latest": {"num_versions": 1}},
-        "parameters": {"a": {"string_value": "1"}},
-    }
-    config = rollout.load_config(
-        base, [1, 2], {"max_batch_size": 8, "parameters": {"b": {"string_value": "2"}}}
-    )
-    assert config == {
-        "name": "m",
+def test_load_override_sets_the_version_policy_next_to_the_override() -> None:
+    override = {"max_batch_size": 8, "version_policy": {"latest": {"num_versions": 1}}}
+    assert rollout.load_override([1, 2], override) == {
         "max_batch_size": 8,
         "version_policy": {"specific": {"versions": [1, 2]}},
-        "parameters": {"a": {"string_value": "1"}, "b": {"string_value": "2"}},
     }
-    assert base["max_batch_size"] == 0  # the base is not modified
-    assert rollout.load_config(None, [1], None) is None
+    assert override["version_policy"] == {"latest": {"num_versions": 1}}  # the spec is not modified
+    assert rollout.load_override([1], None) == {"version_policy": {"specific": {"versions": [1]}}}
 
 
 def test_target_snapshot() -> None:
@@ -291,3 +281,49 @@ def test_a_rollout_resumed_after_its_unload_began_never_pins_the_old_version_aga
     lagging = [pod("p0", m={2: READY}), pod("p1", m={1: READY})]
     plan = rollout.plan([spec("m")], {"m": {1: "h1", 2: "h2"}}, {"m": record("m", {1: "h1"})}, lagging)
     assert actions(plan)[StageKind.LOAD] == [Load("p1", "m", (1, 2), 2)]
+
+
+def held(name: str, **models: dict[int, VersionState]) -> PodObservation:
+    """A pod whose server is up but which its readiness gate still holds out of the Service."""
+    index = {m: {v: VersionObservation(s) for v, s in versions.items()} for m, versions in models.items()}
+    return PodObservation(name, f"http://{name}:8000", False, index, containers_ready=True, gated=True)
+
+
+def test_a_pod_held_out_by_its_gate_is_loaded_with_override_and_pin_even_when_its_versions_match() -> None:
+    """It loaded plain config.pbtxt at start: versions alone cannot tell, so it is loaded, then let in."""
+    override = {"parameters": {"p": {"string_value": "x"}}}
+    records = {"m": record("m", {1: "h1"}, config_hash=retry.fingerprint(override))}
+    pods = [pod("p0", m={1: READY}), held("p1", m={1: READY})]
+    plan = rollout.plan([spec("m", configOverride=override)], {"m": {1: "h1"}}, records, pods)
+    assert plan.models["m"].change is Change.STEADY
+    assert actions(plan) == {StageKind.LOAD: [Load("p1", "m", (1,), 1, False, override)]}
+    assert plan.admit == ("p1",)
+
+
+def test_a_changed_override_alone_reloads_every_pod() -> None:
+    records = {"m": record("m", {1: "h1"})}  # rolled out without an override
+    pods = [pod("p0", m={1: READY}), pod("p1", m={1: READY})]
+    override = {"max_batch_size": 4}
+    plan = rollout.plan([spec("m", configOverride=override)], {"m": {1: "h1"}}, records, pods)
+    assert plan.models["m"].change is Change.ROLLOUT and plan.models["m"].reconfigure
+    assert actions(plan) == {
+        StageKind.LOAD: [Load("p0", "m", (1,), 1, False, override), Load("p1", "m", (1,), 1, False, override)]
+    }
+
+
+def test_per_pod_replaces_on_serving_pods_one_by_one_and_is_picked_by_measured_memory() -> None:
+    gated = [
+        PodObservation(n, f"http://{n}:8000", True, {"m": {1: VersionObservation(READY)}}, gated=True,
+                       containers_ready=True, gate_open=True, gate_set=True, memory={"m": {1: 30 << 20}})
+        for n in ("p0", "p1")
+    ]  # fmt: skip
+    snapshot, records = {"m": {1: "h1", 2: "h2"}}, {"m": record("m", {1: "h1"})}
+    chosen = rollout.plan([spec("m", rollout={"strategy": "perPod"})], snapshot, records, gated)
+    measured = rollout.plan([spec("m")], snapshot, records, gated, memory_limit=48 << 20)
+    for plan in (chosen, measured):
+        assert plan.models["m"].strategy is RolloutStrategy.PER_POD
+        assert actions(plan) == {
+            StageKind.PER_POD: [Load(p, "m", (2,), 2, replace=True) for p in ("p0", "p1")]
+        }
+    roomy = rollout.plan([spec("m")], snapshot, records, gated, memory_limit=64 << 20)
+    assert roomy.models["m"].strategy is RolloutStrategy.BOTH

@@ -4,7 +4,8 @@ The real ``naiad-operator`` (a subprocess, started as the chart's Deployment sta
 (``tests/support/kmock_k8s.py``) through one lifecycle that reaches every code path that calls the API: a
 ModelRepository whose claim is created and whose sync Job is created, finished (the test plays the Job
 controller) and read back with its pod; a nodeCache repository's node-local PersistentVolume; an InferenceService with every optional child (HPA, PDB), then
-with them switched off (so they are deleted); the repository deleted (its claim, owned under
+with them switched off (so they are deleted); a server pod whose readiness gate the operator closes; the
+repository deleted (its claim, owned under
 ``retentionPolicy: Delete``, is garbage collection's to delete). Every request signed with the operator's token is kept.
 
 Requests become RBAC triples (API group, resource[/subresource], verb) the way the API server authorizes
@@ -326,6 +327,44 @@ def record(namespaces: list[str], workdir: Path) -> Traffic:
                 }
             },
         )
+        # a server container that stopped being ready while its readiness gate was open (a restart): the
+        # operator closes the gate at once (reads the pod fresh, patches its status)
+        gate = "serving.naiad.dev/models-loaded"
+        api.create(
+            f"/api/v1/namespaces/{NS}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "vision-1", "labels": {"serving.naiad.dev/inferenceservice": "vision"}},
+                "spec": {
+                    "containers": [{"name": "server", "image": "naiad/server:test"}],
+                    "readinessGates": [{"conditionType": gate}],
+                },
+            },
+        )
+        api.patch(
+            f"/api/v1/namespaces/{NS}/pods/vision-1/status",
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [
+                        {"type": "ContainersReady", "status": "False"},
+                        {"type": "Ready", "status": "False"},
+                        {
+                            "type": gate,
+                            "status": "True",
+                            "message": "serves the fleet's models (container start 0)",
+                        },
+                    ],
+                }
+            },
+        )
+
+        def gate_closed() -> bool:
+            pod = api.get(f"/api/v1/namespaces/{NS}/pods/vision-1") or {}
+            return any(c["type"] == gate and c["status"] == "False" for c in pod["status"]["conditions"])
+
+        eventually(gate_closed, "the readiness gate closed")
         hpa = f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers/vision"
         pdb = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/vision"
         eventually(lambda: api.get(hpa) and api.get(pdb), "the HPA and the PDB")
@@ -339,6 +378,8 @@ def record(namespaces: list[str], workdir: Path) -> Traffic:
         claim = api.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/models-repository")
         assert [o["kind"] for o in claim["metadata"]["ownerReferences"]] == ["ModelRepository"]
         api.request("DELETE", f"{GROUP_PATH}/modelrepositories/models")
-        eventually(lambda: api.get(f"{GROUP_PATH}/modelrepositories/models") is None, "the repository deleted")
+        eventually(
+            lambda: api.get(f"{GROUP_PATH}/modelrepositories/models") is None, "the repository deleted"
+        )
         assert isinstance(server.emulator, RecordingEmulator)
         return replace(rules_of(server.emulator.requests), liveness_ok=healthy(port))

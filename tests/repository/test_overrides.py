@@ -158,3 +158,26 @@ def test_pinning_a_version_that_is_not_loaded_fails_and_changes_nothing(client: 
     assert client.mark("multi") == "m:3"
     assert error_of(client.load, "multi", parameters={"default_version": "one"})[0] == "400"
     client.unload("multi")
+
+
+def test_config_override_merges_into_config_pbtxt_with_its_own_version_policy(
+    client: RepositoryClient, server: ServerProcess
+) -> None:
+    """``config_override`` (Naiad) changes only what it names: the rest comes from config.pbtxt, a
+    version policy replaces config.pbtxt's, and the default pin travels in the same load."""
+    override = {
+        "parameters": {"flavour": {"string_value": "a"}},
+        "version_policy": {"specific": {"versions": [1, 2]}},
+    }
+    client.load("multi", parameters={"config_override": json.dumps(override), "default_version": 1})
+    http = InferenceServerClient(server.http_url)
+    config = http.get_model_config("multi")
+    assert config["parameters"]["flavour"]["string_value"] == "a"
+    assert config["backend"] == "python" and [o["name"] for o in config["output"]] == ["OUTPUT0", "MARK"]
+    assert config["version_policy"] == {"specific": {"versions": [1, 2]}}
+    assert client.mark("multi") == "m:1" and client.mark("multi", "2") == "m:2"
+    http.close()
+    refused = error_of(client.load, "multi", parameters={"config_override": "[1]"})
+    assert refused == ("500", POLL_FAILURE.format("multi"))
+    assert client.mark("multi") == "m:1"  # the loaded model keeps serving
+    client.unload("multi")

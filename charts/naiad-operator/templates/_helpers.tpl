@@ -90,8 +90,9 @@ Namespaced rules, granted cluster-wide or per watched namespace:
   (the HPA and PDB when switched off; a claim under retentionPolicy Delete is owned by its repository
   and garbage collection deletes it);
 - sync Jobs are created once and read, and deleted when the spec changes (or suspend is set) while one
-  runs; pods are only listed (server pods by label, a Job's pod for its
-  termination message); no Secrets at all: a sync Job gets its Secret by name (envFrom), never read here;
+  runs; pods are listed (server pods by label, a Job's pod for its termination message), read fresh and
+  their status patched for the readiness gate the operator keeps on server pods (its own condition
+  only); no Secrets at all: a sync Job gets its Secret by name (envFrom), never read here;
 - Events: created through kopf.event, and listed (by involvedObject) for a pod that waits for its
   volumes, since FailedMount and Multi-Attach are said only there;
 - "update" on our resources' finalizers: children carry ownerReferences with blockOwnerDeletion, which
@@ -116,7 +117,10 @@ Namespaced rules, granted cluster-wide or per watched namespace:
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "list"]

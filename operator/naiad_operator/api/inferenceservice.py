@@ -36,6 +36,13 @@ class VersionPolicy(CamelModel):
 
 
 class RolloutStrategy(StrEnum):
+    """How a model's new versions (or new config) reach the pods.
+
+    ``both``: every pod loads old and new side by side, then all switch (no pod leaves the Service, but
+    each holds both versions for a while). ``perPod``: one pod at a time leaves the Service's endpoints,
+    drops the old version, loads the new one and comes back (never both in one pod's memory).
+    ``canary``: both versions stay loaded while traffic shifts by weight."""
+
     BOTH = "both"
     PER_POD = "perPod"
     CANARY = "canary"
@@ -51,11 +58,14 @@ class CanaryAnalysis(CamelModel):
 
 
 class ModelRollout(CamelModel):
-    """How a new version replaces the old one on the pods. ``canary``: both stay loaded while the
-    share of requests naming no version moves to the new one step by step (percent), each step held
+    """How a new version (or a new ``configOverride``) replaces the old one on the pods.
+
+    ``strategy`` unset: ``both``, unless the model's measured footprint says old and new together would
+    not fit in the pod's memory limit, then ``perPod``. ``canary``: both stay loaded while the share of
+    requests naming no version moves to the new one step by step (percent), each step held
     ``pause_seconds`` and judged by ``analysis``."""
 
-    strategy: RolloutStrategy = RolloutStrategy.BOTH
+    strategy: RolloutStrategy | None = None
     steps: list[int] = Field(default_factory=lambda: [10, 50, 100])
     pause_seconds: int = 60
     analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
@@ -271,6 +281,20 @@ class ModelStatus(CamelModel):
     default_version: int | None = None
     content_hashes: dict[int, str] = Field(default_factory=dict)
     blocked_hashes: dict[int, str] | None = None
+    config_hash: str | None = None
+    """Fingerprint of the ``configOverride`` every pod serves (None: no override)."""
+    blocked_config: str | None = None
+    """The override fingerprint of the blocked attempt: a different override is a new attempt."""
+    blocked_spec: str | None = None
+    """Fingerprint of the pod spec (resources, GPUs, placement) the blocked attempt ran on."""
+    blocked_retry: str | None = None
+    """The retry annotation's value when the attempt failed: bumping it retries."""
+    retries: int = 0
+    """Failed attempts at this target in a row (transient failures are retried with a back-off)."""
+    next_retry: str | None = None
+    """When a transient failure is tried again; None while no automatic retry is planned."""
+    strategy: RolloutStrategy | None = None
+    """The strategy of the rollout in progress or last done, as chosen (spec or measured footprint)."""
     copies: Copies = Field(default_factory=Copies)
     replicas: list[ReplicaState] = Field(default_factory=list)
     last_failure: Failure | None = None

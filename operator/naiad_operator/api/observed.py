@@ -6,13 +6,34 @@ plain frozen dataclasses (not API dicts) is what lets the decisions be tested wi
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from naiad_operator import GROUP
 
 #: The pod annotation naming the snapshot a ``perPod`` server pod pulled into its own volume.
 SNAPSHOT_ANNOTATION = f"{GROUP}/snapshot"
+
+#: The condition type of the operator's readiness gate on server pods (``reconcile.readiness``).
+GATE = f"{GROUP}/models-loaded"
+
+_START = re.compile(r"container start (\d+)")
+
+
+def gate_message(open_: bool, restarts: int) -> str:
+    """The gate condition's message: it names the container start the condition was written for."""
+    return f"{'serves' if open_ else 'held back from'} the fleet's models (container start {restarts})"
+
+
+def opened_for(condition: dict[str, Any]) -> int | None:
+    """The container start an open gate condition holds for (None: not open, or not ours)."""
+    if condition.get("status") != "True":
+        return None
+    found = _START.search(str(condition.get("message") or ""))
+    return int(found.group(1)) if found else None
+
 
 #: The reason Triton's index gives a version that is UNAVAILABLE because it was unloaded (on purpose,
 #: or because it belonged to a load that failed for another version): not a failure of its own.
@@ -64,10 +85,33 @@ class PodObservation:
     problem: PodProblem | None = None
     metrics_url: str | None = None
     """Where the pod's Prometheus endpoint answers (its ``metrics`` port): per-version traffic."""
+    containers_ready: bool = False
+    """The server container passes its readiness probe (``ContainersReady``); with the operator's
+    readiness gate still closed the pod is not Ready, so not in the Service's endpoints, yet."""
+    gated: bool = False
+    """The pod carries the operator's readiness gate: it joins the Service only once the operator
+    loaded on it what the fleet serves (override, pinned version), not what it loaded at start."""
+    gate_open: bool = False
+    """The gate is open for the container running now (one opened before a restart does not count)."""
+    gate_set: bool = False
+    """The gate condition says True in the API (possibly for an earlier container start)."""
+    restarts: int = 0
+    memory: dict[str, dict[int, int]] = field(default_factory=dict)
+    """model -> version -> resident bytes its load added, from the pod's metrics (empty: not read)."""
 
     @property
     def reporting(self) -> bool:
         return self.url is not None and self.index_error is None
+
+    @property
+    def up(self) -> bool:
+        """Its server answers and the operator may act on it: Ready, or held out by the gate only."""
+        return self.ready or (self.gated and self.containers_ready)
+
+    @property
+    def preparing(self) -> bool:
+        """Up but held out of the Service by the gate until the operator has loaded its models."""
+        return self.gated and self.containers_ready and not self.gate_open
 
     def holds(self, model: str) -> bool:
         """Some version of ``model`` is loaded or loading here: there is something to unload. (After an

@@ -47,9 +47,6 @@ class OperatorContext:
     """Objects with a triggered pass waiting for their lock (see ``watches.nudge``)."""
     jitter: Callable[[], float] = field(default_factory=lambda: random.Random().random)
     """Draws in [0, 1) that spread retry delays (reconcile code takes the number, never the source)."""
-    configs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    """The last full config seen per (InferenceService uid, model): the base for a load on a pod
-    that lost the model when no other pod has it loaded."""
     passes: Passes = field(default_factory=Passes)
     """InferenceService passes, run in the background (``handlers.passes``)."""
     routes: dict[tuple[str, str, str], Routing] = field(default_factory=dict)

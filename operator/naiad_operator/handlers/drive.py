@@ -3,13 +3,16 @@
 The plan itself (what, where, in which order) comes from ``reconcile.rollout`` and ``reconcile.canary``;
 this module only performs it: pods in parallel, each pod's actions in order, an Event per load, unload
 and failure. It reports which routing (canary weights, mirror) each pod accepted, since a pod's index
-does not show it.
+does not show it. The ``PerPod`` stage goes one pod at a time: the pod's readiness gate closes (it leaves
+the Service's endpoints), the endpoints get time to follow, the pod's models are replaced, and the gate
+opens again; the next pod goes only once this one is Ready. Pods held out by the gate since they started
+are let in once every action on them succeeded (``reconcile.readiness``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,8 +22,8 @@ from naiad_operator.api.inferenceservice import Failure, ModelSpec
 from naiad_operator.api.observed import PodObservation
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.k8s.modelserver import ServerCallError, routing_parameters
-from naiad_operator.k8s.pods import observe
-from naiad_operator.reconcile import rollout
+from naiad_operator.k8s.pods import gate_state, observe, pod_ready, set_gate
+from naiad_operator.reconcile import readiness, rollout
 from naiad_operator.reconcile.rollout import Action, Load, Plan, Routing, StageKind, Unload
 from naiad_operator.reconcile.syncjob import format_time
 
@@ -39,17 +42,23 @@ async def run(
     """Perform every stage; returns the pods as observed afterwards, the models that failed and the
     routing each pod accepted."""
     routed: Routed = {}
-    if not plan.stages:
+    namespace = body["metadata"]["namespace"]
+    for pod in readiness.to_close(pods):
+        await close_gate(ctx, namespace, pod.name, "ContainerRestarted")
+    if not plan.stages and not plan.admit:
         return pods, {}, routed
     urls = {p.name: p.url for p in pods if p.url}
     overrides = {m.name: m.config_override for m in models}
     failed: dict[str, Failure] = {}
+    trouble: set[str] = set()
+    """Pods where some action failed or went unanswered: not let in by the gate this pass."""
     load_stage = plan.stage(StageKind.LOAD)
     if load_stage is not None:
         with ctx.metrics.stage_seconds.labels(StageKind.LOAD.value).time():
             errors, lost = await _execute(ctx, body, urls, load_stage.actions, routed)
+        trouble |= {pod for pod, _ in errors} | lost
         pods = await observe(ctx.server, pod_objects, ctx.resolve)
-        failed = rollout.failures(plan, pods, format_time(datetime.now(UTC)), errors, lost)
+        failed = rollout.failures(plan, pods, _now(), errors, lost)
         undo: list[Action] = []
         for model, failure in failed.items():
             kopf.event(
@@ -59,13 +68,143 @@ async def run(
                 message=f"{model}: {failure.message} (pod {failure.pod}); rolling back",
             )
             undo += rollout.rollback(plan.models[model], pods, overrides.get(model))
-        await _execute(ctx, body, urls, undo, routed)
+            trouble.add(failure.pod or "")
+        errors, lost = await _execute(ctx, body, urls, undo, routed)
+        trouble |= {pod for pod, _ in errors} | lost
     for kind in (StageKind.ROUTE, StageKind.SWITCH, StageKind.UNLOAD):
         stage = plan.stage(kind)
         if stage is not None:
             with ctx.metrics.stage_seconds.labels(kind.value).time():
-                await _execute(ctx, body, urls, rollout.without(stage, set(failed)).actions, routed)
+                actions = rollout.without(stage, set(failed)).actions
+                errors, lost = await _execute(ctx, body, urls, actions, routed)
+            trouble |= {pod for pod, _ in errors} | lost
+    starts = {p.name: p.restarts for p in pods}
+    admitted = [
+        name
+        for name in plan.admit
+        if name not in trouble and await _admit(ctx, namespace, name, starts.get(name))
+    ]
+    per_pod = plan.stage(StageKind.PER_POD)
+    if per_pod is not None:
+        acting = [o["metadata"]["name"] for o in pod_objects]
+        with ctx.metrics.stage_seconds.labels(StageKind.PER_POD.value).time():
+            if all([await _until(ctx, namespace, name, pod_ready) for name in admitted]):
+                failed.update(
+                    await _one_pod_at_a_time(
+                        ctx, body, plan, per_pod.actions, urls, overrides, acting, routed
+                    )
+                )
     return await observe(ctx.server, pod_objects, ctx.resolve), failed, routed
+
+
+def _now() -> str:
+    return format_time(datetime.now(UTC))
+
+
+async def close_gate(ctx: OperatorContext, namespace: str, pod: str, reason: str) -> int | None:
+    """Take ``pod`` out of the Service's endpoints (its gate condition False): the container start it
+    was closed at, or None if the pod is gone or changed under the write."""
+    current = await ctx.kube.get("v1", "Pod", namespace, pod)
+    if current is None:
+        return None
+    restarts = int(gate_state(current)["restarts"])
+    condition = readiness.gate_condition(False, restarts, reason, _now())
+    return restarts if await set_gate(ctx.kube, current, condition) else None
+
+
+async def _admit(
+    ctx: OperatorContext, namespace: str, pod: str, restarts: int | None, wait: float = 0.0
+) -> bool:
+    """Open ``pod``'s gate, once its container is ready (the kubelet reports a server that just finished
+    loading within its probe period: ``wait`` seconds at most), if that container is still the one the
+    operator loaded (``restarts``): one restarted meanwhile holds only what it loaded at start."""
+    ready = await _until(ctx, namespace, pod, lambda o: bool(gate_state(o)["containers_ready"]), wait)
+    current = await ctx.kube.get("v1", "Pod", namespace, pod)
+    if not ready or current is None or current["metadata"].get("deletionTimestamp"):
+        return False
+    now_restarts = int(gate_state(current)["restarts"])
+    if restarts is not None and now_restarts != restarts:
+        return False
+    condition = readiness.gate_condition(True, now_restarts, "ModelsLoaded", _now())
+    return await set_gate(ctx.kube, current, condition)
+
+
+async def _one_pod_at_a_time(
+    ctx: OperatorContext,
+    body: dict[str, Any],
+    plan: Plan,
+    actions: Sequence[Action],
+    urls: dict[str, str],
+    overrides: dict[str, Any],
+    acting: Sequence[str],
+    routed: Routed,
+) -> dict[str, Failure]:
+    """The ``PerPod`` stage: out of the endpoints, drained, replaced, checked, back in, Ready; then the
+    next pod. A failure rolls that pod back and stops the stage (the other pods still serve the old
+    versions); so does a pod that does not come back Ready, or any other pod of the service found not
+    Ready before a pod goes out: at most one pod is ever out (the next pass carries on)."""
+    namespace = body["metadata"]["namespace"]
+    by_pod: dict[str, list[Action]] = {}
+    for action in actions:
+        by_pod.setdefault(action.pod, []).append(action)
+    failed: dict[str, Failure] = {}
+    for pod, queue in sorted(by_pod.items()):
+        models = sorted({a.model for a in queue})
+        others = [await ctx.kube.get("v1", "Pod", namespace, name) for name in acting if name != pod]
+        if not all(o is not None and pod_ready(o) for o in others):
+            break
+        started = await close_gate(ctx, namespace, pod, "PerPodRollout")
+        if started is None:
+            continue
+        kopf.event(body, type="Normal", reason="PerPodRollout", message=f"pod {pod} out for {models}")
+        await asyncio.sleep(ctx.settings.endpoint_drain_seconds)
+        errors, lost = await _execute(ctx, body, urls, queue, routed)
+        current = await ctx.kube.get("v1", "Pod", namespace, pod)
+        if current is None:
+            break
+        seen = await observe(ctx.server, [current], ctx.resolve)
+        here = {
+            m: f
+            for m, f in rollout.failures(plan, seen, _now(), errors, lost, per_pod=True).items()
+            if m in models
+        }
+        if here:
+            undo = [a for m in here for a in rollout.rollback(plan.models[m], seen, overrides.get(m))]
+            for model, failure in here.items():
+                kopf.event(
+                    body,
+                    type="Warning",
+                    reason="BlockedByFailedLoad",
+                    message=f"{model}: {failure.message} (pod {pod}); rolling back",
+                )
+            await _execute(ctx, body, urls, undo, routed)
+            failed.update(here)
+        wait = ctx.settings.load_timeout
+        admitted = await _admit(ctx, namespace, pod, started, wait)
+        if not admitted or not await _until(ctx, namespace, pod, pod_ready, wait) or here:
+            break
+    return failed
+
+
+async def _until(
+    ctx: OperatorContext,
+    namespace: str,
+    pod: str,
+    check: Callable[[dict[str, Any]], bool],
+    wait: float | None = None,
+) -> bool:
+    """Poll the Pod object until ``check`` holds (True) or it is gone or ``wait`` seconds (default: the
+    load timeout) passed (False): the kubelet reports readiness within its probe period."""
+    deadline = asyncio.get_running_loop().time() + (ctx.settings.load_timeout if wait is None else wait)
+    while True:
+        current = await ctx.kube.get("v1", "Pod", namespace, pod)
+        if current is None:
+            return False
+        if check(current):
+            return True
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(0.2)
 
 
 async def _execute(
@@ -113,7 +252,7 @@ async def _perform(
             await ctx.server.unload(url, action.model)
             message = f"{action.model} unloaded from pod {action.pod}"
         else:
-            await _load(ctx, body, url, [u for u in urls.values() if u != url], action)
+            await _load(ctx, url, action)
             pinned = f", default {action.default_version}" if action.default_version is not None else ""
             message = f"{action.model} versions {list(action.versions)} on pod {action.pod}{pinned}"
             message += _describe(action.routing)
@@ -130,26 +269,18 @@ async def _perform(
     return None
 
 
-async def _load(
-    ctx: OperatorContext, body: dict[str, Any], url: str, peers: Sequence[str], action: Load
-) -> None:
-    """Load with exactly ``action.versions``: a Load names versions through the config's version policy,
-    so it needs the model's full config as a base. That comes from this pod, another pod, or the last
-    one seen; failing those (or when content changed: the config may have too) the server first loads
-    the model plain from the repository and its answer becomes the base."""
-    key = (body["metadata"]["uid"], action.model)
-    base = None if action.fresh else await _loaded_config(ctx, [url, *peers], action.model)
-    base = base or (None if action.fresh else ctx.configs.get(key))
-    if base is None:
-        await ctx.server.load(url, action.model, None, None)
-        base = await ctx.server.config(url, action.model)
-    if base is not None:
-        ctx.configs[key] = base
-    config = rollout.load_config(base, action.versions, action.config_override)
+async def _load(ctx: OperatorContext, url: str, action: Load) -> None:
+    """Load with exactly ``action.versions``, the spec's override, the pinned default and the routing
+    (canary weights, mirror) in one request: the server merges override and version policy into the
+    repository's ``config.pbtxt`` (Naiad's ``config_override`` load parameter) and re-reads the files, so
+    changed content is picked up and is never served, not even for a moment, without its pin and
+    override."""
+    if action.replace:  # perPod: the old versions go before the new ones load
+        await ctx.server.unload(url, action.model)
+    override = rollout.load_override(action.versions, action.config_override)
     routing = action.routing
     parameters = None if routing is None else routing_parameters(dict(routing.weights), routing.mirror)
-    if config is not None:
-        await ctx.server.load(url, action.model, config, action.default_version, parameters)
+    await ctx.server.load(url, action.model, override, action.default_version, parameters)
 
 
 def _describe(routing: Routing | None) -> str:
@@ -158,14 +289,3 @@ def _describe(routing: Routing | None) -> str:
     weights = ", ".join(f"v{v} {w}%" for v, w in routing.weights) or "none"
     mirror = f", mirror {routing.mirror[1]}% to v{routing.mirror[0]}" if routing.mirror else ""
     return f", weights {weights}{mirror}"
-
-
-async def _loaded_config(ctx: OperatorContext, urls: Sequence[str], model: str) -> dict[str, Any] | None:
-    for url in urls:
-        try:
-            config = await ctx.server.config(url, model)
-        except ServerCallError:
-            continue
-        if config is not None:
-            return config
-    return None

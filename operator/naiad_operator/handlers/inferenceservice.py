@@ -21,11 +21,11 @@ from naiad_operator.api.observed import DeploymentObservation, PodObservation
 from naiad_operator.handlers import children, drive, watches
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
-from naiad_operator.k8s.pods import observe, scrape
+from naiad_operator.k8s.pods import confirmed, describe, observe, scrape
 from naiad_operator.k8s.problems import volume_events
-from naiad_operator.reconcile import canary, names, nodecache, rollout, traffic
+from naiad_operator.reconcile import canary, names, nodecache, readiness, retry, rollout, traffic
 from naiad_operator.reconcile.children import inference_service_children
-from naiad_operator.reconcile.compare import merge_patch
+from naiad_operator.reconcile.compare import merge_patch, quantity_bytes
 from naiad_operator.reconcile.repository_mount import RepositoryMount
 from naiad_operator.reconcile.service_status import Observed, service_status
 from naiad_operator.reconcile.syncjob import format_time
@@ -43,6 +43,7 @@ def by_repository(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> dict[
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+@kopf.on.update(GROUP, VERSION, PLURAL, field="metadata.annotations")  # the retry annotation
 async def changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """The spec changed (or the operator started): replace any pass in flight with a new one."""
     ctx = context_of(memo)
@@ -79,7 +80,13 @@ async def server_changed(
     services_by_label: kopf.Index[tuple[str, str], str],
     **kwargs: Any,
 ) -> None:
-    """A server pod or the Deployment changed (scheduled, Ready, failed, scaled): a pass now."""
+    """A server pod or the Deployment changed (scheduled, Ready, failed, scaled): a pass now. A pod
+    whose server container stopped being ready has its readiness gate closed first, without waiting for
+    the service's lock (a rollout may hold it): restarted, it must not rejoin the Service with what it
+    loaded at start."""
+    obj = event.get("object") or {}
+    if obj.get("kind") == "Pod" and event.get("type") != "DELETED" and readiness.to_close([describe(obj)]):
+        await drive.close_gate(context_of(memo), namespace, obj["metadata"]["name"], "ContainerNotReady")
     isvc = watches.owner(services_by_label, namespace, labels.get(names.ISVC_LABEL))
     await watches.child_event(context_of(memo), event, kwargs, KIND, namespace, isvc, requested)
 
@@ -157,16 +164,29 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         for ref in wanted.absent:
             await children.remove(ctx.cache, namespace, ref)
 
-    pod_objects = await ctx.cache.server_pods(namespace, names.selector_labels(name))
+    pod_objects = await confirmed(
+        ctx.kube, await ctx.cache.server_pods(namespace, names.selector_labels(name))
+    )
     events = await volume_events(ctx.kube, namespace, pod_objects)
-    pods = await observe(ctx.server, pod_objects, ctx.resolve, events)
+    memory_limit = quantity_bytes(spec.server.resources.limits.get("memory"))
+    weigh = memory_limit is not None and any(m.rollout.strategy is None for m in spec.models)
+    pods = await observe(ctx.server, pod_objects, ctx.resolve, events, memory=weigh)
     records = {m.name: m for m in before.models}
     acting = mount.acting_pods(pods)
     snapshot = rollout.target_snapshot(spec.repository.snapshot, repo_status, records, acting)
     complete = repo_status is None or repo_status.models_complete is not False
-    plan = rollout.plan(spec.models, snapshot, mount.planning_records(records), acting, complete)
-    uid = str(meta.get("uid") or "")
     now = datetime.now(UTC)
+    attempt = retry.Attempt(now, retry.spec_fingerprint(spec), retry.retry_token(meta.get("annotations")))
+    plan = rollout.plan(
+        spec.models,
+        snapshot,
+        mount.planning_records(records),
+        acting,
+        attempt,
+        memory_limit,
+        listing_complete=complete,
+    )
+    uid = str(meta.get("uid") or "")
     counters = await scrape(ctx.server, acting) if canary.wants_scrape(spec.models, plan) else None
     decisions = {
         m.name: canary.decide(

@@ -163,11 +163,18 @@ class Kube:
         return True
 
     async def json_patch(
-        self, api_version: str, kind: str, namespace: str, name: str, operations: list[dict[str, Any]]
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        operations: list[dict[str, Any]],
+        subresource: str = "",
     ) -> dict[str, Any]:
         """One JSON patch, not retried: its ``test`` operations make it conditional, and a failed
         condition (409/422) is the caller's answer."""
         path = resources.object_path(api_version, kind, namespace, name)
+        path += f"/{subresource}" if subresource else ""
         result: dict[str, Any] = await self._call("PATCH", path, body=operations, content_type=JSON_PATCH)
         return result
 

@@ -1,12 +1,12 @@
 """HTTP calls to one server pod's repository API (Triton's model repository extension).
 
 * ``POST /v2/repository/index`` -> ``[{name, version, state, reason}]`` (models never loaded: name only)
-* ``POST /v2/repository/models/{m}/load`` with ``parameters``: ``config`` (ModelConfig JSON that replaces
-  config.pbtxt) and Naiad's ``default_version`` (the pinned version for requests naming none)
+* ``POST /v2/repository/models/{m}/load`` with Naiad's ``parameters``: ``config_override`` (ModelConfig
+  JSON merged into config.pbtxt) and ``default_version`` (the pinned version for requests naming none)
 * ``POST /v2/repository/models/{m}/unload``
-* ``GET /v2/models/{m}/config`` -> the loaded config (the base the operator edits the version policy of)
+* ``GET /v2/models/{m}/config`` -> the loaded config
 * ``GET /metrics`` on the pod's metrics port -> per-version request counters and latency histograms
-  (what a canary step is judged by)
+  (what a canary step is judged by) and each version's loaded memory (what the perPod choice weighs)
 
 Naiad's ``version_weights`` and ``mirror`` load parameters (JSON text; "" clears) split the requests
 that name no version between loaded versions, or shadow a share of them to another version.
@@ -17,6 +17,7 @@ A load answers only once the load finished (or failed), which is what lets a rol
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import aiohttp
@@ -24,6 +25,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from naiad_operator.api.observed import PodCounters, VersionCounters, VersionObservation, VersionState
 
+_MEMORY = re.compile(r"^nv_model_loaded_memory_bytes\{([^}]*)\}\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+#: Load parameter of Naiad's merged-config extension (``naiad.repository.overrides``).
+CONFIG_OVERRIDE_PARAMETER = "config_override"
 #: Load parameter of Naiad's pinned-default-version extension (``naiad.repository.overrides``).
 DEFAULT_VERSION_PARAMETER = "default_version"
 #: Load parameters of Naiad's weighted routing and mirroring (``naiad.repository.overrides``).
@@ -87,32 +93,38 @@ class ModelServer:
             )
         return models
 
-    async def config(self, base: str, model: str) -> dict[str, Any] | None:
-        """The loaded config of ``model``, or None when it is not loaded there."""
+    async def memory(self, base: str) -> dict[str, dict[int, int]]:
+        """model -> version -> resident bytes its load added (``nv_model_loaded_memory_bytes``)."""
         try:
             async with self._http().get(
-                f"{base}/v2/models/{model}/config", timeout=aiohttp.ClientTimeout(total=self.timeout)
+                f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=self.timeout)
             ) as r:
-                if r.status != 200:
-                    return None
-                result: dict[str, Any] = await r.json(content_type=None)
-                return result
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                text = await r.text() if r.status == 200 else ""
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise ServerCallError(0, f"{type(exc).__name__}: {exc}") from exc
+        result: dict[str, dict[int, int]] = {}
+        for line in text.splitlines():
+            found = _MEMORY.match(line)
+            if found:
+                labels = dict(_LABEL.findall(found.group(1)))
+                version = labels.get("version", "")
+                if "model" in labels and version.isdigit():
+                    result.setdefault(labels["model"], {})[int(version)] = int(float(found.group(2)))
+        return result
 
     async def load(
         self,
         base: str,
         model: str,
-        config: dict[str, Any] | None,
+        override: dict[str, Any] | None,
         default_version: int | None,
         routing: dict[str, str] | None = None,
     ) -> None:
-        """``routing``: the weights and mirror parameters (:func:`routing_parameters`), when the load
-        sets them."""
+        """``override`` is merged into the repository's ``config.pbtxt`` by the server; ``routing``: the
+        weights and mirror parameters (:func:`routing_parameters`), when the load sets them."""
         parameters: dict[str, Any] = dict(routing or {})
-        if config is not None:
-            parameters["config"] = json.dumps(config)
+        if override is not None:
+            parameters[CONFIG_OVERRIDE_PARAMETER] = json.dumps(override)
         if default_version is not None:
             parameters[DEFAULT_VERSION_PARAMETER] = default_version
         body = {"parameters": parameters} if parameters else {}

@@ -11,7 +11,9 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from naiad_operator.api.observed import SNAPSHOT_ANNOTATION, PodCounters, PodObservation
+from naiad_operator.api.observed import GATE, SNAPSHOT_ANNOTATION, PodCounters, PodObservation, opened_for
+from naiad_operator.k8s.client import Kube
+from naiad_operator.k8s.errors import APIError
 from naiad_operator.k8s.modelserver import ModelServer, ServerCallError
 from naiad_operator.k8s.problems import pod_problem
 
@@ -49,31 +51,127 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def _condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), None)
+
+
+def gate_state(pod: dict[str, Any]) -> dict[str, Any]:
+    """The readiness-gate fields of a :class:`PodObservation`, from the Pod object alone."""
+    spec = pod.get("spec") or {}
+    gated = any(g.get("conditionType") == GATE for g in spec.get("readinessGates") or [])
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    server = next((c for c in statuses if c.get("name") == "server"), {})
+    restarts = int(server.get("restartCount") or 0)
+    containers = _condition(pod, "ContainersReady")
+    if containers is not None:
+        containers_ready = containers.get("status") == "True" and not pod["metadata"].get("deletionTimestamp")
+    else:
+        containers_ready = pod_ready(pod)
+    gate = _condition(pod, GATE) or {}
+    return {
+        "containers_ready": containers_ready,
+        "gated": gated,
+        "gate_set": gate.get("status") == "True",
+        "gate_open": opened_for(gate) == restarts,
+        "restarts": restarts,
+    }
+
+
+async def confirmed(kube: Kube, pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``pods`` (from the watches' cache), with each one that looks held out by its gate read again
+    live: the operator loads such a pod as one out of the Service (a ``perPod`` model is unloaded
+    first), which a gate opened moments ago and not yet in the cache would turn into failed requests."""
+    result = []
+    for pod in pods:
+        if describe(pod).preparing:
+            meta = pod["metadata"]
+            pod = await kube.get("v1", "Pod", meta["namespace"], meta["name"]) or pod
+        result.append(pod)
+    return result
+
+
+def describe(pod: dict[str, Any]) -> PodObservation:
+    """A pod as its object alone tells (no index): enough to decide about its gate."""
+    return PodObservation(pod["metadata"]["name"], None, pod_ready(pod), **gate_state(pod))
+
+
+async def set_gate(kube: Kube, pod: dict[str, Any], condition: dict[str, Any]) -> bool:
+    """Write the gate condition with a JSON patch whose ``test`` pins the list entry it replaces (the
+    kubelet writes the same list); False when the pod changed under us or is gone (the next pass
+    decides again)."""
+    meta = pod["metadata"]
+    conditions = (pod.get("status") or {}).get("conditions")
+    if conditions is None:
+        operations = [{"op": "add", "path": "/status/conditions", "value": [condition]}]
+    else:
+        at = next((i for i, c in enumerate(conditions) if c.get("type") == GATE), None)
+        if at is None:
+            operations = [
+                {"op": "test", "path": "/status/conditions", "value": conditions},
+                {"op": "add", "path": "/status/conditions/-", "value": condition},
+            ]
+        else:
+            operations = [
+                {"op": "test", "path": f"/status/conditions/{at}/type", "value": GATE},
+                {"op": "replace", "path": f"/status/conditions/{at}", "value": condition},
+            ]
+    try:
+        await kube.json_patch("v1", "Pod", meta["namespace"], meta["name"], operations, subresource="status")
+    except APIError:
+        return False
+    return True
+
+
 async def observe(
     server: ModelServer,
     pods: Sequence[dict[str, Any]],
     resolve: PodResolver = pod_address,
     events: Mapping[str, Sequence[dict[str, Any]]] | None = None,
+    memory: bool = False,
 ) -> list[PodObservation]:
     """Each pod's readiness and index, read concurrently; a pod that does not answer is "not reporting"
-    rather than "empty", so status never claims a model vanished because a call timed out."""
+    rather than "empty", so status never claims a model vanished because a call timed out. ``memory``
+    also reads what each loaded model version weighs, from the pod's metrics."""
 
     async def one(pod: dict[str, Any]) -> PodObservation:
         name, url, ready = pod["metadata"]["name"], resolve(pod), pod_ready(pod)
         snapshot = (pod["metadata"].get("annotations") or {}).get(SNAPSHOT_ANNOTATION)
         problem = None if ready else pod_problem(pod, (events or {}).get(name, ()))
         metrics = metrics_address(pod)
+        gate = gate_state(pod)
         if url is None:
-            return PodObservation(name, None, ready, snapshot=snapshot, problem=problem)
+            return PodObservation(name, None, ready, snapshot=snapshot, problem=problem, **gate)
         try:
             models = await server.index(url)
         except ServerCallError as exc:
             error = exc.message
             return PodObservation(
-                name, url, ready, index_error=error, snapshot=snapshot, problem=problem, metrics_url=metrics
+                name,
+                url,
+                ready,
+                index_error=error,
+                snapshot=snapshot,
+                problem=problem,
+                metrics_url=metrics,
+                **gate,
             )
+        weights: dict[str, dict[int, int]] = {}
+        if memory and metrics is not None:
+            try:
+                weights = await server.memory(metrics)
+            except ServerCallError:
+                weights = {}
         return PodObservation(
-            name, url, ready, models, snapshot=snapshot, problem=problem, metrics_url=metrics
+            name,
+            url,
+            ready,
+            models,
+            snapshot=snapshot,
+            problem=problem,
+            metrics_url=metrics,
+            memory=weights,
+            **gate,
         )
 
     return list(await asyncio.gather(*(one(p) for p in pods)))

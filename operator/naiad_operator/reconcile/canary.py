@@ -261,14 +261,14 @@ def apply(
                 continue
             route.append(Load(pod.name, name, mp.keep, default, False, overrides.get(name), decision.routing))
     stages[StageKind.ROUTE] = route
-    for kind in (StageKind.SWITCH, StageKind.UNLOAD):
+    for kind in (StageKind.SWITCH, StageKind.UNLOAD, StageKind.PER_POD):
         stages[kind] = [_routed(a, decisions) for a in stages.get(kind, [])]
     ordered = tuple(
         Stage(kind, tuple(stages[kind]))
-        for kind in (StageKind.LOAD, StageKind.ROUTE, StageKind.SWITCH, StageKind.UNLOAD)
+        for kind in (StageKind.LOAD, StageKind.ROUTE, StageKind.SWITCH, StageKind.UNLOAD, StageKind.PER_POD)
         if stages.get(kind)
     )
-    return Plan(plan_.models, ordered, plan_.unwanted)
+    return replace(plan_, stages=ordered)
 
 
 def _routed(action: Action, decisions: Mapping[str, Decision]) -> Action:

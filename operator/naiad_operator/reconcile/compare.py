@@ -81,6 +81,14 @@ def _same_quantity(a: str, b: str) -> bool:
     return qa is not None and qa == qb
 
 
+def quantity_bytes(value: str | int | None) -> int | None:
+    """A Kubernetes quantity (``32Gi``, ``500M``, ``1e9``) as a whole number; None when absent or bad."""
+    if value is None:
+        return None
+    amount = _quantity(str(value))
+    return int(amount) if amount is not None else None
+
+
 def _quantity(text: str) -> Decimal | None:
     match = _QUANTITY.match(text)
     if match is None:

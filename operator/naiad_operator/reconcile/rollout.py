@@ -11,8 +11,18 @@ last rolled out everywhere) and what each ready pod's repository index says is l
 
 Between stages the caller re-reads the indexes and asks :func:`failures`; a model whose new versions did
 not come up on every pod is rolled back (:func:`rollback`) and recorded as blocked, so it is not retried
-until the repository offers different content. Models whose target equals their active record are not
-touched, except to repair drift on a pod (a restarted pod, a model unloaded by hand).
+until something that matters changes (:mod:`.retry`). Models whose target equals their active record are
+not touched, except to repair drift on a pod (a restarted pod, a model unloaded by hand).
+
+The spec's ``configOverride`` is part of the target: its fingerprint is recorded with the active versions,
+so a changed override alone rolls out (a reload with the new config on every pod; the server builds the
+new instances before it retires the old ones). A pod held out of the Service by the operator's readiness
+gate (:mod:`.readiness`: it started, and loaded plain ``config.pbtxt`` and the newest content) gets every
+model loaded with override and pin whatever its versions, before its gate opens.
+
+``perPod`` models (:class:`~naiad_operator.api.inferenceservice.RolloutStrategy`) never hold two sets of
+versions in one pod: version changes on a serving pod go to the ``PerPod`` stage, where the caller takes
+one pod at a time out of the endpoints, unloads, loads and puts it back.
 
 The plan is data; the stages run in ``handlers`` through ``k8s``. The operator keeps no memory between
 passes beyond status, so a pass interrupted anywhere is simply planned again from what pods report.
@@ -25,9 +35,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from naiad_operator.api.inferenceservice import Failure, ModelSpec, ModelStatus
+from naiad_operator.api.inferenceservice import Failure, ModelSpec, ModelStatus, RolloutStrategy
 from naiad_operator.api.modelrepository import ModelRepositoryStatus
 from naiad_operator.api.observed import PodObservation
+from naiad_operator.reconcile import retry
+from naiad_operator.reconcile.retry import Attempt
 from naiad_operator.reconcile.versions import InvalidPolicy, select_versions
 
 
@@ -43,10 +55,11 @@ class Routing:
 
 @dataclass(frozen=True, slots=True)
 class Load:
-    """Load ``model`` on ``pod`` with exactly ``versions`` and ``default_version`` pinned.
+    """Load ``model`` on ``pod`` with exactly ``versions``, ``default_version`` pinned and the spec's
+    ``config_override``.
 
-    ``fresh`` says content of an already-loaded version changed, so the server must re-read it from the
-    repository instead of the config it holds."""
+    ``fresh`` says why a pod that already holds these versions is loaded again: content of a version
+    changed under its number (every load re-reads the repository's files)."""
 
     pod: str
     model: str
@@ -56,6 +69,8 @@ class Load:
     config_override: Mapping[str, Any] | None = None
     routing: Routing | None = None
     """None: the load leaves the pod's routing of this model as it is."""
+    replace: bool = False
+    """Unload the model first, so the pod never holds old and new at once (``perPod``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +87,7 @@ class StageKind(StrEnum):
     ROUTE = "Route"  # set how requests are split between loaded versions (canary, mirror)
     SWITCH = "Switch"
     UNLOAD = "Unload"
+    PER_POD = "PerPod"  # one pod at a time: out of the endpoints, replaced, back in
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +114,20 @@ class ModelPlan:
     old_default: int | None = None
     new_default: int | None = None
     message: str = ""
+    config: str | None = None
+    """Fingerprint of the spec's override (the target's config)."""
+    active_config: str | None = None
+    """Fingerprint of the override every pod was last brought to."""
+    strategy: RolloutStrategy = RolloutStrategy.BOTH
 
     @property
     def target_versions(self) -> tuple[int, ...]:
         return tuple(sorted(self.target))
+
+    @property
+    def reconfigure(self) -> bool:
+        """The override changed since the last rollout: every pod reloads with the new one."""
+        return self.config != self.active_config
 
     @property
     def fresh(self) -> bool:
@@ -114,18 +140,33 @@ class Plan:
     models: dict[str, ModelPlan]
     stages: tuple[Stage, ...]
     unwanted: tuple[str, ...] = ()
+    attempt: Attempt = field(default_factory=Attempt)
+    admit: tuple[str, ...] = ()
+    """Pods held out by the readiness gate that this pass prepares: their gate opens once every action
+    on them succeeded."""
 
     def stage(self, kind: StageKind) -> Stage | None:
         return next((s for s in self.stages if s.kind is kind), None)
 
 
 def actionable(pods: Sequence[PodObservation]) -> list[PodObservation]:
-    """Pods the operator may act on: Ready in Kubernetes and answering their index. A starting pod
-    loads its models itself (``--load-model``); it is repaired once it is Ready."""
+    """Pods the operator may act on: answering their index, and Ready in Kubernetes or held out only by
+    the operator's readiness gate. A starting pod loads its models itself (``--load-model``); the
+    operator takes over once its server is ready."""
+    return [p for p in pods if p.up and p.reporting]
+
+
+def serving(pods: Sequence[PodObservation]) -> list[PodObservation]:
+    """Pods in the Service's endpoints (Ready) that answer their index."""
     return [p for p in pods if p.ready and p.reporting]
 
 
-def plan_model(spec: ModelSpec, snapshot: Mapping[int, str] | None, record: ModelStatus | None) -> ModelPlan:
+def plan_model(
+    spec: ModelSpec,
+    snapshot: Mapping[int, str] | None,
+    record: ModelStatus | None,
+    attempt: Attempt | None = None,
+) -> ModelPlan:
     """What to do about one listed model, before looking at pods."""
     if snapshot is None:
         return ModelPlan(spec.name, Change.INVALID, message=f"model '{spec.name}' is not in the repository")
@@ -143,16 +184,26 @@ def plan_model(spec: ModelSpec, snapshot: Mapping[int, str] | None, record: Mode
             )
         versions = sorted({*versions, spec.mirror.version})  # loaded beside the served ones, never default
     target = {v: snapshot[v] for v in versions}
+    config = retry.fingerprint(spec.config_override)
     active = dict(record.content_hashes) if record is not None else {}
+    active_config = record.config_hash if record is not None else None
     old_default = record.default_version if record is not None and active else None
-    if record is not None and record.blocked_hashes == target and active != target:
-        return ModelPlan(
-            spec.name, Change.BLOCKED, target, active, tuple(sorted(active)), old_default, old_default
-        )
-    if active == target:
-        return ModelPlan(spec.name, Change.STEADY, target, active, tuple(versions), default, default)
+    strategy = spec.rollout.strategy or RolloutStrategy.BOTH
+    common = {"config": config, "active_config": active_config, "strategy": strategy}
+    if (
+        record is not None
+        and record.blocked_hashes == target
+        and record.blocked_config == config
+        and (active != target or active_config != config)
+        and not retry.due(record, attempt or Attempt())
+    ):
+        keep = tuple(sorted(active))
+        return ModelPlan(spec.name, Change.BLOCKED, target, active, keep, old_default, old_default, **common)
+    if active == target and active_config == config:
+        steady = tuple(versions)
+        return ModelPlan(spec.name, Change.STEADY, target, active, steady, default, default, **common)
     keep = tuple(sorted(set(active) | set(target)))
-    return ModelPlan(spec.name, Change.ROLLOUT, target, active, keep, old_default, default)
+    return ModelPlan(spec.name, Change.ROLLOUT, target, active, keep, old_default, default, **common)
 
 
 def plan(
@@ -160,13 +211,19 @@ def plan(
     snapshot: Mapping[str, Mapping[int, str]] | None,
     records: Mapping[str, ModelStatus],
     pods: Sequence[PodObservation],
+    attempt: Attempt | None = None,
+    memory_limit: int | None = None,
     listing_complete: bool = True,
 ) -> Plan:
-    """Every stage for this pass, across all models: all loads first, then switches, then unloads.
-    ``snapshot`` (model -> version -> content hash) is None while the repository has none: then
-    nothing is touched, not even models the spec no longer lists. With ``listing_complete`` False the
-    snapshot lists only some of the repository's models (a cut summary): a model it lacks waits as not
-    known yet instead of being Invalid."""
+    """Every stage for this pass, across all models: all loads first, then switches, then unloads, then
+    the ``perPod`` replacements. ``snapshot`` (model -> version -> content hash) is None while the
+    repository has none: then nothing is touched, not even models the spec no longer lists.
+    ``attempt`` (the pass's clock, spec fingerprint and retry annotation) decides whether blocked models
+    are tried again; ``memory_limit`` (the server container's, bytes) with the pods' measured footprints
+    whether a rollout of a model with no strategy set goes ``perPod``. With ``listing_complete`` False
+    the snapshot lists only some of the repository's models (a cut summary): a model it lacks waits as
+    not known yet instead of being Invalid."""
+    attempt = attempt or Attempt()
     if snapshot is None:
         return Plan(
             {
@@ -176,12 +233,15 @@ def plan(
                 for m in models
             },
             (),
+            attempt=attempt,
         )
     ready = actionable(pods)
+    admit = tuple(p.name for p in ready if p.preparing)
     plans: dict[str, ModelPlan] = {}
     loads: list[Action] = []
     switches: list[Action] = []
     unloads: list[Action] = []
+    per_pod: list[Action] = []
     for spec in models:
         if spec.name not in snapshot and not listing_complete:
             plans[spec.name] = ModelPlan(
@@ -190,25 +250,40 @@ def plan(
                 message=f"model '{spec.name}' is not known yet: the repository's listing is incomplete",
             )
             continue
-        mp = plan_model(spec, snapshot.get(spec.name), records.get(spec.name))
+        mp = plan_model(spec, snapshot.get(spec.name), records.get(spec.name), attempt)
+        if mp.change is Change.ROLLOUT and spec.rollout.strategy is None:
+            mp = _with_strategy(mp, choose_strategy(spec.name, mp, ready, memory_limit))
         plans[spec.name] = mp
         override = spec.config_override
         if mp.change is Change.INVALID:
             continue
+        if mp.strategy is RolloutStrategy.PER_POD:
+            if all(p.gated for p in ready):
+                per_pod += _per_pod(spec.name, mp, ready, override, loads)
+                continue
+            # pods from before the readiness gate cannot be taken out of the endpoints one by one
+            mp = plans[spec.name] = _with_strategy(mp, RolloutStrategy.BOTH)
         if mp.change in (Change.STEADY, Change.BLOCKED):
             if not mp.keep:  # blocked before it ever loaded: nothing to hold
                 continue
             for pod in ready:
-                if pod.ready_versions(spec.name) != frozenset(mp.keep):
+                if pod.preparing or pod.ready_versions(spec.name) != frozenset(mp.keep):
                     loads.append(Load(pod.name, spec.name, mp.keep, mp.new_default, False, override))
             continue
         done = _past_switch(spec.name, mp, ready)
         first_default = mp.old_default if mp.active and not done else mp.new_default
         for pod in ready:
-            if pod.name in done:
+            if pod.name in done and not pod.preparing:
                 continue
-            if mp.fresh or pod.ready_versions(spec.name) != frozenset(mp.keep):
-                loads.append(Load(pod.name, spec.name, mp.keep, first_default, mp.fresh, override))
+            if (
+                mp.fresh
+                or mp.reconfigure
+                or pod.preparing
+                or pod.ready_versions(spec.name) != frozenset(mp.keep)
+            ):
+                default = mp.new_default if pod.name in done else first_default
+                versions = mp.target_versions if pod.name in done else mp.keep
+                loads.append(Load(pod.name, spec.name, versions, default, mp.fresh, override))
         if mp.active and mp.old_default != mp.new_default:
             switches += [
                 Load(p.name, spec.name, mp.keep, mp.new_default, False, override)
@@ -228,10 +303,64 @@ def plan(
             (StageKind.LOAD, loads),
             (StageKind.SWITCH, switches),
             (StageKind.UNLOAD, unloads),
+            (StageKind.PER_POD, per_pod),
         )
         if actions
     )
-    return Plan(plans, stages, tuple(unwanted))
+    return Plan(plans, stages, tuple(unwanted), attempt, admit)
+
+
+def choose_strategy(
+    model: str, mp: ModelPlan, pods: Sequence[PodObservation], memory_limit: int | None
+) -> RolloutStrategy:
+    """``perPod`` when some pod's measured memory plus another copy of this model's loaded versions
+    (the new content is taken to weigh what the old does) would pass the container's memory limit;
+    ``both`` otherwise, and whenever nothing was measured."""
+    if not memory_limit:
+        return RolloutStrategy.BOTH
+    for pod in pods:
+        held = sum(b for versions in pod.memory.values() for b in versions.values())
+        model_bytes = sum(pod.memory.get(model, {}).values())
+        if model_bytes and held + model_bytes > memory_limit:
+            return RolloutStrategy.PER_POD
+    return RolloutStrategy.BOTH
+
+
+def _with_strategy(mp: ModelPlan, strategy: RolloutStrategy) -> ModelPlan:
+    return ModelPlan(
+        mp.name, mp.change, mp.target, mp.active, mp.keep, mp.old_default, mp.new_default, mp.message,
+        mp.config, mp.active_config, strategy,
+    )  # fmt: skip
+
+
+def _per_pod(
+    model: str,
+    mp: ModelPlan,
+    pods: Sequence[PodObservation],
+    override: Mapping[str, Any] | None,
+    loads: list[Action],
+) -> list[Action]:
+    """A ``perPod`` model: each pod goes straight from what it holds to what it should serve, dropping
+    the old versions before loading the new. Pods out of the Service already (held by the gate) are
+    done in the Load stage; serving pods are returned for the ``PerPod`` stage, one at a time."""
+    if mp.change in (Change.STEADY, Change.BLOCKED):
+        versions, default = mp.keep, mp.new_default
+        if not versions:
+            return []
+    else:
+        versions, default = mp.target_versions, mp.new_default
+    stale = mp.change is Change.ROLLOUT and (mp.fresh or mp.reconfigure)
+    result: list[Action] = []
+    for pod in pods:
+        held = pod.ready_versions(model)
+        if not pod.preparing and not stale and held == frozenset(versions):
+            continue
+        action = Load(pod.name, model, versions, default, mp.fresh, override, replace=bool(held))
+        if pod.preparing:
+            loads.append(action)
+        else:
+            result.append(action)
+    return result
 
 
 def _past_switch(model: str, mp: ModelPlan, pods: Sequence[PodObservation]) -> frozenset[str]:
@@ -294,6 +423,7 @@ def failures(
     now: str,
     errors: Mapping[tuple[str, str], str] | None = None,
     lost: Collection[str] = (),
+    per_pod: bool = False,
 ) -> dict[str, Failure]:
     """Rolling-out models whose target versions are not all READY on every actionable pod, after the
     Load stage; each with the first failing pod and the server's reason: from its index, else from the
@@ -302,13 +432,21 @@ def failures(
 
     A pod in ``lost`` never answered its load (it died or restarted mid-call): that says nothing about
     the model, so unless its index names a failed target version it is not blamed (blaming it blocked
-    the new content for good); the level-triggered passes bring it in line once it is Ready again."""
+    the new content for good); the level-triggered passes bring it in line once it is Ready again.
+
+    ``per_pod`` checks the ``perPod`` models (after one pod's replacement) instead of the others."""
     result: dict[str, Failure] = {}
     for name, mp in plan_.models.items():
-        if mp.change is not Change.ROLLOUT:
+        if mp.change is not Change.ROLLOUT or (mp.strategy is RolloutStrategy.PER_POD) != per_pod:
             continue
         for pod in actionable(pods):
             missing = [v for v in mp.target_versions if v not in pod.ready_versions(name)]
+            refused = (errors or {}).get((pod.name, name)) if mp.reconfigure else None
+            if refused and not missing:  # the server kept the old config serving after the reload failed
+                result[name] = Failure(
+                    reason="ModelLoadFailed", message=refused, pod=pod.name, version=mp.new_default, time=now
+                )
+                break
             if not missing:
                 continue
             reasons = pod.failed_versions(name)
@@ -332,20 +470,24 @@ def rollback(
 ) -> list[Action]:
     """Undo a failed Load stage for one model.
 
-    A model that was never active is unloaded again where it came up, so the fleet stays uniform. A
-    model with active versions gets exactly those back, with the old default pinned, on every pod where
-    the set differs; when an active version changed content in the snapshot, reloading it would read
-    the new (failed) content, so it is left to the server, which keeps the old copy serving after a
-    failed reload.
+    A model that was never active is unloaded again where it came up or failed, so the fleet stays
+    uniform and every server ready. A model with active versions gets exactly those back, with the old
+    default pinned, on every pod where the set differs; when an active version changed content in the
+    snapshot, reloading it would read the new (failed) content, so it is left to the server, which keeps
+    the old copy serving after a failed reload.
     """
     ready = actionable(pods)
     if not mp.active:
-        return [Unload(p.name, mp.name) for p in ready if p.holds(mp.name)]
+        # also where it failed: a failed load left in the index keeps a strict-readiness server unready
+        return [Unload(p.name, mp.name) for p in ready if p.holds(mp.name) or p.failed_versions(mp.name)]
     if mp.fresh:
         return []
     versions = tuple(sorted(mp.active))
+    # a new override that failed is not carried back: the pod's own config still holds the old one
+    keep_config = None if mp.reconfigure else override
+    replace = mp.strategy is RolloutStrategy.PER_POD
     return [
-        Load(p.name, mp.name, versions, mp.old_default, False, override)
+        Load(p.name, mp.name, versions, mp.old_default, False, keep_config, replace=replace)
         for p in ready
         if p.ready_versions(mp.name) != frozenset(versions)
     ]
@@ -356,23 +498,7 @@ def without(stage: Stage, models: set[str]) -> Stage:
     return Stage(stage.kind, tuple(a for a in stage.actions if a.model not in models))
 
 
-def load_config(
-    base: Mapping[str, Any] | None, versions: Sequence[int], override: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
-    """The ``config`` parameter of a load: the model's current config with the version policy set to
-    exactly ``versions`` and the spec's override merged in. None when there is no config to start from
-    (the model is not loaded on that pod): the caller loads it plain first."""
-    if base is None:
-        return None
-    config = _merge(dict(base), dict(override or {}))
-    config["version_policy"] = {"specific": {"versions": [int(v) for v in versions]}}
-    return config
-
-
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            base[key] = _merge(dict(base[key]), value)
-        else:
-            base[key] = value
-    return base
+def load_override(versions: Sequence[int], override: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``config_override`` parameter of a load (merged by the server into the repository's
+    ``config.pbtxt``): the spec's override with the version policy set to exactly ``versions``."""
+    return {**dict(override or {}), "version_policy": {"specific": {"versions": [int(v) for v in versions]}}}

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
+from naiad_operator.api.observed import GATE
 from naiad_operator.reconcile import names, security
 from naiad_operator.reconcile.repository_mount import RepositoryMount
 
@@ -185,6 +186,8 @@ def desired_deployment(
         "containers": [container, *template.containers],
         "volumes": [*volumes, *pull_volumes, *template.volumes],
         "terminationGracePeriodSeconds": PRE_STOP_SECONDS + DRAIN_SECONDS + 5,
+        # Ready only once the operator loaded what the fleet serves (override, pin): reconcile.readiness
+        "readinessGates": [{"conditionType": GATE}],
     }
     if pull or template.init_containers:
         pod_spec["initContainers"] = [*pull, *template.init_containers]

@@ -26,8 +26,12 @@ from naiad_operator.api.inferenceservice import (
 )
 from naiad_operator.api.modelrepository import ModelRepositoryStatus
 from naiad_operator.api.observed import DeploymentObservation, PodObservation, PodProblem, VersionState
+from naiad_operator.reconcile import retry
 from naiad_operator.reconcile.conditions import condition, merge_conditions
+from naiad_operator.reconcile.retry import Attempt
 from naiad_operator.reconcile.rollout import Change, ModelPlan, Plan, actionable
+from naiad_operator.reconcile.rollout import serving as in_service
+from naiad_operator.reconcile.syncjob import format_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +52,29 @@ def model_status(
     failure: Failure | None,
     now: str,
     limit: int,
+    attempt: Attempt | None = None,
 ) -> ModelStatus:
-    """One model's entry; also advances the rollout record (active versions) once every pod is done."""
+    """One model's entry; also advances the rollout record (active versions) once every pod is done,
+    and records a failed attempt with when (and whether) it is tried again (:mod:`.retry`)."""
     record = previous or ModelStatus(name=mp.name)
     update: dict[str, object] = {"required": required}
     ready_pods = actionable(pods)
     blocked = mp.change is Change.BLOCKED or failure is not None
     serving = tuple(sorted(mp.active)) if blocked else mp.target_versions
+    if mp.change is Change.ROLLOUT:
+        update["strategy"] = mp.strategy
     if failure is not None:
-        update["blocked_hashes"] = dict(mp.target)
+        attempt = attempt or Attempt()
+        retries = record.retries + 1
+        later = retry.transient(failure.message)
+        update.update(
+            blocked_hashes=dict(mp.target),
+            blocked_config=mp.config,
+            blocked_spec=attempt.spec,
+            blocked_retry=attempt.token,
+            retries=retries,
+            next_retry=format_time(attempt.now + retry.backoff(retries)) if later else None,
+        )
     done = (
         mp.change in (Change.ROLLOUT, Change.STEADY)
         and failure is None
@@ -68,7 +86,13 @@ def model_status(
             active_versions=list(mp.target_versions),
             default_version=mp.new_default,
             content_hashes=dict(mp.target),
+            config_hash=mp.config,
             blocked_hashes=None,
+            blocked_config=None,
+            blocked_spec=None,
+            blocked_retry=None,
+            retries=0,
+            next_retry=None,
         )
     copies = _copies(mp.name, serving, pods)
     if mp.change is Change.INVALID:
@@ -111,7 +135,9 @@ def _copies(model: str, serving: Sequence[int], pods: Sequence[PodObservation]) 
         if not pod.reporting:
             continue
         states = pod.models.get(model, {})
-        if wanted and wanted <= pod.ready_versions(model):
+        if pod.preparing or (pod.gated and not pod.ready and wanted <= pod.ready_versions(model)):
+            copies.loading += 1  # held out of the Service until the operator let it in
+        elif wanted and wanted <= pod.ready_versions(model):
             copies.ready += 1
         elif any(states.get(v) is not None and states[v].state is VersionState.UNAVAILABLE for v in wanted):
             copies.failed += 1
@@ -202,6 +228,7 @@ def service_status(
             observed.failures.get(m.name),
             now,
             limit,
+            plan.attempt,
         )
         for m in spec.models
     ]
@@ -310,7 +337,7 @@ def _conditions(
         progressing = condition("Progressing", True, "PodRollout", "server pods are being replaced", g)
     else:
         progressing = condition("Progressing", False, "Complete", "", g)
-    ready_pods = actionable(pods)
+    ready_pods = in_service(pods)
     unservable = [m.name for m in required if not any(p.ready_versions(m.name) for p in ready_pods)]
     if not unservable and ready_pods:
         servable = condition(

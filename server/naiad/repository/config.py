@@ -73,6 +73,29 @@ def parse_json(text: str | bytes) -> Any:
         raise InvalidArgumentError(f"Invalid config override: {exc}") from exc
 
 
+def merge_json(config: Any, text: str) -> Any:
+    """``config`` with a JSON override merged in: objects merge key by key, everything else (lists,
+    values, and ``version_policy``, whose members exclude each other) replaces what was there."""
+    try:
+        override = json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"Invalid config override: {exc}") from exc
+    if not isinstance(override, dict):
+        raise InvalidArgumentError("Invalid config override: expected a JSON object")
+    base = json_format.MessageToDict(config, preserving_proto_field_name=True)
+    return parse_json(json.dumps(_merged(base, override)))
+
+
+def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    result = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict) and key != "version_policy":
+            result[key] = _merged(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
 def read_config(model_dir: Path) -> Any:
     """The model's ``config.pbtxt`` if present, else an empty config (auto-complete may fill it)."""
     path = model_dir / CONFIG_FILE

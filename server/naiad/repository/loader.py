@@ -114,6 +114,8 @@ class ModelLoader:
                 config = cfg.parse_json(request.config)
             else:
                 config = cfg.read_config(location.path)
+                if request is not None and request.config_override is not None:
+                    config = cfg.merge_json(config, request.config_override)
             versions = available_versions(location.path)
             if not config.name:
                 config.name = name

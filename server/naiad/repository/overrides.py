@@ -5,6 +5,11 @@
 * ``file:<version>/<name>``: the content of one file; with any of these the model is loaded from a
   temporary folder holding exactly these files, and ``config`` is required.  Over HTTP the value is
   base64 text, over gRPC raw bytes: a ``str`` value is decoded as base64, a ``bytes`` value taken as is.
+* ``config_override`` (Naiad extension, :data:`CONFIG_OVERRIDE`): ModelConfig JSON merged into the
+  repository's ``config.pbtxt`` (objects merge key by key; lists, values and ``version_policy``, whose
+  members are alternatives, replace). Unlike ``config`` it needs no copy of the whole configuration, so a
+  model that cannot load from ``config.pbtxt`` alone can still be loaded with the fix, and new content
+  under an old version number is read with its override in one load. Ignored when ``config`` is given.
 * ``default_version`` (Naiad extension, :data:`DEFAULT_VERSION`): the version that serves requests
   naming no version, instead of the highest READY one.  An integer or a string of digits pins it; an
   empty string or ``-1`` returns to Triton's rule.  The pin is kept across later loads that do not
@@ -39,6 +44,8 @@ from naiad.core.errors import InvalidArgumentError
 from naiad.repository.routing import Mirror
 
 CONFIG = "config"
+#: Load parameter merging JSON into ``config.pbtxt`` (Naiad extension).
+CONFIG_OVERRIDE = "config_override"
 FILE_PREFIX = "file:"
 #: Load parameter pinning the default version (Naiad extension).
 DEFAULT_VERSION = "default_version"
@@ -64,6 +71,7 @@ class LoadRequest:
     sets_version_weights: bool = False
     mirror: Mirror | None = None
     sets_mirror: bool = False
+    config_override: str | None = None
 
     def named_versions(self) -> dict[str, set[int]]:
         """The versions each routing parameter of this request names (they must all be loaded)."""
@@ -80,6 +88,7 @@ class LoadRequest:
 def parse_load_parameters(parameters: Mapping[str, object]) -> LoadRequest:
     """Check and decode the parameters of a load request; INVALID_ARG names the bad one."""
     config: str | None = None
+    merged: str | None = None
     files: dict[str, bytes] = {}
     pin: int | None = None
     sets_pin = False
@@ -88,12 +97,15 @@ def parse_load_parameters(parameters: Mapping[str, object]) -> LoadRequest:
     mirror: Mirror | None = None
     sets_mirror = False
     for key, value in parameters.items():
-        if key == CONFIG:
+        if key in (CONFIG, CONFIG_OVERRIDE):
             if isinstance(value, bytes):
                 value = value.decode("utf-8", errors="replace")
             if not isinstance(value, str):
-                raise InvalidArgumentError(f"Unable to parse '{CONFIG}': expected a string")
-            config = value
+                raise InvalidArgumentError(f"Unable to parse '{key}': expected a string")
+            if key == CONFIG:
+                config = value
+            else:
+                merged = value
         elif key.startswith(FILE_PREFIX):
             files[key[len(FILE_PREFIX) :]] = _file_content(key, value)
         elif key == DEFAULT_VERSION:
@@ -104,10 +116,10 @@ def parse_load_parameters(parameters: Mapping[str, object]) -> LoadRequest:
             mirror, sets_mirror = _mirror(value), True
         else:
             raise InvalidArgumentError(
-                f"unexpected load parameter '{key}': expected '{CONFIG}', '{FILE_PREFIX}<version>/<name>', "
-                f"'{DEFAULT_VERSION}', '{VERSION_WEIGHTS}' or '{MIRROR}'"
+                f"unexpected load parameter '{key}': expected '{CONFIG}', '{CONFIG_OVERRIDE}', "
+                f"'{FILE_PREFIX}<version>/<name>', '{DEFAULT_VERSION}', '{VERSION_WEIGHTS}' or '{MIRROR}'"
             )
-    return LoadRequest(config, files, pin, sets_pin, weights, sets_weights, mirror, sets_mirror)
+    return LoadRequest(config, files, pin, sets_pin, weights, sets_weights, mirror, sets_mirror, merged)
 
 
 def _file_content(key: str, value: object) -> bytes:
