@@ -220,7 +220,10 @@ def test_the_crd_admits_a_canary_and_a_mirror_and_refuses_impossible_shares() ->
     ][0]
     parsed = ModelSpec.model_validate(model)
     assert (parsed.rollout.pause_seconds, parsed.rollout.analysis.min_requests) == (60, 0)
-    assert ModelSpec.model_validate({"name": "m"}).rollout.strategy.value == "both"
+    # no strategy: the CRD sets none, so the operator picks both or perPod from measured memory
+    plain = defaulted(schema("inferenceservices"), isvc({}))["spec"]["models"][0]
+    assert "strategy" not in plain["rollout"] and plain["rollout"]["pauseSeconds"] == 60
+    assert ModelSpec.model_validate(plain).rollout.strategy is None
     for bad in (
         {"rollout": {"strategy": "canary", "steps": [150]}},
         {"rollout": {"strategy": "blue-green"}},
