@@ -4,7 +4,6 @@
 * ``POST /v2/repository/models/{m}/load`` with Naiad's ``parameters``: ``config_override`` (ModelConfig
   JSON merged into config.pbtxt) and ``default_version`` (the pinned version for requests naming none)
 * ``POST /v2/repository/models/{m}/unload``
-* ``GET /v2/models/{m}/config`` -> the loaded config
 * ``GET /metrics`` on the pod's metrics port -> per-version request counters and latency histograms
   (what a canary step is judged by) and each version's loaded memory (what the perPod choice weighs)
 
