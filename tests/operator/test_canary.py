@@ -232,3 +232,29 @@ def test_the_crd_admits_a_canary_and_a_mirror_and_refuses_impossible_shares() ->
         {"mirror": {"percent": 10}},
     ):
         assert admit("inferenceservices", isvc(bad)), bad
+
+
+def test_routing_reaches_per_pod_replacements_and_gated_pods_are_still_admitted() -> None:
+    """A mirror on a ``perPod`` model: the routing rides on the one-pod-at-a-time replacement and on the
+    load of a pod held out by its readiness gate, which the woven plan still lets in."""
+    spec = ModelSpec.model_validate(
+        {
+            "name": "m",
+            "versionPolicy": {"specific": {"versions": [2]}},
+            "mirror": {"version": 3, "percent": 20},
+            "rollout": {"strategy": "perPod"},
+        }
+    )
+    held = {"m": {1: VersionObservation(READY)}}
+    serving = PodObservation("p0", "http://p0", True, held, gated=True, containers_ready=True, gate_open=True)
+    starting = PodObservation("p1", "http://p1", False, held, gated=True, containers_ready=True)
+    pods = [serving, starting]
+    plan = rollout.plan([spec], {"m": {1: "h1", 2: "h2", 3: "h3"}}, {"m": record()}, pods)
+    decision = canary.decide(spec, plan.models["m"], record(), pods, T0, None, None)
+    woven = canary.apply(plan, {"m": decision}, pods, {}, {})
+    mirrored = Routing((), (3, 20))
+    assert [(s.kind, [(a.pod, a.versions, a.routing) for a in s.actions]) for s in woven.stages] == [  # type: ignore[union-attr]
+        (StageKind.LOAD, [("p1", (2, 3), mirrored)]),
+        (StageKind.PER_POD, [("p0", (2, 3), mirrored)]),
+    ]
+    assert woven.admit == plan.admit == ("p1",) and woven.attempt == plan.attempt
