@@ -3,7 +3,12 @@
 Every request runs as its own task, exactly as the frontend's handler would run it in process, so
 queueing, priorities, timeouts and cancellation behave the same; a ``Cancel`` cancels that task.  A
 request's input block stays the worker's until the final :class:`Answer` for it, which is always sent
-(``done``), whatever happened, so the worker never reuses memory the engine may still read.
+(``done``), whatever happened, so the worker never reuses memory the engine may still read.  A
+request the worker traces is sampled here, for every worker at once (:mod:`naiad.workers.tracer`):
+the verdict goes back in the final answer.
+
+The per-request path is kept lean, as it bounds the whole server's throughput: one task, no per-request
+callbacks or closures, small outputs inside the answer instead of in the response arena.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from naiad.ipc import tensors
 from naiad.ipc.arena import Arena
 from naiad.ipc.channel import Channel
 from naiad.ipc.messages import (
+    NOT_SAMPLED,
     Ack,
     Answer,
     Call,
@@ -31,10 +37,12 @@ from naiad.ipc.messages import (
     Infer,
     Release,
     Reply,
+    RequestMsg,
     ResponseMsg,
     Serving,
     Stream,
     ToEngine,
+    TraceEnd,
 )
 
 log = logging.getLogger("naiad.engine")
@@ -76,6 +84,7 @@ class WorkerLink:
         self._on_serving = on_serving
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._acks: dict[int, asyncio.Future[None]] = {}
+        self._loop = asyncio.get_running_loop()
 
     @property
     def inflight(self) -> int:
@@ -112,7 +121,9 @@ class WorkerLink:
             assert isinstance(message, Cancel)
             task = self._tasks.get(message.id)
             if task is not None:
-                task.cancel()
+                # After the task's first step, not before: a coroutine cancelled before it started
+                # never runs its body, and so would never send the request's final answer.
+                self._loop.call_soon(task.cancel)
         elif kind is Call:
             assert isinstance(message, Call)
             asyncio.get_running_loop().create_task(self._call(message))
@@ -121,6 +132,9 @@ class WorkerLink:
             future = self._acks.pop(message.id, None)
             if future is not None and not future.done():
                 future.set_result(None)
+        elif kind is TraceEnd:
+            assert isinstance(message, TraceEnd)
+            self.dataplane.tracer.collect(message.id, message.model, message.records)
         elif kind is Serving:
             self.serving = True
             self._on_serving(self)
@@ -138,35 +152,45 @@ class WorkerLink:
         self.lost.set()
 
     def _start(self, request_id: int, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks[request_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(request_id, None))
+        # The coroutine forgets its own task when it ends (no done callback to allocate per request).
+        self._tasks[request_id] = self._loop.create_task(work)
 
     # ---- requests -------------------------------------------------------------------------------
 
     def _answer(self, request_id: int, response: InferResponse, request: InferRequest, final: bool) -> Answer:
-        blocks: list[int] = []
-        message = tensors.response_message(response, self.requests, self.responses, blocks)
+        message = tensors.response_message(response, self.requests, self.responses)
         return Answer(request_id, final, message, timestamps=request.timestamps, done=False)
 
+    def _sample(self, message: RequestMsg) -> int:
+        """The engine's verdict on a request the worker traces: sampled here, for every worker."""
+        trace = self.dataplane.tracer.sample(message.model_name, message.headers)
+        return trace or NOT_SAMPLED
+
     async def _infer(self, message: Infer) -> None:
-        request: InferRequest | None = None
+        request_id = message.id
+        trace = self._sample(message.request) if message.request.traced else 0
         try:
             request = tensors.request_from(message.request, self.requests)
+            if trace == NOT_SAMPLED:
+                request.timestamps = None
             response = await self.dataplane.infer(request)
-            answer = self._answer(message.id, response, request, True)
-            answer.done = True
-            self.send(answer)
+            outputs = tensors.response_message(response, self.requests, self.responses)
+            self.send(Answer(request_id, True, outputs, None, False, True, request.timestamps, trace))
         except BaseException as error:  # every request gets its final answer, whatever happened
-            self.send(Answer(message.id, True, error=error_message(error), done=True))
+            self.send(Answer(request_id, True, error=error_message(error), done=True, trace=trace))
             if not isinstance(error, (InferenceServerError, asyncio.CancelledError)):
                 log.exception("unhandled error serving a request from frontend worker %d", self.index)
             if not isinstance(error, Exception | asyncio.CancelledError):
                 raise
+        finally:
+            self._tasks.pop(request_id, None)
 
     async def _stream(self, message: Stream) -> None:
+        trace = self._sample(message.request) if message.request.traced else 0
         try:
             request = tensors.request_from(message.request, self.requests)
+            if trace == NOT_SAMPLED:
+                request.timestamps = None
             async with aclosing(self.dataplane.stream(request)) as items:
                 async for item, final in items:
                     if isinstance(item, EmptyFinal):
@@ -176,13 +200,15 @@ class WorkerLink:
                         self.send(self._answer(message.id, item, request, final))
                     else:
                         self.send(Answer(message.id, final, error=error_message(item)))
-            self.send(Answer(message.id, True, done=True, timestamps=request.timestamps))
+            self.send(Answer(message.id, True, done=True, timestamps=request.timestamps, trace=trace))
         except BaseException as error:
-            self.send(Answer(message.id, True, error=error_message(error), done=True))
+            self.send(Answer(message.id, True, error=error_message(error), done=True, trace=trace))
             if not isinstance(error, (InferenceServerError, asyncio.CancelledError)):
                 log.exception("unhandled error streaming a request from frontend worker %d", self.index)
             if not isinstance(error, Exception | asyncio.CancelledError):
                 raise
+        finally:
+            self._tasks.pop(message.id, None)
 
     async def _call(self, message: Call) -> None:
         try:

@@ -33,6 +33,7 @@ class Channel(asyncio.Protocol, Generic[M]):
         self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
+        self._needed = 0  # bytes the buffer must hold before its first frame is complete
         self._queued: list[bytes] = []
         self._flush_scheduled = False
         self.closed = False
@@ -44,23 +45,31 @@ class Channel(asyncio.Protocol, Generic[M]):
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
-        buffer += data
+        if buffer:
+            buffer += data
+            if len(buffer) < self._needed:
+                return  # the frame begun earlier is still incomplete: no copy, no decoding yet
+            data = bytes(buffer)
+            buffer.clear()
+        # Frames are decoded straight from ``data`` (immutable, so decoded ``Raw`` fields may keep it):
+        # only an incomplete last frame is copied, into the buffer.
         start = 0
-        end = len(buffer)
+        end = len(data)
         decode = self._decoder.decode
         messages: list[M] = []
-        with memoryview(buffer) as view:
+        with memoryview(data) as view:
             while end - start >= 4:
                 (length,) = _LENGTH.unpack_from(view, start)
                 if length > MAX_FRAME:
                     raise ConnectionError(f"frame of {length} bytes on the engine channel")
-                if end - start - 4 < length:
+                stop = start + 4 + length
+                if stop > end:
                     break
-                # a copy: decoded ``Raw`` fields keep their source alive, and the buffer must stay resizable
-                messages.append(decode(bytes(view[start + 4 : start + 4 + length])))
-                start += 4 + length
-        if start:
-            del buffer[:start]
+                messages.append(decode(view[start + 4 : stop]))
+                start = stop
+            if start < end:
+                buffer += view[start:]
+                self._needed = stop - start if end - start >= 4 else 4
         for message in messages:
             self._on_message(message)
 

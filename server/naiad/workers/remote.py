@@ -51,7 +51,8 @@ from naiad.ipc.messages import (
 from naiad.repository.manager import IndexEntry
 from naiad.repository.model import Model, ModelVersion, resolve
 from naiad.settings import ServerSettings
-from naiad.tracing.tracer import Changes, Tracer
+from naiad.tracing.tracer import Changes
+from naiad.workers.tracer import WorkerTracer
 
 log = logging.getLogger("naiad.worker")
 
@@ -104,7 +105,7 @@ class EngineLink:
         responses: Arena,
         repository: CatalogRepository,
         shared_memory: SharedMemoryRegistry,
-        tracer: Tracer,
+        tracer: WorkerTracer,
     ) -> None:
         self.requests = requests
         self.responses = responses
@@ -278,6 +279,13 @@ class EngineLink:
         if not self.lost.is_set():
             self.send(Cancel(request_id))
 
+    def _traced(self, timestamps: list[tuple[str, int]], answer: Answer) -> None:
+        """A traced request's final answer: the engine's points and its sampling verdict."""
+        if answer.timestamps:
+            timestamps += [tuple(point) for point in answer.timestamps]  # type: ignore[misc]
+        if answer.trace:
+            self.tracer.verdict(timestamps, answer.trace)
+
     async def infer(self, request: InferRequest) -> InferResponse:
         request_id, pending = self._submit(request, stream=False)
         assert pending.future is not None
@@ -291,8 +299,8 @@ class EngineLink:
                 self._abandon(request_id, pending)
             raise
         try:
-            if answer.timestamps and request.timestamps is not None:
-                request.timestamps += [tuple(point) for point in answer.timestamps]  # type: ignore[misc]
+            if request.timestamps is not None:
+                self._traced(request.timestamps, answer)
             if answer.error is not None:
                 raise raise_error(answer.error)
             assert answer.response is not None
@@ -309,8 +317,8 @@ class EngineLink:
                 answer = await pending.queue.get()
                 if answer.done:
                     done = True
-                    if answer.timestamps and request.timestamps is not None:
-                        request.timestamps += [tuple(point) for point in answer.timestamps]  # type: ignore[misc]
+                    if request.timestamps is not None:
+                        self._traced(request.timestamps, answer)
                     if answer.error is not None:
                         raise raise_error(answer.error)
                     return
