@@ -23,6 +23,7 @@ import msgspec
 
 from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse
+from naiad.core.signature import ModelSignature
 from naiad.dataplane import DataPlane, EmptyFinal
 from naiad.ipc import tensors
 from naiad.ipc.arena import Arena
@@ -44,6 +45,7 @@ from naiad.ipc.messages import (
     ToEngine,
     TraceEnd,
 )
+from naiad.repository.model import Model
 
 log = logging.getLogger("naiad.engine")
 
@@ -60,6 +62,24 @@ def error_message(error: BaseException) -> ErrorMsg:
     return ErrorMsg(ErrorCode.INTERNAL.value, f"internal error: {type(error).__name__}: {error}")
 
 
+class PublishedSignatures:
+    """The models' signatures as of the catalog published last: a worker that checked a request
+    against that catalog (:attr:`RequestMsg.validated`) spares the engine the check, as long as the
+    model still has that very signature (:meth:`DataPlane.infer` compares them by identity)."""
+
+    def __init__(self) -> None:
+        self.catalog_id = 0
+        self._signatures: dict[str, ModelSignature | None] = {}
+
+    def update(self, catalog_id: int, models: dict[str, Model]) -> None:
+        self.catalog_id = catalog_id
+        self._signatures = {name: model.signature for name, model in models.items()}
+
+    def get(self, catalog_id: int, model: str) -> ModelSignature | None:
+        """The signature a request checked under ``catalog_id`` was checked against (None: unknown)."""
+        return self._signatures.get(model) if catalog_id == self.catalog_id else None
+
+
 class WorkerLink:
     """One worker's requests, served by ``dataplane``; control calls go to ``calls``."""
 
@@ -71,6 +91,7 @@ class WorkerLink:
         responses: Arena,
         calls: CallHandler,
         on_serving: Callable[[WorkerLink], None],
+        published: PublishedSignatures,
     ) -> None:
         self.index = index
         self.dataplane = dataplane
@@ -85,6 +106,7 @@ class WorkerLink:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._loop = asyncio.get_running_loop()
+        self._published = published
 
     @property
     def inflight(self) -> int:
@@ -173,7 +195,9 @@ class WorkerLink:
             request = tensors.request_from(message.request, self.requests)
             if trace == NOT_SAMPLED:
                 request.timestamps = None
-            response = await self.dataplane.infer(request)
+            validated = message.request.validated
+            signature = self._published.get(validated, request.model_name) if validated else None
+            response = await self.dataplane.infer(request, signature)
             outputs = tensors.response_message(response, self.requests, self.responses)
             self.send(Answer(request_id, True, outputs, None, False, True, request.timestamps, trace))
         except BaseException as error:  # every request gets its final answer, whatever happened

@@ -57,6 +57,9 @@ class RequestMsg(msgspec.Struct, array_like=True):
     sequence_end: bool
     headers: dict[str, str]
     traced: bool
+    #: The catalog (its id) whose signature of the model the worker checked the request against;
+    #: 0 when it did not (or the check failed: the engine words the error).
+    validated: int = 0
 
 
 class ResponseMsg(msgspec.Struct, array_like=True):

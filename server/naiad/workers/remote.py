@@ -24,6 +24,7 @@ from naiad import log_settings
 from naiad.core.errors import ErrorCode, InferenceServerError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.shm import RegionStatus, SharedMemoryRegistry
+from naiad.core.signature import ModelSignature
 from naiad.dataplane import DataPlane, EmptyFinal, StreamItem
 from naiad.engine import catalog
 from naiad.ipc import tensors
@@ -72,6 +73,8 @@ class CatalogRepository:
         self._models: dict[str, Model] = {}
         self.ready = False
         self.started = False
+        #: The id of the catalog applied last (0: none yet).
+        self.id = 0
 
     def models(self) -> dict[str, Model]:
         return self._models
@@ -83,6 +86,7 @@ class CatalogRepository:
         self._models = catalog.models(message)
         self.ready = message.ready
         self.started = message.started
+        self.id = message.id
 
 
 @dataclass(slots=True, eq=False)
@@ -248,9 +252,10 @@ class EngineLink:
 
     # ---- requests -----------------------------------------------------------------------------------
 
-    def _submit(self, request: InferRequest, stream: bool) -> tuple[int, _Pending]:
+    def _submit(self, request: InferRequest, stream: bool, validated: int = 0) -> tuple[int, _Pending]:
         offsets: list[int] = []
         message = tensors.request_message(request, self.requests, offsets)
+        message.validated = validated
         blocks = [(ref.offset, ref.nbytes) for ref in message.inputs if ref.arena != INLINE]
         for offset, _ in blocks:
             self._refs[offset] = 1
@@ -286,8 +291,9 @@ class EngineLink:
         if answer.trace:
             self.tracer.verdict(timestamps, answer.trace)
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        request_id, pending = self._submit(request, stream=False)
+    async def infer(self, request: InferRequest, validated: int = 0) -> InferResponse:
+        """``request``'s response from the engine; ``validated``: see :attr:`RequestMsg.validated`."""
+        request_id, pending = self._submit(request, stream=False, validated=validated)
         assert pending.future is not None
         try:
             answer = await pending.future
@@ -373,15 +379,28 @@ class RemoteDataPlane(DataPlane):
     def ready(self) -> bool:
         return not self.exiting and self._catalog.ready
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
         if self.exiting:
             raise UnavailableError("Server is exiting")
         self._inflight += 1
         self._idle.clear()
         try:
-            return await self.link.infer(request)
+            return await self.link.infer(request, self._validate(request))
         finally:
             self._done()
+
+    def _validate(self, request: InferRequest) -> int:
+        """Check ``request`` against the catalog's signature here, so that the engine need not (it
+        does when its model changed since): the catalog's id, or 0 when the engine should check."""
+        catalog_id = self._catalog.id
+        try:
+            signature = self._catalog.resolve(request.model_name, request.model_version)[0].signature
+            if signature is None:
+                return 0
+            signature.validate(request)
+        except InferenceServerError:  # the engine answers: with its models, as the single process would
+            return 0
+        return catalog_id
 
     async def stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
         if self.exiting:
