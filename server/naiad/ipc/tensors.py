@@ -54,15 +54,14 @@ def _put(tensor: Tensor, arena: Arena, which: int, blocks: list[int]) -> TensorR
 
 def _array(ref: TensorRef, arena: Arena | None) -> np.ndarray[Any, Any]:
     """The tensor a descriptor names (a view when it is in ``arena``, decoded objects for BYTES)."""
-    shape = tuple(ref.shape)
     if ref.inline is not None or arena is None:
         buffer: Any = ref.inline or b""
     else:
         buffer = arena.view[ref.offset : ref.offset + ref.nbytes]
     if ref.datatype == "BYTES":
+        shape = tuple(ref.shape)
         return bytes_tensor.deserialize(buffer, math.prod(shape), ref.name).reshape(shape)
-    dtype = datatypes.WIRE_DTYPE[ref.datatype]
-    return np.frombuffer(buffer, dtype=dtype, count=ref.nbytes // dtype.itemsize).reshape(shape)
+    return np.frombuffer(buffer, datatypes.WIRE_DTYPE[ref.datatype]).reshape(ref.shape)
 
 
 # ---- worker: requests out, responses in -----------------------------------------------------------------
