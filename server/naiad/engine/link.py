@@ -14,6 +14,7 @@ callbacks or closures, small outputs inside the answer instead of in the respons
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import aclosing
@@ -143,8 +144,8 @@ class WorkerLink:
             assert isinstance(message, Cancel)
             task = self._tasks.get(message.id)
             if task is not None:
-                # After the task's first step, not before: a coroutine cancelled before it started
-                # never runs its body, and so would never send the request's final answer.
+                # After the task's first step, not before: a task cancelled before it started never
+                # resumes the request's coroutine, which would then never send its final answer.
                 self._loop.call_soon(task.cancel)
         elif kind is Call:
             assert isinstance(message, Call)
@@ -174,8 +175,15 @@ class WorkerLink:
         self.lost.set()
 
     def _start(self, request_id: int, work: Coroutine[Any, Any, None]) -> None:
-        # The coroutine forgets its own task when it ends (no done callback to allocate per request).
-        self._tasks[request_id] = self._loop.create_task(work)
+        """Run ``work`` at once, as far as it goes without waiting: a request whose model runs inline
+        is answered within this wake-up, with no task at all.  One that has to wait continues in a
+        task, which a ``Cancel`` cancels (the coroutine forgets it when it ends)."""
+        context = contextvars.copy_context()  # what a task would give it: its own context
+        try:
+            waiting = context.run(work.send, None)
+        except StopIteration:
+            return
+        self._tasks[request_id] = self._loop.create_task(_resume(work, waiting), context=context)
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -242,3 +250,28 @@ class WorkerLink:
             if not isinstance(error, InferenceServerError):
                 log.exception("unhandled error in %s for frontend worker %d", message.method, self.index)
             self.send(Reply(message.id, error=error_message(error)))
+
+
+async def _resume(work: Coroutine[Any, Any, None], waiting: Any) -> None:
+    """Drive ``work``, started outside any task and now waiting on ``waiting`` (a future, or None for
+    a bare yield), to its end, as a task would: it is resumed once what it waits on is done, and a
+    cancellation of this task is thrown into it where it waits."""
+    while True:
+        try:
+            if waiting is None:
+                await asyncio.sleep(0)
+            else:
+                waiting._asyncio_future_blocking = False  # taken over, as a task's step takes it
+                await waiting
+        except asyncio.CancelledError as cancelled:
+            try:
+                waiting = work.throw(cancelled)
+            except StopIteration:
+                return
+            continue
+        except BaseException:  # the future's failure: ``work`` reads it when resumed
+            pass
+        try:
+            waiting = work.send(None)
+        except StopIteration:
+            return

@@ -3,7 +3,8 @@
 Frames are a 4-byte little-endian length and a MessagePack body.  Sending queues the encoded frame and,
 once per turn of the event loop, writes every queued frame with one system call: under load one wake-up
 of the receiver carries many messages, and the sender pays one ``write`` for all of them.  Receiving
-decodes every complete frame a read returned and hands each to ``on_message`` in order.
+decodes every complete frame a read returned and hands each to ``on_message`` in order; what the
+handlers send meanwhile (answers computed at once) is written with one call when they are done.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Channel(asyncio.Protocol, Generic[M]):
         self._needed = 0  # bytes the buffer must hold before its first frame is complete
         self._queued: list[bytes] = []
         self._flush_scheduled = False
+        self._dispatching = False  # in data_received: sends are written when it returns
         self.closed = False
 
     # ---- asyncio.Protocol --------------------------------------------------------------------------
@@ -70,8 +72,15 @@ class Channel(asyncio.Protocol, Generic[M]):
             if start < end:
                 buffer += view[start:]
                 self._needed = stop - start if end - start >= 4 else 4
-        for message in messages:
-            self._on_message(message)
+        # What the handlers send meanwhile goes out in one write once they are all done.
+        self._dispatching = True
+        try:
+            for message in messages:
+                self._on_message(message)
+        finally:
+            self._dispatching = False
+        if self._queued:
+            self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -84,14 +93,14 @@ class Channel(asyncio.Protocol, Generic[M]):
             return
         body = self._encoder.encode(message)
         self._queued += (_LENGTH.pack(len(body)), body)
-        if not self._flush_scheduled:
+        if not self._flush_scheduled and not self._dispatching:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         queued, self._queued = self._queued, []
-        if self._transport is not None and not self.closed:
+        if queued and self._transport is not None and not self.closed:
             # One buffer, one system call (uvloop's writelines writes each buffer on its own).
             self._transport.write(b"".join(queued))
 
