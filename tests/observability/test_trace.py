@@ -172,8 +172,9 @@ class _Receive(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def collector() -> Iterator[_Collector]:
+    """One per test, so per server mode: a module's collector would hold the other mode's spans."""
     receiver = _Collector()
     thread = threading.Thread(target=receiver.serve_forever, daemon=True)
     thread.start()
