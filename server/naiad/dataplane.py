@@ -247,13 +247,17 @@ class DataPlane:
 
     # ---- inference ----------------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        """Validate, schedule and shape the response for one request."""
+    async def infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
+        """Validate, schedule and shape the response for one request.
+
+        ``validated``: a signature ``request`` was already checked against (by a frontend worker); when
+        it is the one the model has now, the check is not repeated.
+        """
         if self.exiting:
             raise UnavailableError("Server is exiting")
-        return await self._infer(request)
+        return await self._infer(request, validated)
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    async def _infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
         """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
         model, version = self.registry.route(request)
         return await self._run(request, model, version)
@@ -262,10 +266,11 @@ class DataPlane:
         """:meth:`_infer` once the version that runs ``request`` is chosen."""
         signature = model.signature
         assert signature is not None
-        batch = signature.validate(request)
         verbose = _log.isEnabledFor(logging.DEBUG)
-        if verbose:
-            _log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
+        if signature is not validated or verbose:
+            batch = signature.validate(request)
+            if verbose:
+                _log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
         if model.decoupled:
             raise UnsupportedError(f"model '{model.name}' is decoupled: its responses can only be streamed")
         if model.mirror is not None:
