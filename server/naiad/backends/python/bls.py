@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import logging
 import queue
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -198,11 +200,20 @@ async def _answer(server: Server, request: InferRequest) -> pb_utils.InferenceRe
 # ---- decoupled answers ------------------------------------------------------------------------------
 
 
+class Answers(Protocol):
+    """Where a streamed call's answers wait for the model: a queue, or (in a model process) the
+    stream that its channel to the server fills."""
+
+    def get(self) -> StreamItem:
+        """The next answer, waiting for it."""
+        ...
+
+
 class ResponseIterator:
     """The responses of a ``decoupled=True`` BLS request, as Triton's iterator yields them: each
     response, and last the final one (empty when the model sent the final flag on its own)."""
 
-    def __init__(self, items: queue.SimpleQueue[StreamItem], cancel: Callable[[], object]) -> None:
+    def __init__(self, items: Answers, cancel: Callable[[], object]) -> None:
         self._items = items
         self._cancel = cancel
         self._done = False
@@ -218,15 +229,20 @@ class ResponseIterator:
         return to_pb_response(answer)
 
     def cancel(self) -> None:
-        """Ask the model to stop; the iterator then ends with a CANCELLED error response."""
+        """Cancel the request, as Triton's iterator does: the called model sees ``is_cancelled()``
+        and may stop (its last response then usually says CANCELLED, as one still queued is
+        answered), or go on; either way the iterator yields what it sends, to its final flag."""
         self._cancel()
 
 
-def _pump(
-    server: Server, request: InferRequest
-) -> tuple[queue.SimpleQueue[StreamItem], Callable[[], object]]:
-    """Start streaming ``request``'s answers into a queue a model thread can block on; and how to
-    cancel that."""
+def cancel(request: InferRequest) -> None:
+    """Cancel a BLS request (:meth:`ResponseIterator.cancel`)."""
+    request.cancelled = True
+
+
+def _pump(server: Server, request: InferRequest) -> tuple[queue.SimpleQueue[StreamItem], Future[None]]:
+    """Start streaming ``request``'s answers into a queue a model thread can block on; and the
+    streaming (cancelling it drops the request, as a client that goes away does)."""
     items: queue.SimpleQueue[StreamItem] = queue.SimpleQueue()
     chain = _CHAIN.get()
 
@@ -247,39 +263,37 @@ def _pump(
         finally:
             _chains.pop(id(request), None)
 
-    return items, asyncio.run_coroutine_threadsafe(pump(), server.loop).cancel
+    return items, asyncio.run_coroutine_threadsafe(pump(), server.loop)
 
 
-def forwarded(request: InferRequest, decoupled: bool) -> Iterator[StreamItem]:
-    """The answers to a BLS call a model's worker process forwarded, in order, the last one final.
+def forwarded(
+    request: InferRequest, decoupled: bool
+) -> tuple[queue.SimpleQueue[StreamItem], Future[None] | None]:
+    """Make a BLS call a model's process forwarded: where its answers come, in order, the last one
+    final; and, for a call still streaming, the streaming (``None``: every answer is queued).
 
-    Runs on the thread of the instance that talks to that process, which waits for them (and which
-    runs the call as a nested execution of that process when it needs that very instance)."""
+    Runs on the thread of the instance that talks to that process, which waits for a call that is
+    not streamed (and runs the call as a nested execution of that process when it needs that very
+    instance); a streamed call's answers come while the model process goes on."""
     server = _server
+    items: queue.SimpleQueue[StreamItem] = queue.SimpleQueue()
     if server is None:
-        yield InternalError("BLS requests can only be made while the model is served"), True
-        return
+        items.put((InternalError("BLS requests can only be made while the model is served"), True))
+        return items, None
     inline, target_decoupled = None, False
     if _candidates(request):  # maybe a call back into a waiting instance
         checked = _wait(server.loop, _call(_checked, server, request))
         inline, target_decoupled = _inline_target(request, checked)
     if inline is not None:
         if target_decoupled and not decoupled:
-            yield _unstreamed(request), True
-            return
-        items = _inline(inline, request, target_decoupled)
-    elif not decoupled:
+            items.put((_unstreamed(request), True))
+            return items, None
+        return _inline(inline, request, target_decoupled), None
+    if not decoupled:
         with _waiting(request):
-            answer = _wait(server.loop, _outcome(server, request))
-        yield answer, True
-        return
-    else:
-        items, _ = _pump(server, request)
-    while True:
-        item = items.get()
-        yield item
-        if item[1]:
-            return
+            items.put((_wait(server.loop, _outcome(server, request)), True))
+        return items, None
+    return _pump(server, request)
 
 
 # ---- calls that run inline ----------------------------------------------------------------------------
@@ -351,7 +365,7 @@ async def _inline_async(
 def _returned(items: queue.SimpleQueue[StreamItem], request: InferRequest, decoupled: bool) -> Any:
     """What ``exec`` returns for answers queued in ``items``: the one answer, or an iterator."""
     if decoupled:
-        return ResponseIterator(items, lambda: setattr(request, "cancelled", True))
+        return ResponseIterator(items, functools.partial(cancel, request))
     return to_pb_response(items.get()[0])
 
 
@@ -402,7 +416,7 @@ class _Runner:
                     return to_pb_response(_unstreamed(core))
                 return _returned(_inline(inline, core, target_decoupled), core, decoupled)
         if decoupled:
-            return ResponseIterator(*_pump(server, core))
+            return ResponseIterator(_pump(server, core)[0], functools.partial(cancel, core))
         with _waiting(core):
             return _wait(loop, _answer(server, core))
 
@@ -417,6 +431,6 @@ class _Runner:
                     return to_pb_response(_unstreamed(core))
                 return _returned(await _inline_async(inline, core, target_decoupled), core, decoupled)
         if decoupled:
-            return ResponseIterator(*_pump(server, core))
+            return ResponseIterator(_pump(server, core)[0], functools.partial(cancel, core))
         with _waiting(core):
             return await _on(loop, _answer(server, core))
