@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from naiad import log_settings
-from naiad.backends.python import bls
 from naiad.codecs import shared_memory
 from naiad.codecs.classification import LabelFiles, classify_outputs
 from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnavailableError, UnsupportedError
@@ -104,10 +103,6 @@ class DataPlane:
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        try:
-            bls.install(_BlsServer(self, asyncio.get_running_loop()))
-        except RuntimeError:  # made off the event loop (a tool, not a server): models cannot call models
-            bls.install(None)
 
     # ---- health and metadata ----------------------------------------------------------------
 
@@ -339,9 +334,11 @@ class DataPlane:
         return True
 
 
-class _BlsServer:
+class BlsServer:
     """What Python models' BLS calls go through (:class:`naiad.backends.python.bls.Server`): the
-    data plane's own inference, without the door check (the calling request is already in)."""
+    data plane's own inference, without the door check (the calling request is already in).  The
+    composition root puts it in the runtime the backends were made with; ``loop`` is the one the
+    data plane serves on."""
 
     def __init__(self, dataplane: DataPlane, loop: asyncio.AbstractEventLoop) -> None:
         self._dataplane = dataplane

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from naiad.backends.runtime import Runtime
 from naiad.core.errors import (
     InferenceServerError,
     InternalError,
@@ -84,6 +85,7 @@ class ModelRepository:
         self,
         repositories: Sequence[str | Path],
         *,
+        runtime: Runtime,
         auto_complete: bool = True,
         gpu_count: int = 0,
         load_threads: int = 4,
@@ -94,15 +96,17 @@ class ModelRepository:
         response_cache: ResponseCache | None = None,
         rate_limiter: RateLimiter | None = None,
     ) -> None:
-        """``response_cache``: the server's (``--cache-config``), for ensembles' steps;
-        ``rate_limiter``: the server's (``--rate-limit``), handed to every version's scheduler."""
+        """``runtime``: the server's, which makes the backends; ``response_cache``: the server's
+        (``--cache-config``), for ensembles' steps; ``rate_limiter``: the server's
+        (``--rate-limit``), handed to every version's scheduler."""
         self.roots = [open_root(str(r), cache_dir or default_cache_dir()) for r in repositories]
         self.response_cache = response_cache
         self.mode = mode
         self.startup_models = list(startup_models)
         self.poll_secs = poll_secs
+        self.runtime = runtime
         self._loader = ModelLoader(
-            auto_complete=auto_complete, gpu_count=gpu_count, rate_limiter=rate_limiter
+            runtime, auto_complete=auto_complete, gpu_count=gpu_count, rate_limiter=rate_limiter
         )
         self._models: dict[str, Model] = {}
         self._locks: dict[str, asyncio.Lock] = {}

@@ -10,7 +10,7 @@ steps after it.  :func:`answers` is that stream for both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from naiad.core.errors import InferenceServerError
 from naiad.core.request import InferRequest, InferResponse
@@ -21,7 +21,7 @@ Answer = InferResponse | InferenceServerError | None
 
 async def answers(
     request: InferRequest, run: Callable[[InferRequest], Awaitable[object]]
-) -> AsyncIterator[tuple[Answer, bool]]:
+) -> AsyncGenerator[tuple[Answer, bool], None]:
     """Run ``run(request)`` with a sink in ``request.responses``; yield each ``(answer, final)`` the
     model sends, in order, until the final one.
 

@@ -3,11 +3,11 @@
 ``pb_utils.InferenceRequest(...).exec()``, ``await ....async_exec()`` and ``exec(decoupled=True)``
 run a request the way a client's request runs: resolved to the serving version, checked against its
 signature and queued in that model's scheduler, so it is batched with the model's other traffic.  The
-server installs a :class:`Server` for that from above (this layer knows nothing of repositories or
-schedulers).  Model code runs on instance threads, so a call hops to the server's event loop with
-``asyncio.run_coroutine_threadsafe``: ``exec`` blocks only the calling instance's thread, and
-``async_exec`` awaits the same future on the model's own loop without blocking anything.  The
-server's event loop never waits for a model.
+server puts a :class:`Server` for that in the runtime the Python backend is made with (this layer
+knows nothing of repositories or schedulers).  Model code runs on instance threads, so a call hops
+to the server's event loop with ``asyncio.run_coroutine_threadsafe``: ``exec`` blocks only the
+calling instance's thread, and ``async_exec`` awaits the same future on the model's own loop without
+blocking anything.  The server's event loop never waits for a model.
 
 Deadlocks: an instance waiting for a BLS answer executes nothing else, so a request that needs that very
 instance (a model calling itself, or A -> B -> A) would wait in its queue forever.  Every BLS request
@@ -31,13 +31,16 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequen
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from naiad.backends.base import ExecuteResult
 from naiad.backends.python import pb_utils
 from naiad.backends.python.response import bytes_array, to_pb_response
 from naiad.core.errors import CancelledError, InferenceServerError, InternalError, UnsupportedError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
+
+if TYPE_CHECKING:
+    from naiad.backends.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ StreamItem = tuple[InferResponse | InferenceServerError | None, bool]
 
 
 class Server(Protocol):
-    """How BLS requests reach models; the server installs one with :func:`install`."""
+    """How BLS requests reach models: the server's, in its :class:`~naiad.backends.runtime.Runtime`."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -121,17 +124,6 @@ def _waiting(request: InferRequest) -> Iterator[None]:
         yield
     finally:
         _chains.pop(id(request), None)
-
-
-#: The installed server (``None``: BLS is unavailable), also for calls worker processes forward.
-_server: Server | None = None
-
-
-def install(server: Server | None) -> None:
-    """Route ``pb_utils`` BLS calls to ``server`` (``None``: BLS is unavailable)."""
-    global _server
-    _server = server
-    pb_utils.bls_runner = None if server is None else _Runner(server)
 
 
 # ---- conversions ------------------------------------------------------------------------------------
@@ -267,15 +259,15 @@ def _pump(server: Server, request: InferRequest) -> tuple[queue.SimpleQueue[Stre
 
 
 def forwarded(
-    request: InferRequest, decoupled: bool
+    server: Server | None, request: InferRequest, decoupled: bool
 ) -> tuple[queue.SimpleQueue[StreamItem], Future[None] | None]:
     """Make a BLS call a model's process forwarded: where its answers come, in order, the last one
     final; and, for a call still streaming, the streaming (``None``: every answer is queued).
 
     Runs on the thread of the instance that talks to that process, which waits for a call that is
     not streamed (and runs the call as a nested execution of that process when it needs that very
-    instance); a streamed call's answers come while the model process goes on."""
-    server = _server
+    instance); a streamed call's answers come while the model process goes on.  ``server``: the
+    runtime's (``None``: BLS is unavailable)."""
     items: queue.SimpleQueue[StreamItem] = queue.SimpleQueue()
     if server is None:
         items.put((InternalError("BLS requests can only be made while the model is served"), True))
@@ -395,14 +387,20 @@ async def _on(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
 
 
-class _Runner:
-    """``pb_utils.bls_runner`` in the server process."""
+class Runner:
+    """``pb_utils.bls_runner`` in the server process: calls go to the BLS server of ``runtime``."""
 
-    def __init__(self, server: Server) -> None:
-        self._server = server
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def _server(self) -> Server:
+        server = self._runtime.bls
+        if server is None:
+            raise pb_utils.TritonModelException("BLS requests can only be made while the model is served")
+        return server
 
     def exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        server = self._server
+        server = self._server()
         loop = server.loop
         if _on_loop(loop):
             raise pb_utils.TritonModelException(
@@ -421,7 +419,7 @@ class _Runner:
             return _wait(loop, _answer(server, core))
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        server = self._server
+        server = self._server()
         loop = server.loop
         core = core_request(request)
         if _candidates(core):

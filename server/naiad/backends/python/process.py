@@ -52,6 +52,7 @@ from naiad.backends.python.launcher import Launcher
 from naiad.backends.python.messages import bls_request, pack_answer, request_message, unpack_answer
 from naiad.backends.python.spec import MEMORY_LIMIT_PARAMETER, TIMEOUT_PARAMETER, ModelSpec, ProcessOptions
 from naiad.backends.python.zygote import ModelProcess, describe_status
+from naiad.backends.runtime import Runtime
 from naiad.core.errors import ErrorCode, InferenceServerError, InternalError
 from naiad.core.request import InferRequest, InferResponse, Tensor
 
@@ -123,15 +124,18 @@ class ProcessModelInstance:
         spec: ModelSpec,
         options: ProcessOptions,
         launcher: Launcher,
+        runtime: Runtime,
         health: InstanceHealth | None,
         metrics: CustomMetrics | None = None,
     ) -> None:
         """Start the model process and load the model there; raise its load error, if any.  Its
-        custom metrics are exported through ``metrics`` while the instance lives."""
+        BLS calls go to the runtime's BLS server, its custom metrics are exported through
+        ``metrics`` while the instance lives."""
         _remove_orphans_once()
         self._spec = spec
         self._options = options
         self._launcher = launcher
+        self._runtime = runtime
         self._health = health if health is not None else InstanceHealth()
         self._model_name = spec.model_name
         self._model_version = spec.model_version
@@ -310,7 +314,7 @@ class ProcessModelInstance:
         """
         _, number, body, decoupled = message
         request = bls_request(body)
-        items, streaming = bls.forwarded(request, decoupled)
+        items, streaming = bls.forwarded(self._runtime.bls, request, decoupled)
         if not decoupled:
             self._send(child, ("answer", pack_answer(items.get()[0])))
             return
