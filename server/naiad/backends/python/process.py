@@ -113,7 +113,7 @@ class _Child:
 _Sent = tuple[_Child, int, int, Sequence[InferRequest], _Done, shm.Region | None]
 #: Executions the loop sends a model process ahead of their turn: it runs them one at a time, in order,
 #: but finds the next one waiting (no wake-up) and answers several with one write under load.
-PIPELINE = 4
+PIPELINE = 8
 
 
 class ProcessModelInstance:
