@@ -709,7 +709,7 @@ class ProcessModelInstance:
                     self._send(child, ("close",))
                     child.inbox.get(timeout=_CLOSE_TIMEOUT)
                 else:
-                    conn.send(("close",))
+                    self._send(child, ("close",))  # (a relay thread may still be sending)
                     if conn.poll(_CLOSE_TIMEOUT):
                         conn.receive()
             except (EOFError, OSError, queue.Empty):
