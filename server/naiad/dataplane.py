@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from naiad import log_settings
-from naiad.backends.python import bls
 from naiad.codecs import shared_memory
 from naiad.codecs.classification import LabelFiles, classify_outputs
 from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnavailableError, UnsupportedError
@@ -117,10 +116,6 @@ class DataPlane:
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        try:
-            bls.install(_BlsServer(self, asyncio.get_running_loop()))
-        except RuntimeError:  # made off the event loop (a tool, not a server): models cannot call models
-            bls.install(None)
 
     # ---- health and metadata ----------------------------------------------------------------
 
@@ -260,9 +255,15 @@ class DataPlane:
     async def _infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
         """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
         model, version = self.registry.route(request)
-        return await self._run(request, model, version)
+        return await self._run(request, model, version, validated)
 
-    async def _run(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
+    async def _run(
+        self,
+        request: InferRequest,
+        model: Model,
+        version: ModelVersion,
+        validated: ModelSignature | None = None,
+    ) -> InferResponse:
         """:meth:`_infer` once the version that runs ``request`` is chosen."""
         signature = model.signature
         assert signature is not None
@@ -390,9 +391,11 @@ class DataPlane:
         return True
 
 
-class _BlsServer:
+class BlsServer:
     """What Python models' BLS calls go through (:class:`naiad.backends.python.bls.Server`): the
-    data plane's own inference, without the door check (the calling request is already in)."""
+    data plane's own inference, without the door check (the calling request is already in).  The
+    composition root puts it in the runtime the backends were made with; ``loop`` is the one the
+    data plane serves on."""
 
     def __init__(self, dataplane: DataPlane, loop: asyncio.AbstractEventLoop) -> None:
         self._dataplane = dataplane

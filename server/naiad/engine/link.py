@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -72,7 +72,7 @@ class PublishedSignatures:
         self.catalog_id = 0
         self._signatures: dict[str, ModelSignature | None] = {}
 
-    def update(self, catalog_id: int, models: dict[str, Model]) -> None:
+    def update(self, catalog_id: int, models: Mapping[str, Model]) -> None:
         self.catalog_id = catalog_id
         self._signatures = {name: model.signature for name, model in models.items()}
 

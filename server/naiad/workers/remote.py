@@ -394,7 +394,7 @@ class RemoteDataPlane(DataPlane):
         does when its model changed since): the catalog's id, or 0 when the engine should check."""
         catalog_id = self._catalog.id
         try:
-            signature = self._catalog.resolve(request.model_name, request.model_version)[0].signature
+            signature = self._catalog.registry.resolve(request.model_name, request.model_version)[0].signature
             if signature is None:
                 return 0
             signature.validate(request)
