@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from naiad.backends.runtime import Runtime
 from naiad.core.request import InferRequest, Tensor
 from naiad.dataplane import DataPlane
 from naiad.engine.link import PublishedSignatures, WorkerLink
@@ -17,6 +18,7 @@ from naiad.ipc.arena import Arena
 from naiad.ipc.channel import Channel
 from naiad.ipc.messages import Answer, Infer, ToEngine, ToWorker
 from naiad.repository.manager import ModelRepository
+from naiad.repository.registry import ModelRegistry
 
 from tests.support.models import IDENTITY_PY, write_model
 
@@ -57,14 +59,15 @@ async def _answers(repo: Path, sends: list[tuple[int, int]]) -> list[Answer]:
     """Each ``(shape, validated)``: one request with an FP32 input of that many elements, vouched for
     by the worker under catalog ``validated`` (0: not), answered by a real engine whose last
     published catalog is 1."""
-    models = ModelRepository([repo])
-    dataplane = DataPlane(models)
+    registry = ModelRegistry()
+    models = ModelRepository([repo], registry=registry, runtime=Runtime())
+    dataplane = DataPlane(registry, models)
     await models.start()
     dataplane.started = True
     requests_fd, responses_fd = arena.create("requests", SIZE), arena.create("responses", SIZE)
     worker_arena = Arena(requests_fd, SIZE, writable=True)
     published = PublishedSignatures()
-    published.update(1, models.models())
+    published.update(1, registry.models())
     link = WorkerLink(
         0,
         dataplane,
