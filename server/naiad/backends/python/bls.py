@@ -229,7 +229,7 @@ class ResponseIterator:
 
 def cancel(request: InferRequest) -> None:
     """Cancel a BLS request (:meth:`ResponseIterator.cancel`)."""
-    request.cancelled = True
+    request.cancel()
 
 
 def _pump(server: Server, request: InferRequest) -> tuple[queue.SimpleQueue[StreamItem], Future[None]]:

@@ -758,7 +758,7 @@ def _drop_calls(child: _Child) -> None:
     """Stop the streamed BLS calls of a model process that ended, as a client that goes away does:
     nobody reads their answers any more."""
     for request, streaming in list(child.calls.values()):
-        request.cancelled = True
+        request.cancel()
         streaming.cancel()
 
 

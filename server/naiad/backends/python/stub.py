@@ -74,7 +74,6 @@ class _Channel:
         #: ``routed``: the requests whose final response has not been sent, and those of them the
         #: engine said were cancelled, by (execution key, index); the reader thread and the model's
         #: threads change them together.
-        self.routed = routed
         self._open: set[tuple[int, int]] = set()
         self._cancelled: set[tuple[int, int]] = set()
         self._flags = threading.Lock()
