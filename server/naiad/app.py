@@ -1,4 +1,5 @@
-"""The composition root: the engine (model registry, repository manager, data plane), its frontends, and exit.
+"""The composition root: the engine (runtime, model registry, repository manager, data plane), its frontends,
+and graceful exit.
 
 With ``--frontend-workers 0`` the frontends run in this process over the data plane.  With N > 0 this
 process is the engine alone (plus ``/metrics``) and N worker processes serve HTTP and gRPC on the same
@@ -20,9 +21,10 @@ import time
 
 from naiad import log_settings
 from naiad.backends.gpus import gpu_count
+from naiad.backends.runtime import Runtime
 from naiad.core.allocator import pin_thresholds
 from naiad.core.shm import SharedMemoryRegistry
-from naiad.dataplane import DataPlane
+from naiad.dataplane import BlsServer, DataPlane
 from naiad.engine.workers import FrontendWorkers
 from naiad.frontends.access.keyring import Keyring
 from naiad.frontends.listeners import Listeners, uvicorn_server
@@ -50,9 +52,11 @@ async def serve(settings: ServerSettings) -> int:
     resources = [parse_resource(text) for text in settings.rate_limit_resources]
     rate_limiter = RateLimiter(resources) if settings.rate_limit == "execution_count" else None
     registry = ModelRegistry()
+    runtime = Runtime()
     repository = ModelRepository(
         settings.model_repositories,
         registry=registry,
+        runtime=runtime,
         auto_complete=not settings.disable_auto_complete_config,
         gpu_count=gpu_count(),
         load_threads=settings.model_load_thread_count,
@@ -73,6 +77,8 @@ async def serve(settings: ServerSettings) -> int:
         shared_memory=shared_memory,
         response_cache=response_cache,
     )
+    loop = asyncio.get_running_loop()
+    runtime.bls = BlsServer(dataplane, loop)
     keyring = Keyring(settings.auth_key_file) if settings.auth_key_file is not None else None
     workers: FrontendWorkers | None = None
     if settings.frontend_workers > 0:
@@ -89,7 +95,6 @@ async def serve(settings: ServerSettings) -> int:
         listeners.add(uvicorn_server(endpoint, settings.metrics_address, settings.metrics_port, settings))
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from naiad import log_settings
-from naiad.backends.python import bls
 from naiad.codecs import shared_memory
 from naiad.codecs.classification import LabelFiles, classify_outputs
 from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnavailableError, UnsupportedError
@@ -117,10 +116,6 @@ class DataPlane:
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        try:
-            bls.install(_BlsServer(self, asyncio.get_running_loop()))
-        except RuntimeError:  # made off the event loop (a tool, not a server): models cannot call models
-            bls.install(None)
 
     # ---- health and metadata ----------------------------------------------------------------
 
@@ -247,25 +242,36 @@ class DataPlane:
 
     # ---- inference ----------------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        """Validate, schedule and shape the response for one request."""
+    async def infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
+        """Validate, schedule and shape the response for one request.
+
+        ``validated``: a signature ``request`` was already checked against (by a frontend worker); when
+        it is the one the model has now, the check is not repeated.
+        """
         if self.exiting:
             raise UnavailableError("Server is exiting")
-        return await self._infer(request)
+        return await self._infer(request, validated)
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    async def _infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
         """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
         model, version = self.registry.route(request)
-        return await self._run(request, model, version)
+        return await self._run(request, model, version, validated)
 
-    async def _run(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
+    async def _run(
+        self,
+        request: InferRequest,
+        model: Model,
+        version: ModelVersion,
+        validated: ModelSignature | None = None,
+    ) -> InferResponse:
         """:meth:`_infer` once the version that runs ``request`` is chosen."""
         signature = model.signature
         assert signature is not None
-        batch = signature.validate(request)
         verbose = _log.isEnabledFor(logging.DEBUG)
-        if verbose:
-            _log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
+        if signature is not validated or verbose:
+            batch = signature.validate(request)
+            if verbose:
+                _log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
         if model.decoupled:
             raise UnsupportedError(f"model '{model.name}' is decoupled: its responses can only be streamed")
         if model.mirror is not None:
@@ -385,9 +391,11 @@ class DataPlane:
         return True
 
 
-class _BlsServer:
+class BlsServer:
     """What Python models' BLS calls go through (:class:`naiad.backends.python.bls.Server`): the
-    data plane's own inference, without the door check (the calling request is already in)."""
+    data plane's own inference, without the door check (the calling request is already in).  The
+    composition root puts it in the runtime the backends were made with; ``loop`` is the one the
+    data plane serves on."""
 
     def __init__(self, dataplane: DataPlane, loop: asyncio.AbstractEventLoop) -> None:
         self._dataplane = dataplane

@@ -68,8 +68,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="package")
-def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("traces") / "trace.json"
+def trace_file(tmp_path_factory: pytest.TempPathFactory, frontend_workers: int) -> Path:
+    """One per server mode: each server numbers its indexed trace files from 0."""
+    return tmp_path_factory.mktemp(f"traces-{frontend_workers}") / "trace.json"
 
 
 @pytest.fixture(scope="package")

@@ -57,11 +57,16 @@ def _in_order(stamps: dict[str, int], protocol: str) -> None:
     assert list(stamps.values()) == sorted(stamps.values())
 
 
+def _indexed(trace_file: Path) -> list[Path]:
+    """The ``log_frequency`` files, ``<trace_file>.<index>``, by index."""
+    return sorted(trace_file.parent.glob(trace_file.name + ".*"), key=lambda path: int(path.suffix[1:]))
+
+
 def test_a_sampled_request_leaves_its_timestamps_in_the_trace_file(
     server: ServerProcess, client: RawClient, trace_file: Path
 ) -> None:
-    if server.frontend_workers:
-        pytest.skip("with frontend workers, trace_rate and trace_count are counted in each worker")
+    """With frontend workers too: sampling and the trace file are the server's (the engine's), not each
+    worker's, so the third request is not traced whichever worker serves it."""
     update = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "log_frequency": "1", "trace_count": "2"}
     settings = client.post_json("/v2/trace/setting", update).json()
     assert settings == {
@@ -72,6 +77,7 @@ def test_a_sampled_request_leaves_its_timestamps_in_the_trace_file(
         "trace_file": str(trace_file),
         "trace_mode": "triton",
     }
+    before = len(_indexed(trace_file))
     try:
         assert client.post_json("/v2/models/add_sub/infer", {"id": "http-1", **ADD_SUB}).status == 200
         grpc = grpcclient.InferenceServerClient(server.grpc_url)
@@ -84,7 +90,9 @@ def test_a_sampled_request_leaves_its_timestamps_in_the_trace_file(
         finally:
             grpc.close()
         assert client.request("GET", "/v2/trace/setting").json()["trace_count"] == "0"
-        index = sorted(trace_file.parent.glob(trace_file.name + ".*"))
+        # With workers, a trace reaches the engine's file after its response reached the client.
+        wait_for(lambda: len(_indexed(trace_file)) >= before + 2)
+        index = _indexed(trace_file)
         http = json.loads(index[-2].read_text())
         grpc_records = json.loads(index[-1].read_text())
     finally:
@@ -119,7 +127,12 @@ def test_model_settings_override_and_clear(server: ServerProcess, client: RawCli
     finally:
         client.post_json("/v2/trace/setting", OFF)
     for path, body, status, message in (
-        ("/v2/trace/setting", {"trace_file": "/x"}, 501, "trace file location can not be updated through network protocol"),
+        (
+            "/v2/trace/setting",
+            {"trace_file": "/x"},
+            501,
+            "trace file location can not be updated through network protocol",
+        ),
         ("/v2/trace/setting", {"trace_rate": "abc"}, 400, "Unable to parse 'trace_rate', got: abc"),
         ("/v2/trace/setting", {"trace_rate": 5}, 400, "attempt to access JSON non-string as string"),
         ("/v2/models/nope/trace/setting", {}, 400, "Request for unknown model : nope"),
@@ -159,8 +172,9 @@ class _Receive(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def collector() -> Iterator[_Collector]:
+    """One per test, so per server mode: a module's collector would hold the other mode's spans."""
     receiver = _Collector()
     thread = threading.Thread(target=receiver.serve_forever, daemon=True)
     thread.start()
@@ -201,7 +215,12 @@ def test_opentelemetry_mode_exports_frontend_model_queue_and_compute_spans(
         assert spans["queue"].parent_span_id == spans["compute"].parent_span_id == model.span_id
         assert spans["queue"].end_time_unix_nano == spans["compute"].start_time_unix_nano
         assert root.start_time_unix_nano <= model.start_time_unix_nano <= model.end_time_unix_nano
-        assert [event.name for event in root.events] == ["HTTP_RECV_START", "HTTP_RECV_END", "HTTP_SEND_START", "HTTP_SEND_END"]
+        assert [event.name for event in root.events] == [
+            "HTTP_RECV_START",
+            "HTTP_RECV_END",
+            "HTTP_SEND_START",
+            "HTTP_SEND_END",
+        ]
         assert [event.name for event in spans["compute"].events] == [
             "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END"
         ]  # fmt: skip

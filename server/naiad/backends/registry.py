@@ -1,4 +1,5 @@
-"""Backend name -> implementation, imported only when a model needs it.
+"""Backend name -> implementation, imported only when a model needs it (through the server's
+:class:`~naiad.backends.runtime.Runtime`, which keeps the backends it made).
 
 Frameworks are optional extras: importing ``onnxruntime`` or ``torch`` costs memory and start-up time,
 and a missing one must make only its models UNAVAILABLE (with a reason saying which extra to install),
@@ -8,9 +9,13 @@ never the server fail.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from naiad.backends.base import Backend
 from naiad.core.errors import UnavailableError
+
+if TYPE_CHECKING:
+    from naiad.backends.runtime import Runtime
 
 #: backend name -> (module, class, how to get the framework when it is missing)
 _BACKENDS: dict[str, tuple[str, str, str]] = {
@@ -24,14 +29,14 @@ _BACKENDS: dict[str, tuple[str, str, str]] = {
     ),
 }
 
-_loaded: dict[str, Backend] = {}
+#: The backends constructed with the server's :class:`~naiad.backends.runtime.Runtime` (the others
+#: need nothing of the server).
+_WITH_RUNTIME = frozenset({"python"})
 
 
-def get_backend(name: str) -> Backend:
-    """The backend called ``name``; UNAVAILABLE with the reason when it cannot be used here."""
-    backend = _loaded.get(name)
-    if backend is not None:
-        return backend
+def create(name: str, runtime: Runtime) -> Backend:
+    """A new backend called ``name`` for ``runtime``; UNAVAILABLE with the reason when it cannot be
+    used here."""
     entry = _BACKENDS.get(name)
     if entry is None:
         raise UnavailableError(f"unable to find backend '{name}': it is not supported by this server")
@@ -43,11 +48,6 @@ def get_backend(name: str) -> Backend:
         raise UnavailableError(
             f"backend '{name}' is not available: {exc.name or exc} is not installed{hint}"
         ) from exc
-    backend = getattr(module, class_name)()
-    _loaded[name] = backend
+    factory = getattr(module, class_name)
+    backend: Backend = factory(runtime) if name in _WITH_RUNTIME else factory()
     return backend
-
-
-def loaded_backend(name: str) -> Backend | None:
-    """The backend called ``name`` if a model has needed it already (never imports one)."""
-    return _loaded.get(name)

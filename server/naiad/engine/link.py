@@ -3,14 +3,20 @@
 Every request runs as its own task, exactly as the frontend's handler would run it in process, so
 queueing, priorities, timeouts and cancellation behave the same; a ``Cancel`` cancels that task.  A
 request's input block stays the worker's until the final :class:`Answer` for it, which is always sent
-(``done``), whatever happened, so the worker never reuses memory the engine may still read.
+(``done``), whatever happened, so the worker never reuses memory the engine may still read.  A
+request the worker traces is sampled here, for every worker at once (:mod:`naiad.workers.tracer`):
+the verdict goes back in the final answer.
+
+The per-request path is kept lean, as it bounds the whole server's throughput: one task, no per-request
+callbacks or closures, small outputs inside the answer instead of in the response arena.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -18,11 +24,13 @@ import msgspec
 
 from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse
+from naiad.core.signature import ModelSignature
 from naiad.dataplane import DataPlane, EmptyFinal
 from naiad.ipc import tensors
 from naiad.ipc.arena import Arena
 from naiad.ipc.channel import Channel
 from naiad.ipc.messages import (
+    NOT_SAMPLED,
     Ack,
     Answer,
     Call,
@@ -31,11 +39,14 @@ from naiad.ipc.messages import (
     Infer,
     Release,
     Reply,
+    RequestMsg,
     ResponseMsg,
     Serving,
     Stream,
     ToEngine,
+    TraceEnd,
 )
+from naiad.repository.model import Model
 
 log = logging.getLogger("naiad.engine")
 
@@ -52,6 +63,24 @@ def error_message(error: BaseException) -> ErrorMsg:
     return ErrorMsg(ErrorCode.INTERNAL.value, f"internal error: {type(error).__name__}: {error}")
 
 
+class PublishedSignatures:
+    """The models' signatures as of the catalog published last: a worker that checked a request
+    against that catalog (:attr:`RequestMsg.validated`) spares the engine the check, as long as the
+    model still has that very signature (:meth:`DataPlane.infer` compares them by identity)."""
+
+    def __init__(self) -> None:
+        self.catalog_id = 0
+        self._signatures: dict[str, ModelSignature | None] = {}
+
+    def update(self, catalog_id: int, models: Mapping[str, Model]) -> None:
+        self.catalog_id = catalog_id
+        self._signatures = {name: model.signature for name, model in models.items()}
+
+    def get(self, catalog_id: int, model: str) -> ModelSignature | None:
+        """The signature a request checked under ``catalog_id`` was checked against (None: unknown)."""
+        return self._signatures.get(model) if catalog_id == self.catalog_id else None
+
+
 class WorkerLink:
     """One worker's requests, served by ``dataplane``; control calls go to ``calls``."""
 
@@ -63,6 +92,7 @@ class WorkerLink:
         responses: Arena,
         calls: CallHandler,
         on_serving: Callable[[WorkerLink], None],
+        published: PublishedSignatures,
     ) -> None:
         self.index = index
         self.dataplane = dataplane
@@ -76,6 +106,8 @@ class WorkerLink:
         self._on_serving = on_serving
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._acks: dict[int, asyncio.Future[None]] = {}
+        self._loop = asyncio.get_running_loop()
+        self._published = published
 
     @property
     def inflight(self) -> int:
@@ -112,7 +144,9 @@ class WorkerLink:
             assert isinstance(message, Cancel)
             task = self._tasks.get(message.id)
             if task is not None:
-                task.cancel()
+                # After the task's first step, not before: a task cancelled before it started never
+                # resumes the request's coroutine, which would then never send its final answer.
+                self._loop.call_soon(task.cancel)
         elif kind is Call:
             assert isinstance(message, Call)
             asyncio.get_running_loop().create_task(self._call(message))
@@ -121,6 +155,9 @@ class WorkerLink:
             future = self._acks.pop(message.id, None)
             if future is not None and not future.done():
                 future.set_result(None)
+        elif kind is TraceEnd:
+            assert isinstance(message, TraceEnd)
+            self.dataplane.tracer.collect(message.id, message.model, message.records)
         elif kind is Serving:
             self.serving = True
             self._on_serving(self)
@@ -138,35 +175,54 @@ class WorkerLink:
         self.lost.set()
 
     def _start(self, request_id: int, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks[request_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(request_id, None))
+        """Run ``work`` at once, as far as it goes without waiting: a request whose model runs inline
+        is answered within this wake-up, with no task at all.  One that has to wait continues in a
+        task, which a ``Cancel`` cancels (the coroutine forgets it when it ends)."""
+        context = contextvars.copy_context()  # what a task would give it: its own context
+        try:
+            waiting = context.run(work.send, None)
+        except StopIteration:
+            return
+        self._tasks[request_id] = self._loop.create_task(_resume(work, waiting), context=context)
 
     # ---- requests -------------------------------------------------------------------------------
 
     def _answer(self, request_id: int, response: InferResponse, request: InferRequest, final: bool) -> Answer:
-        blocks: list[int] = []
-        message = tensors.response_message(response, self.requests, self.responses, blocks)
+        message = tensors.response_message(response, self.requests, self.responses)
         return Answer(request_id, final, message, timestamps=request.timestamps, done=False)
 
+    def _sample(self, message: RequestMsg) -> int:
+        """The engine's verdict on a request the worker traces: sampled here, for every worker."""
+        trace = self.dataplane.tracer.sample(message.model_name, message.headers)
+        return trace or NOT_SAMPLED
+
     async def _infer(self, message: Infer) -> None:
-        request: InferRequest | None = None
+        request_id = message.id
+        trace = self._sample(message.request) if message.request.traced else 0
         try:
             request = tensors.request_from(message.request, self.requests)
-            response = await self.dataplane.infer(request)
-            answer = self._answer(message.id, response, request, True)
-            answer.done = True
-            self.send(answer)
+            if trace == NOT_SAMPLED:
+                request.timestamps = None
+            validated = message.request.validated
+            signature = self._published.get(validated, request.model_name) if validated else None
+            response = await self.dataplane.infer(request, signature)
+            outputs = tensors.response_message(response, self.requests, self.responses)
+            self.send(Answer(request_id, True, outputs, None, False, True, request.timestamps, trace))
         except BaseException as error:  # every request gets its final answer, whatever happened
-            self.send(Answer(message.id, True, error=error_message(error), done=True))
+            self.send(Answer(request_id, True, error=error_message(error), done=True, trace=trace))
             if not isinstance(error, (InferenceServerError, asyncio.CancelledError)):
                 log.exception("unhandled error serving a request from frontend worker %d", self.index)
             if not isinstance(error, Exception | asyncio.CancelledError):
                 raise
+        finally:
+            self._tasks.pop(request_id, None)
 
     async def _stream(self, message: Stream) -> None:
+        trace = self._sample(message.request) if message.request.traced else 0
         try:
             request = tensors.request_from(message.request, self.requests)
+            if trace == NOT_SAMPLED:
+                request.timestamps = None
             async with aclosing(self.dataplane.stream(request)) as items:
                 async for item, final in items:
                     if isinstance(item, EmptyFinal):
@@ -176,13 +232,15 @@ class WorkerLink:
                         self.send(self._answer(message.id, item, request, final))
                     else:
                         self.send(Answer(message.id, final, error=error_message(item)))
-            self.send(Answer(message.id, True, done=True, timestamps=request.timestamps))
+            self.send(Answer(message.id, True, done=True, timestamps=request.timestamps, trace=trace))
         except BaseException as error:
-            self.send(Answer(message.id, True, error=error_message(error), done=True))
+            self.send(Answer(message.id, True, error=error_message(error), done=True, trace=trace))
             if not isinstance(error, (InferenceServerError, asyncio.CancelledError)):
                 log.exception("unhandled error streaming a request from frontend worker %d", self.index)
             if not isinstance(error, Exception | asyncio.CancelledError):
                 raise
+        finally:
+            self._tasks.pop(message.id, None)
 
     async def _call(self, message: Call) -> None:
         try:
@@ -192,3 +250,28 @@ class WorkerLink:
             if not isinstance(error, InferenceServerError):
                 log.exception("unhandled error in %s for frontend worker %d", message.method, self.index)
             self.send(Reply(message.id, error=error_message(error)))
+
+
+async def _resume(work: Coroutine[Any, Any, None], waiting: Any) -> None:
+    """Drive ``work``, started outside any task and now waiting on ``waiting`` (a future, or None for
+    a bare yield), to its end, as a task would: it is resumed once what it waits on is done, and a
+    cancellation of this task is thrown into it where it waits."""
+    while True:
+        try:
+            if waiting is None:
+                await asyncio.sleep(0)
+            else:
+                waiting._asyncio_future_blocking = False  # taken over, as a task's step takes it
+                await waiting
+        except asyncio.CancelledError as cancelled:
+            try:
+                waiting = work.throw(cancelled)
+            except StopIteration:
+                return
+            continue
+        except BaseException:  # the future's failure: ``work`` reads it when resumed
+            pass
+        try:
+            waiting = work.send(None)
+        except StopIteration:
+            return

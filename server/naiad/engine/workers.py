@@ -27,7 +27,7 @@ import msgspec
 from naiad.core.errors import UnsupportedError
 from naiad.dataplane import DataPlane
 from naiad.engine import catalog
-from naiad.engine.link import WorkerLink
+from naiad.engine.link import PublishedSignatures, WorkerLink
 from naiad.ipc import arena
 from naiad.ipc.arena import Arena
 from naiad.ipc.channel import connect, write_frame
@@ -63,6 +63,7 @@ class FrontendWorkers:
         self._replay: list[TraceChange | LogChange] = []
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
+        self.published = PublishedSignatures()
 
     # ---- readiness and catalog ------------------------------------------------------------------
 
@@ -76,7 +77,9 @@ class FrontendWorkers:
     def _catalog_message(self) -> Any:
         models = self.dataplane.registry.models()
         self._digest = catalog.digest(models, self.ready(), self.dataplane.started)
-        return catalog.catalog(next(self._ids), models, self.ready(), self.dataplane.started)
+        message = catalog.catalog(next(self._ids), models, self.ready(), self.dataplane.started)
+        self.published.update(message.id, models)
+        return message
 
     async def publish(self, wait: bool) -> None:
         """Send every worker the current catalog; with ``wait``, until each applied it."""
@@ -206,7 +209,9 @@ class FrontendWorkers:
         self._processes[index] = process
         await asyncio.to_thread(write_frame, parent, Welcome(index, self._settings_json, ARENA_SIZE))
         parent.setblocking(False)
-        link = WorkerLink(index, self.dataplane, requests, responses, self.call, self._on_serving)
+        link = WorkerLink(
+            index, self.dataplane, requests, responses, self.call, self._on_serving, self.published
+        )
         await connect(parent, ToEngine, link.on_message, link.on_lost, link.bind)
         self.links[index] = link
         link.send(self._catalog_message())

@@ -3,7 +3,8 @@
 Frames are a 4-byte little-endian length and a MessagePack body.  Sending queues the encoded frame and,
 once per turn of the event loop, writes every queued frame with one system call: under load one wake-up
 of the receiver carries many messages, and the sender pays one ``write`` for all of them.  Receiving
-decodes every complete frame a read returned and hands each to ``on_message`` in order.
+decodes every complete frame a read returned and hands each to ``on_message`` in order; what the
+handlers send meanwhile (answers computed at once) is written with one call when they are done.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ class Channel(asyncio.Protocol, Generic[M]):
         self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
+        self._needed = 0  # bytes the buffer must hold before its first frame is complete
         self._queued: list[bytes] = []
         self._flush_scheduled = False
+        self._dispatching = False  # in data_received: sends are written when it returns
         self.closed = False
 
     # ---- asyncio.Protocol --------------------------------------------------------------------------
@@ -44,25 +47,40 @@ class Channel(asyncio.Protocol, Generic[M]):
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
-        buffer += data
+        if buffer:
+            buffer += data
+            if len(buffer) < self._needed:
+                return  # the frame begun earlier is still incomplete: no copy, no decoding yet
+            data = bytes(buffer)
+            buffer.clear()
+        # Frames are decoded straight from ``data`` (immutable, so decoded ``Raw`` fields may keep it):
+        # only an incomplete last frame is copied, into the buffer.
         start = 0
-        end = len(buffer)
+        end = len(data)
         decode = self._decoder.decode
         messages: list[M] = []
-        with memoryview(buffer) as view:
+        with memoryview(data) as view:
             while end - start >= 4:
                 (length,) = _LENGTH.unpack_from(view, start)
                 if length > MAX_FRAME:
                     raise ConnectionError(f"frame of {length} bytes on the engine channel")
-                if end - start - 4 < length:
+                stop = start + 4 + length
+                if stop > end:
                     break
-                # a copy: decoded ``Raw`` fields keep their source alive, and the buffer must stay resizable
-                messages.append(decode(bytes(view[start + 4 : start + 4 + length])))
-                start += 4 + length
-        if start:
-            del buffer[:start]
-        for message in messages:
-            self._on_message(message)
+                messages.append(decode(view[start + 4 : stop]))
+                start = stop
+            if start < end:
+                buffer += view[start:]
+                self._needed = stop - start if end - start >= 4 else 4
+        # What the handlers send meanwhile goes out in one write once they are all done.
+        self._dispatching = True
+        try:
+            for message in messages:
+                self._on_message(message)
+        finally:
+            self._dispatching = False
+        if self._queued:
+            self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -75,14 +93,14 @@ class Channel(asyncio.Protocol, Generic[M]):
             return
         body = self._encoder.encode(message)
         self._queued += (_LENGTH.pack(len(body)), body)
-        if not self._flush_scheduled:
+        if not self._flush_scheduled and not self._dispatching:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         queued, self._queued = self._queued, []
-        if self._transport is not None and not self.closed:
+        if queued and self._transport is not None and not self.closed:
             # One buffer, one system call (uvloop's writelines writes each buffer on its own).
             self._transport.write(b"".join(queued))
 

@@ -8,9 +8,14 @@ arena had no room.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 ParameterValue = bool | int | float | str
+
+#: :attr:`Answer.trace` for a request the worker traced and the engine's sampling left out.
+NOT_SAMPLED = -1
 
 #: Which arena a tensor lives in.
 REQUEST_ARENA = 0
@@ -52,6 +57,9 @@ class RequestMsg(msgspec.Struct, array_like=True):
     sequence_end: bool
     headers: dict[str, str]
     traced: bool
+    #: The catalog (its id) whose signature of the model the worker checked the request against;
+    #: 0 when it did not (or the check failed: the engine words the error).
+    validated: int = 0
 
 
 class ResponseMsg(msgspec.Struct, array_like=True):
@@ -116,7 +124,16 @@ class Ack(msgspec.Struct, tag=True, array_like=True):
     id: int
 
 
-ToEngine = Serving | Infer | Stream | Cancel | Call | Release | Ack
+class TraceEnd(msgspec.Struct, tag=True, array_like=True):
+    """A traced request's records, for the engine's trace file: ``id`` is the engine's verdict
+    (:attr:`Answer.trace`), or 0 when the request never reached the engine (it is sampled then)."""
+
+    id: int
+    model: str
+    records: list[dict[str, Any]]
+
+
+ToEngine = Serving | Infer | Stream | Cancel | Call | Release | Ack | TraceEnd
 
 
 # ---- engine -> worker ----------------------------------------------------------------------------
@@ -135,7 +152,9 @@ class Answer(msgspec.Struct, tag=True, array_like=True):
 
     ``done``: the engine is finished with the request (its input blocks are the worker's again); an
     ``error`` in a ``done`` answer is raised, as the in-process data plane raises it.  ``timestamps``
-    carries the trace points the engine added, for a traced request.
+    carries the trace points the engine added, for a traced request, and ``trace`` (in the ``done``
+    answer) the engine's sampling verdict on it: the trace's id, :data:`NOT_SAMPLED`, or 0 when the
+    request was not traced.
     """
 
     id: int
@@ -145,6 +164,7 @@ class Answer(msgspec.Struct, tag=True, array_like=True):
     empty: bool = False
     done: bool = False
     timestamps: list[tuple[str, int]] | None = None
+    trace: int = 0
 
 
 class Reply(msgspec.Struct, tag=True, array_like=True):

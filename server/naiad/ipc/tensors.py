@@ -5,6 +5,10 @@ reading side wraps them as numpy views without a copy.  An output whose memory a
 request arena (a model that returns an input, or a view of one) is sent as a descriptor into that
 arena and not copied at all.  BYTES tensors are length-prefixed in the arena and decoded into objects
 by the reader.
+
+Small tensors (up to :data:`INLINE_MAX` bytes) travel inside the message instead: copying a few KiB
+costs less than allocating a block, and a response block would cost its reader a ``Release`` message
+back, which under light load is a wake-up of the engine of its own.
 """
 
 from __future__ import annotations
@@ -30,11 +34,14 @@ from naiad.ipc.messages import (
     TensorRef,
 )
 
+#: Tensors of at most this many bytes are sent inside their message, not through an arena.
+INLINE_MAX = 4096
+
 
 def _put(tensor: Tensor, arena: Arena, which: int, blocks: list[int]) -> TensorRef:
     data = wire_data(tensor)
     nbytes = data.nbytes if isinstance(data, np.ndarray) else len(data)
-    offset = arena.allocate(nbytes)
+    offset = arena.allocate(nbytes) if nbytes > INLINE_MAX else None
     shape = list(tensor.data.shape)
     if offset is None:
         inline = data.tobytes() if isinstance(data, np.ndarray) else data
@@ -47,15 +54,14 @@ def _put(tensor: Tensor, arena: Arena, which: int, blocks: list[int]) -> TensorR
 
 def _array(ref: TensorRef, arena: Arena | None) -> np.ndarray[Any, Any]:
     """The tensor a descriptor names (a view when it is in ``arena``, decoded objects for BYTES)."""
-    shape = tuple(ref.shape)
     if ref.inline is not None or arena is None:
         buffer: Any = ref.inline or b""
     else:
         buffer = arena.view[ref.offset : ref.offset + ref.nbytes]
     if ref.datatype == "BYTES":
+        shape = tuple(ref.shape)
         return bytes_tensor.deserialize(buffer, math.prod(shape), ref.name).reshape(shape)
-    dtype = datatypes.WIRE_DTYPE[ref.datatype]
-    return np.frombuffer(buffer, dtype=dtype, count=ref.nbytes // dtype.itemsize).reshape(shape)
+    return np.frombuffer(buffer, datatypes.WIRE_DTYPE[ref.datatype]).reshape(ref.shape)
 
 
 # ---- worker: requests out, responses in -----------------------------------------------------------------
@@ -107,13 +113,17 @@ def response_from(
 
 
 def request_from(message: RequestMsg, arena: Arena) -> InferRequest:
-    """The request a message describes; its inputs are read-only views into the request arena."""
+    """The request a message describes; its inputs are read-only views into the request arena (or into
+    the message, for small ones)."""
     outputs = message.outputs
+    inputs = []
+    for ref in message.inputs:
+        inputs.append(Tensor(ref.name, ref.datatype, _array(ref, arena), ref.parameters))
     return InferRequest(
         message.model_name,
         message.model_version,
         message.id,
-        [Tensor(ref.name, ref.datatype, _array(ref, arena), ref.parameters) for ref in message.inputs],
+        inputs,
         None if outputs is None else [RequestedOutput(o.name, o.parameters) for o in outputs],
         message.parameters,
         message.priority,
@@ -126,15 +136,18 @@ def request_from(message: RequestMsg, arena: Arena) -> InferRequest:
     )
 
 
-def response_message(
-    response: InferResponse, requests: Arena, responses: Arena, blocks: list[int]
-) -> ResponseMsg:
+def response_message(response: InferResponse, requests: Arena, responses: Arena) -> ResponseMsg:
     """``response`` as a message: outputs that are views into the request arena by reference, the
-    others written into the response arena (their blocks in ``blocks``)."""
+    others written into the response arena (the worker releases those blocks)."""
+    blocks: list[int] = []
     outputs: list[TensorRef] = []
     for tensor in response.outputs:
         data = tensor.data
-        if tensor.datatype != "BYTES" and data.dtype == datatypes.WIRE_DTYPE.get(tensor.datatype):
+        if (
+            data.nbytes > INLINE_MAX
+            and tensor.datatype != "BYTES"
+            and data.dtype == datatypes.WIRE_DTYPE.get(tensor.datatype)
+        ):
             offset = requests.contains(data)
             if offset is not None:
                 outputs.append(

@@ -10,7 +10,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from naiad.backends.python.custom_metrics import CustomMetrics, MetricKind, bound
-from naiad.backends.registry import loaded_backend
+from naiad.backends.runtime import Runtime
 
 _TYPES = {MetricKind.COUNTER: "counter", MetricKind.GAUGE: "gauge", MetricKind.HISTOGRAM: "histogram"}
 
@@ -18,8 +18,11 @@ _TYPES = {MetricKind.COUNTER: "counter", MetricKind.GAUGE: "gauge", MetricKind.H
 class CustomMetricsCollector(Collector):
     """Reads the Python backend's custom metrics at each scrape (none until a Python model loads)."""
 
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
     def collect(self) -> Iterator[Metric]:
-        custom = getattr(loaded_backend("python"), "custom_metrics", None)
+        custom = getattr(self._runtime.loaded_backend("python"), "custom_metrics", None)
         if not isinstance(custom, CustomMetrics):
             return
         for name, description, kind, series in custom.families():

@@ -37,7 +37,7 @@ class ServerMetrics:
         if repository.response_cache is not None:
             self._collectors.append(CacheMetrics(repository.response_cache))
         self._collectors.append(PinnedMemoryMetrics())
-        self._collectors.append(CustomMetricsCollector())
+        self._collectors.append(CustomMetricsCollector(repository.runtime))
         self._gpus: GpuMetrics | None = None
         sources: list[cpu.CpuMetrics | GpuMetrics] = []
         if settings.allow_cpu_metrics and cpu.available():

@@ -19,7 +19,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.backends.base import InstanceContext, InstanceHealth
-from naiad.backends.registry import get_backend
+from naiad.backends.runtime import Runtime
 from naiad.core.errors import InferenceServerError, InternalError, InvalidArgumentError
 from naiad.core.signature import ModelSignature
 from naiad.repository import config as cfg
@@ -76,8 +76,14 @@ class ModelLoader:
     """Polls models and builds versions; every method blocks and runs off the event loop."""
 
     def __init__(
-        self, *, auto_complete: bool = True, gpu_count: int = 0, rate_limiter: RateLimiter | None = None
+        self,
+        runtime: Runtime,
+        *,
+        auto_complete: bool = True,
+        gpu_count: int = 0,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
+        self.runtime = runtime
         self.auto_complete = auto_complete
         self.gpu_count = gpu_count
         self.rate_limiter = rate_limiter
@@ -155,7 +161,7 @@ class ModelLoader:
         if config.platform == "ensemble":
             return ""
         try:
-            backend = get_backend(config.backend)
+            backend = self.runtime.backend(config.backend)
             if self.auto_complete:
                 backend.auto_complete(config, model_dir, model_dir / str(versions[-1]) if versions else None)
         except InferenceServerError as exc:
@@ -172,7 +178,7 @@ class ModelLoader:
         started, resident = time.monotonic_ns(), resident_bytes()
         config = plan.config
         samples = warmup_samples(config, plan.path)
-        backend = get_backend(config.backend)
+        backend = self.runtime.backend(config.backend)
         version_dir = plan.path / str(version)
         workers: list[InstanceWorker] = []
         health = InstanceHealth()

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from naiad.backends.runtime import Runtime
 from naiad.core.errors import (
     InferenceServerError,
     InternalError,
@@ -89,6 +90,7 @@ class ModelRepository:
         repositories: Sequence[str | Path],
         *,
         registry: ModelRegistry,
+        runtime: Runtime,
         auto_complete: bool = True,
         gpu_count: int = 0,
         load_threads: int = 4,
@@ -99,16 +101,18 @@ class ModelRepository:
         response_cache: ResponseCache | None = None,
         rate_limiter: RateLimiter | None = None,
     ) -> None:
-        """``registry``: where loaded models are published (what requests resolve in);
-        ``response_cache``: the server's (``--cache-config``), for ensembles' steps;
-        ``rate_limiter``: the server's (``--rate-limit``), handed to every version's scheduler."""
+        """``registry``: where loaded models are published (what requests resolve in); ``runtime``: the
+        server's, which makes the backends; ``response_cache``: the server's (``--cache-config``), for
+        ensembles' steps; ``rate_limiter``: the server's (``--rate-limit``), handed to every version's
+        scheduler."""
         self.roots = [open_root(str(r), cache_dir or default_cache_dir()) for r in repositories]
         self.response_cache = response_cache
         self.mode = mode
         self.startup_models = list(startup_models)
         self.poll_secs = poll_secs
+        self.runtime = runtime
         self._loader = ModelLoader(
-            auto_complete=auto_complete, gpu_count=gpu_count, rate_limiter=rate_limiter
+            runtime, auto_complete=auto_complete, gpu_count=gpu_count, rate_limiter=rate_limiter
         )
         self.registry = registry
         #: What is published, read-only: changes go through ``registry.publish`` and ``retire``.

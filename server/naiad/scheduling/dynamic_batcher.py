@@ -289,8 +289,7 @@ class DynamicBatchScheduler:
     def _deliver(self, execution: Execution, now: int) -> None:
         stats = self.stats
         entries = execution.entries
-        for entry in execution.skipped:
-            stats.fail(FailureReason.CANCELED, now - entry.enqueue_ns)
+        execution.drop_skipped(now, stats)
         if not entries:
             return
         input_ns = execution.start_ns - execution.dispatch_ns

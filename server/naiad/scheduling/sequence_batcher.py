@@ -387,8 +387,7 @@ class SequenceBatchScheduler:
         instance, batch = self._running.pop(execution)
         instance.busy = False
         stats = self.stats
-        for entry in execution.skipped:
-            stats.fail(FailureReason.CANCELED, now - entry.enqueue_ns)
+        execution.drop_skipped(now, stats)
         real = [(sequence, entry) for sequence, entry in batch if sequence is not None]
         ran = len(execution.entries) - (len(batch) - len(real))  # null requests are never skipped
         if ran:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from naiad.backends.base import ExecuteResult, ModelInstance
-from naiad.core.errors import InferenceServerError, InternalError
+from naiad.core.errors import CancelledError, InferenceServerError, InternalError
 from naiad.core.request import InferResponse
 from naiad.scheduling.queue import QueuedRequest
 from naiad.scheduling.stats import FailureReason, SchedulerStats
@@ -66,6 +66,15 @@ class Execution:
         self.results: list[ExecuteResult] = []
         self.start_ns = 0
         self.end_ns = 0
+
+    def drop_skipped(self, now: int, stats: SchedulerStats) -> None:
+        """Count the requests skipped as cancelled, and answer those someone still waits for (a
+        request cancelled through its flag, as a BLS caller cancels its call, not by its caller
+        going away) with Triton's CANCELLED error."""
+        for entry in self.skipped:
+            stats.fail(FailureReason.CANCELED, now - entry.enqueue_ns)
+            if not entry.future.done():
+                entry.future.set_exception(CancelledError("Request was cancelled"))
 
     def settle(self, entry: QueuedRequest, result: ExecuteResult, now: int, stats: SchedulerStats) -> None:
         """Answer ``entry`` with ``result`` (delivered at ``now``) and count it, with this

@@ -7,6 +7,10 @@ only at start).  A model's settings override some keys and follow the global val
 global one).  Each settings object samples on its own: every ``trace_rate``-th request is traced
 while ``trace_count`` (-1: no limit) is not used up.  Updating settings starts a new object, as in
 Triton: its counters start again and the traces the old one still held are written out.
+
+With frontend workers the engine's tracer is the one that samples and writes (:meth:`Tracer.sample`,
+:meth:`Tracer.collect`): the workers trace provisionally and hand sampled traces back
+(:mod:`naiad.workers.tracer`), so the counting is the server's whatever worker a request took.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
 _LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 
 Changes = Mapping[str, Sequence[str] | None]
+#: Traces sampled for workers and not collected yet, at most (a worker that dies never hands its back).
+_SAMPLED_MAX = 10_000
 #: What :func:`_parse` answers for a key an update leaves as it is (Triton ignores unknown levels).
 _UNCHANGED = object()
 
@@ -75,6 +81,8 @@ class Tracer:
         self._global = TraceScope(dict(self._defaults), {})
         self._models: dict[str, TraceScope] = {}
         self._ids = itertools.count(1)
+        #: Traces sampled for a frontend worker, by id, until it hands their records back.
+        self._sampled: dict[int, TraceScope] = {}
         self._export: Any = None
         if self.mode == "opentelemetry":
             from naiad.tracing.otel import OpenTelemetryExport
@@ -96,21 +104,8 @@ class Tracer:
         scope = self._models.get(model, self._global)
         if scope.level == ("OFF",):
             return None
-        context = None
-        if self._export is not None and headers:
-            context = self._export.extract(headers)
-        hit = False
-        if scope.rate:
-            if not self._valid(scope) and context is None:
-                return None
-            scope.sample += 1
-            hit = scope.sample % scope.rate == 0
-            if hit and scope.count > 0:
-                scope.count -= 1
-                scope.created += 1
-            elif hit and scope.count == 0:
-                hit = False
-        if not hit and context is None:
+        context = self._context(headers)
+        if not self._sample(scope, context):
             return None
         return Trace(next(self._ids), scope, model, protocol, start_ns or time.monotonic_ns(), context)
 
@@ -120,8 +115,62 @@ class Tracer:
         if self._export is not None:
             self._export.export(trace)
             return
-        scope = trace.scope
-        records = self._records(trace, scope.level)
+        self._collect(trace.scope, self._records(trace, trace.scope.level))
+
+    # ---- requests traced in frontend workers ------------------------------------------------------
+
+    def sample(self, model: str, headers: Mapping[str, str] | None = None) -> int:
+        """Count a request that a frontend worker traces provisionally, here where the requests of
+        every worker are counted (so ``trace_rate`` and ``trace_count`` are the server's, not each
+        worker's): the trace's id, or 0 when the request is not traced.  The worker hands the trace's
+        records back to :meth:`collect`."""
+        scope = self._models.get(model, self._global)
+        if scope.level == ("OFF",) or not self._sample(scope, self._context(headers)):
+            return 0
+        trace_id = next(self._ids)
+        if self._export is None:  # spans are exported by the worker itself
+            sampled = self._sampled
+            sampled[trace_id] = scope
+            if len(sampled) > _SAMPLED_MAX:  # traces of a worker that died are never collected
+                del sampled[next(iter(sampled))]
+        return trace_id
+
+    def collect(self, trace_id: int, model: str, records: list[dict[str, Any]]) -> None:
+        """A worker's finished trace: ``trace_id`` from :meth:`sample`, or 0 for a request that never
+        reached the engine (it is counted now, and its records take the id it gets)."""
+        if not trace_id:
+            trace_id = self.sample(model)
+            if not trace_id:
+                return
+            for record in records:
+                record["id"] = trace_id
+        scope = self._sampled.pop(trace_id, None)
+        if scope is not None:
+            self._collect(scope, records)
+
+    def _context(self, headers: Mapping[str, str] | None) -> Any:
+        """The trace context a request carries (OpenTelemetry only): such a request is always traced."""
+        if self._export is not None and headers:
+            return self._export.extract(headers)
+        return None
+
+    def _sample(self, scope: TraceScope, context: Any) -> bool:
+        """Count one request against ``scope``'s rate and count: whether it is traced."""
+        hit = False
+        if scope.rate:
+            if not self._valid(scope) and context is None:
+                return False
+            scope.sample += 1
+            hit = scope.sample % scope.rate == 0
+            if hit and scope.count > 0:
+                scope.count -= 1
+                scope.created += 1
+            elif hit and scope.count == 0:
+                hit = False
+        return hit or context is not None
+
+    def _collect(self, scope: TraceScope, records: list[dict[str, Any]]) -> None:
+        """Hold a finished trace's records, and write them out every ``log_frequency`` traces."""
         if scope.retired:
             self._save(records, scope.log_frequency != 0)
             return

@@ -28,8 +28,8 @@ from naiad.ipc.channel import connect, read_frame
 from naiad.ipc.messages import Serving, ToWorker, Welcome
 from naiad.settings import ServerSettings
 from naiad.tracing.config import parse_trace_config
-from naiad.tracing.tracer import Tracer
 from naiad.workers.remote import CatalogCopy, EngineLink, RemoteDataPlane
+from naiad.workers.tracer import WorkerTracer
 
 log = logging.getLogger("naiad.worker")
 
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
 async def _serve(
     index: int, settings: ServerSettings, sock: socket.socket, requests: Arena, responses: Arena
 ) -> int:
-    tracer = Tracer(parse_trace_config(settings.trace_config))
+    tracer = WorkerTracer(parse_trace_config(settings.trace_config), lambda message: link.send(message))
     shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
     link = EngineLink(requests, responses, CatalogCopy(), shared_memory, tracer)
     dataplane = RemoteDataPlane(link, settings)

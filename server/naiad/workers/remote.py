@@ -24,6 +24,7 @@ from naiad import log_settings
 from naiad.core.errors import ErrorCode, InferenceServerError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.shm import RegionStatus, SharedMemoryRegistry
+from naiad.core.signature import ModelSignature
 from naiad.dataplane import DataPlane, EmptyFinal, StreamItem
 from naiad.engine import catalog
 from naiad.ipc import tensors
@@ -51,7 +52,8 @@ from naiad.ipc.messages import (
 from naiad.repository.manager import IndexEntry
 from naiad.repository.registry import ModelRegistry
 from naiad.settings import ServerSettings
-from naiad.tracing.tracer import Changes, Tracer
+from naiad.tracing.tracer import Changes
+from naiad.workers.tracer import WorkerTracer
 
 log = logging.getLogger("naiad.worker")
 
@@ -72,6 +74,8 @@ class CatalogCopy:
         self.registry = ModelRegistry()
         self.ready = False
         self.started = False
+        #: The id of the catalog applied last (0: none yet).
+        self.id = 0
 
     def apply(self, message: Catalog) -> None:
         models = catalog.models(message)
@@ -81,6 +85,7 @@ class CatalogCopy:
             self.registry.publish(model)
         self.ready = message.ready
         self.started = message.started
+        self.id = message.id
 
 
 @dataclass(slots=True, eq=False)
@@ -103,7 +108,7 @@ class EngineLink:
         responses: Arena,
         catalog: CatalogCopy,
         shared_memory: SharedMemoryRegistry,
-        tracer: Tracer,
+        tracer: WorkerTracer,
     ) -> None:
         self.requests = requests
         self.responses = responses
@@ -246,9 +251,10 @@ class EngineLink:
 
     # ---- requests -----------------------------------------------------------------------------------
 
-    def _submit(self, request: InferRequest, stream: bool) -> tuple[int, _Pending]:
+    def _submit(self, request: InferRequest, stream: bool, validated: int = 0) -> tuple[int, _Pending]:
         offsets: list[int] = []
         message = tensors.request_message(request, self.requests, offsets)
+        message.validated = validated
         blocks = [(ref.offset, ref.nbytes) for ref in message.inputs if ref.arena != INLINE]
         for offset, _ in blocks:
             self._refs[offset] = 1
@@ -277,8 +283,16 @@ class EngineLink:
         if not self.lost.is_set():
             self.send(Cancel(request_id))
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        request_id, pending = self._submit(request, stream=False)
+    def _traced(self, timestamps: list[tuple[str, int]], answer: Answer) -> None:
+        """A traced request's final answer: the engine's points and its sampling verdict."""
+        if answer.timestamps:
+            timestamps += [tuple(point) for point in answer.timestamps]  # type: ignore[misc]
+        if answer.trace:
+            self.tracer.verdict(timestamps, answer.trace)
+
+    async def infer(self, request: InferRequest, validated: int = 0) -> InferResponse:
+        """``request``'s response from the engine; ``validated``: see :attr:`RequestMsg.validated`."""
+        request_id, pending = self._submit(request, stream=False, validated=validated)
         assert pending.future is not None
         try:
             answer = await pending.future
@@ -290,8 +304,8 @@ class EngineLink:
                 self._abandon(request_id, pending)
             raise
         try:
-            if answer.timestamps and request.timestamps is not None:
-                request.timestamps += [tuple(point) for point in answer.timestamps]  # type: ignore[misc]
+            if request.timestamps is not None:
+                self._traced(request.timestamps, answer)
             if answer.error is not None:
                 raise raise_error(answer.error)
             assert answer.response is not None
@@ -308,8 +322,8 @@ class EngineLink:
                 answer = await pending.queue.get()
                 if answer.done:
                     done = True
-                    if answer.timestamps and request.timestamps is not None:
-                        request.timestamps += [tuple(point) for point in answer.timestamps]  # type: ignore[misc]
+                    if request.timestamps is not None:
+                        self._traced(request.timestamps, answer)
                     if answer.error is not None:
                         raise raise_error(answer.error)
                     return
@@ -365,15 +379,28 @@ class RemoteDataPlane(DataPlane):
     def ready(self) -> bool:
         return not self.exiting and self._catalog.ready
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
         if self.exiting:
             raise UnavailableError("Server is exiting")
         self._inflight += 1
         self._idle.clear()
         try:
-            return await self.link.infer(request)
+            return await self.link.infer(request, self._validate(request))
         finally:
             self._done()
+
+    def _validate(self, request: InferRequest) -> int:
+        """Check ``request`` against the catalog's signature here, so that the engine need not (it
+        does when its model changed since): the catalog's id, or 0 when the engine should check."""
+        catalog_id = self._catalog.id
+        try:
+            signature = self._catalog.registry.resolve(request.model_name, request.model_version)[0].signature
+            if signature is None:
+                return 0
+            signature.validate(request)
+        except InferenceServerError:  # the engine answers: with its models, as the single process would
+            return 0
+        return catalog_id
 
     async def stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
         if self.exiting:

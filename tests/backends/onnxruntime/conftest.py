@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from naiad.backends.base import ModelInstance
-from naiad.backends.registry import get_backend
 
 from tests.backends.onnxruntime.models import TRITON_EXAMPLES, LoadInstance, build_examples, instance_context
+from tests.support.backends import get_backend
 
 
 @pytest.fixture(scope="session")

@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import onnx
 from naiad.backends.base import InstanceContext, ModelInstance
-from naiad.backends.registry import get_backend
 from naiad.core import datatypes
 from naiad.core.request import InferRequest, RequestedOutput, Tensor
 from naiad.repository.config import normalize, read_config, resolve_backend, signature_of
 from naiad.repository.layout import CONFIG_FILE, available_versions
 from onnx import helper
+
+from tests.support.backends import get_backend
 
 ROOT = Path(__file__).resolve().parents[3]
 TRITON_EXAMPLES = ROOT.parent / "shared" / "triton-examples" / "model_repository"

@@ -9,13 +9,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from naiad.backends.onnxruntime import session
-from naiad.backends.registry import get_backend
 from naiad.core.errors import InternalError, InvalidArgumentError, UnavailableError
 from naiad.core.request import InferResponse
 from naiad.repository.config import parse_text
 from onnx import TensorProto, helper
 
 from tests.backends.onnxruntime.models import LoadInstance, load_config, request, tensor_info, write_model
+from tests.support.backends import get_backend
 
 SIMPLE_IO = """
 max_batch_size: 8

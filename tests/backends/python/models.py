@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 from naiad.backends.base import InstanceContext
 from naiad.backends.python.instance import PythonModelInstance
-from naiad.backends.registry import get_backend
 from naiad.core.request import InferRequest, RequestedOutput, Tensor
 from naiad.repository.config import normalize, parse_text, resolve_backend, signature_of
 from naiad.repository.layout import CONFIG_FILE, available_versions
+
+from tests.support.backends import get_backend
 
 #: The ``instances`` fixture: ``instances(model_dir, index=0)`` -> a loaded instance.
 LoadInstance = Callable[..., PythonModelInstance]

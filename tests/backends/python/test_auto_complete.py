@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from naiad.backends.registry import get_backend
 from naiad.core.errors import InferenceServerError, InvalidArgumentError
 from naiad.core.request import InferResponse
 from naiad.repository.config import parse_text
 
 from tests.backends.python.models import LoadInstance, instance_context, load_config, request, write_model
+from tests.support.backends import get_backend
 
 COMPLETING_MODEL = """
     import triton_python_backend_utils as pb_utils
@@ -139,11 +139,16 @@ def test_a_model_without_auto_complete_config_leaves_the_config_alone(tmp_path: 
     ("body", "message"),
     [
         ("return None", "must return the ModelConfig it was given, not NoneType"),
-        ('config.add_input({"name": "X", "data_type": "NOT_A_TYPE", "dims": [1]})\nreturn config',
-         "produced an invalid configuration"),
+        (
+            'config.add_input({"name": "X", "data_type": "NOT_A_TYPE", "dims": [1]})\nreturn config',
+            "produced an invalid configuration",
+        ),
         ('config.add_input({"name": "X", "dims": [1]})\nreturn config', "is missing 'data_type' property"),
-        ('config.add_output({"name": "X", "data_type": "TYPE_FP32", "dims": [1], "optional": True})\n'
-         "return config", "contains property other than 'name', 'data_type' and 'dims'"),
+        (
+            'config.add_output({"name": "X", "data_type": "TYPE_FP32", "dims": [1], "optional": True})\n'
+            "return config",
+            "contains property other than 'name', 'data_type' and 'dims'",
+        ),
     ],
     ids=["returns-none", "bad-type", "missing-field", "extra-field"],
 )

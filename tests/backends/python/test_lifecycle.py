@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from naiad.backends.python.instance import PythonModelInstance
-from naiad.backends.registry import get_backend
 from naiad.core.errors import InferenceServerError
 from naiad.core.request import InferResponse
 
 from tests.backends.python.models import LoadInstance, instance_context, request, write_model
+from tests.support.backends import get_backend
 
 #: Opts a model into running inside the engine instead of a model process.
 IN_THE_ENGINE = 'parameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_value: "false" } }\n'

@@ -1,6 +1,7 @@
-"""``naiad.backends.python.shm``: region files are named after their process, and the files of
-processes that are gone are swept (a process killed between creating a region and its peer mapping it
-is the one case that leaves a file behind)."""
+"""``naiad.backends.python.shm``: tensors placed in a region read back equal whichever way they were
+copied (small ones as bytes, large ones with ``copyto``, strided ones too); region files are named
+after their process, and the files of processes that are gone are swept (a process killed between
+creating a region and its peer mapping it is the one case that leaves a file behind)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 from naiad.backends.python import shm
 
 
@@ -17,6 +19,28 @@ def _dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
+
+
+def test_placed_tensors_read_back_equal() -> None:
+    grid = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tensors = [
+        ("SMALL", "FP32", np.arange(4, dtype=np.float32)),
+        ("STRIDED", "FP32", grid.T),  # not C-contiguous: read back in its logical order
+        ("LARGE", "INT64", np.arange(20_000, dtype=np.int64)),  # 160 KB: past the bytes path
+        ("TEXT", "BYTES", np.array([b"a", b"bc"], dtype=np.object_)),
+        ("EMPTY", "FP32", np.zeros((0, 4), dtype=np.float32)),
+    ]
+    arrays = [array for _, _, array in tensors]
+    region = shm.Region.create(shm.layout_size(arrays))
+    try:
+        placements = shm.place(region, tensors)
+        for placement, (name, datatype, array) in zip(placements, tensors, strict=True):
+            assert placement[:3] == (name, datatype, array.shape)
+            assert placement[4] == -1 or placement[4] % 64 == 0
+            read = shm.view(region, placement)
+            assert read.dtype == array.dtype and np.array_equal(read, array), name
+    finally:
+        region.unlink()
 
 
 def test_regions_carry_the_creating_process_id() -> None:

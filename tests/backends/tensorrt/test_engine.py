@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 import tritonclient.http as httpclient
-from naiad.backends.registry import get_backend
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.request import InferResponse
 
 from tests.backends.onnxruntime.models import instance_context, load_config, request
 from tests.backends.pytorch.models import write_config
+from tests.support.backends import get_backend
 from tests.support.server import ServerProcess
 
 trt = pytest.importorskip("tensorrt", reason="TensorRT is not installed (the GPU server image provides it)")

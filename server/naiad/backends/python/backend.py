@@ -18,12 +18,13 @@ from typing import Any
 from google.protobuf import json_format
 
 from naiad.backends.base import InstanceContext
-from naiad.backends.python import pb_utils
+from naiad.backends.python import bls, pb_utils
 from naiad.backends.python.custom_metrics import CustomMetrics
 from naiad.backends.python.instance import PythonModelInstance
 from naiad.backends.python.launcher import Launcher
 from naiad.backends.python.process import ProcessModelInstance
 from naiad.backends.python.spec import PROCESSES_PARAMETER, ModelSpec, ProcessOptions
+from naiad.backends.runtime import Runtime
 from naiad.codecs.model_config_json import config_to_dict
 from naiad.core.errors import InvalidArgumentError
 
@@ -75,12 +76,15 @@ class PythonBackend:
 
     name = "python"
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
         self._launcher = Launcher()
         #: ``pb_utils.MetricFamily`` of every Python model, exported on ``/metrics``; models in the
-        #: engine write to its store directly (``pb_utils`` has no other way to find it).
+        #: engine write to its store directly, and their BLS calls go to the runtime's BLS server
+        #: (``pb_utils`` has no other way to find them; a model process has its own).
         self.custom_metrics = CustomMetrics()
         pb_utils.metric_store = self.custom_metrics.local
+        pb_utils.bls_runner = bls.Runner(runtime)
 
     def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
         """Let ``TritonPythonModel.auto_complete_config`` fill the config, as Triton does, in a
@@ -122,4 +126,6 @@ class PythonBackend:
         spec = model_spec(context)
         if options.in_process:
             return PythonModelInstance(spec)
-        return ProcessModelInstance(spec, options, self._launcher, context.health, self.custom_metrics)
+        return ProcessModelInstance(
+            spec, options, self._launcher, self._runtime, context.health, self.custom_metrics
+        )

@@ -3,11 +3,11 @@
 ``pb_utils.InferenceRequest(...).exec()``, ``await ....async_exec()`` and ``exec(decoupled=True)``
 run a request the way a client's request runs: resolved to the serving version, checked against its
 signature and queued in that model's scheduler, so it is batched with the model's other traffic.  The
-server installs a :class:`Server` for that from above (this layer knows nothing of repositories or
-schedulers).  Model code runs on instance threads, so a call hops to the server's event loop with
-``asyncio.run_coroutine_threadsafe``: ``exec`` blocks only the calling instance's thread, and
-``async_exec`` awaits the same future on the model's own loop without blocking anything.  The
-server's event loop never waits for a model.
+server puts a :class:`Server` for that in the runtime the Python backend is made with (this layer
+knows nothing of repositories or schedulers).  Model code runs on instance threads, so a call hops
+to the server's event loop with ``asyncio.run_coroutine_threadsafe``: ``exec`` blocks only the
+calling instance's thread, and ``async_exec`` awaits the same future on the model's own loop without
+blocking anything.  The server's event loop never waits for a model.
 
 Deadlocks: an instance waiting for a BLS answer executes nothing else, so a request that needs that very
 instance (a model calling itself, or A -> B -> A) would wait in its queue forever.  Every BLS request
@@ -23,19 +23,24 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import logging
 import queue
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from naiad.backends.base import ExecuteResult
 from naiad.backends.python import pb_utils
 from naiad.backends.python.response import bytes_array, to_pb_response
 from naiad.core.errors import CancelledError, InferenceServerError, InternalError, UnsupportedError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
+
+if TYPE_CHECKING:
+    from naiad.backends.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +51,7 @@ StreamItem = tuple[InferResponse | InferenceServerError | None, bool]
 
 
 class Server(Protocol):
-    """How BLS requests reach models; the server installs one with :func:`install`."""
+    """How BLS requests reach models: the server's, in its :class:`~naiad.backends.runtime.Runtime`."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -121,17 +126,6 @@ def _waiting(request: InferRequest) -> Iterator[None]:
         _chains.pop(id(request), None)
 
 
-#: The installed server (``None``: BLS is unavailable), also for calls worker processes forward.
-_server: Server | None = None
-
-
-def install(server: Server | None) -> None:
-    """Route ``pb_utils`` BLS calls to ``server`` (``None``: BLS is unavailable)."""
-    global _server
-    _server = server
-    pb_utils.bls_runner = None if server is None else _Runner(server)
-
-
 # ---- conversions ------------------------------------------------------------------------------------
 
 
@@ -198,11 +192,20 @@ async def _answer(server: Server, request: InferRequest) -> pb_utils.InferenceRe
 # ---- decoupled answers ------------------------------------------------------------------------------
 
 
+class Answers(Protocol):
+    """Where a streamed call's answers wait for the model: a queue, or (in a model process) the
+    stream that its channel to the server fills."""
+
+    def get(self) -> StreamItem:
+        """The next answer, waiting for it."""
+        ...
+
+
 class ResponseIterator:
     """The responses of a ``decoupled=True`` BLS request, as Triton's iterator yields them: each
     response, and last the final one (empty when the model sent the final flag on its own)."""
 
-    def __init__(self, items: queue.SimpleQueue[StreamItem], cancel: Callable[[], object]) -> None:
+    def __init__(self, items: Answers, cancel: Callable[[], object]) -> None:
         self._items = items
         self._cancel = cancel
         self._done = False
@@ -218,15 +221,20 @@ class ResponseIterator:
         return to_pb_response(answer)
 
     def cancel(self) -> None:
-        """Ask the model to stop; the iterator then ends with a CANCELLED error response."""
+        """Cancel the request, as Triton's iterator does: the called model sees ``is_cancelled()``
+        and may stop (its last response then usually says CANCELLED, as one still queued is
+        answered), or go on; either way the iterator yields what it sends, to its final flag."""
         self._cancel()
 
 
-def _pump(
-    server: Server, request: InferRequest
-) -> tuple[queue.SimpleQueue[StreamItem], Callable[[], object]]:
-    """Start streaming ``request``'s answers into a queue a model thread can block on; and how to
-    cancel that."""
+def cancel(request: InferRequest) -> None:
+    """Cancel a BLS request (:meth:`ResponseIterator.cancel`)."""
+    request.cancel()
+
+
+def _pump(server: Server, request: InferRequest) -> tuple[queue.SimpleQueue[StreamItem], Future[None]]:
+    """Start streaming ``request``'s answers into a queue a model thread can block on; and the
+    streaming (cancelling it drops the request, as a client that goes away does)."""
     items: queue.SimpleQueue[StreamItem] = queue.SimpleQueue()
     chain = _CHAIN.get()
 
@@ -247,39 +255,37 @@ def _pump(
         finally:
             _chains.pop(id(request), None)
 
-    return items, asyncio.run_coroutine_threadsafe(pump(), server.loop).cancel
+    return items, asyncio.run_coroutine_threadsafe(pump(), server.loop)
 
 
-def forwarded(request: InferRequest, decoupled: bool) -> Iterator[StreamItem]:
-    """The answers to a BLS call a model's worker process forwarded, in order, the last one final.
+def forwarded(
+    server: Server | None, request: InferRequest, decoupled: bool
+) -> tuple[queue.SimpleQueue[StreamItem], Future[None] | None]:
+    """Make a BLS call a model's process forwarded: where its answers come, in order, the last one
+    final; and, for a call still streaming, the streaming (``None``: every answer is queued).
 
-    Runs on the thread of the instance that talks to that process, which waits for them (and which
-    runs the call as a nested execution of that process when it needs that very instance)."""
-    server = _server
+    Runs on the thread of the instance that talks to that process, which waits for a call that is
+    not streamed (and runs the call as a nested execution of that process when it needs that very
+    instance); a streamed call's answers come while the model process goes on.  ``server``: the
+    runtime's (``None``: BLS is unavailable)."""
+    items: queue.SimpleQueue[StreamItem] = queue.SimpleQueue()
     if server is None:
-        yield InternalError("BLS requests can only be made while the model is served"), True
-        return
+        items.put((InternalError("BLS requests can only be made while the model is served"), True))
+        return items, None
     inline, target_decoupled = None, False
     if _candidates(request):  # maybe a call back into a waiting instance
         checked = _wait(server.loop, _call(_checked, server, request))
         inline, target_decoupled = _inline_target(request, checked)
     if inline is not None:
         if target_decoupled and not decoupled:
-            yield _unstreamed(request), True
-            return
-        items = _inline(inline, request, target_decoupled)
-    elif not decoupled:
+            items.put((_unstreamed(request), True))
+            return items, None
+        return _inline(inline, request, target_decoupled), None
+    if not decoupled:
         with _waiting(request):
-            answer = _wait(server.loop, _outcome(server, request))
-        yield answer, True
-        return
-    else:
-        items, _ = _pump(server, request)
-    while True:
-        item = items.get()
-        yield item
-        if item[1]:
-            return
+            items.put((_wait(server.loop, _outcome(server, request)), True))
+        return items, None
+    return _pump(server, request)
 
 
 # ---- calls that run inline ----------------------------------------------------------------------------
@@ -351,7 +357,7 @@ async def _inline_async(
 def _returned(items: queue.SimpleQueue[StreamItem], request: InferRequest, decoupled: bool) -> Any:
     """What ``exec`` returns for answers queued in ``items``: the one answer, or an iterator."""
     if decoupled:
-        return ResponseIterator(items, lambda: setattr(request, "cancelled", True))
+        return ResponseIterator(items, functools.partial(cancel, request))
     return to_pb_response(items.get()[0])
 
 
@@ -381,14 +387,20 @@ async def _on(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
 
 
-class _Runner:
-    """``pb_utils.bls_runner`` in the server process."""
+class Runner:
+    """``pb_utils.bls_runner`` in the server process: calls go to the BLS server of ``runtime``."""
 
-    def __init__(self, server: Server) -> None:
-        self._server = server
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def _server(self) -> Server:
+        server = self._runtime.bls
+        if server is None:
+            raise pb_utils.TritonModelException("BLS requests can only be made while the model is served")
+        return server
 
     def exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        server = self._server
+        server = self._server()
         loop = server.loop
         if _on_loop(loop):
             raise pb_utils.TritonModelException(
@@ -402,12 +414,12 @@ class _Runner:
                     return to_pb_response(_unstreamed(core))
                 return _returned(_inline(inline, core, target_decoupled), core, decoupled)
         if decoupled:
-            return ResponseIterator(*_pump(server, core))
+            return ResponseIterator(_pump(server, core)[0], functools.partial(cancel, core))
         with _waiting(core):
             return _wait(loop, _answer(server, core))
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        server = self._server
+        server = self._server()
         loop = server.loop
         core = core_request(request)
         if _candidates(core):
@@ -417,6 +429,6 @@ class _Runner:
                     return to_pb_response(_unstreamed(core))
                 return _returned(await _inline_async(inline, core, target_decoupled), core, decoupled)
         if decoupled:
-            return ResponseIterator(*_pump(server, core))
+            return ResponseIterator(_pump(server, core)[0], functools.partial(cancel, core))
         with _waiting(core):
             return await _on(loop, _answer(server, core))

@@ -12,9 +12,11 @@ flag there instead, which the engine sets by a message when the request is cance
 asks before every token it makes, and a question and its answer per token cost both processes more
 than the token's own response).  While an execution runs, the
 model process forwards the model's BLS calls, which the engine makes on the instance's thread and
-answers.  A decoupled model's process is read by a thread of its own (``_read``): as in Triton's stub,
-the instance is free once ``execute`` returns, while the model's threads keep sending the responses of
-earlier requests (and asking whether they were cancelled).  ``execute`` blocks in socket I/O,
+answers (a streamed call's answers each as the callee sends it, relayed by a thread of its own, and
+the model's ``cancel()`` of it comes back).  A decoupled model's process is read by a thread of its
+own (``_read``): as in Triton's stub, the instance is free once ``execute`` returns, while the
+model's threads keep sending the responses of earlier requests (and asking whether they were
+cancelled).  ``execute`` blocks in socket I/O,
 releasing the GIL, so N instances compute in N processes at once.  A single instance that only ever
 answers executions (not decoupled, no BLS) is driven from the event loop instead (``start_on_loop``),
 with executions sent ahead under load.  Log records come through a pipe of their own
@@ -41,6 +43,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -52,6 +55,7 @@ from naiad.backends.python.launcher import Launcher
 from naiad.backends.python.messages import bls_request, pack_answer, request_message, unpack_answer
 from naiad.backends.python.spec import MEMORY_LIMIT_PARAMETER, TIMEOUT_PARAMETER, ModelSpec, ProcessOptions
 from naiad.backends.python.zygote import ModelProcess, describe_status
+from naiad.backends.runtime import Runtime
 from naiad.core.errors import ErrorCode, InferenceServerError, InternalError
 from naiad.core.request import InferRequest, InferResponse, Tensor
 
@@ -87,7 +91,7 @@ _Done = Callable[[list[ExecuteResult]], None]
 class _Child:
     """One model process and the shared memory it was handed; replaced whole by a restart."""
 
-    __slots__ = ("cause", "executing", "inbox", "inputs", "open", "outputs", "process", "reader")
+    __slots__ = ("calls", "cause", "executing", "inbox", "inputs", "open", "outputs", "process", "reader")
 
     def __init__(self, process: ModelProcess) -> None:
         self.process = process
@@ -98,6 +102,8 @@ class _Child:
         self.executing = 0
         self.open: dict[int, dict[int, InferRequest]] = {}
         self.reader: threading.Thread | None = None
+        #: Its streamed BLS calls still running, by the call's number: the request and its streaming.
+        self.calls: dict[int, tuple[InferRequest, Future[None]]] = {}
         #: Input and output regions by slot: the engine may send up to PIPELINE executions ahead,
         #: each with a slot of its own, so that one's tensors are never overwritten by the next.
         self.inputs: dict[int, shm.Region] = {}
@@ -110,7 +116,7 @@ class _Child:
 _Sent = tuple[_Child, int, int, Sequence[InferRequest], _Done, shm.Region | None]
 #: Executions the loop sends a model process ahead of their turn: it runs them one at a time, in order,
 #: but finds the next one waiting (no wake-up) and answers several with one write under load.
-PIPELINE = 4
+PIPELINE = 8
 
 
 class ProcessModelInstance:
@@ -121,15 +127,18 @@ class ProcessModelInstance:
         spec: ModelSpec,
         options: ProcessOptions,
         launcher: Launcher,
+        runtime: Runtime,
         health: InstanceHealth | None,
         metrics: CustomMetrics | None = None,
     ) -> None:
         """Start the model process and load the model there; raise its load error, if any.  Its
-        custom metrics are exported through ``metrics`` while the instance lives."""
+        BLS calls go to the runtime's BLS server, its custom metrics are exported through
+        ``metrics`` while the instance lives."""
         _remove_orphans_once()
         self._spec = spec
         self._options = options
         self._launcher = launcher
+        self._runtime = runtime
         self._health = health if health is not None else InstanceHealth()
         self._model_name = spec.model_name
         self._model_version = spec.model_version
@@ -147,7 +156,8 @@ class ProcessModelInstance:
         self._crashes: collections.deque[float] = collections.deque()
         self._decoupled = spec.decoupled
         self._loop_driven = not spec.decoupled and not mentions_requests(spec.model_file.parent)
-        #: Sends to a decoupled model's process come from its execution and from its reader thread.
+        #: Sends to a model process come from its execution, from a decoupled model's reader thread
+        #: and from the threads that relay streamed BLS answers (see ``_call``).
         self._send_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         #: The executions the loop sent, in order, and those waiting to be sent after them.
@@ -217,10 +227,7 @@ class ProcessModelInstance:
         return results
 
     def _send(self, child: _Child, message: Any) -> None:
-        if self._decoupled:
-            with self._send_lock:
-                child.process.conn.send(message)
-        else:
+        with self._send_lock:
             child.process.conn.send(message)
 
     def _watch_cancel(self, child: _Child, key: int, requests: Sequence[InferRequest]) -> None:
@@ -272,6 +279,8 @@ class ProcessModelInstance:
                             child.open.pop(key, None)
                     if request is not None and request.responses is not None:
                         request.responses(unpack_answer(packed, self._model_name, self._model_version), final)
+                elif kind == "bls_cancel":
+                    self._cancel_call(child, message[1])
                 elif kind == "bls":
                     with self._lock:
                         waited = child.executing > 0
@@ -306,12 +315,59 @@ class ProcessModelInstance:
                 request.responses(error, True)
 
     def _forward(self, child: _Child, message: tuple[Any, ...]) -> None:
-        """Make a model's BLS call and send its answers back."""
+        """Make a model's BLS call and send its answers back (on a thread of its own)."""
         try:
-            for answer, final in bls.forwarded(bls_request(message[1]), message[2]):
-                self._send(child, ("answer", pack_answer(answer), final))
+            self._call(child, message)
         except OSError:  # the process ended: its reader fails what it owes
             pass
+
+    def _call(self, child: _Child, message: tuple[Any, ...]) -> None:
+        """Make a BLS call the model process forwarded: ``("bls", number, request, decoupled)``.
+
+        A call that is not streamed is answered with ``("answer", answer)`` once made (the model
+        waits for it).  A streamed call's answers go as ``("stream", number, answer, final)``, each
+        as soon as the callee sent it, from a relay thread while the model process goes on; then
+        ``("streaming", number)`` tells the model to stop waiting for the call itself (after every
+        answer when the call ran inline, since the model's waiting thread runs it).  The model
+        process may send ``("bls_cancel", number)`` meanwhile: the callee's request is marked
+        cancelled, as Triton's iterator ``cancel()`` does (see :func:`bls.cancel`).
+        """
+        _, number, body, decoupled = message
+        request = bls_request(body)
+        items, streaming = bls.forwarded(self._runtime.bls, request, decoupled)
+        if not decoupled:
+            self._send(child, ("answer", pack_answer(items.get()[0])))
+            return
+        if streaming is None:  # every answer is there already
+            final = False
+            while not final:
+                answer, final = items.get()
+                self._send(child, ("stream", number, pack_answer(answer), final))
+        else:
+            child.calls[number] = request, streaming
+            threading.Thread(
+                target=self._relay, args=(child, number, items), name="naiad-bls-relay", daemon=True
+            ).start()
+        self._send(child, ("streaming", number))
+
+    def _relay(self, child: _Child, number: int, items: queue.SimpleQueue[bls.StreamItem]) -> None:
+        """Send a streamed BLS call's answers to the model process as they come."""
+        try:
+            final = False
+            while not final:
+                answer, final = items.get()
+                self._send(child, ("stream", number, pack_answer(answer), final))
+        except OSError:  # the process ended: nobody reads the answers any more
+            _drop_calls(child)
+        finally:
+            child.calls.pop(number, None)
+
+    @staticmethod
+    def _cancel_call(child: _Child, number: int) -> None:
+        """The model cancelled a streamed BLS call (one that ended meanwhile has nothing to cancel)."""
+        call = child.calls.get(number)
+        if call is not None:
+            bls.cancel(call[0])
 
     def _prepare(
         self, child: _Child, requests: Sequence[InferRequest], slot: int, nested: bool = False
@@ -482,7 +538,12 @@ class ProcessModelInstance:
             loop.remove_reader(fd)
         else:
             removed = threading.Event()
-            loop.call_soon_threadsafe(lambda: (loop.remove_reader(fd), removed.set()))
+
+            def remove() -> None:
+                loop.remove_reader(fd)
+                removed.set()
+
+            loop.call_soon_threadsafe(remove)
             removed.wait(5.0)
         self._reading = None
 
@@ -519,15 +580,16 @@ class ProcessModelInstance:
                 message = conn.receive()
             kind = message[0]
             if kind == "is_cancelled":
-                conn.send(self._running[message[1]][message[2]].cancelled)
+                self._send(child, self._running[message[1]][message[2]].cancelled)
             elif kind == "respond":
                 _, key, index, packed, final = message
                 sink = self._running[key][index].responses
                 if sink is not None:
                     sink(unpack_answer(packed, self._model_name, self._model_version), final)
             elif kind == "bls":
-                for answer, final in bls.forwarded(bls_request(message[1]), message[2]):
-                    self._send(child, ("answer", pack_answer(answer), final))
+                self._call(child, message)
+            elif kind == "bls_cancel":
+                self._cancel_call(child, message[1])
             else:
                 return tuple(message)
 
@@ -560,6 +622,7 @@ class ProcessModelInstance:
                 cause,
             )
             self._health.exited(_cause_kind(child))
+            _drop_calls(child)
             _remove_orphans()  # a region it made but had not handed over yet
             with self._lock:
                 self._unhealthy = self._not_healthy(f"its model process stopped ({cause}) and is restarting")
@@ -666,7 +729,7 @@ class ProcessModelInstance:
                     self._send(child, ("close",))
                     child.inbox.get(timeout=_CLOSE_TIMEOUT)
                 else:
-                    conn.send(("close",))
+                    self._send(child, ("close",))  # (a relay thread may still be sending)
                     if conn.poll(_CLOSE_TIMEOUT):
                         conn.receive()
             except (EOFError, OSError, queue.Empty):
@@ -675,6 +738,7 @@ class ProcessModelInstance:
             child.process.wait(_CLOSE_TIMEOUT)
             child.reader.join(_CLOSE_TIMEOUT)
         _stop(child.process)
+        _drop_calls(child)
         self._watcher.join(_CLOSE_TIMEOUT)
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -688,6 +752,14 @@ def _stop(process: ModelProcess) -> None:
         process.kill()
         process.wait(None)
     process.close()
+
+
+def _drop_calls(child: _Child) -> None:
+    """Stop the streamed BLS calls of a model process that ended, as a client that goes away does:
+    nobody reads their answers any more."""
+    for request, streaming in list(child.calls.values()):
+        request.cancel()
+        streaming.cancel()
 
 
 def _cause_kind(child: _Child) -> str:

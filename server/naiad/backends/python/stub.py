@@ -7,7 +7,8 @@ of a socket pair.  The first message says what to do: ``load`` an instance with 
 messages until told to close or until the engine goes away (the socket closes), so a model process
 never outlives its server; or ``auto_complete`` a configuration and leave.  SIGINT is ignored: a
 Ctrl-C reaches the whole process group, and the engine decides when its instances finish.  The
-model's BLS calls go to the engine over the same socket while an execution runs; a decoupled model's
+model's BLS calls go to the engine over the same socket while an execution runs (a streamed call's
+answers come back one by one as the callee sends them, see :class:`_Stream`); a decoupled model's
 responses go over it whenever its threads send them, also after ``execute`` returned.
 """
 
@@ -17,6 +18,7 @@ import asyncio
 import collections
 import contextvars
 import functools
+import itertools
 import queue
 import signal
 import socket
@@ -72,10 +74,12 @@ class _Channel:
         #: ``routed``: the requests whose final response has not been sent, and those of them the
         #: engine said were cancelled, by (execution key, index); the reader thread and the model's
         #: threads change them together.
-        self.routed = routed
         self._open: set[tuple[int, int]] = set()
         self._cancelled: set[tuple[int, int]] = set()
         self._flags = threading.Lock()
+        #: The streamed BLS calls whose final answer has not come, by number (see :class:`_Stream`).
+        self._streams: dict[int, _Stream] = {}
+        self._numbers = itertools.count(1)
         if routed:
             self._work, self._replies = queue.SimpleQueue(), queue.SimpleQueue()
             threading.Thread(target=self._route, name="naiad-channel-reader", daemon=True).start()
@@ -89,17 +93,21 @@ class _Channel:
                 if kind == "cancel":
                     self._cancel((message[1], message[2]))
                     continue
+                if kind == "stream":
+                    self._deliver(message)
+                    continue
                 if kind == "execute":  # known before any cancel of its requests is read
                     with self._flags:
                         self._open.update((message[1], index) for index in range(len(message[6])))
-                outer = kind in ("execute", "close")
-                if outer and not (message[0] == "execute" and message[2]):  # not nested
+                if kind in ("execute", "close") and not (kind == "execute" and message[2]):  # not nested
                     self._work.put(message)
                 else:
                     self._replies.put(message)
         except (EOFError, OSError):
             self._work.put(_GONE)
             self._replies.put(_GONE)
+            for stream in list(self._streams.values()):
+                stream.put(("error", ErrorCode.INTERNAL.value, "the server is gone"), True)
 
     def _cancel(self, request: tuple[int, int]) -> None:
         with self._flags:
@@ -125,30 +133,51 @@ class _Channel:
             raise EOFError
         return message
 
+    def _reply(self, stream: _Stream | None = None) -> Any:
+        """The next message for the holder of the channel, once answers of streamed calls and
+        executions sent ahead that came first are put where they wait; with ``stream``, None as soon
+        as that stream has an answer."""
+        while True:
+            if stream is not None and not stream.empty():
+                return None
+            message = self._receive()
+            if type(message) is tuple:
+                if message[0] == "stream":  # (only without a reader thread, which delivers them)
+                    self._deliver(message)
+                    continue
+                if message[0] == "execute" and not message[2]:
+                    self.waiting.append(message)  # a later execution, sent ahead
+                    continue
+            return message
+
+    def _deliver(self, message: tuple[Any, ...]) -> None:
+        """Hand ``("stream", number, answer, final)`` to its stream."""
+        _, number, packed, final = message
+        stream = self._streams.pop(number, None) if final else self._streams.get(number)
+        if stream is not None:
+            stream.put(packed, final)
+
     def _exclusive(self) -> _Holding:
         return _Holding(self)
 
     def ask(self, message: tuple[Any, ...]) -> Any:
         with self._exclusive():
             self.conn.send(message)
-            while True:
-                reply = self._receive()
-                if type(reply) is tuple and reply and reply[0] == "execute":
-                    self.waiting.append(reply)  # a later execution, sent ahead
-                    continue
-                return reply
+            return self._reply()
 
     def tell(self, message: tuple[Any, ...]) -> None:
         with self._exclusive():
             self.conn.send(message)
 
     def queue(self, message: tuple[Any, ...]) -> None:
-        """Send ``message`` with the next ``flush`` (results of executions sent ahead)."""
-        with self._exclusive():
+        """Send ``message`` with the next ``flush`` (results of executions sent ahead).  Only the
+        main thread's serving loop queues and flushes, outside any call chain: the lock alone
+        keeps model threads' messages whole (no call chain to mark, a microsecond per execution)."""
+        with self._lock:
             self.conn.queue(message)
 
     def flush(self) -> None:
-        with self._exclusive():
+        with self._lock:
             self.conn.flush()
 
     def next_message(self, wait: bool) -> tuple[Any, ...] | None:
@@ -166,24 +195,51 @@ class _Channel:
                 raise EOFError
             return work
         conn = self.conn
-        if wait or conn.has_message():
+        while wait or conn.has_message():
             message: tuple[Any, ...] = conn.receive()
+            if message[0] == "stream":  # a streamed call's answer nobody was reading for
+                self._deliver(message)
+                continue
             return message
         return None
 
-    def call(self, message: tuple[Any, ...]) -> list[tuple[PackedAnswer, bool]]:
-        """Forward a BLS call; its answers, the last one final."""
-        answers: list[tuple[PackedAnswer, bool]] = []
+    def call(self, request: InferRequest) -> PackedAnswer:
+        """Forward a BLS call and wait for its answer."""
+        answer: PackedAnswer = self._call(("bls", 0, bls_message(request), False))[1]
+        return answer
+
+    def stream(self, request: InferRequest) -> bls.ResponseIterator:
+        """Forward a streamed BLS call: its answers, as they come."""
+        number = next(self._numbers)
+        stream = self._streams[number] = _Stream(self, number, request.model_name)
+        self._call(("bls", number, bls_message(request), True))
+        return bls.ResponseIterator(stream, stream.cancel)
+
+    def _call(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Send a BLS call and run the nested executions it brings (a call back into this
+        instance) until the reply that ends the wait: the answer, or for a streamed call
+        ``streaming`` (its answers then come on their own)."""
         with self._exclusive():
             self.conn.send(message)
-            while not answers or not answers[-1][1]:
-                reply = self._receive()
+            while True:
+                reply = self._reply()
                 if reply[0] == "execute":
                     assert self.execute is not None
                     self.conn.send(self.execute(reply))
                     continue
-                answers.append((reply[1], reply[2]))
-        return answers
+                return tuple(reply)
+
+    def wait_stream(self, stream: _Stream) -> None:
+        """Without a reader thread: read the socket until ``stream`` has an answer."""
+        with self._exclusive():
+            while (message := self._reply(stream)) is not None:
+                if type(message) is tuple and message[0] == "execute":  # cannot come here: run it anyway
+                    assert self.execute is not None
+                    self.conn.send(self.execute(message))
+
+    @property
+    def routed(self) -> bool:
+        return self._replies is not None
 
     def respond(
         self, key: int, index: int, answer: InferResponse | InferenceServerError | None, final: bool
@@ -223,8 +279,11 @@ class _RemoteRequest(InferRequest):
     """A request whose ``cancelled`` flag lives in the server: reading it asks over the socket."""
 
     __slots__ = ("_channel", "_index", "_key")
+    _channel: _Channel
+    _index: int
+    _key: int
 
-    @property  # type: ignore[override]
+    @property
     def cancelled(self) -> bool:
         channel = self._channel
         if channel.routed:  # a decoupled model's: the engine says so when it happens
@@ -262,23 +321,53 @@ def _request(
     return request
 
 
+class _Stream:
+    """A streamed BLS call's answers as they come from the server (:class:`bls.Answers`).
+
+    The reader thread of a decoupled model's channel puts them here; without one, the model
+    thread that waits for the next answer reads the socket itself (``_Channel.wait_stream``).
+    """
+
+    __slots__ = ("_channel", "_items", "_model_name", "_number", "finished")
+
+    def __init__(self, channel: _Channel, number: int, model_name: str) -> None:
+        self._channel = channel
+        self._number = number
+        self._model_name = model_name
+        self._items: queue.SimpleQueue[bls.StreamItem] = queue.SimpleQueue()
+        #: Whether the final answer came (cancelling then has nothing left to stop).
+        self.finished = False
+
+    def put(self, packed: PackedAnswer, final: bool) -> None:
+        self.finished = self.finished or final
+        self._items.put((unpack_answer(packed, self._model_name, ""), final))
+
+    def empty(self) -> bool:
+        return self._items.empty()
+
+    def get(self) -> bls.StreamItem:
+        if not self._channel.routed:
+            self._channel.wait_stream(self)
+        return self._items.get()
+
+    def cancel(self) -> None:
+        """Ask the server to cancel the call (its last answer then says CANCELLED)."""
+        if not self.finished:
+            self._channel.tell(("bls_cancel", self._number))
+
+
 class _RemoteRunner:
-    """``pb_utils.bls_runner`` in a worker process: the server makes each call and sends its answers
-    back (a decoupled model's all at once, when the last one arrived)."""
+    """``pb_utils.bls_runner`` in a model process: the server makes each call and sends its answers
+    back, a streamed call's each as soon as the callee sent it."""
 
     def __init__(self, channel: _Channel) -> None:
         self._channel = channel
 
     def exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         core = bls.core_request(request)
-        answers = self._channel.call(("bls", bls_message(core), decoupled))
-        unpacked = [(unpack_answer(packed, core.model_name, ""), final) for packed, final in answers]
-        if not decoupled:
-            return to_pb_response(unpacked[0][0])
-        items: queue.SimpleQueue[bls.StreamItem] = queue.SimpleQueue()
-        for item in unpacked:
-            items.put(item)
-        return bls.ResponseIterator(items, lambda: None)
+        if decoupled:
+            return self._channel.stream(core)
+        return to_pb_response(unpack_answer(self._channel.call(core), core.model_name, ""))
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         return await asyncio.to_thread(self.exec, request, decoupled)

@@ -1,0 +1,40 @@
+"""The server as its backends see it: one :class:`Runtime`, made by the composition root.
+
+Backends need a few things of the server they run in (the Python backend: where its models' BLS
+requests go).  The composition root (:mod:`naiad.app`) makes one runtime and hands it down: the
+repository creates every backend through it, and each backend that needs the server is constructed
+with it, so nothing reaches the server through a module global and two servers in one process (as
+tests make) never share state.  The data plane, which BLS requests go through, exists only after the
+repository, so the root fills ``bls`` in once it has made it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from naiad.backends import registry
+from naiad.backends.base import Backend
+
+if TYPE_CHECKING:
+    from naiad.backends.python.bls import Server
+
+
+class Runtime:
+    """The backends a server uses (each made once, when a model first needs it) and its BLS server."""
+
+    def __init__(self) -> None:
+        #: Where BLS requests go (``None`` until the server serves, or in a tool that only loads
+        #: models: a model's BLS call then fails with the reason).
+        self.bls: Server | None = None
+        self._backends: dict[str, Backend] = {}
+
+    def backend(self, name: str) -> Backend:
+        """The backend called ``name``; UNAVAILABLE with the reason when it cannot be used here."""
+        backend = self._backends.get(name)
+        if backend is None:
+            backend = self._backends[name] = registry.create(name, self)
+        return backend
+
+    def loaded_backend(self, name: str) -> Backend | None:
+        """The backend called ``name`` if a model has needed it already (never imports one)."""
+        return self._backends.get(name)
