@@ -30,6 +30,7 @@ from naiad.frontends.metrics import MetricsEndpoint
 from naiad.metrics.registry import ServerMetrics
 from naiad.repository.manager import ModelRepository, RepositoryUnavailable
 from naiad.repository.registry import ModelRegistry
+from naiad.repository.residency import Residency
 from naiad.scheduling.cache import ResponseCache, parse_cache_config
 from naiad.scheduling.rate_limiter import RateLimiter, parse_resource
 from naiad.settings import ServerSettings
@@ -62,6 +63,13 @@ async def serve(settings: ServerSettings) -> int:
         cache_dir=settings.repository_cache_dir,
         response_cache=response_cache,
         rate_limiter=rate_limiter,
+        residency=Residency(
+            settings.load_on_demand,
+            budget=settings.model_memory_budget,
+            gpu_budget=settings.model_gpu_memory_budget,
+            load_timeout=settings.on_demand_load_timeout_secs,
+            min_residency=settings.min_residency_secs,
+        ),
     )
     tracer = Tracer(parse_trace_config(settings.trace_config))
     shared_memory = SharedMemoryRegistry(settings.allow_client_shm)

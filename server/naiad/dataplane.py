@@ -30,6 +30,7 @@ from naiad.core.verbose import prepared, response_outputs
 from naiad.repository.manager import IndexEntry, ModelRepository
 from naiad.repository.model import Model, ModelVersion
 from naiad.repository.registry import ModelRegistry
+from naiad.repository.residency import Residency
 from naiad.scheduling.answers import answers
 from naiad.scheduling.cache import ResponseCache
 from naiad.statistics import model_statistics
@@ -117,6 +118,10 @@ class DataPlane:
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        #: Set when models load on demand: requests then record their use (LRU) and may load a model.
+        self._residency: Residency | None = None
+        if repository is not None and repository.residency.enabled:
+            self._residency = repository.residency
         try:
             bls.install(_BlsServer(self, asyncio.get_running_loop()))
         except RuntimeError:  # made off the event loop (a tool, not a server): models cannot call models
@@ -247,6 +252,35 @@ class DataPlane:
 
     # ---- inference ----------------------------------------------------------------------------
 
+    async def admit(self, name: str) -> None:
+        """Before a request for ``name`` is decoded: a ``--load-on-demand`` model that does not serve
+        is loaded now (decoding needs its configuration), shared with concurrent requests for it."""
+        residency = self._residency
+        if residency is None or not residency.on_demand(name):
+            return
+        model = self.registry.models().get(name)
+        if model is not None and model.latest_ready() is not None:
+            return
+        await self._manager().demand(name)
+
+    async def _route(self, request: InferRequest) -> tuple[Model, ModelVersion]:
+        """The version that runs ``request``; with on-demand loading, also loaded if it was evicted
+        since the request was admitted, and counted as used."""
+        residency = self._residency
+        if residency is None:
+            return self.registry.route(request)
+        name = request.model_name
+        try:
+            routed = self.registry.route(request)
+        except InferenceServerError:
+            model = self.registry.models().get(name)
+            if not residency.on_demand(name) or (model is not None and model.latest_ready() is not None):
+                raise
+            await self._manager().demand(name)
+            routed = self.registry.route(request)
+        residency.used(name)
+        return routed
+
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, schedule and shape the response for one request."""
         if self.exiting:
@@ -255,7 +289,7 @@ class DataPlane:
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
-        model, version = self.registry.route(request)
+        model, version = await self._route(request)
         return await self._run(request, model, version)
 
     async def _run(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
@@ -352,7 +386,7 @@ class DataPlane:
             yield item
 
     async def _stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
-        model, version = self.registry.route(request)
+        model, version = await self._route(request)
         if not model.decoupled:
             yield await self._run(request, model, version), True
             return

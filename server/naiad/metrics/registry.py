@@ -21,6 +21,7 @@ from naiad.metrics.gpu import GpuMetrics, open_gpus
 from naiad.metrics.models import SUMMARY_SAMPLES, ModelMetrics
 from naiad.metrics.pinned import PinnedMemoryMetrics
 from naiad.metrics.poller import Poller
+from naiad.metrics.residency import ResidencyMetrics
 from naiad.repository.manager import ModelRepository
 from naiad.scheduling.stats import SchedulerStats
 from naiad.settings import ServerSettings
@@ -37,6 +38,7 @@ class ServerMetrics:
         if repository.response_cache is not None:
             self._collectors.append(CacheMetrics(repository.response_cache))
         self._collectors.append(PinnedMemoryMetrics())
+        self._collectors.append(ResidencyMetrics(repository))
         self._collectors.append(CustomMetricsCollector())
         self._gpus: GpuMetrics | None = None
         sources: list[cpu.CpuMetrics | GpuMetrics] = []

@@ -4,12 +4,33 @@ A Python model with worker processes lives in child interpreters, so the server'
 it: the footprint is the server's resident set plus its child processes', read from ``/proc`` (0 where
 there is no ``/proc``).  Loads that run at the same time share the growth between them, so the figure
 per version is exact only for a load that ran alone.
+
+An instance that runs in a process of its own (a Python model's model process, which may be started by
+a template process rather than by the server) says how much it holds itself: :func:`version_bytes`
+then counts those processes' resident sets, exactly, whatever else loads at the same time.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class OwnMemory(Protocol):
+    """An instance whose memory is a process of its own."""
+
+    def resident_bytes(self) -> int: ...
+
+
+def version_bytes(instances: Iterable[object], growth: int) -> int:
+    """A loaded version's footprint: its instances' own processes' resident bytes when they run in
+    processes of their own, else ``growth`` (what the server and its children grew by while it loaded)."""
+    owned = [instance.resident_bytes() for instance in instances if isinstance(instance, OwnMemory)]
+    return sum(owned) if owned else max(0, growth)
+
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

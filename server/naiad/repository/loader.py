@@ -24,7 +24,7 @@ from naiad.core.errors import InferenceServerError, InternalError, InvalidArgume
 from naiad.core.signature import ModelSignature
 from naiad.repository import config as cfg
 from naiad.repository.fingerprint import folder_fingerprint, version_fingerprints
-from naiad.repository.footprint import resident_bytes
+from naiad.repository.footprint import resident_bytes, version_bytes
 from naiad.repository.layout import ModelLocation, available_versions
 from naiad.repository.model import ModelState, ModelVersion
 from naiad.repository.overrides import LoadRequest, OverrideError, write_model_files
@@ -214,7 +214,7 @@ class ModelLoader:
             model_dir=plan.path,
             scratch=plan.scratch,
             load_ns=time.monotonic_ns() - started,
-            memory_bytes=max(0, resident_bytes() - resident),
+            memory_bytes=version_bytes([w.instance for w in workers], resident_bytes() - resident),
             health=health,
         )
         health.on_failure = model_version.fail

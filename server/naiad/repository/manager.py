@@ -15,7 +15,9 @@ Requests see a published model or its predecessor, never a half-built one (they 
 
 The control mode decides who loads: NONE loads everything at start, POLL also follows the
 repository (:mod:`naiad.repository.poller`), EXPLICIT loads the ``--load-model`` list at start and
-then whatever the load/unload API asks.
+then whatever the load/unload API asks.  In every mode, models matching ``--load-on-demand`` are also
+loaded by the first request naming them, and unloaded again to stay under ``--model-memory-budget``
+(:mod:`naiad.repository.residency` decides which; this manager does it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from naiad.core.errors import (
     InternalError,
     InvalidArgumentError,
     UnavailableError,
+    unknown_model,
 )
 from naiad.repository import ensemble
 from naiad.repository.layout import ModelLocation, check_model_name, scan_repositories
@@ -44,6 +47,7 @@ from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion
 from naiad.repository.overrides import DEFAULT_VERSION, LoadRequest, parse_load_parameters
 from naiad.repository.poller import Poller
 from naiad.repository.registry import ModelRegistry
+from naiad.repository.residency import BUDGET_EXHAUSTED, Residency, loading_message, memory_used
 from naiad.repository.roots import CloudRoot, open_root
 from naiad.repository.routing import Mirror
 from naiad.repository.sync.engine import SyncError
@@ -71,6 +75,8 @@ class IndexEntry:
     version: str = ""
     state: str = ""
     reason: str = ""
+    #: Resident bytes the version measured when it loaded, while it holds instances (Naiad extension).
+    memory_bytes: int = 0
 
 
 class RepositoryUnavailable(Exception):
@@ -98,10 +104,12 @@ class ModelRepository:
         cache_dir: Path | None = None,
         response_cache: ResponseCache | None = None,
         rate_limiter: RateLimiter | None = None,
+        residency: Residency | None = None,
     ) -> None:
         """``registry``: where loaded models are published (what requests resolve in);
         ``response_cache``: the server's (``--cache-config``), for ensembles' steps;
-        ``rate_limiter``: the server's (``--rate-limit``), handed to every version's scheduler."""
+        ``rate_limiter``: the server's (``--rate-limit``), handed to every version's scheduler;
+        ``residency``: which models load on demand and the memory budget (none: neither)."""
         self.roots = [open_root(str(r), cache_dir or default_cache_dir()) for r in repositories]
         self.response_cache = response_cache
         self.mode = mode
@@ -119,6 +127,9 @@ class ModelRepository:
         self._refresh_lock = asyncio.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, load_threads), thread_name_prefix="naiad-load")
         self._poller: Poller | None = None
+        self.residency = residency or Residency()
+        #: On-demand loads in progress: every request for the model waits for the same one.
+        self._demands: dict[str, asyncio.Task[None]] = {}
 
     # ---- what the repositories hold ---------------------------------------------------------------
 
@@ -132,16 +143,19 @@ class ModelRepository:
         entries: list[IndexEntry] = []
         for name in sorted(names):
             model = self._models.get(name)
-            rows: dict[int, tuple[str, str]] = {}
+            rows: dict[int, tuple[str, str, int]] = {}
             if model is not None:
-                rows = {v: (mv.state.value, mv.reason) for v, mv in model.versions.items()}
+                rows = {
+                    v: (mv.state.value, mv.reason, mv.memory_bytes if mv.scheduler is not None else 0)
+                    for v, mv in model.versions.items()
+                }
             for number in self._loading.get(name, ()):
                 if rows.get(number, ("",))[0] != ModelState.READY.value:
-                    rows[number] = (ModelState.LOADING.value, "")
+                    rows[number] = (ModelState.LOADING.value, "", 0)
             for number in sorted(rows):
-                state, reason = rows[number]
+                state, reason, memory = rows[number]
                 if not ready_only or state == ModelState.READY.value:
-                    entries.append(IndexEntry(name, str(number), state, reason))
+                    entries.append(IndexEntry(name, str(number), state, reason, memory))
             if rows or ready_only:
                 continue
             if model is not None and model.reason:
@@ -205,13 +219,16 @@ class ModelRepository:
         """The repository API's load (EXPLICIT mode only); ``parameters`` as :mod:`overrides` says."""
         if self.mode is not ModelControlMode.EXPLICIT:
             raise UnavailableError(CONTROL_DISABLED)
-        await self.load(name, parse_load_parameters(parameters), fresh=True)
+        request = parse_load_parameters(parameters)
+        await self._make_room(name, on_demand=False)
+        await self.load(name, request, fresh=True)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """The repository API's unload (EXPLICIT mode only); unloading an unknown model succeeds."""
         if self.mode is not ModelControlMode.EXPLICIT:
             raise UnavailableError(CONTROL_DISABLED)
         await self.unload(name, unload_dependents)
+        self.residency.unloaded(name)
 
     async def refresh(self) -> dict[str, ModelLocation]:
         """Sync cloud repositories (one refresh at a time), then scan every repository."""
@@ -246,11 +263,13 @@ class ModelRepository:
         *,
         fresh: bool = False,
         record_missing: bool = False,
+        on_demand: bool = False,
     ) -> Model:
         """Load or reload ``name``; raise Triton's error for the client if it did not load.
 
         ``fresh`` syncs cloud repositories first; ``record_missing`` lists a model that is in no
-        repository as UNAVAILABLE (for ``--load-model`` names) instead of only failing.
+        repository as UNAVAILABLE (for ``--load-model`` names) instead of only failing;
+        ``on_demand``: a request's load, which leaves the model evictable (any other load pins it).
         """
         chain = _CHAIN.get()
         if name in chain:
@@ -260,9 +279,87 @@ class ModelRepository:
         token = _CHAIN.set(chain | {name})
         try:
             async with self._lock(name):
-                return await self._load(name, request, fresh, record_missing)
+                model = await self._load(name, request, fresh, record_missing)
+                self.residency.loaded(name, model, on_demand)
         finally:
             _CHAIN.reset(token)
+        await self._fit(name)
+        return model
+
+    # ---- on demand and the memory budget --------------------------------------------------------
+
+    async def demand(self, name: str) -> None:
+        """Load ``name`` for a request naming it (a ``--load-on-demand`` model that does not serve).
+
+        Concurrent requests share one load; each waits at most ``--on-demand-load-timeout-secs``
+        (then UNAVAILABLE, while the load carries on for the requests after it).  A name that is in
+        no repository is an unknown model, as for any request.
+        """
+        residency = self.residency
+        task = self._demands.get(name)
+        if task is None:
+            if name not in self._scan():
+                raise unknown_model(name)
+            task = asyncio.get_running_loop().create_task(self._load_on_demand(name))
+            self._demands[name] = task
+            task.add_done_callback(lambda done: self._demanded(name, done))
+        started = residency.clock()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), residency.load_timeout)
+        except TimeoutError:
+            raise UnavailableError(loading_message(name)) from None
+        finally:
+            residency.waited(name, residency.clock() - started)
+
+    def _demanded(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._demands.get(name) is task:
+            del self._demands[name]
+        if not task.cancelled():
+            task.exception()  # retrieved: the requests that waited for it got it (or timed out)
+
+    async def _load_on_demand(self, name: str) -> None:
+        await self._make_room(name, on_demand=True)
+        await self.load(name, on_demand=True)
+
+    async def _make_room(self, name: str, *, on_demand: bool) -> None:
+        """Evict until loading ``name`` (its expected footprint) fits the budget.  An on-demand load
+        that cannot fit fails; an explicit one proceeds anyway (the operator's or user's decision)."""
+        budget = self.residency.budget
+        if budget is None:
+            return
+        need = self.residency.estimate(name)
+        used = memory_used(self._models, exclude=name)
+        if used + need <= budget:
+            return
+        for victim in self.residency.victims(self._models, self._busy(name)):
+            used -= await self._evict(victim)
+            if used + need <= budget:
+                return
+        if on_demand:
+            raise UnavailableError(BUDGET_EXHAUSTED)
+
+    async def _fit(self, name: str) -> None:
+        """After a load: evict until what is loaded fits the budget again (the load's footprint may
+        have been more than expected, or loads ran side by side), never ``name`` itself."""
+        budget = self.residency.budget
+        if budget is None or memory_used(self._models) <= budget:
+            return
+        for victim in self.residency.victims(self._models, self._busy(name)):
+            await self._evict(victim)
+            if memory_used(self._models) <= budget:
+                return
+
+    def _busy(self, name: str) -> set[str]:
+        """Models eviction must leave alone: ``name`` and whatever is being loaded or unloaded."""
+        return {name} | {other for other, lock in self._locks.items() if lock.locked()} | set(self._demands)
+
+    async def _evict(self, name: str) -> int:
+        """Unload ``name`` to free memory; the bytes it held."""
+        freed = memory_used({name: model}) if (model := self._models.get(name)) is not None else 0
+        log.info("evicting model '%s' (%d bytes) to stay within the model memory budget", name, freed)
+        await self.unload(name)
+        self.residency.unloaded(name, evicted=True)
+        return freed
 
     async def _load(self, name: str, request: LoadRequest | None, fresh: bool, record_missing: bool) -> Model:
         previous = self._models.get(name)
@@ -419,6 +516,7 @@ class ModelRepository:
     async def forget(self, name: str) -> None:
         """Unload ``name`` and drop it from the index (POLL: its folder was removed)."""
         await self.unload(name)
+        self.residency.unloaded(name)
         async with self._lock(name):
             self.registry.retire(name)
 

@@ -50,6 +50,7 @@ from naiad.ipc.messages import (
 )
 from naiad.repository.manager import IndexEntry
 from naiad.repository.registry import ModelRegistry
+from naiad.repository.residency import Residency
 from naiad.settings import ServerSettings
 from naiad.tracing.tracer import Changes, Tracer
 
@@ -361,9 +362,21 @@ class RemoteDataPlane(DataPlane):
         )
         self.link = link
         self._catalog = link.catalog
+        #: Only for its patterns: which models the engine loads on demand.
+        self._demand = Residency(settings.load_on_demand)
 
     def ready(self) -> bool:
         return not self.exiting and self._catalog.ready
+
+    async def admit(self, name: str) -> None:
+        """An on-demand model missing from this worker's catalog is loaded by the engine, which
+        publishes the new catalog before it answers (so the checks before decoding find the model)."""
+        if not self._demand.enabled or not self._demand.on_demand(name):
+            return
+        model = self.registry.models().get(name)
+        if model is not None and model.latest_ready() is not None:
+            return
+        await self.link.call("admit", name)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         if self.exiting:

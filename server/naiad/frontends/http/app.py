@@ -222,6 +222,7 @@ class HttpFrontend:
         encoding = headers.get(b"content-encoding")
         if encoding is not None:
             body = decompress(body, encoding.decode("latin-1"), self.max_input_size)
+        await self.dataplane.admit(name)
         if self.dataplane.is_decoupled(name, version):
             raise UnsupportedError("HTTP end point doesn't support models with decoupled transaction policy")
         header_length = headers.get(b"inference-header-content-length")
@@ -316,6 +317,8 @@ class HttpFrontend:
                     item["state"] = entry.state
                 if entry.reason:
                     item["reason"] = entry.reason
+                if entry.version:
+                    item["memory_bytes"] = entry.memory_bytes  # Naiad extension (clients ignore it)
                 entries.append(item)
             return 200, orjson.dumps(entries), [_JSON]
         if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
