@@ -29,6 +29,7 @@ from naiad.frontends.listeners import Listeners, uvicorn_server
 from naiad.frontends.metrics import MetricsEndpoint
 from naiad.metrics.registry import ServerMetrics
 from naiad.repository.manager import ModelRepository, RepositoryUnavailable
+from naiad.repository.peers import Peers
 from naiad.repository.registry import ModelRegistry
 from naiad.repository.residency import Residency
 from naiad.scheduling.cache import ResponseCache, parse_cache_config
@@ -73,6 +74,7 @@ async def serve(settings: ServerSettings) -> int:
     )
     tracer = Tracer(parse_trace_config(settings.trace_config))
     shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
+    peers = Peers(settings.peers_file)
     dataplane = DataPlane(
         registry,
         repository,
@@ -80,6 +82,7 @@ async def serve(settings: ServerSettings) -> int:
         tracer=tracer,
         shared_memory=shared_memory,
         response_cache=response_cache,
+        peers=peers,
     )
     keyring = Keyring(settings.auth_key_file) if settings.auth_key_file is not None else None
     workers: FrontendWorkers | None = None
@@ -91,7 +94,7 @@ async def serve(settings: ServerSettings) -> int:
         listeners = Listeners(dataplane, settings, keyring, reuse_port=False)
     metrics: ServerMetrics | None = None
     if settings.allow_metrics:
-        metrics = ServerMetrics(repository, settings)
+        metrics = ServerMetrics(repository, settings, peers)
         metrics.start()
         endpoint = MetricsEndpoint(metrics)
         listeners.add(uvicorn_server(endpoint, settings.metrics_address, settings.metrics_port, settings))

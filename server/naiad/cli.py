@@ -195,6 +195,9 @@ def _density_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
                    default=_env("--on-demand-load-timeout-secs", d.on_demand_load_timeout_secs))
     p.add_argument("--min-residency-secs", type=_seconds,
                    default=_env("--min-residency-secs", d.min_residency_secs))
+    p.add_argument("--peers-file", type=Path, default=_env("--peers-file", None), metavar="PATH",
+                   help="JSON naming the peer servers that hold each model: requests for a model not "
+                   "served here are forwarded to them (written by the operator)")
 
 
 def _observability_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
@@ -386,6 +389,7 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         load_on_demand=args.load_on_demand,
         on_demand_load_timeout_secs=args.on_demand_load_timeout_secs,
         min_residency_secs=args.min_residency_secs,
+        peers_file=args.peers_file,
     )
 
 

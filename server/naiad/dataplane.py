@@ -29,6 +29,7 @@ from naiad.core.signature import ModelSignature
 from naiad.core.verbose import prepared, response_outputs
 from naiad.repository.manager import IndexEntry, ModelRepository
 from naiad.repository.model import Model, ModelVersion
+from naiad.repository.peers import Peer, Peers
 from naiad.repository.registry import ModelRegistry
 from naiad.repository.residency import Residency
 from naiad.scheduling.answers import answers
@@ -98,9 +99,11 @@ class DataPlane:
         tracer: Tracer | None = None,
         shared_memory: SharedMemoryRegistry | None = None,
         response_cache: ResponseCache | None = None,
+        peers: Peers | None = None,
     ) -> None:
         """``repository``: the manager that loads into ``registry`` (``None`` in a frontend worker,
-        whose data plane sends model control to the engine)."""
+        whose data plane sends model control to the engine); ``peers``: the servers holding the models
+        not served here (``--peers-file``)."""
         self.registry = registry
         self.repository = repository
         self.strict_readiness = strict_readiness
@@ -108,6 +111,7 @@ class DataPlane:
         self.shared_memory = shared_memory or SharedMemoryRegistry(enabled=False)
         #: The response cache (``--cache-config``), used by models with ``response_cache`` enabled.
         self.response_cache = response_cache
+        self.peers = peers if peers is not None and peers.enabled else None
         self._label_files = LabelFiles()
         #: Samples requests for the trace extension; frontends ask it per request (one check when off).
         self.tracer = tracer or Tracer()
@@ -249,6 +253,23 @@ class DataPlane:
         model, _ = self.registry.resolve(name, version)
         assert model.signature is not None
         return model, model.signature
+
+    # ---- forwarding to peers ------------------------------------------------------------------
+
+    def peer(self, name: str, version: str, forwarded: bool) -> Peer | None:
+        """The peer a request for ``name`` (``version``) goes to instead of being served here: one that
+        holds the model (round robin) when it does not serve here, else ``None`` (served, on-demand
+        loaded or refused here as without peers).  ``forwarded``: the request came from a peer, and is
+        never sent on again (two servers that each believe the other holds a model cannot loop)."""
+        peers = self.peers
+        if peers is None or forwarded or self.model_ready(name, version):
+            return None
+        return peers.choose(name)
+
+    def forwarded(self, name: str) -> None:
+        """A request for ``name`` was sent to a peer (``naiad_forwarded_requests_total``)."""
+        if self.peers is not None:
+            self.peers.count(name)
 
     # ---- inference ----------------------------------------------------------------------------
 

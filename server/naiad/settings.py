@@ -94,6 +94,12 @@ class ServerSettings:
     min_residency_secs: float = 30
     """``--min-residency-secs`` (Naiad): a model loaded less than this long ago is never evicted."""
 
+    peers_file: Path | None = None
+    """``--peers-file`` (Naiad; env ``NAIAD_PEERS_FILE``): JSON naming which peer servers hold each model
+    (``{"models": {"<model>": ["host:httpport:grpcport", ...]}}``, written by the operator); a request for
+    a model not served here is forwarded to one of them (see :mod:`naiad.repository.peers`).  Read again
+    when it changes."""
+
     strict_readiness: bool = True
     """``--strict-readiness``: ready only while every model that should be loaded is READY; when
     false, ready as soon as the server has started."""
