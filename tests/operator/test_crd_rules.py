@@ -130,3 +130,16 @@ def test_mig_profile_through_resources_is_admitted() -> None:
     spec = _isvc(server={"gpus": 0, "resources": {"limits": {"nvidia.com/mig-1g.10gb": 1}}})
     assert admit("inferenceservices", spec) == []
     assert admit("inferenceservices", _isvc(server={"args": ["--log-verbose=1", "--grpc-port-x"]})) == []
+
+
+@pytest.mark.parametrize("placement", ["all", "onDemand", {"copies": 1}, {"copies": 3}])
+def test_model_placements_are_admitted(placement: Any) -> None:
+    models = [{"name": "resnet", "placement": placement}]
+    assert admit("inferenceservices", samples.inference_service(models=models)) == []
+
+
+@pytest.mark.parametrize("placement", ["some", {"copies": 0}, {"copies": "2"}, {"copies": 1, "x": 1}, 3])
+def test_impossible_placements_are_refused(placement: Any) -> None:
+    models = [{"name": "resnet", "placement": placement}]
+    messages = admit("inferenceservices", samples.inference_service(models=models))
+    assert any("placement is" in m for m in messages), messages

@@ -35,11 +35,38 @@ class VersionPolicy(CamelModel):
     all: dict[str, Any] | None = None
 
 
+class PlacementMode(StrEnum):
+    ALL = "all"
+    """Every pod loads the model (at start and in place)."""
+    ON_DEMAND = "onDemand"
+    """No pod loads it ahead: each server loads it when a request names it (``--load-on-demand``)."""
+
+
+class CopiesPlacement(CamelModel):
+    """``placement: {copies: k}``: k pods hold the model warm; the others forward its requests to them."""
+
+    copies: int = Field(ge=1)
+
+
+Placement = PlacementMode | CopiesPlacement
+
+
 class ModelSpec(CamelModel):
     name: str
     required: bool = True
     version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
     config_override: dict[str, Any] | None = None
+    placement: Placement = PlacementMode.ALL
+    """Which pods hold the model: ``all``, ``{copies: k}`` or ``onDemand`` (docs/operator.md)."""
+
+    @property
+    def copies(self) -> int | None:
+        """k for ``{copies: k}``; None for the other placements."""
+        return self.placement.copies if isinstance(self.placement, CopiesPlacement) else None
+
+    @property
+    def on_demand(self) -> bool:
+        return self.placement is PlacementMode.ON_DEMAND
 
 
 class Resources(CamelModel):
@@ -150,6 +177,16 @@ class Copies(CamelModel):
     failed: int = 0
 
 
+class Holder(CamelModel):
+    """A pod that holds a model loaded (some version READY), where peers reach it, and the memory the
+    model measured there (the index's ``memory_bytes``; absent from servers that do not report it)."""
+
+    pod: str
+    address: str | None = None
+    """``host:httpport:grpcport``, as the peers file names it."""
+    memory_bytes: int | None = None
+
+
 class ReplicaState(CamelModel):
     pod: str
     state: str
@@ -180,6 +217,8 @@ class ModelStatus(CamelModel):
     blocked_hashes: dict[int, str] | None = None
     copies: Copies = Field(default_factory=Copies)
     replicas: list[ReplicaState] = Field(default_factory=list)
+    held_by: list[Holder] = Field(default_factory=list)
+    """The pods that hold the model now (with ``placement: {copies: k}`` or ``onDemand``, some of them)."""
     last_failure: Failure | None = None
 
 

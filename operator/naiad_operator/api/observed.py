@@ -62,6 +62,10 @@ class PodObservation:
     snapshot: str | None = None
     """The snapshot the pod was started with (``perPod`` storage: its own copy), from its annotation."""
     problem: PodProblem | None = None
+    peer: str | None = None
+    """``host:httpport:grpcport``: where other servers forward requests for the models this one holds."""
+    memory: dict[str, int] = field(default_factory=dict)
+    """model -> resident bytes its loaded versions measured (servers that report ``memory_bytes``)."""
 
     @property
     def reporting(self) -> bool:

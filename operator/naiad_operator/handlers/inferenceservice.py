@@ -21,9 +21,9 @@ from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.pods import observe
 from naiad_operator.k8s.problems import volume_events
-from naiad_operator.reconcile import names, nodecache, rollout, traffic
+from naiad_operator.reconcile import names, nodecache, placement, rollout, traffic
 from naiad_operator.reconcile.children import inference_service_children
-from naiad_operator.reconcile.compare import merge_patch
+from naiad_operator.reconcile.compare import merge_patch, stamp
 from naiad_operator.reconcile.repository_mount import RepositoryMount
 from naiad_operator.reconcile.service_status import Observed, service_status
 from naiad_operator.reconcile.syncjob import format_time
@@ -166,6 +166,9 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         format_time(datetime.now(UTC)),
         ctx.settings.replica_detail_limit,
     )
+    # every pod's peers file: which pods hold which models, as this pass found them
+    peers = placement.desired_peers_configmap(name, namespace, names.owner_reference(KIND, meta), status)
+    await children.ensure(ctx.cache, stamp(peers))
     blocked = sum(m.transition_status is TransitionStatus.BLOCKED_BY_FAILED_LOAD for m in status.models)
     ctx.metrics.blocked_models.labels(namespace, name).set(blocked)
     if failures:

@@ -32,6 +32,21 @@ def pod_address(pod: dict[str, Any]) -> str | None:
     return f"http://{host}:{port}"
 
 
+def pod_peer(pod: dict[str, Any]) -> str | None:
+    """``host:httpport:grpcport`` of the pod (its IP and ``http``/``grpc`` container ports), as the
+    peers file names servers; None while it has no IP."""
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    ports = {"http": 8000, "grpc": 8001}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for p in container.get("ports") or []:
+            if p.get("name") in ports:
+                ports[p["name"]] = int(p["containerPort"])
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"{host}:{ports['http']}:{ports['grpc']}"
+
+
 def pod_ready(pod: dict[str, Any]) -> bool:
     meta = pod.get("metadata") or {}
     if meta.get("deletionTimestamp"):
@@ -55,11 +70,16 @@ async def observe(
         problem = None if ready else pod_problem(pod, (events or {}).get(name, ()))
         if url is None:
             return PodObservation(name, None, ready, snapshot=snapshot, problem=problem)
+        peer = pod_peer(pod)
         try:
-            models = await server.index(url)
+            models, memory = await server.index_with_memory(url)
         except ServerCallError as exc:
             error = exc.message
-            return PodObservation(name, url, ready, index_error=error, snapshot=snapshot, problem=problem)
-        return PodObservation(name, url, ready, models, snapshot=snapshot, problem=problem)
+            return PodObservation(
+                name, url, ready, index_error=error, snapshot=snapshot, problem=problem, peer=peer
+            )
+        return PodObservation(
+            name, url, ready, models, snapshot=snapshot, problem=problem, peer=peer, memory=memory
+        )
 
     return list(await asyncio.gather(*(one(p) for p in pods)))

@@ -21,13 +21,14 @@ passes beyond status, so a pass interrupted anywhere is simply planned again fro
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from naiad_operator.api.inferenceservice import Failure, ModelSpec, ModelStatus
 from naiad_operator.api.modelrepository import ModelRepositoryStatus
 from naiad_operator.api.observed import PodObservation
+from naiad_operator.reconcile import placement
 from naiad_operator.reconcile.versions import InvalidPolicy, select_versions
 
 
@@ -85,6 +86,14 @@ class ModelPlan:
     old_default: int | None = None
     new_default: int | None = None
     message: str = ""
+    placed: frozenset[str] | None = None
+    """The actionable pods that should hold the model (``placement``); None: every pod."""
+    on_demand: bool = False
+    """``placement: onDemand``: no pod holds it ahead, servers load it when asked."""
+
+    def holds_here(self, pod: str) -> bool:
+        """Whether ``pod`` is one of the pods this model is placed on."""
+        return self.placed is None or pod in self.placed
 
     @property
     def target_versions(self) -> tuple[int, ...]:
@@ -160,21 +169,33 @@ def plan(
     switches: list[Action] = []
     unloads: list[Action] = []
     for spec in models:
-        mp = plan_model(spec, snapshot.get(spec.name), records.get(spec.name))
+        placed = placement.chosen(spec, [p.name for p in ready])
+        mp = replace(
+            plan_model(spec, snapshot.get(spec.name), records.get(spec.name)),
+            placed=placed,
+            on_demand=spec.on_demand,
+        )
         plans[spec.name] = mp
         override = spec.config_override
-        if mp.change is Change.INVALID:
-            continue
+        if mp.change is Change.INVALID or spec.on_demand:
+            continue  # an onDemand model is loaded (and evicted) by the servers themselves
+        chosen = [p for p in ready if mp.holds_here(p.name)]
+        # a pod no longer chosen (the fleet scaled, k changed) lets its copy go, but only once every
+        # chosen pod holds one (make before break: a later pass unloads it)
+        if all(p.ready_versions(spec.name) for p in chosen):
+            unloads += [
+                Unload(p.name, spec.name) for p in ready if not mp.holds_here(p.name) and p.holds(spec.name)
+            ]
         if mp.change in (Change.STEADY, Change.BLOCKED):
             if not mp.keep:  # blocked before it ever loaded: nothing to hold
                 continue
-            for pod in ready:
+            for pod in chosen:
                 if pod.ready_versions(spec.name) != frozenset(mp.keep):
                     loads.append(Load(pod.name, spec.name, mp.keep, mp.new_default, False, override))
             continue
-        done = _past_switch(spec.name, mp, ready)
+        done = _past_switch(spec.name, mp, chosen)
         first_default = mp.old_default if mp.active and not done else mp.new_default
-        for pod in ready:
+        for pod in chosen:
             if pod.name in done:
                 continue
             if mp.fresh or pod.ready_versions(spec.name) != frozenset(mp.keep):
@@ -182,12 +203,12 @@ def plan(
         if mp.active and mp.old_default != mp.new_default:
             switches += [
                 Load(p.name, spec.name, mp.keep, mp.new_default, False, override)
-                for p in ready
+                for p in chosen
                 if p.name not in done
             ]
         if set(mp.keep) != set(mp.target):
             unloads += [
-                Load(p.name, spec.name, mp.target_versions, mp.new_default, False, override) for p in ready
+                Load(p.name, spec.name, mp.target_versions, mp.new_default, False, override) for p in chosen
             ]
     wanted = {m.name for m in models}
     unwanted = sorted({m for p in ready for m in p.models if m not in wanted and p.holds(m)})
@@ -278,6 +299,8 @@ def failures(
         if mp.change is not Change.ROLLOUT:
             continue
         for pod in actionable(pods):
+            if not mp.holds_here(pod.name):
+                continue
             missing = [v for v in mp.target_versions if v not in pod.ready_versions(name)]
             if not missing:
                 continue
@@ -317,7 +340,7 @@ def rollback(
     return [
         Load(p.name, mp.name, versions, mp.old_default, False, override)
         for p in ready
-        if p.ready_versions(mp.name) != frozenset(versions)
+        if mp.holds_here(p.name) and p.ready_versions(mp.name) != frozenset(versions)
     ]
 
 

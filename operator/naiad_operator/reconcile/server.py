@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
-from naiad_operator.reconcile import names, security
+from naiad_operator.reconcile import names, placement, security
 from naiad_operator.reconcile.repository_mount import RepositoryMount
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
@@ -54,6 +54,8 @@ def startup_models(spec: InferenceServiceSpec, status: InferenceServiceStatus) -
     """
     chosen: list[str] = []
     for model in spec.models:
+        if model.on_demand or model.copies is not None:
+            continue  # placed on some pods only: the operator loads it there once they are Ready
         record = status.model(model.name)
         if record is not None and record.active_versions:
             chosen.append(model.name)
@@ -99,6 +101,8 @@ def desired_deployment(
         f"--http-port={HTTP_PORT}",
         f"--grpc-port={GRPC_PORT}",
         f"--metrics-port={METRICS_PORT}",
+        f"--peers-file={placement.PEERS_FILE}",
+        *(f"--load-on-demand={m.name}" for m in spec.models if m.on_demand),
         *server.args,
     ]
     env: list[dict[str, Any]] = [
@@ -117,8 +121,13 @@ def desired_deployment(
     mounts: list[dict[str, Any]] = [
         {"name": "repository", "mountPath": names.REPOSITORY_MOUNT, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
+        {"name": placement.PEERS_VOLUME, "mountPath": placement.PEERS_MOUNT, "readOnly": True},
     ]
-    volumes: list[dict[str, Any]] = [mount.volume(), {"name": "tmp", "emptyDir": {}}]
+    volumes: list[dict[str, Any]] = [
+        mount.volume(),
+        {"name": "tmp", "emptyDir": {}},
+        placement.peers_volume(name),
+    ]
     if template.shm_size:
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": template.shm_size}})
