@@ -122,6 +122,9 @@ class DataPlane:
         self._residency: Residency | None = None
         if repository is not None and repository.residency.enabled:
             self._residency = repository.residency
+        #: Whether frontends must call :meth:`admit` before decoding a request (one attribute read
+        #: per request when no model loads on demand).
+        self.loads_on_demand = self._residency is not None
         try:
             bls.install(_BlsServer(self, asyncio.get_running_loop()))
         except RuntimeError:  # made off the event loop (a tool, not a server): models cannot call models

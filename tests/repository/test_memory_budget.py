@@ -1,6 +1,6 @@
 """The model memory budget: loads past it evict the least recently used models loaded on demand, but
 never a pinned one, one with a request in flight, or one inside its minimum residency
-(docs/model-management.md, "Models on demand"; the contract in issue #25).
+(docs/models-on-demand.md; the contract in issue #25).
 
 The ``ballast`` models (tests/repository/density_models.py) hold a known amount of memory in their model
 processes, so the budget decides which of them fit.  Which model is evicted is the engine's decision, the

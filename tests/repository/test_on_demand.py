@@ -1,5 +1,5 @@
 """More models than memory: models loaded by their first request, evicted under a memory budget
-(docs/model-management.md, "Models on demand"; the contract in issue #25).
+(docs/models-on-demand.md; the contract in issue #25).
 
 Real servers in both modes (one process; frontend workers over an engine), real tritonclient HTTP and
 gRPC clients; the ``ballast`` models (tests/repository/density_models.py) hold a known amount of memory
