@@ -60,18 +60,7 @@ class ModelRegistry:
                 return model, _weighted(
                     model, routing.heaviest(model.version_weights, model.ready_versions())
                 )
-            pinned = model.default_version
-            if pinned is not None:
-                mv = model.versions.get(pinned)
-                if mv is None or mv.state is not ModelState.READY:
-                    raise UnavailableError(
-                        f"Request for unknown model: '{name}' version {pinned} is not at ready state"
-                    )
-                return model, mv
-            latest = model.latest_ready()
-            if latest is None:
-                raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
-            return model, latest
+            return model, _unversioned(model)
         number = int(version) if version.isdigit() else -1
         model_version = model.versions.get(number)
         if model_version is None:
@@ -89,10 +78,13 @@ class ModelRegistry:
         if request.model_version:
             return self.resolve(request.model_name, request.model_version)
         model = self._models.get(request.model_name)
-        if model is None or model.version_weights is None:
-            return self.resolve(request.model_name, "")
+        if model is None:
+            raise unknown_model(request.model_name)
+        weights = model.version_weights
+        if weights is None:
+            return model, _unversioned(model)
         ready = [number for number, mv in model.versions.items() if mv.state is ModelState.READY]
-        return model, _weighted(model, routing.choose(model.version_weights, ready, request.sequence_id))
+        return model, _weighted(model, routing.choose(weights, ready, request.sequence_id))
 
     @staticmethod
     def mirror(model: Model, chosen: ModelVersion, request: InferRequest) -> ModelVersion | None:
@@ -107,6 +99,22 @@ class ModelRegistry:
             return None
         target = model.versions.get(mirror.version)
         return target if target is not None and target.state is ModelState.READY else None
+
+
+def _unversioned(model: Model) -> ModelVersion:
+    """Without version weights: the pinned default version, else the highest READY one (Triton)."""
+    pinned = model.default_version
+    if pinned is not None:
+        mv = model.versions.get(pinned)
+        if mv is None or mv.state is not ModelState.READY:
+            raise UnavailableError(
+                f"Request for unknown model: '{model.name}' version {pinned} is not at ready state"
+            )
+        return mv
+    latest = model.latest_ready()
+    if latest is None:
+        raise NotFoundError(f"Request for unknown model: '{model.name}' has no available versions")
+    return latest
 
 
 def _weighted(model: Model, chosen: int | None) -> ModelVersion:
