@@ -266,12 +266,9 @@ class DataPlane:
             return
         await self._manager().demand(name)
 
-    async def _route(self, request: InferRequest) -> tuple[Model, ModelVersion]:
-        """The version that runs ``request``; with on-demand loading, also loaded if it was evicted
-        since the request was admitted, and counted as used."""
-        residency = self._residency
-        if residency is None:
-            return self.registry.route(request)
+    async def _route(self, request: InferRequest, residency: Residency) -> tuple[Model, ModelVersion]:
+        """The version that runs ``request`` when models load on demand: loaded again if it was
+        evicted since the request was admitted, and counted as used (LRU, hit or miss)."""
         name = request.model_name
         try:
             routed = self.registry.route(request)
@@ -292,7 +289,11 @@ class DataPlane:
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
-        model, version = await self._route(request)
+        residency = self._residency
+        if residency is None:
+            model, version = self.registry.route(request)
+        else:
+            model, version = await self._route(request, residency)
         return await self._run(request, model, version)
 
     async def _run(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
@@ -389,7 +390,11 @@ class DataPlane:
             yield item
 
     async def _stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
-        model, version = await self._route(request)
+        residency = self._residency
+        if residency is None:
+            model, version = self.registry.route(request)
+        else:
+            model, version = await self._route(request, residency)
         if not model.decoupled:
             yield await self._run(request, model, version), True
             return

@@ -159,7 +159,12 @@ def test_a_load_longer_than_the_timeout_is_unavailable_then_serves(demand_server
         except InferenceServerException:
             assert time.monotonic() < deadline
             time.sleep(0.2)
-    assert metric(metrics(demand_server), "naiad_model_loads_total", model="od_slow", reason="on_demand") == 1
+    text = metrics(demand_server)
+    assert metric(text, "naiad_model_loads_total", model="od_slow", reason="on_demand") == 1
+    # the request that gave up waiting never ran: the next one is a hit, counted as such
+    hits = metric(text, "naiad_on_demand_requests_total", result="hit")
+    assert infer_grpc(demand_server, "od_slow", 2) == 302
+    assert metric(metrics(demand_server), "naiad_on_demand_requests_total", result="hit") == hits + 1
 
 
 # ---- flags -------------------------------------------------------------------------------------

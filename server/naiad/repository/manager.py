@@ -303,13 +303,14 @@ class ModelRepository:
             task = asyncio.get_running_loop().create_task(self._load_on_demand(name))
             self._demands[name] = task
             task.add_done_callback(lambda done: self._demanded(name, done))
-        started = residency.clock()
+        started, loaded = residency.clock(), False
         try:
             await asyncio.wait_for(asyncio.shield(task), residency.load_timeout)
+            loaded = True
         except TimeoutError:
             raise UnavailableError(loading_message(name)) from None
         finally:
-            residency.waited(name, residency.clock() - started)
+            residency.waited(name, residency.clock() - started, loaded)
 
     def _demanded(self, name: str, task: asyncio.Task[None]) -> None:
         if self._demands.get(name) is task:

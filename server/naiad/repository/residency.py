@@ -132,10 +132,12 @@ class Residency:
         if evicted:
             self.evictions[name] += 1
 
-    def waited(self, name: str, seconds: float) -> None:
-        """A request waited ``seconds`` for an on-demand load of ``name`` (a miss)."""
+    def waited(self, name: str, seconds: float, loaded: bool) -> None:
+        """A request waited ``seconds`` for an on-demand load of ``name`` (a miss); when the model
+        ``loaded`` for it, the request runs next and is not to count as a hit too."""
         self.misses += 1
-        self._owed[name] += 1
+        if loaded:
+            self._owed[name] += 1
         self.waits.observe(seconds)
 
     def used(self, name: str) -> None:
