@@ -8,6 +8,7 @@ in their model processes, so the budget decides which of them fit.
 
 from __future__ import annotations
 
+import queue
 import re
 import time
 import urllib.request
@@ -90,6 +91,7 @@ def demand_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("on-demand")
     write_ballast(repo, "od_shared", mib=1, offset=100, delay=0.5)
     write_ballast(repo, "od_grpc", mib=1, offset=200)
+    write_ballast(repo, "od_stream", mib=1, offset=500)
     write_ballast(repo, "od_slow", mib=1, offset=300, delay=4.0)
     write_ballast(repo, "plain", mib=1, offset=400)
     return repo
@@ -131,6 +133,25 @@ def test_grpc_first_request_loads_the_model(demand_server: ServerProcess) -> Non
     assert infer_grpc(demand_server, "od_grpc", 7) == 207
     assert index(demand_server)["od_grpc"]["state"] == "READY"
     assert metric(metrics(demand_server), "naiad_model_loads_total", model="od_grpc", reason="on_demand") == 1
+
+
+def test_grpc_stream_first_request_loads_the_model(demand_server: ServerProcess) -> None:
+    answers: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(demand_server.grpc_url)
+    try:
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        tensor = grpcclient.InferInput("INPUT0", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([7], dtype=np.int32))
+        client.async_stream_infer("od_stream", [tensor])
+        answer = answers.get(timeout=30)
+        client.stop_stream()
+    finally:
+        client.close()
+    assert not isinstance(answer, InferenceServerException), answer
+    assert int(answer.as_numpy("OUTPUT0")[0]) == 507
+    assert (
+        metric(metrics(demand_server), "naiad_model_loads_total", model="od_stream", reason="on_demand") == 1
+    )
 
 
 def test_models_outside_the_patterns_are_unknown_as_before(demand_server: ServerProcess) -> None:
