@@ -355,8 +355,12 @@ class ModelRepository:
         return {name} | {other for other, lock in self._locks.items() if lock.locked()} | set(self._demands)
 
     async def _evict(self, name: str) -> int:
-        """Unload ``name`` to free memory; the bytes it held."""
-        freed = memory_used({name: model}) if (model := self._models.get(name)) is not None else 0
+        """Unload ``name`` to free memory; the bytes it held (0, and left loaded, if it was pinned or
+        took a request since the victims were chosen: evictions before it awaited unloads)."""
+        model = self._models.get(name)
+        if model is None or name not in self.residency.victims({name: model}, self._busy("")):
+            return 0
+        freed = memory_used({name: model})
         log.info("evicting model '%s' (%d bytes) to stay within the model memory budget", name, freed)
         await self.unload(name)
         self.residency.unloaded(name, evicted=True)
