@@ -86,6 +86,20 @@ def desired_peers_configmap(
     }
 
 
+def placed(models: Sequence[ModelSpec]) -> bool:
+    """Whether some model is on some pods only: only then do pods get the peers file (a service whose
+    models are all on every pod keeps the pod template it always had, so upgrading the operator does
+    not restart its pods)."""
+    return any(m.copies is not None or m.on_demand for m in models)
+
+
+def server_args(models: Sequence[ModelSpec]) -> list[str]:
+    """The server flags placement adds: the peers file, and ``--load-on-demand`` per onDemand model."""
+    if not placed(models):
+        return []
+    return [f"--peers-file={PEERS_FILE}", *(f"--load-on-demand={m.name}" for m in models if m.on_demand)]
+
+
 def peers_volume(isvc: str) -> dict[str, Any]:
     """The pods' view of the peers ConfigMap; optional, since the first pass writes it after the pods'
     first indexes are read (until then a server has no peers and serves what it holds)."""
