@@ -31,7 +31,9 @@ from naiad.frontends.listeners import Listeners, uvicorn_server
 from naiad.frontends.metrics import MetricsEndpoint
 from naiad.metrics.registry import ServerMetrics
 from naiad.repository.manager import ModelRepository, RepositoryUnavailable
+from naiad.repository.peers import Peers
 from naiad.repository.registry import ModelRegistry
+from naiad.repository.residency import Residency
 from naiad.scheduling.cache import ResponseCache, parse_cache_config
 from naiad.scheduling.rate_limiter import RateLimiter, parse_resource
 from naiad.settings import ServerSettings
@@ -66,9 +68,17 @@ async def serve(settings: ServerSettings) -> int:
         cache_dir=settings.repository_cache_dir,
         response_cache=response_cache,
         rate_limiter=rate_limiter,
+        residency=Residency(
+            settings.load_on_demand,
+            budget=settings.model_memory_budget,
+            gpu_budget=settings.model_gpu_memory_budget,
+            load_timeout=settings.on_demand_load_timeout_secs,
+            min_residency=settings.min_residency_secs,
+        ),
     )
     tracer = Tracer(parse_trace_config(settings.trace_config))
     shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
+    peers = Peers(settings.peers_file)
     dataplane = DataPlane(
         registry,
         repository,
@@ -76,6 +86,7 @@ async def serve(settings: ServerSettings) -> int:
         tracer=tracer,
         shared_memory=shared_memory,
         response_cache=response_cache,
+        peers=peers,
     )
     loop = asyncio.get_running_loop()
     runtime.bls = BlsServer(dataplane, loop)
@@ -89,7 +100,7 @@ async def serve(settings: ServerSettings) -> int:
         listeners = Listeners(dataplane, settings, keyring, reuse_port=False)
     metrics: ServerMetrics | None = None
     if settings.allow_metrics:
-        metrics = ServerMetrics(repository, settings)
+        metrics = ServerMetrics(repository, settings, peers)
         metrics.start()
         endpoint = MetricsEndpoint(metrics)
         listeners.add(uvicorn_server(endpoint, settings.metrics_address, settings.metrics_port, settings))

@@ -83,6 +83,39 @@ def _snapshot_id(text: str) -> str:
     return digest
 
 
+def _size(text: str) -> int:
+    """A memory size: bytes, or a number with a Kubernetes (``Ki``, ``Mi``, ``Gi``, ``Ti``) or decimal
+    (``K``/``KB``, ``M``/``MB``, ``G``/``GB``, ``T``/``TB``) suffix, as a pod's resources are written."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a size such as 6Gi, 500Mi, 2GB or bytes, got '{text}'")
+    number, unit = match.groups()
+    return int(float(number) * _UNITS[(unit or "").lower()])
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[kmgt]i?b?|B|b)?")
+_UNITS = {"": 1, "b": 1} | {
+    f"{prefix}{suffix}": base**power
+    for power, prefix in enumerate("kmgt", start=1)
+    for suffix, base in (("", 1000), ("b", 1000), ("i", 1024), ("ib", 1024))
+}
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds, got {text}")
+    return value
+
+
+def _env(flag: str, default: object) -> object:
+    """The default of a Naiad flag: its ``NAIAD_<UPPER_SNAKE>`` environment variable when set."""
+    return os.environ.get("NAIAD_" + flag.lstrip("-").replace("-", "_").upper(), default)
+
+
 def _message_size(text: str) -> int:
     """gRPC takes message limits as a C ``int``: 1 to INT32_MAX bytes."""
     value = _positive(text)
@@ -151,8 +184,29 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    default=os.environ.get("NAIAD_FRONTEND_WORKERS", "auto"),
                    help="frontend worker processes over one engine (0: one process; auto: 0 with at most "
                    "2 cores, else half the cores, at most 16); env NAIAD_FRONTEND_WORKERS")
+    _density_flags(p, d)
     _extension_flags(p, d)
     _observability_flags(p, d)
+
+
+def _density_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
+    """More models than memory (Naiad): on-demand loading, the memory budget and eviction; each flag also
+    an environment variable ``NAIAD_<UPPER_SNAKE>`` (what the operator sets)."""
+    p.add_argument("--model-memory-budget", type=_size, default=_env("--model-memory-budget", None),
+                   metavar="SIZE", help="host memory loaded models may hold (6Gi, 500Mi, 2GB, bytes)")
+    p.add_argument("--model-gpu-memory-budget", type=_size, metavar="SIZE",
+                   default=_env("--model-gpu-memory-budget", None), help="the same per GPU")
+    patterns = os.environ.get("NAIAD_LOAD_ON_DEMAND", "")
+    p.add_argument("--load-on-demand", action="append", metavar="PATTERN",
+                   default=[text for text in patterns.split(",") if text.strip()],
+                   help="models (fnmatch glob, * = all) that their first request loads (repeatable)")
+    p.add_argument("--on-demand-load-timeout-secs", type=_seconds,
+                   default=_env("--on-demand-load-timeout-secs", d.on_demand_load_timeout_secs))
+    p.add_argument("--min-residency-secs", type=_seconds,
+                   default=_env("--min-residency-secs", d.min_residency_secs))
+    p.add_argument("--peers-file", type=Path, default=_env("--peers-file", None), metavar="PATH",
+                   help="JSON naming the peer servers that hold each model: requests for a model not "
+                   "served here are forwarded to them (written by the operator)")
 
 
 def _observability_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
@@ -342,6 +396,12 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         grpc_max_connection_age_grace=args.grpc_max_connection_age_grace,
         reuse_grpc_port=args.reuse_grpc_port,
         frontend_workers=args.frontend_workers,
+        model_memory_budget=args.model_memory_budget,
+        model_gpu_memory_budget=args.model_gpu_memory_budget,
+        load_on_demand=args.load_on_demand,
+        on_demand_load_timeout_secs=args.on_demand_load_timeout_secs,
+        min_residency_secs=args.min_residency_secs,
+        peers_file=args.peers_file,
     )
 
 

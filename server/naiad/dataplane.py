@@ -28,7 +28,9 @@ from naiad.core.signature import ModelSignature
 from naiad.core.verbose import prepared, response_outputs
 from naiad.repository.manager import IndexEntry, ModelRepository
 from naiad.repository.model import Model, ModelVersion
+from naiad.repository.peers import Peer, Peers
 from naiad.repository.registry import ModelRegistry
+from naiad.repository.residency import Residency
 from naiad.scheduling.answers import answers
 from naiad.scheduling.cache import ResponseCache
 from naiad.statistics import model_statistics
@@ -96,9 +98,11 @@ class DataPlane:
         tracer: Tracer | None = None,
         shared_memory: SharedMemoryRegistry | None = None,
         response_cache: ResponseCache | None = None,
+        peers: Peers | None = None,
     ) -> None:
         """``repository``: the manager that loads into ``registry`` (``None`` in a frontend worker,
-        whose data plane sends model control to the engine)."""
+        whose data plane sends model control to the engine); ``peers``: the servers holding the models
+        not served here (``--peers-file``)."""
         self.registry = registry
         self.repository = repository
         self.strict_readiness = strict_readiness
@@ -106,6 +110,7 @@ class DataPlane:
         self.shared_memory = shared_memory or SharedMemoryRegistry(enabled=False)
         #: The response cache (``--cache-config``), used by models with ``response_cache`` enabled.
         self.response_cache = response_cache
+        self.peers = peers if peers is not None and peers.enabled else None
         self._label_files = LabelFiles()
         #: Samples requests for the trace extension; frontends ask it per request (one check when off).
         self.tracer = tracer or Tracer()
@@ -116,6 +121,13 @@ class DataPlane:
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        #: Set when models load on demand: requests then record their use (LRU) and may load a model.
+        self._residency: Residency | None = None
+        if repository is not None and repository.residency.enabled:
+            self._residency = repository.residency
+        #: Whether frontends must call :meth:`admit` before decoding a request (one attribute read
+        #: per request when no model loads on demand).
+        self.loads_on_demand = self._residency is not None
 
     # ---- health and metadata ----------------------------------------------------------------
 
@@ -240,7 +252,50 @@ class DataPlane:
         assert model.signature is not None
         return model, model.signature
 
+    # ---- forwarding to peers ------------------------------------------------------------------
+
+    def peer(self, name: str, version: str, forwarded: bool) -> Peer | None:
+        """The peer a request for ``name`` (``version``) goes to instead of being served here: one that
+        holds the model (round robin) when it does not serve here, else ``None`` (served, on-demand
+        loaded or refused here as without peers).  ``forwarded``: the request came from a peer, and is
+        never sent on again (two servers that each believe the other holds a model cannot loop)."""
+        peers = self.peers
+        if peers is None or forwarded or self.model_ready(name, version):
+            return None
+        return peers.choose(name)
+
+    def forwarded(self, name: str) -> None:
+        """A request for ``name`` was sent to a peer (``naiad_forwarded_requests_total``)."""
+        if self.peers is not None:
+            self.peers.count(name)
+
     # ---- inference ----------------------------------------------------------------------------
+
+    async def admit(self, name: str) -> None:
+        """Before a request for ``name`` is decoded: a ``--load-on-demand`` model that does not serve
+        is loaded now (decoding needs its configuration), shared with concurrent requests for it."""
+        residency = self._residency
+        if residency is None or not residency.on_demand(name):
+            return
+        model = self.registry.models().get(name)
+        if model is not None and model.latest_ready() is not None:
+            return
+        await self._manager().demand(name)
+
+    async def _route(self, request: InferRequest, residency: Residency) -> tuple[Model, ModelVersion]:
+        """The version that runs ``request`` when models load on demand: loaded again if it was
+        evicted since the request was admitted, and counted as used (LRU, hit or miss)."""
+        name = request.model_name
+        try:
+            routed = self.registry.route(request)
+        except InferenceServerError:
+            model = self.registry.models().get(name)
+            if not residency.on_demand(name) or (model is not None and model.latest_ready() is not None):
+                raise
+            await self._manager().demand(name)
+            routed = self.registry.route(request)
+        residency.used(name)
+        return routed
 
     async def infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
         """Validate, schedule and shape the response for one request.
@@ -254,7 +309,11 @@ class DataPlane:
 
     async def _infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
         """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
-        model, version = self.registry.route(request)
+        residency = self._residency
+        if residency is None:
+            model, version = self.registry.route(request)
+        else:
+            model, version = await self._route(request, residency)
         return await self._run(request, model, version, validated)
 
     async def _run(
@@ -358,7 +417,11 @@ class DataPlane:
             yield item
 
     async def _stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
-        model, version = self.registry.route(request)
+        residency = self._residency
+        if residency is None:
+            model, version = self.registry.route(request)
+        else:
+            model, version = await self._route(request, residency)
         if not model.decoupled:
             yield await self._run(request, model, version), True
             return

@@ -74,6 +74,32 @@ class ServerSettings:
     repository_poll_secs: int = 15
     """``--repository-poll-secs``: seconds between repository scans in POLL mode."""
 
+    model_memory_budget: int | None = None
+    """``--model-memory-budget`` (Naiad; env ``NAIAD_MODEL_MEMORY_BUDGET``): host memory, in bytes, the
+    loaded models may hold; a load that would pass it first unloads the least recently used models loaded
+    on demand (see :mod:`naiad.repository.residency`).  None: no budget, no eviction."""
+
+    model_gpu_memory_budget: int | None = None
+    """``--model-gpu-memory-budget`` (Naiad; env ``NAIAD_MODEL_GPU_MEMORY_BUDGET``): the same per GPU,
+    applied to the measured GPU footprint where a GPU exists."""
+
+    load_on_demand: list[str] = field(default_factory=list)
+    """``--load-on-demand`` (Naiad; env ``NAIAD_LOAD_ON_DEMAND``, comma-separated), repeatable: fnmatch
+    patterns of model names that the first request naming them loads, in every control mode."""
+
+    on_demand_load_timeout_secs: float = 60
+    """``--on-demand-load-timeout-secs`` (Naiad): how long a request waits for an on-demand load before
+    it fails with UNAVAILABLE (the load carries on)."""
+
+    min_residency_secs: float = 30
+    """``--min-residency-secs`` (Naiad): a model loaded less than this long ago is never evicted."""
+
+    peers_file: Path | None = None
+    """``--peers-file`` (Naiad; env ``NAIAD_PEERS_FILE``): JSON naming which peer servers hold each model
+    (``{"models": {"<model>": ["host:httpport:grpcport", ...]}}``, written by the operator); a request for
+    a model not served here is forwarded to one of them (see :mod:`naiad.repository.peers`).  Read again
+    when it changes."""
+
     strict_readiness: bool = True
     """``--strict-readiness``: ready only while every model that should be loaded is READY; when
     false, ready as soon as the server has started."""

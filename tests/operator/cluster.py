@@ -239,6 +239,8 @@ class FakeCluster:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     errors: list[str] = field(default_factory=list)
+    projected: dict[Path, str] = field(default_factory=dict)
+    """Folders that show a ConfigMap volume (host folder -> ConfigMap name), kept up to date."""
 
     def start(self) -> FakeCluster:
         self.front = ApiFront(self.api, self._root / "api-front")
@@ -265,6 +267,7 @@ class FakeCluster:
             try:
                 self._run_jobs()
                 self._run_deployments()
+                self._project_config_maps()
             except Exception as exc:  # keep playing kubelet; the test reads the errors
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             self._stop.wait(0.2)
@@ -307,11 +310,33 @@ class FakeCluster:
                 host = self.node_dir(node, local)
             elif claim:
                 host = self.claim_dir(claim)
+            elif "configMap" in volume:  # the kubelet's projection, refreshed as the ConfigMap changes
+                host = scratch / mount["name"]
+                host.mkdir(parents=True, exist_ok=True)
+                self.projected[host] = volume["configMap"]["name"]
+                self._project(host, volume["configMap"]["name"])
             else:
                 host = scratch / mount["name"]
                 host.mkdir(parents=True, exist_ok=True)
             mounts[mount["mountPath"]] = str(host)
         return mounts
+
+    def _project(self, host: Path, configmap: str) -> None:
+        """Each key of the ConfigMap as a file, replaced whole (a new file renamed over the old) when
+        its content changed, as the kubelet swaps a ConfigMap volume's contents."""
+        cm = self.api.get(f"/api/v1/namespaces/{NS}/configmaps/{configmap}") or {}
+        for key, value in (cm.get("data") or {}).items():
+            target = host / key
+            if target.exists() and target.read_text() == value:
+                continue
+            scratch = host / f".{key}.new"
+            scratch.write_text(value)
+            scratch.replace(target)
+
+    def _project_config_maps(self) -> None:
+        for host, configmap in list(self.projected.items()):
+            if host.exists():
+                self._project(host, configmap)
 
     def _environment(self, container: dict[str, Any]) -> dict[str, str]:
         env = {"PATH": f"{BIN}:{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1", **self.env}

@@ -166,3 +166,16 @@ def test_flags_the_operator_owns_are_refused_in_every_spelling(args: list[str]) 
 )
 def test_other_server_flags_are_admitted(args: list[str]) -> None:
     assert admit("inferenceservices", _isvc(server={"args": args})) == []
+
+
+@pytest.mark.parametrize("placement", ["all", "onDemand", {"copies": 1}, {"copies": 3}])
+def test_model_placements_are_admitted(placement: Any) -> None:
+    models = [{"name": "resnet", "placement": placement}]
+    assert admit("inferenceservices", samples.inference_service(models=models)) == []
+
+
+@pytest.mark.parametrize("placement", ["some", {"copies": 0}, {"copies": "2"}, {"copies": 1, "x": 1}, 3])
+def test_impossible_placements_are_refused(placement: Any) -> None:
+    models = [{"name": "resnet", "placement": placement}]
+    messages = admit("inferenceservices", samples.inference_service(models=models))
+    assert any("placement is" in m for m in messages), messages

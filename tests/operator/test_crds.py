@@ -58,7 +58,11 @@ def _walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, A
 def test_schema_is_structural(plural: str) -> None:
     """Every node has a type (or is int-or-string / preserve-unknown), every object says what it holds."""
     for path, node in _walk(_schema(plural)):
-        assert "type" in node or node.get("x-kubernetes-int-or-string"), path
+        assert (
+            "type" in node
+            or node.get("x-kubernetes-int-or-string")
+            or node.get("x-kubernetes-preserve-unknown-fields")  # any JSON value (models[].placement)
+        ), path
         if node.get("type") == "object" and path != ".metadata":
             assert (
                 "properties" in node

@@ -79,6 +79,22 @@ class Mirror(CamelModel):
     percent: int
 
 
+class PlacementMode(StrEnum):
+    ALL = "all"
+    """Every pod loads the model (at start and in place)."""
+    ON_DEMAND = "onDemand"
+    """No pod loads it ahead: each server loads it when a request names it (``--load-on-demand``)."""
+
+
+class CopiesPlacement(CamelModel):
+    """``placement: {copies: k}``: k pods hold the model warm; the others forward its requests to them."""
+
+    copies: int = Field(ge=1)
+
+
+Placement = PlacementMode | CopiesPlacement
+
+
 class ModelSpec(CamelModel):
     name: str
     required: bool = True
@@ -86,6 +102,17 @@ class ModelSpec(CamelModel):
     config_override: dict[str, Any] | None = None
     rollout: ModelRollout = Field(default_factory=ModelRollout)
     mirror: Mirror | None = None
+    placement: Placement = PlacementMode.ALL
+    """Which pods hold the model: ``all``, ``{copies: k}`` or ``onDemand`` (docs/operator.md)."""
+
+    @property
+    def copies(self) -> int | None:
+        """k for ``{copies: k}``; None for the other placements."""
+        return self.placement.copies if isinstance(self.placement, CopiesPlacement) else None
+
+    @property
+    def on_demand(self) -> bool:
+        return self.placement is PlacementMode.ON_DEMAND
 
 
 class Resources(CamelModel):
@@ -198,6 +225,16 @@ class Copies(CamelModel):
     failed: int = 0
 
 
+class Holder(CamelModel):
+    """A pod that holds a model loaded (some version READY), where peers reach it, and the memory the
+    model measured there (the index's ``memory_bytes``; absent from servers that do not report it)."""
+
+    pod: str
+    address: str | None = None
+    """``host:httpport:grpcport``, as the peers file names it."""
+    memory_bytes: int | None = None
+
+
 class ReplicaState(CamelModel):
     pod: str
     state: str
@@ -297,6 +334,9 @@ class ModelStatus(CamelModel):
     """The strategy of the rollout in progress or last done, as chosen (spec or measured footprint)."""
     copies: Copies = Field(default_factory=Copies)
     replicas: list[ReplicaState] = Field(default_factory=list)
+    held_by: list[Holder] = Field(default_factory=list)
+    """The pods that hold the model now (with ``placement: {copies: k}`` or ``onDemand``, some of them),
+    at most ``replicaDetailLimit``."""
     last_failure: Failure | None = None
     canary: CanaryStatus | None = None
     mirror: MirrorStatus | None = None

@@ -98,6 +98,11 @@ class PodObservation:
     restarts: int = 0
     memory: dict[str, dict[int, int]] = field(default_factory=dict)
     """model -> version -> resident bytes its load added, from the pod's metrics (empty: not read)."""
+    peer: str | None = None
+    """``host:httpport:grpcport``: where other servers forward requests for the models this one holds."""
+    held_bytes: dict[str, int] = field(default_factory=dict)
+    """model -> resident bytes its loaded versions report in the index (``memory_bytes``; servers that
+    do not report it: empty)."""
 
     @property
     def reporting(self) -> bool:

@@ -23,9 +23,9 @@ from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.pods import confirmed, describe, observe, scrape
 from naiad_operator.k8s.problems import volume_events
-from naiad_operator.reconcile import canary, names, nodecache, readiness, retry, rollout, traffic
+from naiad_operator.reconcile import canary, names, nodecache, placement, readiness, retry, rollout, traffic
 from naiad_operator.reconcile.children import inference_service_children
-from naiad_operator.reconcile.compare import merge_patch, quantity_bytes
+from naiad_operator.reconcile.compare import merge_patch, quantity_bytes, stamp
 from naiad_operator.reconcile.repository_mount import RepositoryMount
 from naiad_operator.reconcile.service_status import Observed, service_status
 from naiad_operator.reconcile.syncjob import format_time
@@ -231,6 +231,10 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         for m in spec.models
     }
     status = canary.record(status, decisions, mirrors)
+    # every pod's peers file: which pods hold which models, as this pass found them
+    owner = names.owner_reference(KIND, meta)
+    peers = placement.desired_peers_configmap(name, namespace, owner, spec.models, pods)
+    await children.ensure(ctx.cache, stamp(peers))
     blocked = sum(m.transition_status is TransitionStatus.BLOCKED_BY_FAILED_LOAD for m in status.models)
     ctx.metrics.blocked_models.labels(namespace, name).set(blocked)
     if failures:

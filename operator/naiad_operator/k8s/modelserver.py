@@ -77,8 +77,16 @@ class ModelServer:
 
     async def index(self, base: str) -> dict[str, dict[int, VersionObservation]]:
         """model -> version -> state; models listed by name only are left out."""
+        return (await self.index_with_memory(base))[0]
+
+    async def index_with_memory(
+        self, base: str
+    ) -> tuple[dict[str, dict[int, VersionObservation]], dict[str, int]]:
+        """:meth:`index`, and model -> the ``memory_bytes`` its READY versions report (a Naiad field of
+        the index; models of servers that do not report it are left out)."""
         entries = await self._post(f"{base}/v2/repository/index", {}, self.timeout) or []
         models: dict[str, dict[int, VersionObservation]] = {}
+        memory: dict[str, int] = {}
         for entry in entries:
             version = str(entry.get("version") or "")
             if not version.isdigit():
@@ -90,7 +98,10 @@ class ModelServer:
             models.setdefault(entry["name"], {})[int(version)] = VersionObservation(
                 state, entry.get("reason") or ""
             )
-        return models
+            size = entry.get("memory_bytes")
+            if state is VersionState.READY and isinstance(size, int):
+                memory[entry["name"]] = memory.get(entry["name"], 0) + size
+        return models, memory
 
     async def memory(self, base: str) -> dict[str, dict[int, int]]:
         """model -> version -> resident bytes its load added (``nv_model_loaded_memory_bytes``)."""

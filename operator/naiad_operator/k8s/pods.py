@@ -43,6 +43,21 @@ def _address(pod: dict[str, Any], name: str, default: int) -> str | None:
     return f"http://{host}:{port}"
 
 
+def pod_peer(pod: dict[str, Any]) -> str | None:
+    """``host:httpport:grpcport`` of the pod (its IP and ``http``/``grpc`` container ports), as the
+    peers file names servers; None while it has no IP."""
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    ports = {"http": 8000, "grpc": 8001}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for p in container.get("ports") or []:
+            if p.get("name") in ports:
+                ports[p["name"]] = int(p["containerPort"])
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"{host}:{ports['http']}:{ports['grpc']}"
+
+
 def pod_ready(pod: dict[str, Any]) -> bool:
     meta = pod.get("metadata") or {}
     if meta.get("deletionTimestamp"):
@@ -142,8 +157,9 @@ async def observe(
         gate = gate_state(pod)
         if url is None:
             return PodObservation(name, None, ready, snapshot=snapshot, problem=problem, **gate)
+        peer = pod_peer(pod)
         try:
-            models = await server.index(url)
+            models, held = await server.index_with_memory(url)
         except ServerCallError as exc:
             error = exc.message
             return PodObservation(
@@ -154,6 +170,7 @@ async def observe(
                 snapshot=snapshot,
                 problem=problem,
                 metrics_url=metrics,
+                peer=peer,
                 **gate,
             )
         weights: dict[str, dict[int, int]] = {}
@@ -171,6 +188,8 @@ async def observe(
             problem=problem,
             metrics_url=metrics,
             memory=weights,
+            peer=peer,
+            held_bytes=held,
             **gate,
         )
 

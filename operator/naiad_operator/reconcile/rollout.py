@@ -31,14 +31,14 @@ passes beyond status, so a pass interrupted anywhere is simply planned again fro
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from naiad_operator.api.inferenceservice import Failure, ModelSpec, ModelStatus, RolloutStrategy
 from naiad_operator.api.modelrepository import ModelRepositoryStatus
 from naiad_operator.api.observed import PodObservation
-from naiad_operator.reconcile import retry
+from naiad_operator.reconcile import placement, retry
 from naiad_operator.reconcile.retry import Attempt
 from naiad_operator.reconcile.versions import InvalidPolicy, select_versions
 
@@ -119,6 +119,14 @@ class ModelPlan:
     active_config: str | None = None
     """Fingerprint of the override every pod was last brought to."""
     strategy: RolloutStrategy = RolloutStrategy.BOTH
+    placed: frozenset[str] | None = None
+    """The actionable pods that should hold the model (``placement``); None: every pod."""
+    on_demand: bool = False
+    """``placement: onDemand``: no pod holds it ahead, servers load it when asked."""
+
+    def holds_here(self, pod: str) -> bool:
+        """Whether ``pod`` is one of the pods this model is placed on."""
+        return self.placed is None or pod in self.placed
 
     @property
     def target_versions(self) -> tuple[int, ...]:
@@ -250,29 +258,40 @@ def plan(
                 message=f"model '{spec.name}' is not known yet: the repository's listing is incomplete",
             )
             continue
-        mp = plan_model(spec, snapshot.get(spec.name), records.get(spec.name), attempt)
+        mp = replace(
+            plan_model(spec, snapshot.get(spec.name), records.get(spec.name), attempt),
+            placed=placement.chosen(spec, [p.name for p in ready]),
+            on_demand=spec.on_demand,
+        )
+        chosen = [p for p in ready if mp.holds_here(p.name)]
         if mp.change is Change.ROLLOUT and spec.rollout.strategy is None:
-            mp = _with_strategy(mp, choose_strategy(spec.name, mp, ready, memory_limit))
+            mp = _with_strategy(mp, choose_strategy(spec.name, mp, chosen, memory_limit))
         plans[spec.name] = mp
         override = spec.config_override
-        if mp.change is Change.INVALID:
-            continue
+        if mp.change is Change.INVALID or spec.on_demand:
+            continue  # an onDemand model is loaded (and evicted) by the servers themselves
+        # a pod no longer chosen (the fleet scaled, k changed) lets its copy go, but only once every
+        # chosen pod holds one (make before break: a later pass unloads it)
+        if all(p.ready_versions(spec.name) for p in chosen):
+            unloads += [
+                Unload(p.name, spec.name) for p in ready if not mp.holds_here(p.name) and p.holds(spec.name)
+            ]
         if mp.strategy is RolloutStrategy.PER_POD:
-            if all(p.gated for p in ready):
-                per_pod += _per_pod(spec.name, mp, ready, override, loads)
+            if all(p.gated for p in chosen):
+                per_pod += _per_pod(spec.name, mp, chosen, override, loads)
                 continue
             # pods from before the readiness gate cannot be taken out of the endpoints one by one
             mp = plans[spec.name] = _with_strategy(mp, RolloutStrategy.BOTH)
         if mp.change in (Change.STEADY, Change.BLOCKED):
             if not mp.keep:  # blocked before it ever loaded: nothing to hold
                 continue
-            for pod in ready:
+            for pod in chosen:
                 if pod.preparing or pod.ready_versions(spec.name) != frozenset(mp.keep):
                     loads.append(Load(pod.name, spec.name, mp.keep, mp.new_default, False, override))
             continue
-        done = _past_switch(spec.name, mp, ready)
+        done = _past_switch(spec.name, mp, chosen)
         first_default = mp.old_default if mp.active and not done else mp.new_default
-        for pod in ready:
+        for pod in chosen:
             if pod.name in done and not pod.preparing:
                 continue
             if (
@@ -287,12 +306,12 @@ def plan(
         if mp.active and mp.old_default != mp.new_default:
             switches += [
                 Load(p.name, spec.name, mp.keep, mp.new_default, False, override)
-                for p in ready
+                for p in chosen
                 if p.name not in done
             ]
         if set(mp.keep) != set(mp.target):
             unloads += [
-                Load(p.name, spec.name, mp.target_versions, mp.new_default, False, override) for p in ready
+                Load(p.name, spec.name, mp.target_versions, mp.new_default, False, override) for p in chosen
             ]
     wanted = {m.name for m in models}
     unwanted = sorted({m for p in ready for m in p.models if m not in wanted and p.holds(m)})
@@ -327,10 +346,7 @@ def choose_strategy(
 
 
 def _with_strategy(mp: ModelPlan, strategy: RolloutStrategy) -> ModelPlan:
-    return ModelPlan(
-        mp.name, mp.change, mp.target, mp.active, mp.keep, mp.old_default, mp.new_default, mp.message,
-        mp.config, mp.active_config, strategy,
-    )  # fmt: skip
+    return replace(mp, strategy=strategy)
 
 
 def _per_pod(
@@ -440,6 +456,8 @@ def failures(
         if mp.change is not Change.ROLLOUT or (mp.strategy is RolloutStrategy.PER_POD) != per_pod:
             continue
         for pod in actionable(pods):
+            if not mp.holds_here(pod.name):
+                continue
             missing = [v for v in mp.target_versions if v not in pod.ready_versions(name)]
             refused = (errors or {}).get((pod.name, name)) if mp.reconfigure else None
             if refused and not missing:  # the server kept the old config serving after the reload failed
@@ -489,7 +507,7 @@ def rollback(
     return [
         Load(p.name, mp.name, versions, mp.old_default, False, keep_config, replace=replace)
         for p in ready
-        if p.ready_versions(mp.name) != frozenset(versions)
+        if mp.holds_here(p.name) and p.ready_versions(mp.name) != frozenset(versions)
     ]
 
 

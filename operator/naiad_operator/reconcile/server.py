@@ -14,7 +14,7 @@ from typing import Any
 
 from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
 from naiad_operator.api.observed import GATE
-from naiad_operator.reconcile import names, security
+from naiad_operator.reconcile import names, placement, security
 from naiad_operator.reconcile.repository_mount import RepositoryMount
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
@@ -55,6 +55,8 @@ def startup_models(spec: InferenceServiceSpec, status: InferenceServiceStatus) -
     """
     chosen: list[str] = []
     for model in spec.models:
+        if model.on_demand or model.copies is not None:
+            continue  # placed on some pods only: the operator loads it there once they are Ready
         record = status.model(model.name)
         if record is not None and record.active_versions:
             chosen.append(model.name)
@@ -127,6 +129,7 @@ def desired_deployment(
         f"--http-port={HTTP_PORT}",
         f"--grpc-port={GRPC_PORT}",
         f"--metrics-port={METRICS_PORT}",
+        *placement.server_args(spec.models),
         *server.args,
     ]
     env: list[dict[str, Any]] = [
@@ -148,6 +151,9 @@ def desired_deployment(
         {"name": "tmp", "mountPath": "/tmp"},
     ]
     volumes: list[dict[str, Any]] = [mount.volume(), {"name": "tmp", "emptyDir": {}}]
+    if placement.placed(spec.models):
+        mounts.append({"name": placement.PEERS_VOLUME, "mountPath": placement.PEERS_MOUNT, "readOnly": True})
+        volumes.append(placement.peers_volume(name))
     if template.shm_size:
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": template.shm_size}})

@@ -26,7 +26,7 @@ from naiad_operator.api.inferenceservice import (
 )
 from naiad_operator.api.modelrepository import ModelRepositoryStatus
 from naiad_operator.api.observed import DeploymentObservation, PodObservation, PodProblem, VersionState
-from naiad_operator.reconcile import retry
+from naiad_operator.reconcile import placement, retry
 from naiad_operator.reconcile.conditions import condition, merge_conditions
 from naiad_operator.reconcile.retry import Attempt
 from naiad_operator.reconcile.rollout import Change, ModelPlan, Plan, actionable
@@ -58,6 +58,13 @@ def model_status(
     and records a failed attempt with when (and whether) it is tried again (:mod:`.retry`)."""
     record = previous or ModelStatus(name=mp.name)
     update: dict[str, object] = {"required": required}
+    everywhere = pods
+    held_by = placement.holders(mp.name, pods)
+    if mp.on_demand:  # the pods that loaded it when asked are the ones to report on
+        held = {h.pod for h in held_by}
+        pods = [p for p in pods if p.name in held]
+    elif mp.placed is not None:  # {copies: k}: the pods chosen to hold it
+        pods = [p for p in pods if mp.holds_here(p.name)]
     ready_pods = actionable(pods)
     blocked = mp.change is Change.BLOCKED or failure is not None
     serving = tuple(sorted(mp.active)) if blocked else mp.target_versions
@@ -81,6 +88,9 @@ def model_status(
         and bool(ready_pods)
         and all(p.ready_versions(mp.name) == frozenset(mp.target) for p in ready_pods)
     )
+    if mp.on_demand:  # nothing to roll out: any ready pod loads the repository's versions when asked
+        steady = mp.change in (Change.ROLLOUT, Change.STEADY)
+        done = steady and failure is None and bool(actionable(everywhere))
     if done:
         update.update(
             active_versions=list(mp.target_versions),
@@ -103,7 +113,9 @@ def model_status(
         transition = TransitionStatus.UP_TO_DATE
     else:
         transition = TransitionStatus.IN_PROGRESS
-    if not pods:
+    if mp.on_demand and done:
+        state = ModelState.LOADED  # servable: the pod a request reaches loads it
+    elif not pods:
         state = ModelState.PENDING
     elif copies.failed or (blocked and not mp.active):
         state = ModelState.FAILED_TO_LOAD
@@ -119,6 +131,7 @@ def model_status(
         target_versions=list(mp.target_versions),
         copies=copies,
         replicas=_replicas(mp.name, serving, pods, limit),
+        held_by=held_by[:limit],
         last_failure=_last_failure(record.last_failure, failure, mp.name, pods, now),
     )
     if mp.change is Change.INVALID:
@@ -338,7 +351,12 @@ def _conditions(
     else:
         progressing = condition("Progressing", False, "Complete", "", g)
     ready_pods = in_service(pods)
-    unservable = [m.name for m in required if not any(p.ready_versions(m.name) for p in ready_pods)]
+    on_demand = {m.name for m in spec.models if m.on_demand}  # loaded by the first request that names it
+    unservable = [
+        m.name
+        for m in required
+        if m.name not in on_demand and not any(p.ready_versions(m.name) for p in ready_pods)
+    ]
     if not unservable and ready_pods:
         servable = condition(
             "Servable", True, "ModelsServing", "every required model answers on a ready pod", g

@@ -122,6 +122,15 @@ class FrontendWorkers:
             return await dp.log_settings()
         if method == "region_status":
             return await dp.region_status(arg(0, str))
+        if method == "forwarded":
+            dp.forwarded(arg(0, str))
+            return None
+        if method == "admit":
+            try:
+                await dp.admit(arg(0, str))
+            finally:
+                await self.publish(wait=True)
+            return None
         if method in ("load_model", "unload_model"):
             try:
                 if method == "load_model":

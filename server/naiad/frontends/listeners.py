@@ -93,6 +93,7 @@ class Listeners:
     ) -> None:
         self._servers: list[tuple[UvicornServer, str, int]] = []
         self._reuse_port = reuse_port
+        self._http: HttpFrontend | None = None
         restrictions = Restrictions(parse_restrictions(settings.http_restricted_apis))
         if settings.allow_http:
             pattern = settings.http_header_forward_pattern
@@ -102,6 +103,7 @@ class Listeners:
                 access=AccessPolicy(restrictions, keyring),
                 forwarding=HeaderForwarding(pattern) if pattern else None,
             )
+            self._http = app
             tls = tls_files(
                 settings.http_use_ssl,
                 settings.http_use_ssl_mutual,
@@ -160,3 +162,5 @@ class Listeners:
         if self._grpc is not None:
             await self._grpc.stop(grace)
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()

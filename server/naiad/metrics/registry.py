@@ -17,11 +17,14 @@ from naiad.metrics.cache import CacheMetrics
 from naiad.metrics.config import parse_metrics_config
 from naiad.metrics.custom import CustomMetricsCollector
 from naiad.metrics.exposition import render
+from naiad.metrics.forwarding import ForwardingMetrics
 from naiad.metrics.gpu import GpuMetrics, open_gpus
 from naiad.metrics.models import SUMMARY_SAMPLES, ModelMetrics
 from naiad.metrics.pinned import PinnedMemoryMetrics
 from naiad.metrics.poller import Poller
+from naiad.metrics.residency import ResidencyMetrics
 from naiad.repository.manager import ModelRepository
+from naiad.repository.peers import Peers
 from naiad.scheduling.stats import SchedulerStats
 from naiad.settings import ServerSettings
 
@@ -29,7 +32,9 @@ from naiad.settings import ServerSettings
 class ServerMetrics:
     """The server's collectors; ``start()`` before models load, ``stop()`` at exit."""
 
-    def __init__(self, repository: ModelRepository, settings: ServerSettings) -> None:
+    def __init__(
+        self, repository: ModelRepository, settings: ServerSettings, peers: Peers | None = None
+    ) -> None:
         config = parse_metrics_config(settings.metrics_config)
         if config.summary_latencies:
             SchedulerStats.samples_kept = SUMMARY_SAMPLES
@@ -37,6 +42,9 @@ class ServerMetrics:
         if repository.response_cache is not None:
             self._collectors.append(CacheMetrics(repository.response_cache))
         self._collectors.append(PinnedMemoryMetrics())
+        self._collectors.append(ResidencyMetrics(repository))
+        if peers is not None and peers.enabled:
+            self._collectors.append(ForwardingMetrics(peers))
         self._collectors.append(CustomMetricsCollector(repository.runtime))
         self._gpus: GpuMetrics | None = None
         sources: list[cpu.CpuMetrics | GpuMetrics] = []

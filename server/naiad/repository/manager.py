@@ -15,7 +15,9 @@ Requests see a published model or its predecessor, never a half-built one (they 
 
 The control mode decides who loads: NONE loads everything at start, POLL also follows the
 repository (:mod:`naiad.repository.poller`), EXPLICIT loads the ``--load-model`` list at start and
-then whatever the load/unload API asks.
+then whatever the load/unload API asks.  In every mode, models matching ``--load-on-demand`` are also
+loaded by the first request naming them, and unloaded again to stay under ``--model-memory-budget``
+(:mod:`naiad.repository.residency` decides which; this manager does it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from naiad.core.errors import (
     InternalError,
     InvalidArgumentError,
     UnavailableError,
+    unknown_model,
 )
 from naiad.repository import ensemble
 from naiad.repository.layout import ModelLocation, check_model_name, scan_repositories
@@ -45,6 +48,7 @@ from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion
 from naiad.repository.overrides import DEFAULT_VERSION, LoadRequest, parse_load_parameters
 from naiad.repository.poller import Poller
 from naiad.repository.registry import ModelRegistry
+from naiad.repository.residency import BUDGET_EXHAUSTED, Residency, footprint, loading_message
 from naiad.repository.roots import CloudRoot, open_root
 from naiad.repository.routing import Mirror
 from naiad.repository.sync.engine import SyncError
@@ -72,6 +76,8 @@ class IndexEntry:
     version: str = ""
     state: str = ""
     reason: str = ""
+    #: Resident bytes the version measured when it loaded, while it holds instances (Naiad extension).
+    memory_bytes: int = 0
 
 
 class RepositoryUnavailable(Exception):
@@ -100,11 +106,12 @@ class ModelRepository:
         cache_dir: Path | None = None,
         response_cache: ResponseCache | None = None,
         rate_limiter: RateLimiter | None = None,
+        residency: Residency | None = None,
     ) -> None:
         """``registry``: where loaded models are published (what requests resolve in); ``runtime``: the
         server's, which makes the backends; ``response_cache``: the server's (``--cache-config``), for
         ensembles' steps; ``rate_limiter``: the server's (``--rate-limit``), handed to every version's
-        scheduler."""
+        scheduler; ``residency``: which models load on demand and the memory budget (none: neither)."""
         self.roots = [open_root(str(r), cache_dir or default_cache_dir()) for r in repositories]
         self.response_cache = response_cache
         self.mode = mode
@@ -123,6 +130,9 @@ class ModelRepository:
         self._refresh_lock = asyncio.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, load_threads), thread_name_prefix="naiad-load")
         self._poller: Poller | None = None
+        self.residency = residency or Residency()
+        #: On-demand loads in progress: every request for the model waits for the same one.
+        self._demands: dict[str, asyncio.Task[None]] = {}
 
     # ---- what the repositories hold ---------------------------------------------------------------
 
@@ -136,16 +146,19 @@ class ModelRepository:
         entries: list[IndexEntry] = []
         for name in sorted(names):
             model = self._models.get(name)
-            rows: dict[int, tuple[str, str]] = {}
+            rows: dict[int, tuple[str, str, int]] = {}
             if model is not None:
-                rows = {v: (mv.state.value, mv.reason) for v, mv in model.versions.items()}
+                rows = {
+                    v: (mv.state.value, mv.reason, mv.memory_bytes if mv.scheduler is not None else 0)
+                    for v, mv in model.versions.items()
+                }
             for number in self._loading.get(name, ()):
                 if rows.get(number, ("",))[0] != ModelState.READY.value:
-                    rows[number] = (ModelState.LOADING.value, "")
+                    rows[number] = (ModelState.LOADING.value, "", 0)
             for number in sorted(rows):
-                state, reason = rows[number]
+                state, reason, memory = rows[number]
                 if not ready_only or state == ModelState.READY.value:
-                    entries.append(IndexEntry(name, str(number), state, reason))
+                    entries.append(IndexEntry(name, str(number), state, reason, memory))
             if rows or ready_only:
                 continue
             if model is not None and model.reason:
@@ -209,13 +222,16 @@ class ModelRepository:
         """The repository API's load (EXPLICIT mode only); ``parameters`` as :mod:`overrides` says."""
         if self.mode is not ModelControlMode.EXPLICIT:
             raise UnavailableError(CONTROL_DISABLED)
-        await self.load(name, parse_load_parameters(parameters), fresh=True)
+        request = parse_load_parameters(parameters)
+        await self._make_room(name, on_demand=False)
+        await self.load(name, request, fresh=True)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """The repository API's unload (EXPLICIT mode only); unloading an unknown model succeeds."""
         if self.mode is not ModelControlMode.EXPLICIT:
             raise UnavailableError(CONTROL_DISABLED)
         await self.unload(name, unload_dependents)
+        self.residency.unloaded(name)
 
     async def refresh(self) -> dict[str, ModelLocation]:
         """Sync cloud repositories (one refresh at a time), then scan every repository."""
@@ -250,11 +266,13 @@ class ModelRepository:
         *,
         fresh: bool = False,
         record_missing: bool = False,
+        on_demand: bool = False,
     ) -> Model:
         """Load or reload ``name``; raise Triton's error for the client if it did not load.
 
         ``fresh`` syncs cloud repositories first; ``record_missing`` lists a model that is in no
-        repository as UNAVAILABLE (for ``--load-model`` names) instead of only failing.
+        repository as UNAVAILABLE (for ``--load-model`` names) instead of only failing;
+        ``on_demand``: a request's load, which leaves the model evictable (any other load pins it).
         """
         chain = _CHAIN.get()
         if name in chain:
@@ -264,9 +282,86 @@ class ModelRepository:
         token = _CHAIN.set(chain | {name})
         try:
             async with self._lock(name):
-                return await self._load(name, request, fresh, record_missing)
+                model = await self._load(name, request, fresh, record_missing)
+                self.residency.loaded(name, model, on_demand)
         finally:
             _CHAIN.reset(token)
+        await self._fit(name)
+        return model
+
+    # ---- on demand and the memory budget --------------------------------------------------------
+
+    async def demand(self, name: str) -> None:
+        """Load ``name`` for a request naming it (a ``--load-on-demand`` model that does not serve).
+
+        Concurrent requests share one load; each waits at most ``--on-demand-load-timeout-secs``
+        (then UNAVAILABLE, while the load carries on for the requests after it).  A name that is in
+        no repository is an unknown model, as for any request.
+        """
+        residency = self.residency
+        task = self._demands.get(name)
+        if task is None:
+            if name not in self._scan():
+                raise unknown_model(name)
+            task = asyncio.get_running_loop().create_task(self._load_on_demand(name))
+            self._demands[name] = task
+            task.add_done_callback(lambda done: self._demanded(name, done))
+        started, loaded = residency.clock(), False
+        try:
+            await asyncio.wait_for(asyncio.shield(task), residency.load_timeout)
+            loaded = True
+        except TimeoutError:
+            raise UnavailableError(loading_message(name)) from None
+        finally:
+            residency.waited(name, residency.clock() - started, loaded)
+
+    def _demanded(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._demands.get(name) is task:
+            del self._demands[name]
+        if not task.cancelled():
+            task.exception()  # retrieved: the requests that waited for it got it (or timed out)
+
+    async def _load_on_demand(self, name: str) -> None:
+        await self._make_room(name, on_demand=True)
+        await self.load(name, on_demand=True)
+
+    async def _make_room(self, name: str, *, on_demand: bool) -> None:
+        """Evict until loading ``name`` (its expected footprint) fits the budgets.  An on-demand load
+        that cannot fit fails; an explicit one proceeds anyway (the operator's or user's decision)."""
+        residency = self.residency
+        if not residency.limited or residency.fits(self._models, name):
+            return
+        for victim in residency.victims(self._models, self._busy(name)):
+            await self._evict(victim)
+            if residency.fits(self._models, name):
+                return
+        if on_demand:
+            raise UnavailableError(BUDGET_EXHAUSTED)
+
+    async def _fit(self, name: str) -> None:
+        """After a load: evict until what is loaded fits the budgets again (the load's footprint may
+        have been more than expected, or loads ran side by side), never ``name`` itself."""
+        residency = self.residency
+        if not residency.limited or not residency.over(self._models):
+            return
+        for victim in residency.victims(self._models, self._busy(name)):
+            await self._evict(victim)
+            if not residency.over(self._models):
+                return
+
+    def _busy(self, name: str) -> set[str]:
+        """Models eviction must leave alone: ``name`` and whatever is being loaded or unloaded."""
+        return {name} | {other for other, lock in self._locks.items() if lock.locked()} | set(self._demands)
+
+    async def _evict(self, name: str) -> None:
+        """Unload ``name`` to free memory, unless it was pinned or took a request since the victims
+        were chosen (evictions before it awaited unloads)."""
+        model = self._models.get(name)
+        if model is None or name not in self.residency.victims({name: model}, self._busy("")):
+            return
+        log.info("evicting model '%s' (%d bytes) to stay within the memory budget", name, footprint(model))
+        await self.unload(name)
+        self.residency.unloaded(name, evicted=True)
 
     async def _load(self, name: str, request: LoadRequest | None, fresh: bool, record_missing: bool) -> Model:
         previous = self._models.get(name)
@@ -423,6 +518,7 @@ class ModelRepository:
     async def forget(self, name: str) -> None:
         """Unload ``name`` and drop it from the index (POLL: its folder was removed)."""
         await self.unload(name)
+        self.residency.unloaded(name)
         async with self._lock(name):
             self.registry.retire(name)
 

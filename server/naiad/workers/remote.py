@@ -50,7 +50,9 @@ from naiad.ipc.messages import (
     TraceChange,
 )
 from naiad.repository.manager import IndexEntry
+from naiad.repository.peers import Peers
 from naiad.repository.registry import ModelRegistry
+from naiad.repository.residency import Residency
 from naiad.settings import ServerSettings
 from naiad.tracing.tracer import Changes
 from naiad.workers.tracer import WorkerTracer
@@ -372,12 +374,39 @@ class RemoteDataPlane(DataPlane):
             strict_readiness=settings.strict_readiness,
             tracer=link.tracer,
             shared_memory=link.shared_memory,
+            peers=Peers(settings.peers_file),
         )
         self.link = link
         self._catalog = link.catalog
+        #: Counts of forwarded requests on their way to the engine, which serves ``/metrics``.
+        self._counting: set[asyncio.Task[Any]] = set()
+        #: Only for its patterns: which models the engine loads on demand.
+        self._demand = Residency(settings.load_on_demand)
+        self.loads_on_demand = self._demand.enabled
 
     def ready(self) -> bool:
         return not self.exiting and self._catalog.ready
+
+    async def admit(self, name: str) -> None:
+        """An on-demand model missing from this worker's catalog is loaded by the engine, which
+        publishes the new catalog before it answers (so the checks before decoding find the model)."""
+        if not self._demand.on_demand(name):
+            return
+        model = self.registry.models().get(name)
+        if model is not None and model.latest_ready() is not None:
+            return
+        await self.link.call("admit", name)
+
+    def forwarded(self, name: str) -> None:
+        """Counted in the engine (it serves the metrics), without holding up the forwarded answer."""
+        task = asyncio.get_running_loop().create_task(self.link.call("forwarded", name))
+        self._counting.add(task)
+        task.add_done_callback(self._count_sent)
+
+    def _count_sent(self, task: asyncio.Task[Any]) -> None:
+        self._counting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("forwarded request not counted: %s", task.exception())
 
     async def infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
         if self.exiting:

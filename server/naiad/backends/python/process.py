@@ -177,6 +177,11 @@ class ProcessModelInstance:
         if metrics is not None:
             metrics.attach(id(self), lambda: self._child.process.metrics)
 
+    def resident_bytes(self) -> int:
+        """Resident memory of its model process now: what this instance holds (model and interpreter),
+        exactly, whichever process started it (see :mod:`naiad.repository.footprint`)."""
+        return _resident_bytes(self._child.process.pid)
+
     @property
     def loop_driven(self) -> bool:
         """Whether the scheduler may drive this instance from the event loop (``start_on_loop``):

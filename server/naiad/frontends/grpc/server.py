@@ -19,6 +19,7 @@ from naiad.frontends.access.restriction import Restrictions, parse_restrictions
 from naiad.frontends.forwarding import HeaderForwarding
 from naiad.frontends.grpc.access import HEADER_PREFIX, AccessInterceptor
 from naiad.frontends.grpc.health import HealthServicer, health_handler
+from naiad.frontends.grpc.relay import GrpcRelay
 from naiad.frontends.grpc.servicer import COMPRESSION, InferenceServicer, rpc_handler
 from naiad.frontends.tls import TlsFiles, tls_files
 from naiad.settings import ServerSettings
@@ -68,7 +69,14 @@ class GrpcFrontend:
         compression = COMPRESSION[settings.grpc_infer_response_compression_level]
         pattern = settings.grpc_header_forward_pattern
         forwarding = HeaderForwarding(pattern) if pattern else None
-        self._servicer = InferenceServicer(dataplane, compression, forwarding)
+        limit = settings.grpc_max_message_size
+        relay = None
+        if dataplane.peers is not None:
+            relay = GrpcRelay(
+                [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
+            )
+        self._relay = relay
+        self._servicer = InferenceServicer(dataplane, compression, forwarding, relay)
         restrictions = Restrictions(parse_restrictions(settings.grpc_restricted_protocols, HEADER_PREFIX))
         policy = AccessPolicy(restrictions, keyring)
         self._tls = tls_files(
@@ -102,6 +110,8 @@ class GrpcFrontend:
         """Refuse new calls, end streams, give running calls ``grace_seconds``, then cancel the rest."""
         self._servicer.close()
         await self._server.stop(grace_seconds)
+        if self._relay is not None:
+            await self._relay.close()
 
 
 def _credentials(files: TlsFiles) -> grpc.ServerCredentials:

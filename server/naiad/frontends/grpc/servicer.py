@@ -33,6 +33,8 @@ from naiad.dataplane import DataPlane, EmptyFinal
 from naiad.frontends.forwarding import HeaderForwarding
 from naiad.frontends.grpc import errors, extensions
 from naiad.frontends.grpc.errors import Context
+from naiad.frontends.grpc.relay import GrpcRelay, forwarded, relayed_metadata
+from naiad.repository.peers import Peer
 from naiad.tracing.trace import Trace
 
 log = logging.getLogger("naiad.grpc")
@@ -77,11 +79,14 @@ class InferenceServicer:
         dataplane: DataPlane,
         compression: grpc.Compression | None = None,
         forwarding: HeaderForwarding | None = None,
+        relay: GrpcRelay | None = None,
     ) -> None:
-        """``forwarding``: the metadata passed to models as request parameters."""
+        """``forwarding``: the metadata passed to models as request parameters; ``relay``: the calls
+        to peers, for models a peer holds and this server does not serve (``--peers-file``)."""
         self.dataplane = dataplane
         self.compression = compression
         self.forwarding = forwarding
+        self.relay = relay
         self._streams: set[asyncio.Queue[_Answers | None]] = set()
         self._closed = False
         #: Inference RPCs taken up, numbered in the verbose log as Triton numbers its handlers' calls.
@@ -97,13 +102,18 @@ class InferenceServicer:
 
     async def ModelReady(self, request: Any, context: Context) -> Any:
         version = grpc_v2.model_version(request.version)
+        if self.relay is not None and (peer := self._peer(request.name, version, context)) is not None:
+            return await self._relay_unary(peer, request, context, "ModelReady", pb.ModelReadyResponse)
         return pb.ModelReadyResponse(ready=self.dataplane.model_ready(request.name, version))
 
     async def ServerMetadata(self, request: Any, context: Context) -> Any:
         return pb.ServerMetadataResponse(**self.dataplane.server_metadata())
 
     async def ModelMetadata(self, request: Any, context: Context) -> Any:
-        meta = self.dataplane.model_metadata(request.name, grpc_v2.model_version(request.version))
+        version = grpc_v2.model_version(request.version)
+        if self.relay is not None and (peer := self._peer(request.name, version, context)) is not None:
+            return await self._relay_unary(peer, request, context, "ModelMetadata", pb.ModelMetadataResponse)
+        meta = self.dataplane.model_metadata(request.name, version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
             name=meta.name,
@@ -115,6 +125,8 @@ class InferenceServicer:
 
     async def ModelConfig(self, request: Any, context: Context) -> Any:
         version = grpc_v2.model_version(request.version)
+        if self.relay is not None and (peer := self._peer(request.name, version, context)) is not None:
+            return await self._relay_unary(peer, request, context, "ModelConfig", pb.ModelConfigResponse)
         return pb.ModelConfigResponse(config=self.dataplane.model_config_message(request.name, version))
 
     async def ModelStatistics(self, request: Any, context: Context) -> Any:
@@ -126,9 +138,21 @@ class InferenceServicer:
     async def ModelInfer(self, data: bytes, context: Context) -> bytes:
         if log.isEnabledFor(logging.DEBUG):
             self._log_handler("ModelInferHandler")
+        parsed = None
+        if self.relay is not None:
+            parsed = grpc_v2.parse_infer_request(data)
+            message = parsed.message
+            version = grpc_v2.model_version(message.model_version)
+            peer = self._peer(message.model_name, version, context)
+            if peer is not None:
+                self.dataplane.forwarded(message.model_name)
+                metadata = relayed_metadata(context.invocation_metadata() or ())
+                timeout = context.time_remaining()
+                return await self.relay.unary(peer, message.model_name, "ModelInfer", data, metadata, timeout)
         if self.dataplane.tracer.enabled:
             return await self._traced_infer(data, context)
-        parsed = grpc_v2.parse_infer_request(data)
+        if parsed is None:
+            parsed = grpc_v2.parse_infer_request(data)
         response = await self._infer(parsed, metadata_headers(context))
         if self.compression is not None:
             context.set_compression(self.compression)
@@ -220,6 +244,18 @@ class InferenceServicer:
             message = parsed.message
             request_id = message.id
             version = grpc_v2.model_version(message.model_version)
+            if self.relay is not None:
+                peer = self.dataplane.peer(message.model_name, version, forwarded(headers))
+                if peer is not None:
+                    # the peer's answers are the model's: with triton_grpc_error its error ends the stream
+                    accepted = True
+                    self.dataplane.forwarded(message.model_name)
+                    sent = relayed_metadata(headers.items())
+                    async for answer in self.relay.stream(peer, message.model_name, data, sent):
+                        channel.put_nowait(answer)
+                    return
+            if self.dataplane.loads_on_demand:
+                await self.dataplane.admit(message.model_name)
             decoupled = self.dataplane.is_decoupled(message.model_name, version)
             request = self._request(parsed, headers)
             in_shm = grpc_v2.shm_outputs(message)
@@ -273,6 +309,8 @@ class InferenceServicer:
         """Triton's order: version string, model, transaction policy, then the request itself."""
         message = parsed.message
         version = grpc_v2.model_version(message.model_version)
+        if self.dataplane.loads_on_demand:
+            await self.dataplane.admit(message.model_name)
         if self.dataplane.is_decoupled(message.model_name, version):
             raise UnsupportedError(_DECOUPLED)
         request = self._request(parsed, headers)
@@ -282,6 +320,21 @@ class InferenceServicer:
         response = await self.dataplane.infer(request)
         trace.answered(response)
         return response
+
+    def _peer(self, name: str, version: str, context: Context) -> Peer | None:
+        """The peer to ask instead, for a model not served here (see :meth:`DataPlane.peer`)."""
+        return self.dataplane.peer(name, version, forwarded(metadata_headers(context)))
+
+    async def _relay_unary(
+        self, peer: Peer, request: Any, context: Context, method: str, response_type: Any
+    ) -> Any:
+        """A model endpoint's answer from ``peer`` (metadata, config, readiness)."""
+        assert self.relay is not None
+        self.dataplane.forwarded(request.name)
+        metadata = relayed_metadata(context.invocation_metadata() or ())
+        data = request.SerializeToString()
+        answer = await self.relay.unary(peer, request.name, method, data, metadata, context.time_remaining())
+        return response_type.FromString(answer)
 
     def _log_handler(self, handler: str) -> None:
         """Triton's verbose lines for an inference RPC taken up (``--log-verbose`` 1 and up)."""

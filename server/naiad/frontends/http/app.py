@@ -27,6 +27,8 @@ from naiad.frontends.http.asgi import Receive, Scope, Send
 from naiad.frontends.http.body import compress, decompress, read_body, response_encoding
 from naiad.frontends.http.disconnect import DisconnectWatch
 from naiad.frontends.http.errors import error_body, status_of
+from naiad.frontends.http.relay import HttpRelay
+from naiad.repository.peers import FORWARDED_HEADER, Peer
 from naiad.tracing.trace import Trace
 
 log = logging.getLogger("naiad.http")
@@ -34,6 +36,9 @@ log = logging.getLogger("naiad.http")
 _JSON = (b"content-type", b"application/json")
 _OCTET = (b"content-type", b"application/octet-stream")
 _TEXT = (b"content-type", b"text/plain")
+_FORWARDED = FORWARDED_HEADER.encode()
+#: Model endpoints a server answers for a model only a peer holds, by asking the peer.
+_PEER_ACTIONS = frozenset({"", "ready", "config", "infer", "generate", "generate_stream"})
 
 
 #: libevhtp's ``htp_method`` numbers, which Triton's ``HTTP request: <method> <path>`` verbose line prints.
@@ -58,6 +63,8 @@ class _Call:
     headers: dict[bytes, bytes]
     receive: Receive
     trace: Trace | None = None
+    #: The path and query as the client sent them (what a request forwarded to a peer asks for).
+    target: bytes = b""
 
 
 class HttpFrontend:
@@ -77,16 +84,18 @@ class HttpFrontend:
         self.access = access if access is not None and access.active else None
         self.forwarding = forwarding
         self._disconnects = DisconnectWatch()
+        self._relay = HttpRelay() if dataplane.peers is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             if scope["type"] == "lifespan":
                 await _lifespan(receive, send)
             return
-        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
-        query = raw_path.find(b"?")
-        if query >= 0:
-            raw_path = raw_path[:query]
+        target: bytes = scope.get("raw_path") or scope["path"].encode()
+        query = target.find(b"?")
+        raw_path = target[:query] if query >= 0 else target
+        if query < 0 and scope.get("query_string"):
+            target += b"?" + scope["query_string"]
         if log.isEnabledFor(logging.DEBUG):  # Triton's line, with libevhtp's method number
             method = _METHOD_CODES.get(scope["method"], 16)
             log.debug("HTTP request: %d %s", method, raw_path.decode("latin-1"))
@@ -96,7 +105,7 @@ class HttpFrontend:
             await _send(send, 400, error_body(exc.message))
             return
         headers = dict(scope["headers"])
-        call = _Call(scope["method"], segments, headers, receive)
+        call = _Call(scope["method"], segments, headers, receive, target=target)
         try:
             status, body, extra = await self._route(call)
         except InferenceServerError as exc:
@@ -142,6 +151,10 @@ class HttpFrontend:
             method, fn = handler
             if call.method != method:
                 return _not_allowed()
+            if self._relay is not None and action in _PEER_ACTIONS:
+                peer = self.dataplane.peer(name, version, _FORWARDED in call.headers)
+                if peer is not None:
+                    return await self._forward(call, peer, name)
             return await fn(self, call, name, version)
         if n == 1:
             if call.method != "GET":
@@ -166,6 +179,24 @@ class HttpFrontend:
         if n >= 3 and s[1] in ("systemsharedmemory", "cudasharedmemory"):
             return await self._shared_memory(call, s[1], s[2:])
         return _not_found()
+
+    async def close(self) -> None:
+        """Close the connections to peers (at exit)."""
+        if self._relay is not None:
+            await self._relay.close()
+
+    async def _forward(self, call: _Call, peer: Peer, name: str) -> _Reply:
+        """The answer of ``peer``, which holds model ``name`` that this server does not serve."""
+        assert self._relay is not None
+        length = call.headers.get(b"content-length")
+        try:
+            declared = int(length) if length is not None else None
+        except ValueError:
+            raise InvalidArgumentError("invalid Content-Length header") from None
+        body = await read_body(call.receive, declared, self.max_input_size)
+        self.dataplane.forwarded(name)
+        target = call.target.decode("latin-1")
+        return await self._relay.relay(peer, name, call.method, target, call.headers.items(), body)
 
     # ---- model endpoints -------------------------------------------------------------------------
 
@@ -222,6 +253,8 @@ class HttpFrontend:
         encoding = headers.get(b"content-encoding")
         if encoding is not None:
             body = decompress(body, encoding.decode("latin-1"), self.max_input_size)
+        if self.dataplane.loads_on_demand:
+            await self.dataplane.admit(name)
         if self.dataplane.is_decoupled(name, version):
             raise UnsupportedError("HTTP end point doesn't support models with decoupled transaction policy")
         header_length = headers.get(b"inference-header-content-length")
@@ -316,6 +349,8 @@ class HttpFrontend:
                     item["state"] = entry.state
                 if entry.reason:
                     item["reason"] = entry.reason
+                if entry.version:
+                    item["memory_bytes"] = entry.memory_bytes  # Naiad extension (clients ignore it)
                 entries.append(item)
             return 200, orjson.dumps(entries), [_JSON]
         if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):

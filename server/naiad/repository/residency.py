@@ -1,0 +1,225 @@
+"""Which models stay loaded when there are more models than memory: on-demand loading, pins, the budget.
+
+A repository may hold far more models than one server's memory.  Models whose names match a
+``--load-on-demand`` pattern are loaded by the first request that names them; under
+``--model-memory-budget`` a load that would pass the budget first unloads (evicts) the least recently
+used models that were loaded on demand.  Models loaded any other way (at start, by the load API, by
+POLL) are *pinned*: they are the operator's or user's decision and are never evicted.  Nor is a model
+with a request in flight or queued, nor one loaded less than ``--min-residency-secs`` ago (so that a
+burst of requests over more models than fit cannot thrash loads).
+
+This module keeps the facts and makes the decisions (what is evictable, in which order, what a load is
+expected to need); the repository manager (:mod:`naiad.repository.manager`) performs the loads and
+unloads, and the counters here are what ``naiad_*`` metrics read (:mod:`naiad.metrics.residency`).
+
+A model's footprint is what its versions measured when they loaded (:mod:`naiad.repository.footprint`);
+a model never loaded yet is expected to need what it needed last time, else the mean of the models
+measured so far (a first guess that the check after each load corrects by evicting more).  Where GPUs
+are, ``--model-gpu-memory-budget`` applies the same way to each GPU's measured growth (a model never
+loaded is expected to need nothing there until it has been measured once).
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from naiad.repository.model import Model
+
+#: Upper bounds, in seconds, of the ``naiad_on_demand_wait_seconds`` histogram's buckets.
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+#: The message of an on-demand load that cannot fit even after every evictable model is gone.
+BUDGET_EXHAUSTED = "model memory budget exhausted"
+ON_DEMAND = "on_demand"
+EXPLICIT = "explicit"
+
+
+def loading_message(name: str) -> str:
+    """What a request gets when its on-demand load takes longer than it may wait."""
+    return f"model '{name}' is loading on demand; try again"
+
+
+def footprint(model: Model | None) -> int:
+    """Resident bytes the versions of ``model`` that hold instances measured when they loaded."""
+    if model is None:
+        return 0
+    return sum(mv.memory_bytes for mv in model.serving())
+
+
+def gpu_footprint(model: Model | None) -> tuple[int, ...]:
+    """Per GPU, what the versions of ``model`` that hold instances grew GPU memory by when they loaded."""
+    return _add(*(mv.gpu_memory_bytes for mv in model.serving())) if model is not None else ()
+
+
+def _add(*rows: tuple[int, ...]) -> tuple[int, ...]:
+    """Per-GPU sums of rows that may be of different lengths (a row is empty without GPUs)."""
+    width = max((len(row) for row in rows), default=0)
+    return tuple(sum(row[i] for row in rows if i < len(row)) for i in range(width))
+
+
+@dataclass(slots=True)
+class WaitHistogram:
+    """Cumulative counts of on-demand waits, in Prometheus' histogram shape."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(WAIT_BUCKETS) + 1))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(WAIT_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
+class Residency:
+    """The on-demand and eviction policy of one server, and its counters."""
+
+    def __init__(
+        self,
+        patterns: Sequence[str] = (),
+        *,
+        budget: int | None = None,
+        gpu_budget: int | None = None,
+        load_timeout: float = 60,
+        min_residency: float = 30,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.patterns = tuple(patterns)
+        self.budget = budget
+        self.gpu_budget = gpu_budget
+        self.load_timeout = load_timeout
+        self.min_residency = min_residency
+        self.clock = clock
+        self.pinned: set[str] = set()
+        self.loaded_at: dict[str, float] = {}
+        self.last_used: dict[str, float] = {}
+        #: Last measured footprint per model name (kept after an unload: the next load's estimate).
+        self.footprints: dict[str, int] = {}
+        self.gpu_footprints: dict[str, tuple[int, ...]] = {}
+        self.loads: Counter[tuple[str, str]] = Counter()
+        self.evictions: Counter[str] = Counter()
+        self.hits = 0
+        self.misses = 0
+        self.waits = WaitHistogram()
+        #: Requests counted as misses while they waited for a load, whose run is not to count a hit.
+        self._owed: Counter[str] = Counter()
+        self._matches: dict[str, bool] = {}
+
+    # ---- which models ------------------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.patterns)
+
+    def on_demand(self, name: str) -> bool:
+        """Whether a request naming ``name`` may load it (fnmatch over ``--load-on-demand``)."""
+        known = self._matches.get(name)
+        if known is None:
+            if len(self._matches) > 100_000:  # names come from clients: bound what is remembered
+                self._matches.clear()
+            known = self._matches[name] = any(fnmatchcase(name, p) for p in self.patterns)
+        return known
+
+    # ---- events --------------------------------------------------------------------------------
+
+    def loaded(self, name: str, model: Model, on_demand: bool) -> None:
+        """A load of ``name`` completed; one not made on demand pins the model."""
+        now = self.clock()
+        self.loaded_at[name] = now
+        self.last_used.setdefault(name, now)
+        self.footprints[name] = footprint(model)
+        self.gpu_footprints[name] = gpu_footprint(model)
+        self.loads[name, ON_DEMAND if on_demand else EXPLICIT] += 1
+        if not on_demand:
+            self.pinned.add(name)
+
+    def unloaded(self, name: str, evicted: bool = False) -> None:
+        """``name`` no longer holds memory (unloaded by the API or evicted); it is no longer pinned."""
+        self.pinned.discard(name)
+        self.loaded_at.pop(name, None)
+        self.last_used.pop(name, None)
+        if evicted:
+            self.evictions[name] += 1
+
+    def waited(self, name: str, seconds: float, loaded: bool) -> None:
+        """A request waited ``seconds`` for an on-demand load of ``name`` (a miss); when the model
+        ``loaded`` for it, the request runs next and is not to count as a hit too."""
+        self.misses += 1
+        if loaded:
+            self._owed[name] += 1
+        self.waits.observe(seconds)
+
+    def used(self, name: str) -> None:
+        """A request runs on ``name`` now: most recently used; a hit unless it waited (a miss)."""
+        self.last_used[name] = self.clock()
+        if not self.on_demand(name):
+            return
+        if self._owed[name]:
+            self._owed[name] -= 1
+        else:
+            self.hits += 1
+
+    # ---- decisions -----------------------------------------------------------------------------
+
+    def estimate(self, name: str) -> int:
+        """What loading ``name`` is expected to add: its last measured footprint, else the mean one."""
+        known = self.footprints.get(name)
+        if known is not None:
+            return known
+        measured = list(self.footprints.values())
+        return sum(measured) // len(measured) if measured else 0
+
+    @property
+    def limited(self) -> bool:
+        """Whether any budget applies (otherwise nothing is ever evicted)."""
+        return self.budget is not None or self.gpu_budget is not None
+
+    def fits(self, models: Mapping[str, Model], name: str) -> bool:
+        """Whether loading ``name`` (its expected footprint) beside the other loaded models stays
+        within the budgets (the host's, and each GPU's)."""
+        if self.budget is not None and memory_used(models, exclude=name) + self.estimate(name) > self.budget:
+            return False
+        if self.gpu_budget is None:
+            return True
+        others = [gpu_footprint(model) for other, model in models.items() if other != name]
+        need = self.gpu_footprints.get(name, ())
+        return all(used <= self.gpu_budget for used in _add(need, *others))
+
+    def over(self, models: Mapping[str, Model]) -> bool:
+        """Whether the loaded models, as measured, hold more than a budget allows."""
+        if self.budget is not None and memory_used(models) > self.budget:
+            return True
+        gpu_budget = self.gpu_budget
+        if gpu_budget is None:
+            return False
+        return any(used > gpu_budget for used in _add(*(gpu_footprint(m) for m in models.values())))
+
+    def victims(self, models: Mapping[str, Model], busy: Iterable[str]) -> list[str]:
+        """Evictable models, least recently used first: loaded on demand (not pinned), holding
+        instances, past their minimum residency, with nothing in flight or queued, and not in ``busy``
+        (being loaded or unloaded, or the model a load makes room for)."""
+        now = self.clock()
+        excluded = set(busy) | self.pinned
+        candidates: list[tuple[float, str]] = []
+        for name, model in models.items():
+            if name in excluded:
+                continue
+            serving = model.serving()
+            if not serving or any(mv.inflight for mv in serving):
+                continue
+            loaded = self.loaded_at.get(name)
+            if loaded is None or now - loaded < self.min_residency:
+                continue
+            candidates.append((self.last_used.get(name, loaded), name))
+        return [name for _, name in sorted(candidates)]
+
+
+def memory_used(models: Mapping[str, Model], exclude: str = "") -> int:
+    """The measured footprint of every loaded model (but ``exclude``)."""
+    return sum(footprint(model) for name, model in models.items() if name != exclude)

@@ -1,0 +1,127 @@
+"""The model memory budget: loads past it evict the least recently used models loaded on demand, but
+never a pinned one, one with a request in flight, or one inside its minimum residency
+(docs/models-on-demand.md; the contract in issue #25).
+
+The ``ballast`` models (tests/repository/density_models.py) hold a known amount of memory in their model
+processes, so the budget decides which of them fit.  Which model is evicted is the engine's decision, the
+same in both server modes; the LRU test runs in both (a worker's catalog may still list an evicted model).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import tritonclient.http as httpclient
+
+from tests.repository.density_models import write_ballast
+from tests.repository.test_on_demand import MIB, http_error, index, infer_grpc, infer_http, metric, metrics
+from tests.support.modes import WORKERS
+from tests.support.server import ServerProcess
+
+#: Ballast of these models: well above a model process's own interpreter (~30 MiB).
+BALLAST_MIB = 60
+#: Holds the pinned model and two ballast models (~90 MiB each as measured), never three of them.
+BUDGET = "310Mi"
+
+
+@pytest.fixture(scope="module")
+def budget_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("budget")
+    for i in range(3):
+        write_ballast(repo, f"e{i}", mib=BALLAST_MIB, offset=10 * (i + 1))
+    write_ballast(repo, "pin", mib=BALLAST_MIB, offset=1000)
+    return repo
+
+
+def budget_args(min_residency: int) -> list[str]:
+    return [
+        "--model-control-mode=explicit",
+        "--load-model=pin",
+        "--load-on-demand=e*",
+        f"--model-memory-budget={BUDGET}",
+        f"--min-residency-secs={min_residency}",
+    ]
+
+
+@pytest.mark.parametrize("workers", [0, WORKERS], ids=["in-process", "workers"])
+def test_loads_past_the_budget_evict_the_least_recently_used_idle_model(
+    budget_repo: Path, workers: int
+) -> None:
+    with ServerProcess([budget_repo], budget_args(0), frontend_workers=workers) as server:
+        assert infer_http(server, "e0") == 11
+        assert infer_grpc(server, "e1") == 21
+        assert infer_http(server, "e0") == 11  # e1 is now the least recently used
+        assert infer_http(server, "e2") == 31  # does not fit beside pin, e0, e1: e1 goes
+        rows = index(server)
+        assert rows["e1"]["state"] == "UNAVAILABLE" and rows["e1"]["reason"] == "unloaded"
+        assert rows["e1"]["memory_bytes"] == 0
+        assert [rows[name]["state"] for name in ("pin", "e0", "e2")] == ["READY"] * 3
+        assert all(rows[name]["memory_bytes"] >= BALLAST_MIB * MIB for name in ("pin", "e0", "e2"))
+        text = metrics(server)
+        assert metric(text, "naiad_model_evictions_total", model="e1") == 1
+        assert metric(text, "naiad_model_memory_budget_bytes") == 310 * MIB
+        used = sum(rows[name]["memory_bytes"] for name in ("pin", "e0", "e2"))
+        assert metric(text, "naiad_model_memory_used_bytes") == used <= 310 * MIB
+
+        # e0 has a request in flight and is the least recently used: e2 goes instead
+        slow: list[int] = []
+        marker = budget_repo / "e0" / "executing"
+        marker.unlink(missing_ok=True)
+        runner = threading.Thread(target=lambda: slow.append(infer_http(server, "e0", -2500)))
+        runner.start()
+        deadline = time.monotonic() + 30
+        while not marker.exists():  # e0's request is running; then e2 is used after it
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert infer_http(server, "e2") == 31
+        assert infer_grpc(server, "e1") == 21
+        runner.join()
+        assert slow == [-2500 + 10]
+        rows = index(server)
+        assert [rows[name]["state"] for name in ("pin", "e0", "e1", "e2")] == [
+            "READY",
+            "READY",
+            "READY",
+            "UNAVAILABLE",
+        ]
+        text = metrics(server)
+        assert metric(text, "naiad_model_evictions_total", model="e2") == 1
+        assert metric(text, "naiad_model_evictions_total", model="e0") == 0
+        assert metric(text, "naiad_model_evictions_total", model="pin") == 0  # pinned: never evicted
+        assert metric(text, "naiad_model_loads_total", model="pin", reason="explicit") == 1
+        assert metric(text, "naiad_model_loads_total", model="e1", reason="on_demand") == 2
+
+        # an explicit load of a model loaded on demand pins it: e1 goes for e2, not e0 (least recent)
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            client.load_model("e0")
+        finally:
+            client.close()
+        assert infer_http(server, "e2") == 31
+        rows = index(server)
+        assert [rows[name]["state"] for name in ("pin", "e0", "e1", "e2")] == [
+            "READY",
+            "READY",
+            "UNAVAILABLE",
+            "READY",
+        ]
+        text = metrics(server)
+        assert metric(text, "naiad_model_loads_total", model="e0", reason="explicit") == 1
+        assert metric(text, "naiad_model_evictions_total", model="e1") == 2
+        assert metric(text, "naiad_model_evictions_total", model="e0") == 0
+
+
+def test_models_inside_their_minimum_residency_are_not_evicted(budget_repo: Path) -> None:
+    with ServerProcess([budget_repo], budget_args(600), frontend_workers=0) as server:
+        assert infer_http(server, "e0") == 11
+        assert infer_http(server, "e1") == 21
+        assert http_error(server, "e2") == ("503", "model memory budget exhausted")
+        rows = index(server)
+        assert [rows[name]["state"] for name in ("pin", "e0", "e1")] == ["READY"] * 3
+        assert "state" not in rows["e2"]
+        text = metrics(server)
+        assert metric(text, "naiad_model_evictions_total", model="e0") == 0
+        assert metric(text, "naiad_model_evictions_total", model="e1") == 0
