@@ -27,7 +27,6 @@ from tests.support import modes
 from tests.support.server import EXAMPLES, ServerProcess, free_port
 
 frontend_workers = modes.frontend_workers
-_server_mode = modes._server_mode
 
 
 class Pair:
