@@ -258,3 +258,17 @@ def test_routing_reaches_per_pod_replacements_and_gated_pods_are_still_admitted(
         (StageKind.PER_POD, [("p0", (2, 3), mirrored)]),
     ]
     assert woven.admit == plan.admit == ("p1",) and woven.attempt == plan.attempt
+
+
+def test_a_canary_of_a_model_on_some_pods_starts_once_its_chosen_pods_hold_both_versions() -> None:
+    spec = ModelSpec.model_validate({**canary_spec().model_dump(by_alias=True), "placement": {"copies": 1}})
+    names = ["p0", "p1", "p2"]
+    chosen = rollout.plan([spec], {"m": {1: "h1", 2: "h2"}}, {"m": record()}, [pod(n, ()) for n in names])
+    (holder,) = chosen.models["m"].placed or ()
+    # only the chosen pod holds the model (old and new); the others hold nothing and forward its requests
+    pods = [pod(n) if n == holder else PodObservation(n, f"http://{n}", True, {}) for n in names]
+    plan = plan_for(spec, record(), pods)
+    started = canary.decide(spec, plan.models["m"], record(), pods, T0, None, {})
+    assert started.canary is not None and started.routing == Routing(((1, 90), (2, 10)))
+    routed = canary.apply(plan, {"m": started}, pods, {}, {})
+    assert [(a.pod, a.routing) for s in routed.stages for a in s.actions] == [(holder, started.routing)]

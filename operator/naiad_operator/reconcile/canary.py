@@ -96,6 +96,7 @@ def decide(
     counters now, None when none was taken)."""
     if mp.change in (Change.WAITING, Change.INVALID):
         return Decision(spec.name)  # nothing is touched meanwhile, a running canary included
+    pods = [p for p in pods if mp.holds_here(p.name)]  # {copies: k}: only the pods chosen to hold it
     mirror = (spec.mirror.version, spec.mirror.percent) if spec.mirror is not None else None
     previous = record.canary if record is not None else None
     running = previous is not None and previous.phase is CanaryPhase.PROGRESSING
