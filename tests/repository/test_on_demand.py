@@ -29,7 +29,6 @@ from tests.support import modes
 from tests.support.server import ServerProcess
 
 frontend_workers = modes.frontend_workers
-_server_mode = modes._server_mode
 
 MIB = 2**20
 
@@ -59,6 +58,17 @@ def http_error(server: ServerProcess, model: str) -> tuple[str, str]:
     with pytest.raises(InferenceServerException) as caught:
         infer_http(server, model)
     return str(caught.value.status()), caught.value.message()
+
+
+def server_ready(server: ServerProcess) -> tuple[bool, bool]:
+    """Readiness as HTTP and gRPC report it (``/v2/health/ready``, ServerReady)."""
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        return http.is_server_ready(), grpc.is_server_ready()
+    finally:
+        http.close()
+        grpc.close()
 
 
 def metrics(server: ServerProcess) -> str:
@@ -92,7 +102,7 @@ def demand_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_ballast(repo, "od_shared", mib=1, offset=100, delay=0.5)
     write_ballast(repo, "od_grpc", mib=1, offset=200)
     write_ballast(repo, "od_stream", mib=1, offset=500)
-    write_ballast(repo, "od_slow", mib=1, offset=300, delay=6.0)
+    write_ballast(repo, "od_slow", mib=1, offset=300, delay=8.0)
     write_ballast(repo, "plain", mib=1, offset=400)
     return repo
 
@@ -169,8 +179,12 @@ def test_models_outside_the_patterns_are_unknown_as_before(demand_server: Server
 
 
 def test_a_load_longer_than_the_timeout_is_unavailable_then_serves(demand_server: ServerProcess) -> None:
-    # its load takes 6 s, past the 4 s a request may wait
+    # its load takes 8 s, past the 4 s a request may wait
     assert http_error(demand_server, "od_slow") == ("503", "model 'od_slow' is loading on demand; try again")
+    # while it loads the server stays ready (strict readiness): Kubernetes keeps the pod in the Service
+    assert index(demand_server)["od_slow"]["state"] == "LOADING"
+    assert server_ready(demand_server) == (True, True)
+    assert index(demand_server)["od_slow"]["state"] == "LOADING"  # the load was under way throughout
     deadline = time.monotonic() + 30
     while True:  # the load carried on: a later request is answered
         try:

@@ -131,6 +131,8 @@ class ModelRepository:
         self._pool = ThreadPoolExecutor(max_workers=max(1, load_threads), thread_name_prefix="naiad-load")
         self._poller: Poller | None = None
         self.residency = residency or Residency()
+        #: Models under a load that pins them (not on demand): strict readiness waits for these.
+        self._pinning: set[str] = set()
         #: On-demand loads in progress: every request for the model waits for the same one.
         self._demands: dict[str, asyncio.Task[None]] = {}
 
@@ -174,20 +176,28 @@ class ModelRepository:
         A model that already serves a READY version keeps the server ready while other versions of
         it load or fail to load in place, as Triton's (whose strict readiness looks at READY versions
         only): an in-place rollout, or one rolled back after a failed load, must not take every pod out
-        of its Service's endpoints at once while the old version still answers."""
+        of its Service's endpoints at once while the old version still answers.
+
+        Models the server loads and evicts by itself (matching ``--load-on-demand``, and neither pinned
+        by a load at start or through the API nor under such a load) do not count either: a request
+        for one loads it, so the server serves it whatever its state, and an on-demand load, an
+        eviction or a failed on-demand load must not take the pod out of its Service's endpoints."""
+        elastic = self._elastic
         for name in self._polling:
             model = self._models.get(name)
-            if model is None or not model.ready_versions():
+            if (model is None or not model.ready_versions()) and not elastic(name):
                 return False
         for name, numbers in self._loading.items():
             model = self._models.get(name)
-            if model is not None and model.ready_versions():
+            if (model is not None and model.ready_versions()) or elastic(name):
                 continue
             for number in numbers:
                 mv = model.versions.get(number) if model is not None else None
                 if mv is None or mv.state is not ModelState.READY:
                     return False
-        for model in self._models.values():
+        for name, model in self._models.items():
+            if elastic(name):
+                continue
             if not model.versions and model.reason:
                 return False
             if model.ready_versions():
@@ -195,6 +205,16 @@ class ModelRepository:
             if not all(mv.counts_as_ready for mv in model.versions.values()):
                 return False
         return True
+
+    def _elastic(self, name: str) -> bool:
+        """Whether ``name`` is loaded and evicted by the server itself (see :meth:`all_ready`)."""
+        residency = self.residency
+        return (
+            residency.enabled
+            and residency.on_demand(name)
+            and name not in residency.pinned
+            and name not in self._pinning
+        )
 
     # ---- control mode -------------------------------------------------------------------------
 
@@ -282,7 +302,12 @@ class ModelRepository:
         token = _CHAIN.set(chain | {name})
         try:
             async with self._lock(name):
-                model = await self._load(name, request, fresh, record_missing)
+                if not on_demand:
+                    self._pinning.add(name)
+                try:
+                    model = await self._load(name, request, fresh, record_missing)
+                finally:
+                    self._pinning.discard(name)
                 self.residency.loaded(name, model, on_demand)
         finally:
             _CHAIN.reset(token)
