@@ -269,6 +269,8 @@ def test_a_slow_rollout_holds_up_no_other_service_and_yields_to_a_spec_change(
     upload(s3, "quick", 2, versioned_py())
     upload(s3, "slow", 2, versioned_py(load_seconds=30))
     trigger_sync(api, "slow-and-quick")
+    # status may say UpToDate a moment before the simulated kubelet counts the pod Ready (gate opened)
+    eventually(lambda: len(pod_urls(cluster, "slow")) == 1, 25, "the slow service's pod Ready")
     (slow_pod,) = pod_urls(cluster, "slow")
     eventually(lambda: index(slow_pod).get("slow", {}).get("2") == "LOADING", 25, "the slow load begun")
     eventually(lambda: up_to_date(api, "quick", "quick", [2]), 25, "the quick service on v2")
