@@ -90,13 +90,14 @@ async def serve(settings: ServerSettings) -> int:
     )
     loop = asyncio.get_running_loop()
     runtime.bls = BlsServer(dataplane, loop)
-    keyring = Keyring(settings.auth_key_file) if settings.auth_key_file is not None else None
     workers: FrontendWorkers | None = None
     if settings.frontend_workers > 0:
-        # The engine serves only /metrics; the workers build their own listeners (each process its own).
-        listeners = Listeners(dataplane, _metrics_only(settings), keyring, reuse_port=False)
+        # The engine serves only /metrics; the workers build their own listeners (each process its own)
+        # and their own keyrings: the key file is watched where calls are checked.
+        listeners = Listeners(dataplane, _metrics_only(settings), None, reuse_port=False)
         workers = FrontendWorkers(settings.frontend_workers, settings, dataplane)
     else:
+        keyring = Keyring(settings.auth_key_file) if settings.auth_key_file is not None else None
         listeners = Listeners(dataplane, settings, keyring, reuse_port=False)
     metrics: ServerMetrics | None = None
     if settings.allow_metrics:

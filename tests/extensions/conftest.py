@@ -2,7 +2,8 @@
 
 ``ext_server`` serves shared memory, classification, the response cache and header forwarding at
 once; the rate limiter, restricted APIs, bearer keys and TLS each get a server of their own, because
-their flags change how every call is answered.
+their flags change how every call is answered.  Every server runs in both modes (one per mode) except
+the rate limiter's: it is the engine's alone, the same behind workers.
 """
 
 from __future__ import annotations
@@ -251,12 +252,12 @@ RESTRICTIONS = {"admin-key": "secret", "infer-key": "abc"}
 
 
 @pytest.fixture(scope="session")
-def restricted_server(add_sub_repository: Path) -> Iterator[ServerProcess]:
+def restricted_server(add_sub_repository: Path, frontend_workers: int) -> Iterator[ServerProcess]:
     """Model repository and shared memory need ``admin-key: secret``; inference ``infer-key: abc``."""
     args = []
     for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
         args += [f"{flag}=model-repository,shared-memory:admin-key=secret", f"{flag}=inference:infer-key=abc"]
-    with ServerProcess([add_sub_repository], args) as server:
+    with ServerProcess([add_sub_repository], args, frontend_workers=frontend_workers) as server:
         yield server
 
 
@@ -283,8 +284,9 @@ def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def auth_server(add_sub_repository: Path, key_file: Path) -> Iterator[ServerProcess]:
-    with ServerProcess([add_sub_repository], [f"--auth-key-file={key_file}"]) as server:
+def auth_server(add_sub_repository: Path, key_file: Path, frontend_workers: int) -> Iterator[ServerProcess]:
+    args = [f"--auth-key-file={key_file}"]
+    with ServerProcess([add_sub_repository], args, frontend_workers=frontend_workers) as server:
         yield server
 
 
@@ -336,8 +338,10 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 class TlsServerProcess(ServerProcess):
     """A server whose HTTP frontend wants mutual TLS: readiness is polled with a client certificate."""
 
-    def __init__(self, repositories: list[Path], args: list[str], certificates: dict[str, Path]) -> None:
-        super().__init__(repositories, args)
+    def __init__(
+        self, repositories: list[Path], args: list[str], certificates: dict[str, Path], frontend_workers: int
+    ) -> None:
+        super().__init__(repositories, args, frontend_workers=frontend_workers)
         self.context = ssl.create_default_context(cafile=str(certificates["ca"]))
         self.context.load_cert_chain(str(certificates["client_cert"]), str(certificates["client_key"]))
 
@@ -357,7 +361,9 @@ class TlsServerProcess(ServerProcess):
 
 
 @pytest.fixture(scope="session")
-def tls_server(add_sub_repository: Path, certificates: dict[str, Path]) -> Iterator[ServerProcess]:
+def tls_server(
+    add_sub_repository: Path, certificates: dict[str, Path], frontend_workers: int
+) -> Iterator[ServerProcess]:
     """HTTPS with client certificates required (mutual TLS), and gRPC over TLS (server certificate
     only), so each protocol's other mode is the same code with one switch flipped."""
     args = [
@@ -369,5 +375,5 @@ def tls_server(add_sub_repository: Path, certificates: dict[str, Path]) -> Itera
         f"--grpc-server-cert={certificates['server_cert']}",
         f"--grpc-server-key={certificates['server_key']}",
     ]
-    with TlsServerProcess([add_sub_repository], args, certificates) as server:
+    with TlsServerProcess([add_sub_repository], args, certificates, frontend_workers) as server:
         yield server

@@ -101,6 +101,11 @@ def test_key_file_changes_apply_without_restart(
             with _unauthenticated(protocol, "invalid bearer token"):
                 _infer(client, _auth(protocol, "doomed"))
             _infer(client, {"authorization": f"Bearer {late[0]}"})
+            for _ in range(4):  # new connections: with frontend workers, each worker reads the file itself
+                with client_for(protocol, auth_server) as other:
+                    with _unauthenticated(protocol, "invalid bearer token"):
+                        _infer(other, _auth(protocol, "doomed"))
+                    _infer(other, {"authorization": f"Bearer {late[0]}"})
             key_file.write_text("this line is not a key\n")  # a broken file keeps the last good keys
             time.sleep(1.1)
             _infer(client, {"authorization": f"Bearer {late[0]}"})
@@ -113,3 +118,26 @@ def test_tokens_never_reach_the_log(auth_server: ServerProcess) -> None:
     log = auth_server.log()
     for token, _scopes in KEYS.values():
         assert token not in log
+
+
+def test_a_good_file_counts_even_if_no_call_came_before_it_broke(auth_server: ServerProcess, key_file: Path) -> None:
+    """The keys of the last good file apply, whether or not a call came while it was there: else a
+    process (a frontend worker no connection reached) could keep a key that file revoked.  One protocol
+    is enough: both check calls against the same keys."""
+    protocol = "http"
+    late = ("late-token-0123456789abc", "infer")
+    keys = {name: value for name, value in KEYS.items() if name != "doomed"} | {"late": late}
+    original = key_file.read_text()
+    try:
+        key_file.write_text(key_file_text(keys))
+        time.sleep(1.5)  # no call: the file is looked at once a second all the same
+        key_file.write_text("this line is not a key\n")
+        time.sleep(1.1)
+        for _ in range(4):  # new connections: with frontend workers, each worker reads the file itself
+            with client_for(protocol, auth_server) as client:
+                with _unauthenticated(protocol, "invalid bearer token"):
+                    _infer(client, _auth(protocol, "doomed"))
+                _infer(client, {"authorization": f"Bearer {late[0]}"})
+    finally:
+        key_file.write_text(original)
+        time.sleep(1.1)

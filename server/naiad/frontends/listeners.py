@@ -94,6 +94,7 @@ class Listeners:
         self._servers: list[tuple[UvicornServer, str, int]] = []
         self._reuse_port = reuse_port
         self._http: HttpFrontend | None = None
+        self._keyring = keyring
         restrictions = Restrictions(parse_restrictions(settings.http_restricted_apis))
         if settings.allow_http:
             pattern = settings.http_header_forward_pattern
@@ -131,6 +132,7 @@ class Listeners:
                 settings = dataclasses.replace(settings, reuse_grpc_port=True)
             self._grpc = GrpcFrontend(dataplane, settings, keyring)
         self._tasks: list[asyncio.Task[None]] = []
+        self._watch: asyncio.Task[None] | None = None
 
     def add(self, server: UvicornServer) -> None:
         """Another uvicorn server started and stopped with these (the engine's metrics endpoint)."""
@@ -147,6 +149,8 @@ class Listeners:
             return False
         if self._grpc is not None:
             await self._grpc.start()
+        if self._keyring is not None:
+            self._watch = asyncio.create_task(self._keyring.watch())
         for (server, _, _), task in zip(self._servers, self._tasks, strict=True):
             while not server.started and not task.done():
                 await asyncio.sleep(0.01)
@@ -157,6 +161,8 @@ class Listeners:
 
     async def stop(self, grace: float) -> None:
         """Stop accepting; let calls in flight finish within ``grace`` seconds."""
+        if self._watch is not None:
+            self._watch.cancel()
         for server, _, _ in self._servers:
             server.should_exit = True
         if self._grpc is not None:

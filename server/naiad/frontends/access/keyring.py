@@ -6,13 +6,16 @@ logged, and only their SHA-256 digests are kept in memory.  A presented token is
 key's digest in constant time, so timing tells an attacker neither how much of a token was right nor
 which key it resembled.
 
-The file is re-read when it changes (checked at most once a second, on use), so keys are added and
-revoked without a restart.  A file that no longer parses keeps the previous keys (and is logged); a
-file that is gone revokes every key.
+The file is re-read when it changes (checked at most once a second, on use and by :meth:`Keyring.watch`),
+so keys are added and revoked without a restart.  A file that no longer parses keeps the previous keys
+(and is logged); a file that is gone revokes every key.  Watching matters for that rule: a process no
+call reached while a good file was there (a frontend worker without connections) would otherwise keep
+the keys from before it, revoked ones included, once the file broke.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -92,6 +95,12 @@ class Keyring:
                 found = key
         return found
 
+    async def watch(self) -> None:
+        """Look at the file once a second until cancelled, so that every good version is taken."""
+        while True:
+            await asyncio.sleep(_RECHECK_NS / 1e9)
+            self._reload()
+
     def _stat(self) -> tuple[int, int, int] | None:
         try:
             info = os.stat(self.path)
@@ -101,9 +110,12 @@ class Keyring:
 
     def _refresh(self) -> None:
         now = time.monotonic_ns()
-        if now - self._checked < _RECHECK_NS:
-            return
-        self._checked = now
+        if now - self._checked >= _RECHECK_NS:
+            self._reload()
+
+    def _reload(self) -> None:
+        """Take the file's keys if it changed since last looked at."""
+        self._checked = time.monotonic_ns()
         stamp = self._stat()
         if stamp == self._stamp:
             return
