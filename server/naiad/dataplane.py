@@ -126,6 +126,9 @@ class DataPlane:
         self._residency: Residency | None = None
         if repository is not None and repository.residency.enabled:
             self._residency = repository.residency
+        #: Whether frontends must call :meth:`admit` before decoding a request (one attribute read
+        #: per request when no model loads on demand).
+        self.loads_on_demand = self._residency is not None
         try:
             bls.install(_BlsServer(self, asyncio.get_running_loop()))
         except RuntimeError:  # made off the event loop (a tool, not a server): models cannot call models
@@ -284,12 +287,9 @@ class DataPlane:
             return
         await self._manager().demand(name)
 
-    async def _route(self, request: InferRequest) -> tuple[Model, ModelVersion]:
-        """The version that runs ``request``; with on-demand loading, also loaded if it was evicted
-        since the request was admitted, and counted as used."""
-        residency = self._residency
-        if residency is None:
-            return self.registry.route(request)
+    async def _route(self, request: InferRequest, residency: Residency) -> tuple[Model, ModelVersion]:
+        """The version that runs ``request`` when models load on demand: loaded again if it was
+        evicted since the request was admitted, and counted as used (LRU, hit or miss)."""
         name = request.model_name
         try:
             routed = self.registry.route(request)
@@ -310,7 +310,11 @@ class DataPlane:
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
-        model, version = await self._route(request)
+        residency = self._residency
+        if residency is None:
+            model, version = self.registry.route(request)
+        else:
+            model, version = await self._route(request, residency)
         return await self._run(request, model, version)
 
     async def _run(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
@@ -407,7 +411,11 @@ class DataPlane:
             yield item
 
     async def _stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
-        model, version = await self._route(request)
+        residency = self._residency
+        if residency is None:
+            model, version = self.registry.route(request)
+        else:
+            model, version = await self._route(request, residency)
         if not model.decoupled:
             yield await self._run(request, model, version), True
             return

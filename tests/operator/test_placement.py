@@ -27,10 +27,18 @@ from tests.support.kmock_k8s import ApiServer
 def _holders(cluster: FakeCluster, model: str) -> list[str]:
     """The pods whose own index has ``model`` READY (asked of every running pod)."""
     held = []
-    for pod in cluster.pods.get("vision", []):
-        if pod.ready and any(s == "READY" for s in index(pod.url).get(model, {}).values()):
+    for pod in list(cluster.pods.get("vision", [])):
+        try:
+            states = index(pod.url).get(model, {})
+        except OSError:  # a pod starting or going away
+            continue
+        if any(s == "READY" for s in states.values()):
             held.append(pod.name)
-    return held
+    return sorted(held)
+
+
+def _one(held: list[str]) -> list[str] | None:
+    return held if len(held) == 1 else None
 
 
 def _every_pod_answers(cluster: FakeCluster, model: str) -> bool:
@@ -65,7 +73,9 @@ def test_copies_and_on_demand(s3: Any, api_server: ApiServer, cluster: FakeClust
         },
     )
     eventually(lambda: len([p for p in cluster.pods.get("vision", []) if p.ready]) == 3, what="3 pods")
-    (holder,) = eventually(lambda: _holders(cluster, "solo"), what="solo loaded on one pod")
+    # pods turn Ready one by one and the copy may move to a pod that outranks its first home (loaded
+    # there before it goes here): it settles on exactly one
+    (holder,) = eventually(lambda: _one(_holders(cluster, "solo")), what="solo on exactly one pod")
     eventually(lambda: _every_pod_answers(cluster, "solo"), what="every pod answers for solo")
     assert _holders(cluster, "solo") == [holder]  # the answers were forwarded, not loaded
     status = eventually(lambda: model_status(api, "solo").get("heldBy"), what="status names the holder")
@@ -79,11 +89,10 @@ def test_copies_and_on_demand(s3: Any, api_server: ApiServer, cluster: FakeClust
     assert _holders(cluster, "lazy") == []
     first = cluster.pods["vision"][0]
     assert infer_version(first.url, "lazy") == "1"
-    assert _holders(cluster, "lazy") == [first.name]
+    eventually(lambda: _holders(cluster, "lazy") == [first.name], what="lazy loaded where it was asked")
 
     # scale in: still exactly one copy, and every pod left answers
     api.patch(f"{GROUP_PATH}/inferenceservices/vision", {"spec": {"replicas": 2}})
     eventually(lambda: len(cluster.pods.get("vision", [])) == 2, what="scaled to 2")
     eventually(lambda: len(_holders(cluster, "solo")) == 1, what="one copy after scale-in")
     eventually(lambda: _every_pod_answers(cluster, "solo"), what="every pod answers after scale-in")
-    assert len(_holders(cluster, "solo")) == 1

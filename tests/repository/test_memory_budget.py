@@ -1,6 +1,6 @@
 """The model memory budget: loads past it evict the least recently used models loaded on demand, but
 never a pinned one, one with a request in flight, or one inside its minimum residency
-(docs/model-management.md, "Models on demand"; the contract in issue #25).
+(docs/models-on-demand.md; the contract in issue #25).
 
 The ``ballast`` models (tests/repository/density_models.py) hold a known amount of memory in their model
 processes, so the budget decides which of them fit.  Which model is evicted is the engine's decision, the
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import tritonclient.http as httpclient
 
 from tests.repository.density_models import write_ballast
 from tests.repository.test_on_demand import MIB, http_error, index, infer_grpc, infer_http, metric, metrics
@@ -87,6 +88,25 @@ def test_loads_past_the_budget_evict_the_least_recently_used_idle_model(
         assert metric(text, "naiad_model_evictions_total", model="pin") == 0  # pinned: never evicted
         assert metric(text, "naiad_model_loads_total", model="pin", reason="explicit") == 1
         assert metric(text, "naiad_model_loads_total", model="e1", reason="on_demand") == 2
+
+        # an explicit load of a model loaded on demand pins it: e1 goes for e2, not e0 (least recent)
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            client.load_model("e0")
+        finally:
+            client.close()
+        assert infer_http(server, "e2") == 31
+        rows = index(server)
+        assert [rows[name]["state"] for name in ("pin", "e0", "e1", "e2")] == [
+            "READY",
+            "READY",
+            "UNAVAILABLE",
+            "READY",
+        ]
+        text = metrics(server)
+        assert metric(text, "naiad_model_loads_total", model="e0", reason="explicit") == 1
+        assert metric(text, "naiad_model_evictions_total", model="e1") == 2
+        assert metric(text, "naiad_model_evictions_total", model="e0") == 0
 
 
 def test_models_inside_their_minimum_residency_are_not_evicted(budget_repo: Path) -> None:

@@ -1,5 +1,5 @@
 """More models than memory: models loaded by their first request, evicted under a memory budget
-(docs/model-management.md, "Models on demand"; the contract in issue #25).
+(docs/models-on-demand.md; the contract in issue #25).
 
 Real servers in both modes (one process; frontend workers over an engine), real tritonclient HTTP and
 gRPC clients; the ``ballast`` models (tests/repository/density_models.py) hold a known amount of memory
@@ -8,6 +8,7 @@ in their model processes, so the budget decides which of them fit.
 
 from __future__ import annotations
 
+import queue
 import re
 import time
 import urllib.request
@@ -90,6 +91,7 @@ def demand_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("on-demand")
     write_ballast(repo, "od_shared", mib=1, offset=100, delay=0.5)
     write_ballast(repo, "od_grpc", mib=1, offset=200)
+    write_ballast(repo, "od_stream", mib=1, offset=500)
     write_ballast(repo, "od_slow", mib=1, offset=300, delay=4.0)
     write_ballast(repo, "plain", mib=1, offset=400)
     return repo
@@ -133,6 +135,25 @@ def test_grpc_first_request_loads_the_model(demand_server: ServerProcess) -> Non
     assert metric(metrics(demand_server), "naiad_model_loads_total", model="od_grpc", reason="on_demand") == 1
 
 
+def test_grpc_stream_first_request_loads_the_model(demand_server: ServerProcess) -> None:
+    answers: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(demand_server.grpc_url)
+    try:
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        tensor = grpcclient.InferInput("INPUT0", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([7], dtype=np.int32))
+        client.async_stream_infer("od_stream", [tensor])
+        answer = answers.get(timeout=30)
+        client.stop_stream()
+    finally:
+        client.close()
+    assert not isinstance(answer, InferenceServerException), answer
+    assert int(answer.as_numpy("OUTPUT0")[0]) == 507
+    assert (
+        metric(metrics(demand_server), "naiad_model_loads_total", model="od_stream", reason="on_demand") == 1
+    )
+
+
 def test_models_outside_the_patterns_are_unknown_as_before(demand_server: ServerProcess) -> None:
     # in the repository but not matching --load-on-demand: not loaded by a request
     assert http_error(demand_server, "plain") == ("404", "Request for unknown model: 'plain' is not found")
@@ -159,7 +180,12 @@ def test_a_load_longer_than_the_timeout_is_unavailable_then_serves(demand_server
         except InferenceServerException:
             assert time.monotonic() < deadline
             time.sleep(0.2)
-    assert metric(metrics(demand_server), "naiad_model_loads_total", model="od_slow", reason="on_demand") == 1
+    text = metrics(demand_server)
+    assert metric(text, "naiad_model_loads_total", model="od_slow", reason="on_demand") == 1
+    # the request that gave up waiting never ran: the next one is a hit, counted as such
+    hits = metric(text, "naiad_on_demand_requests_total", result="hit")
+    assert infer_grpc(demand_server, "od_slow", 2) == 302
+    assert metric(metrics(demand_server), "naiad_on_demand_requests_total", result="hit") == hits + 1
 
 
 # ---- flags -------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Peer forwarding (``--peers-file``): a server asked for a model it does not serve, which a peer holds,
-answers with the peer's answer (docs/model-management.md, "Models on other servers"; issue #25).
+answers with the peer's answer (docs/placement.md; issue #25).
 
 Two real servers: B serves ``simple``; A serves nothing and its peers file names B for ``simple``, A
 itself for ``ghost`` (a loop, cut by the ``naiad-forwarded`` header) and a closed port for ``gone``.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -23,6 +23,48 @@ class OwnMemory(Protocol):
     """An instance whose memory is a process of its own."""
 
     def resident_bytes(self) -> int: ...
+
+
+class GpuMemory:
+    """Memory used on each GPU this process may use (by CUDA index), from NVML (``nvidia-ml-py``).
+
+    A version's GPU footprint is what used memory grew by on each device while it loaded, so, as for
+    in-process models on the host, loads that run at the same time share their growth.
+    """
+
+    def __init__(self, nvml: Any, handles: list[Any]) -> None:
+        self._nvml = nvml
+        self._handles = handles
+
+    @classmethod
+    def open(cls) -> GpuMemory | None:
+        """The visible devices (``CUDA_VISIBLE_DEVICES`` indices, else all), or ``None`` without NVML."""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:  # no module, driver or device: no GPU footprint is measured
+            return None
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None and all(entry.strip().isdigit() for entry in visible.split(",")):
+            handles = [handles[int(e)] for e in visible.split(",") if int(e) < len(handles)]
+        return cls(pynvml, handles) if handles else None
+
+    def used(self) -> tuple[int, ...]:
+        """Bytes used on each device now (0 where NVML does not answer)."""
+        readings = []
+        for handle in self._handles:
+            try:
+                readings.append(int(self._nvml.nvmlDeviceGetMemoryInfo(handle).used))
+            except Exception:
+                readings.append(0)
+        return tuple(readings)
+
+
+def gpu_growth(before: tuple[int, ...], after: tuple[int, ...]) -> tuple[int, ...]:
+    """What used memory grew by on each device (never negative)."""
+    return tuple(max(0, a - b) for a, b in zip(after, before, strict=True))
 
 
 def version_bytes(instances: Iterable[object], growth: int) -> int:

@@ -24,7 +24,7 @@ from naiad.core.errors import InferenceServerError, InternalError, InvalidArgume
 from naiad.core.signature import ModelSignature
 from naiad.repository import config as cfg
 from naiad.repository.fingerprint import folder_fingerprint, version_fingerprints
-from naiad.repository.footprint import resident_bytes, version_bytes
+from naiad.repository.footprint import GpuMemory, gpu_growth, resident_bytes, version_bytes
 from naiad.repository.layout import ModelLocation, available_versions
 from naiad.repository.model import ModelState, ModelVersion
 from naiad.repository.overrides import LoadRequest, OverrideError, write_model_files
@@ -80,6 +80,8 @@ class ModelLoader:
     ) -> None:
         self.auto_complete = auto_complete
         self.gpu_count = gpu_count
+        #: Measures versions' GPU footprints (for ``--model-gpu-memory-budget``); only where GPUs are.
+        self.gpu_memory = GpuMemory.open() if gpu_count else None
         self.rate_limiter = rate_limiter
 
     def poll(self, name: str, location: ModelLocation | None, request: LoadRequest | None) -> LoadPlan:
@@ -168,6 +170,7 @@ class ModelLoader:
         if plan.failure:
             raise InternalError(plan.failure)
         started, resident = time.monotonic_ns(), resident_bytes()
+        gpu_before = self.gpu_memory.used() if self.gpu_memory is not None else ()
         config = plan.config
         samples = warmup_samples(config, plan.path)
         backend = get_backend(config.backend)
@@ -215,6 +218,9 @@ class ModelLoader:
             scratch=plan.scratch,
             load_ns=time.monotonic_ns() - started,
             memory_bytes=version_bytes([w.instance for w in workers], resident_bytes() - resident),
+            gpu_memory_bytes=(
+                gpu_growth(gpu_before, self.gpu_memory.used()) if self.gpu_memory is not None else ()
+            ),
             health=health,
         )
         health.on_failure = model_version.fail

@@ -47,7 +47,7 @@ from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion
 from naiad.repository.overrides import DEFAULT_VERSION, LoadRequest, parse_load_parameters
 from naiad.repository.poller import Poller
 from naiad.repository.registry import ModelRegistry
-from naiad.repository.residency import BUDGET_EXHAUSTED, Residency, loading_message, memory_used
+from naiad.repository.residency import BUDGET_EXHAUSTED, Residency, footprint, loading_message
 from naiad.repository.roots import CloudRoot, open_root
 from naiad.repository.routing import Mirror
 from naiad.repository.sync.engine import SyncError
@@ -303,13 +303,14 @@ class ModelRepository:
             task = asyncio.get_running_loop().create_task(self._load_on_demand(name))
             self._demands[name] = task
             task.add_done_callback(lambda done: self._demanded(name, done))
-        started = residency.clock()
+        started, loaded = residency.clock(), False
         try:
             await asyncio.wait_for(asyncio.shield(task), residency.load_timeout)
+            loaded = True
         except TimeoutError:
             raise UnavailableError(loading_message(name)) from None
         finally:
-            residency.waited(name, residency.clock() - started)
+            residency.waited(name, residency.clock() - started, loaded)
 
     def _demanded(self, name: str, task: asyncio.Task[None]) -> None:
         if self._demands.get(name) is task:
@@ -322,44 +323,42 @@ class ModelRepository:
         await self.load(name, on_demand=True)
 
     async def _make_room(self, name: str, *, on_demand: bool) -> None:
-        """Evict until loading ``name`` (its expected footprint) fits the budget.  An on-demand load
+        """Evict until loading ``name`` (its expected footprint) fits the budgets.  An on-demand load
         that cannot fit fails; an explicit one proceeds anyway (the operator's or user's decision)."""
-        budget = self.residency.budget
-        if budget is None:
+        residency = self.residency
+        if not residency.limited or residency.fits(self._models, name):
             return
-        need = self.residency.estimate(name)
-        used = memory_used(self._models, exclude=name)
-        if used + need <= budget:
-            return
-        for victim in self.residency.victims(self._models, self._busy(name)):
-            used -= await self._evict(victim)
-            if used + need <= budget:
+        for victim in residency.victims(self._models, self._busy(name)):
+            await self._evict(victim)
+            if residency.fits(self._models, name):
                 return
         if on_demand:
             raise UnavailableError(BUDGET_EXHAUSTED)
 
     async def _fit(self, name: str) -> None:
-        """After a load: evict until what is loaded fits the budget again (the load's footprint may
+        """After a load: evict until what is loaded fits the budgets again (the load's footprint may
         have been more than expected, or loads ran side by side), never ``name`` itself."""
-        budget = self.residency.budget
-        if budget is None or memory_used(self._models) <= budget:
+        residency = self.residency
+        if not residency.limited or not residency.over(self._models):
             return
-        for victim in self.residency.victims(self._models, self._busy(name)):
+        for victim in residency.victims(self._models, self._busy(name)):
             await self._evict(victim)
-            if memory_used(self._models) <= budget:
+            if not residency.over(self._models):
                 return
 
     def _busy(self, name: str) -> set[str]:
         """Models eviction must leave alone: ``name`` and whatever is being loaded or unloaded."""
         return {name} | {other for other, lock in self._locks.items() if lock.locked()} | set(self._demands)
 
-    async def _evict(self, name: str) -> int:
-        """Unload ``name`` to free memory; the bytes it held."""
-        freed = memory_used({name: model}) if (model := self._models.get(name)) is not None else 0
-        log.info("evicting model '%s' (%d bytes) to stay within the model memory budget", name, freed)
+    async def _evict(self, name: str) -> None:
+        """Unload ``name`` to free memory, unless it was pinned or took a request since the victims
+        were chosen (evictions before it awaited unloads)."""
+        model = self._models.get(name)
+        if model is None or name not in self.residency.victims({name: model}, self._busy("")):
+            return
+        log.info("evicting model '%s' (%d bytes) to stay within the memory budget", name, footprint(model))
         await self.unload(name)
         self.residency.unloaded(name, evicted=True)
-        return freed
 
     async def _load(self, name: str, request: LoadRequest | None, fresh: bool, record_missing: bool) -> Model:
         previous = self._models.get(name)

@@ -52,6 +52,8 @@ class ModelVersion:
     scratch: Path | None = None
     load_ns: int = 0
     memory_bytes: int = 0
+    #: What used memory grew by on each GPU (by CUDA index) while it loaded; empty without GPUs.
+    gpu_memory_bytes: tuple[int, ...] = ()
     #: What its instances report about their model processes (restarts; giving up, see ``fail``).
     health: InstanceHealth | None = None
     #: Set by ``fail``: UNAVAILABLE because its model kept crashing after it loaded.

@@ -14,7 +14,9 @@ unloads, and the counters here are what ``naiad_*`` metrics read (:mod:`naiad.me
 
 A model's footprint is what its versions measured when they loaded (:mod:`naiad.repository.footprint`);
 a model never loaded yet is expected to need what it needed last time, else the mean of the models
-measured so far (a first guess that the check after each load corrects by evicting more).
+measured so far (a first guess that the check after each load corrects by evicting more).  Where GPUs
+are, ``--model-gpu-memory-budget`` applies the same way to each GPU's measured growth (a model never
+loaded is expected to need nothing there until it has been measured once).
 """
 
 from __future__ import annotations
@@ -46,6 +48,17 @@ def footprint(model: Model | None) -> int:
     if model is None:
         return 0
     return sum(mv.memory_bytes for mv in model.serving())
+
+
+def gpu_footprint(model: Model | None) -> tuple[int, ...]:
+    """Per GPU, what the versions of ``model`` that hold instances grew GPU memory by when they loaded."""
+    return _add(*(mv.gpu_memory_bytes for mv in model.serving())) if model is not None else ()
+
+
+def _add(*rows: tuple[int, ...]) -> tuple[int, ...]:
+    """Per-GPU sums of rows that may be of different lengths (a row is empty without GPUs)."""
+    width = max((len(row) for row in rows), default=0)
+    return tuple(sum(row[i] for row in rows if i < len(row)) for i in range(width))
 
 
 @dataclass(slots=True)
@@ -88,6 +101,7 @@ class Residency:
         self.last_used: dict[str, float] = {}
         #: Last measured footprint per model name (kept after an unload: the next load's estimate).
         self.footprints: dict[str, int] = {}
+        self.gpu_footprints: dict[str, tuple[int, ...]] = {}
         self.loads: Counter[tuple[str, str]] = Counter()
         self.evictions: Counter[str] = Counter()
         self.hits = 0
@@ -120,6 +134,7 @@ class Residency:
         self.loaded_at[name] = now
         self.last_used.setdefault(name, now)
         self.footprints[name] = footprint(model)
+        self.gpu_footprints[name] = gpu_footprint(model)
         self.loads[name, ON_DEMAND if on_demand else EXPLICIT] += 1
         if not on_demand:
             self.pinned.add(name)
@@ -132,10 +147,12 @@ class Residency:
         if evicted:
             self.evictions[name] += 1
 
-    def waited(self, name: str, seconds: float) -> None:
-        """A request waited ``seconds`` for an on-demand load of ``name`` (a miss)."""
+    def waited(self, name: str, seconds: float, loaded: bool) -> None:
+        """A request waited ``seconds`` for an on-demand load of ``name`` (a miss); when the model
+        ``loaded`` for it, the request runs next and is not to count as a hit too."""
         self.misses += 1
-        self._owed[name] += 1
+        if loaded:
+            self._owed[name] += 1
         self.waits.observe(seconds)
 
     def used(self, name: str) -> None:
@@ -157,6 +174,31 @@ class Residency:
             return known
         measured = list(self.footprints.values())
         return sum(measured) // len(measured) if measured else 0
+
+    @property
+    def limited(self) -> bool:
+        """Whether any budget applies (otherwise nothing is ever evicted)."""
+        return self.budget is not None or self.gpu_budget is not None
+
+    def fits(self, models: Mapping[str, Model], name: str) -> bool:
+        """Whether loading ``name`` (its expected footprint) beside the other loaded models stays
+        within the budgets (the host's, and each GPU's)."""
+        if self.budget is not None and memory_used(models, exclude=name) + self.estimate(name) > self.budget:
+            return False
+        if self.gpu_budget is None:
+            return True
+        others = [gpu_footprint(model) for other, model in models.items() if other != name]
+        need = self.gpu_footprints.get(name, ())
+        return all(used <= self.gpu_budget for used in _add(need, *others))
+
+    def over(self, models: Mapping[str, Model]) -> bool:
+        """Whether the loaded models, as measured, hold more than a budget allows."""
+        if self.budget is not None and memory_used(models) > self.budget:
+            return True
+        gpu_budget = self.gpu_budget
+        if gpu_budget is None:
+            return False
+        return any(used > gpu_budget for used in _add(*(gpu_footprint(m) for m in models.values())))
 
     def victims(self, models: Mapping[str, Model], busy: Iterable[str]) -> list[str]:
         """Evictable models, least recently used first: loaded on demand (not pinned), holding

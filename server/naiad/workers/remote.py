@@ -368,6 +368,7 @@ class RemoteDataPlane(DataPlane):
         self._counting: set[asyncio.Task[Any]] = set()
         #: Only for its patterns: which models the engine loads on demand.
         self._demand = Residency(settings.load_on_demand)
+        self.loads_on_demand = self._demand.enabled
 
     def ready(self) -> bool:
         return not self.exiting and self._catalog.ready
@@ -375,7 +376,7 @@ class RemoteDataPlane(DataPlane):
     async def admit(self, name: str) -> None:
         """An on-demand model missing from this worker's catalog is loaded by the engine, which
         publishes the new catalog before it answers (so the checks before decoding find the model)."""
-        if not self._demand.enabled or not self._demand.on_demand(name):
+        if not self._demand.on_demand(name):
             return
         model = self.registry.models().get(name)
         if model is not None and model.latest_ready() is not None:

@@ -116,7 +116,9 @@ def test_repository_index_lists_models(raw: RawClient) -> None:
     response = raw.request("POST", "/v2/repository/index", "")
     assert response.status == 200
     entries = {e["name"]: e for e in response.json()}
+    memory = entries["add_sub"].pop("memory_bytes")  # Naiad extension: resident bytes measured at load
     assert entries["add_sub"] == {"name": "add_sub", "version": "1", "state": "READY"}
+    assert isinstance(memory, int) and memory > 0  # a Python model: its model process's resident memory
     ready_only = raw.post_json("/v2/repository/index", {"ready": True}).json()
     assert all(e["state"] == "READY" for e in ready_only)
     assert raw.post_json("/v2/repository/index", {"ready": "yes"}).status == 400

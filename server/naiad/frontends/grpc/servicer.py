@@ -251,7 +251,8 @@ class InferenceServicer:
                     async for answer in self.relay.stream(peer, message.model_name, data, sent):
                         channel.put_nowait(answer)
                     return
-            await self.dataplane.admit(message.model_name)
+            if self.dataplane.loads_on_demand:
+                await self.dataplane.admit(message.model_name)
             decoupled = self.dataplane.is_decoupled(message.model_name, version)
             request = self._request(parsed, headers)
             in_shm = grpc_v2.shm_outputs(message)
@@ -305,7 +306,8 @@ class InferenceServicer:
         """Triton's order: version string, model, transaction policy, then the request itself."""
         message = parsed.message
         version = grpc_v2.model_version(message.model_version)
-        await self.dataplane.admit(message.model_name)
+        if self.dataplane.loads_on_demand:
+            await self.dataplane.admit(message.model_name)
         if self.dataplane.is_decoupled(message.model_name, version):
             raise UnsupportedError(_DECOUPLED)
         request = self._request(parsed, headers)

@@ -253,7 +253,8 @@ class HttpFrontend:
         encoding = headers.get(b"content-encoding")
         if encoding is not None:
             body = decompress(body, encoding.decode("latin-1"), self.max_input_size)
-        await self.dataplane.admit(name)
+        if self.dataplane.loads_on_demand:
+            await self.dataplane.admit(name)
         if self.dataplane.is_decoupled(name, version):
             raise UnsupportedError("HTTP end point doesn't support models with decoupled transaction policy")
         header_length = headers.get(b"inference-header-content-length")

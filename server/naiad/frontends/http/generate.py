@@ -28,7 +28,8 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-
 
 async def generate(dataplane: DataPlane, body: bytes, name: str, version: str) -> bytes:
     """The generate response object of the request's one response."""
-    await dataplane.admit(name)
+    if dataplane.loads_on_demand:
+        await dataplane.admit(name)
     request = decode_generate(body, dataplane.signature(name, version), name, version)
     responses = []
     async for answer, _ in dataplane.stream(request):
@@ -48,7 +49,8 @@ async def generate_stream(
     dataplane: DataPlane, body: bytes, name: str, version: str, receive: Receive
 ) -> AsyncGenerator[bytes, None]:
     """The SSE body, once the model's first answer is known (errors before it are raised)."""
-    await dataplane.admit(name)
+    if dataplane.loads_on_demand:
+        await dataplane.admit(name)
     request = decode_generate(body, dataplane.signature(name, version), name, version)
     answers = dataplane.stream(request)
     first = await anext(answers)
