@@ -12,6 +12,7 @@ import multiprocessing
 import random
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,8 @@ def zipf_weights(n: int, s: float) -> list[float]:
     return [1.0 / (rank**s) for rank in range(1, n + 1)]
 
 
-def _run(client: Client) -> list[Record]:
+def _run(job: tuple[Client, Any]) -> list[Record]:
+    client, barrier = job
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
@@ -58,6 +60,9 @@ def _run(client: Client) -> list[Record]:
         handles = [grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}") for _, grpc in client.endpoints]
     records: list[Record] = []
     turn = rng.randrange(len(handles))
+    # every client is started (spawned, imported, connected) before any sends: a process still
+    # importing would take CPU from the others' first requests
+    barrier.wait()
     start = time.monotonic()
     interval = 1.0 / client.rate
     sent = 0
@@ -94,6 +99,8 @@ def _run(client: Client) -> list[Record]:
 
 def drive(clients: list[Client]) -> list[Record]:
     """Run every client at once (one process each) and return all their records."""
-    with multiprocessing.get_context("spawn").Pool(len(clients)) as pool:
-        results = pool.map(_run, clients)
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, context.Pool(len(clients)) as pool:
+        barrier = manager.Barrier(len(clients))
+        results = pool.map(_run, [(client, barrier) for client in clients])
     return [record for records in results for record in records]

@@ -21,7 +21,8 @@ over the phase).  Latencies are client-side, from tritonclient processes (half H
 pacing itself to a fixed rate and spreading requests over the pods round robin, as a Service would.
 
 usage: python benchmarks/density/run.py [--models-dir DIR] [--rate 60] [--clients 6]
-                                        [--reference-secs 30] [--warm-secs 30] [--mixed-secs 60]
+                                        [--rounds 2] [--reference-secs 15] [--warm-secs 15]
+                                        [--mixed-secs 40]
                                         [--zipf 1.1] [--ratio 3] [--min-residency 2]
 """
 
@@ -34,6 +35,7 @@ import os
 import random
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -320,9 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rate", type=float, default=60.0, help="offered requests/s, all clients together")
     parser.add_argument("--clients", type=int, default=6, help="client processes (half HTTP, half gRPC)")
-    parser.add_argument("--reference-secs", type=float, default=30)
-    parser.add_argument("--warm-secs", type=float, default=30)
-    parser.add_argument("--mixed-secs", type=float, default=60)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of reference, warm-only, mixed")
+    parser.add_argument("--reference-secs", type=float, default=15)
+    parser.add_argument("--warm-secs", type=float, default=15)
+    parser.add_argument("--mixed-secs", type=float, default=40)
     parser.add_argument("--zipf", type=float, default=1.1)
     parser.add_argument("--ratio", type=float, default=3.0, help="models' total / the fleet's budget")
     parser.add_argument("--pods", type=int, default=3)
@@ -368,30 +371,13 @@ def measure(
     with infrastructure(repo) as (fake, operator_log):
         print(f"cluster infrastructure up, repository synced in {time.monotonic() - t0:.0f} s", flush=True)
         starting.join()
-        try:
-            print(f"reference: every model loaded in {time.monotonic() - t0:.0f} s", flush=True)
-            sizes = footprints(ref.http_url)
-            missing = set(ranked) - set(sizes)
-            if missing:
-                raise RuntimeError(f"reference did not load {sorted(missing)[:5]}...")
-            for name in ranked:  # every model's first inference done before measuring
-                infer(ref.http_url, name)
-            reference = drive(
-                clients(
-                    [(ref.http_port, ref.grpc_port)],
-                    ranked,
-                    args.zipf,
-                    kinds,
-                    args.reference_secs,
-                    args.rate,
-                    args.clients,
-                    args.seed,
-                )
-            )
-        finally:
-            ref.__exit__(None, None, None)
-        ref_summary = summary("reference (1 server, all loaded)", reference, {}, args.reference_secs)
-
+        print(f"reference: every model loaded in {time.monotonic() - t0:.0f} s", flush=True)
+        sizes = footprints(ref.http_url)
+        missing = set(ranked) - set(sizes)
+        if missing:
+            raise RuntimeError(f"reference did not load {sorted(missing)[:5]}...")
+        for name in ranked:  # every model's first inference done before measuring
+            infer(ref.http_url, name)
         total = sum(sizes.values())
         budget = int(total / args.ratio / args.pods)
         print(
@@ -408,52 +394,75 @@ def measure(
             hot.append(name)
             used += sizes[name]
 
-        t0 = time.monotonic()
+        t1 = time.monotonic()
         pods = start_service(fake, operator_log, args.pods, budget, args.min_residency, ranked)
-        print(f"cluster: {len(pods)} pods ready in {time.monotonic() - t0:.0f} s", flush=True)
+        print(f"cluster: {len(pods)} pods ready in {time.monotonic() - t1:.0f} s", flush=True)
         endpoints = [(p.port, p.grpc_port) for p in pods]
         metrics = [_metrics_port(p) for p in pods]
-        logs = [p.log for p in pods]
 
-        # warm the hot set: one request each, spread over the pods, then let the peers file catch up
-        for i, name in enumerate(hot):
-            infer(pods[i % len(pods)].url, name)
-        time.sleep(4)
-        before = scrape(metrics)
-        warm_only = drive(
-            clients(endpoints, hot, args.zipf, kinds, args.warm_secs, args.rate, args.clients, args.seed + 1)
-        )
-        middle = scrape(metrics)
-        mixed = drive(
-            clients(
-                endpoints, ranked, args.zipf, kinds, args.mixed_secs, args.rate, args.clients, args.seed + 2
-            )
-        )
-        after = scrape(metrics)
-        loads = load_events(logs)
+        def load(where: list[tuple[int, int]], models: list[str], secs: float, seed: int) -> list[Record]:
+            return drive(clients(where, models, args.zipf, kinds, secs, args.rate, args.clients, seed))
+
+        # rounds interleave the three phases, so that each ratio compares measurements minutes apart at
+        # most on a machine whose load moves (the reference server idles while the cluster is measured)
+        rounds: list[dict[str, list[Record]]] = []
+        counts: dict[str, Counter[str]] = {"warm-only": Counter(), "mixed": Counter()}
+        for r in range(args.rounds):
+            seed = args.seed + 10 * r
+            reference = load([(ref.http_port, ref.grpc_port)], ranked, args.reference_secs, seed)
+            # the hot set: one request each, spread over the pods, then the peers file catches up
+            for i, name in enumerate(hot):
+                infer(pods[i % len(pods)].url, name)
+            time.sleep(4)
+            before = scrape(metrics)
+            warm_only = load(endpoints, hot, args.warm_secs, seed + 1)
+            middle = scrape(metrics)
+            mixed = load(endpoints, ranked, args.mixed_secs, seed + 2)
+            after = scrape(metrics)
+            counts["warm-only"].update(delta(middle, before))
+            counts["mixed"].update(delta(after, middle))
+            rounds.append({"reference": reference, "warm-only": warm_only, "mixed": mixed})
+            print(f"round {r + 1} done; uptime: {uptime()}", flush=True)
+        loads = load_events([p.log for p in pods])
         held = {p.name: footprints(p.url) for p in pods}
-    warm_summary = summary(f"cluster warm-only ({len(hot)} hot models)", warm_only, loads, args.warm_secs)
-    mixed_summary = summary("cluster mixed (all 200)", mixed, loads, args.mixed_secs)
-    phase_counts = {"warm-only": delta(middle, before), "mixed": delta(after, middle)}
+    ref.__exit__(None, None, None)
 
+    labels = {
+        "reference": "reference (1 server, all 200 loaded, no budget)",
+        "warm-only": f"cluster warm-only ({len(hot)} hot models)",
+        "mixed": "cluster mixed (all 200 models)",
+    }
+    secs = {"reference": args.reference_secs, "warm-only": args.warm_secs, "mixed": args.mixed_secs}
+    pooled = {
+        phase: summary(
+            labels[phase], [x for rnd in rounds for x in rnd[phase]], loads, secs[phase] * len(rounds)
+        )
+        for phase in labels
+    }
+    per_round = [
+        {phase: summary(phase, rnd[phase], loads, secs[phase]) for phase in labels} for rnd in rounds
+    ]
+
+    print(f"\nall {len(rounds)} rounds pooled:")
     print(
-        "\n| phase | requests | req/s | failed | warm | warm p50 ms | warm p99 ms | cold | cold p50 ms "
+        "| phase | requests | req/s | failed | warm | warm p50 ms | warm p99 ms | cold | cold p50 ms "
         "| cold p99 ms |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for row in (ref_summary, warm_summary, mixed_summary):
+    for row in pooled.values():
         print(
             f"| {row['label']} | {row['requests']} | {row['rps']:.1f} | {row['failed']} | {row['warm']} | "
             f"{row['warm_p50']:.1f} | {row['warm_p99']:.1f} | {row['cold']} | {row['cold_p50']:.0f} | "
             f"{row['cold_p99']:.0f} |"
         )
-    for row in (ref_summary, warm_summary, mixed_summary):
+    for row in pooled.values():
         if row["errors"]:
             print(f"  {row['label']} errors: {row['errors']}")
     print("\n| phase | hit rate | on-demand loads | loads/min | evictions | evictions/min | forwarded |")
     print("|---|---|---|---|---|---|---|")
-    for phase, secs in (("warm-only", args.warm_secs), ("mixed", args.mixed_secs)):
-        d = phase_counts[phase]
+    for phase in ("warm-only", "mixed"):
+        d = counts[phase]
+        minutes = secs[phase] * len(rounds) / 60
         hits = d.get("naiad_on_demand_requests_total{result=hit}", 0.0)
         misses = d.get("naiad_on_demand_requests_total{result=miss}", 0.0)
         rate = hits / (hits + misses) if hits + misses else float("nan")
@@ -461,16 +470,21 @@ def measure(
         evictions = d.get("naiad_model_evictions_total", 0.0)
         print(
             f"| {phase} | {rate:.3f} ({hits:.0f} hit / {misses:.0f} miss) | {loads_n:.0f} | "
-            f"{loads_n / secs * 60:.1f} | {evictions:.0f} | {evictions / secs * 60:.1f} | "
+            f"{loads_n / minutes:.0f} | {evictions:.0f} | {evictions / minutes:.0f} | "
             f"{d.get('naiad_forwarded_requests_total', 0.0):.0f} |"
         )
-    print("\nwarm p99 ratios (the loads' effect on requests that wait for none):")
-    print(f"  mixed / warm-only (same cluster): {mixed_summary['warm_p99'] / warm_summary['warm_p99']:.2f}x")
-    print(
-        f"  mixed / reference (1 server, everything loaded): "
-        f"{mixed_summary['warm_p99'] / ref_summary['warm_p99']:.2f}x"
-    )
-    print(f"  warm-only / reference: {warm_summary['warm_p99'] / ref_summary['warm_p99']:.2f}x")
+    print("\nwarm p99 per round (ms) and ratios; the median of the rounds' ratios last:")
+    print("| round | reference | warm-only | mixed | mixed / warm-only | mixed / reference |")
+    print("|---|---|---|---|---|---|")
+    by_warm, by_ref = [], []
+    for i, row in enumerate(per_round, 1):
+        ref99, warm99, mixed99 = (row[k]["warm_p99"] for k in ("reference", "warm-only", "mixed"))
+        by_warm.append(mixed99 / warm99)
+        by_ref.append(mixed99 / ref99)
+        print(
+            f"| {i} | {ref99:.1f} | {warm99:.1f} | {mixed99:.1f} | {by_warm[-1]:.2f}x | {by_ref[-1]:.2f}x |"
+        )
+    print(f"| median | | | | {statistics.median(by_warm):.2f}x | {statistics.median(by_ref):.2f}x |")
     print("\nheld at the end (pod: models, MiB measured):")
     for pod, models in held.items():
         print(
@@ -478,8 +492,7 @@ def measure(
             f"(budget {budget / MIB:,.0f} MiB)"
         )
     print(f"\nuptime at the end: {uptime()}", flush=True)
-    failed = ref_summary["failed"] + warm_summary["failed"] + mixed_summary["failed"]
-    return 1 if failed else 0
+    return 1 if any(row["failed"] for row in pooled.values()) else 0
 
 
 if __name__ == "__main__":
