@@ -41,6 +41,17 @@ def _one(held: list[str]) -> list[str] | None:
     return held if len(held) == 1 else None
 
 
+def _settled(api: Any, cluster: FakeCluster, model: str) -> list[str] | None:
+    """The one pod holding ``model`` once status names it alone and every pod answers for it (the
+    answers forwarded, not loaded: still one holder afterwards)."""
+    held = _one(_holders(cluster, model))
+    if held is None or [h["pod"] for h in model_status(api, model).get("heldBy") or []] != held:
+        return None
+    if not _every_pod_answers(cluster, model):
+        return None
+    return held if _holders(cluster, model) == held else None
+
+
 def _every_pod_answers(cluster: FakeCluster, model: str) -> bool:
     """Every ready pod answers for ``model`` (until the peers file reaches a pod, it answers 404)."""
     pods = [p for p in cluster.pods.get("vision", []) if p.ready]
@@ -73,17 +84,15 @@ def test_copies_and_on_demand(s3: Any, api_server: ApiServer, cluster: FakeClust
         },
     )
     eventually(lambda: len([p for p in cluster.pods.get("vision", []) if p.ready]) == 3, what="3 pods")
-    # pods turn Ready one by one and the copy may move to a pod that outranks its first home (loaded
-    # there before it goes here): it settles on exactly one
-    (holder,) = eventually(lambda: _one(_holders(cluster, "solo")), what="solo on exactly one pod")
-    eventually(lambda: _every_pod_answers(cluster, "solo"), what="every pod answers for solo")
-    assert _holders(cluster, "solo") == [holder]  # the answers were forwarded, not loaded
-    status = eventually(lambda: model_status(api, "solo").get("heldBy"), what="status names the holder")
-    assert [h["pod"] for h in status] == [holder]
-    assert status[0]["address"].startswith("127.0.0.1:") and status[0]["memoryBytes"] > 0
     eventually(
         lambda: conditions(api, "inferenceservices", "vision").get("Ready") == "True", what="service Ready"
     )
+    # pods turn Ready one by one and the copy may move to a pod that outranks its first home (loaded
+    # there before it goes here): wait until it settled on one pod that every pod's requests reach
+    (holder,) = eventually(lambda: _settled(api, cluster, "solo"), what="solo on one pod, answered by all")
+    status = eventually(lambda: model_status(api, "solo").get("heldBy"), what="status names the holder")
+    assert [h["pod"] for h in status] == [holder]
+    assert status[0]["address"].startswith("127.0.0.1:") and status[0]["memoryBytes"] > 0
 
     # onDemand: no pod loads it ahead; the pod a request reaches loads it
     assert _holders(cluster, "lazy") == []

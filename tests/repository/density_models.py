@@ -2,7 +2,8 @@
 
 Each ``ballast`` model fills ``mib`` MiB of memory in ``initialize`` (pages written, so they are resident
 in its model process) and answers ``OUTPUT0 = INPUT0 + offset``, so a test can tell the models apart.  A
-negative input makes it sleep that many milliseconds first (a request kept in flight).
+negative input makes it sleep that many milliseconds first (a request kept in flight), after creating the
+file ``executing`` in the model's folder (so a test knows the request is running).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 """
 
 BALLAST_PY = """
+import os
 import time
 
 import numpy as np
@@ -34,6 +36,7 @@ LOAD_DELAY = {delay!r}
 class TritonPythonModel:
     def initialize(self, args):
         time.sleep(LOAD_DELAY)
+        self.folder = args["model_repository"]
         self.ballast = np.ones(MIB * 2**20, dtype=np.uint8)
 
     def execute(self, requests):
@@ -41,6 +44,7 @@ class TritonPythonModel:
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             if x.reshape(-1)[0] < 0:
+                open(os.path.join(self.folder, "executing"), "w").close()
                 time.sleep(-int(x.reshape(-1)[0]) / 1000)
             responses.append(pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor("OUTPUT0", (x + OFFSET).astype(np.int32))]))

@@ -68,9 +68,14 @@ def test_loads_past_the_budget_evict_the_least_recently_used_idle_model(
 
         # e0 has a request in flight and is the least recently used: e2 goes instead
         slow: list[int] = []
+        marker = budget_repo / "e0" / "executing"
+        marker.unlink(missing_ok=True)
         runner = threading.Thread(target=lambda: slow.append(infer_http(server, "e0", -2500)))
         runner.start()
-        time.sleep(0.5)  # e0's request is running; then e2 is used after it
+        deadline = time.monotonic() + 30
+        while not marker.exists():  # e0's request is running; then e2 is used after it
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         assert infer_http(server, "e2") == 31
         assert infer_grpc(server, "e1") == 21
         runner.join()

@@ -193,4 +193,11 @@ def test_a_changed_peers_file_is_picked_up(pair: Pair) -> None:
     while not http.is_model_ready("simple") and time.monotonic() < deadline:
         time.sleep(0.1)
     np.testing.assert_array_equal(http.infer("simple", inputs).as_numpy("OUTPUT0"), x + y)
+    # a file that does not parse (a half-written edit) leaves the last good table in force
+    try:
+        pair.peers_file.write_text('{"models": {"simple": ["no-ports"]}}')
+        time.sleep(1.5)  # past the server's once-a-second look at the file
+        np.testing.assert_array_equal(http.infer("simple", inputs).as_numpy("OUTPUT0"), x + y)
+    finally:
+        pair.write_peers(pair.default_peers())
     http.close()

@@ -218,7 +218,8 @@ class ModelStatus(CamelModel):
     copies: Copies = Field(default_factory=Copies)
     replicas: list[ReplicaState] = Field(default_factory=list)
     held_by: list[Holder] = Field(default_factory=list)
-    """The pods that hold the model now (with ``placement: {copies: k}`` or ``onDemand``, some of them)."""
+    """The pods that hold the model now (with ``placement: {copies: k}`` or ``onDemand``, some of them),
+    at most ``replicaDetailLimit``."""
     last_failure: Failure | None = None
 
 

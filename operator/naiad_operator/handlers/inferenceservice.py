@@ -167,7 +167,8 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         ctx.settings.replica_detail_limit,
     )
     # every pod's peers file: which pods hold which models, as this pass found them
-    peers = placement.desired_peers_configmap(name, namespace, names.owner_reference(KIND, meta), status)
+    owner = names.owner_reference(KIND, meta)
+    peers = placement.desired_peers_configmap(name, namespace, owner, spec.models, pods)
     await children.ensure(ctx.cache, stamp(peers))
     blocked = sum(m.transition_status is TransitionStatus.BLOCKED_BY_FAILED_LOAD for m in status.models)
     ctx.metrics.blocked_models.labels(namespace, name).set(blocked)

@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from naiad_operator.api.inferenceservice import Holder, InferenceServiceStatus, ModelSpec
+from naiad_operator.api.inferenceservice import Holder, ModelSpec
 from naiad_operator.api.observed import PodObservation
 from naiad_operator.reconcile import names
 
@@ -47,7 +47,8 @@ def _rank(model: str, pod: str) -> bytes:
 
 
 def holders(model: str, pods: Sequence[PodObservation]) -> list[Holder]:
-    """The pods whose index has some version of ``model`` READY, by name."""
+    """The pods whose index has some version of ``model`` READY, by name (all of them: the peers file
+    needs every address; status shows the first ``replicaDetailLimit``)."""
     return [
         Holder(pod=p.name, address=p.peer, memory_bytes=p.memory.get(model))
         for p in sorted(pods, key=lambda p: p.name)
@@ -55,19 +56,25 @@ def holders(model: str, pods: Sequence[PodObservation]) -> list[Holder]:
     ]
 
 
-def peers_document(status: InferenceServiceStatus) -> dict[str, Any]:
-    """The peers file: each model -> the addresses of the pods that hold it (status' ``heldBy``)."""
-    return {
-        "models": {
-            m.name: [h.address for h in m.held_by if h.address]
-            for m in sorted(status.models, key=lambda m: m.name)
-            if any(h.address for h in m.held_by)
-        }
-    }
+def peers_document(models: Sequence[ModelSpec], pods: Sequence[PodObservation]) -> dict[str, Any]:
+    """The peers file: each model placed on some pods only -> the addresses of the pods that hold it.
+    Models on every pod are left out (every Ready pod serves them), which keeps the file small."""
+    table: dict[str, list[str]] = {}
+    for spec in sorted(models, key=lambda m: m.name):
+        if spec.copies is None and not spec.on_demand:
+            continue
+        addresses = [h.address for h in holders(spec.name, pods) if h.address]
+        if addresses:
+            table[spec.name] = addresses
+    return {"models": table}
 
 
 def desired_peers_configmap(
-    name: str, namespace: str, owner: dict[str, Any], status: InferenceServiceStatus
+    name: str,
+    namespace: str,
+    owner: dict[str, Any],
+    models: Sequence[ModelSpec],
+    pods: Sequence[PodObservation],
 ) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -75,8 +82,22 @@ def desired_peers_configmap(
         "metadata": names.child_metadata(
             names.dns_name(name, "peers"), namespace, names.server_labels(name), owner
         ),
-        "data": {PEERS_KEY: json.dumps(peers_document(status), sort_keys=True)},
+        "data": {PEERS_KEY: json.dumps(peers_document(models, pods), sort_keys=True)},
     }
+
+
+def placed(models: Sequence[ModelSpec]) -> bool:
+    """Whether some model is on some pods only: only then do pods get the peers file (a service whose
+    models are all on every pod keeps the pod template it always had, so upgrading the operator does
+    not restart its pods)."""
+    return any(m.copies is not None or m.on_demand for m in models)
+
+
+def server_args(models: Sequence[ModelSpec]) -> list[str]:
+    """The server flags placement adds: the peers file, and ``--load-on-demand`` per onDemand model."""
+    if not placed(models):
+        return []
+    return [f"--peers-file={PEERS_FILE}", *(f"--load-on-demand={m.name}" for m in models if m.on_demand)]
 
 
 def peers_volume(isvc: str) -> dict[str, Any]:

@@ -101,8 +101,7 @@ def desired_deployment(
         f"--http-port={HTTP_PORT}",
         f"--grpc-port={GRPC_PORT}",
         f"--metrics-port={METRICS_PORT}",
-        f"--peers-file={placement.PEERS_FILE}",
-        *(f"--load-on-demand={m.name}" for m in spec.models if m.on_demand),
+        *placement.server_args(spec.models),
         *server.args,
     ]
     env: list[dict[str, Any]] = [
@@ -121,13 +120,11 @@ def desired_deployment(
     mounts: list[dict[str, Any]] = [
         {"name": "repository", "mountPath": names.REPOSITORY_MOUNT, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
-        {"name": placement.PEERS_VOLUME, "mountPath": placement.PEERS_MOUNT, "readOnly": True},
     ]
-    volumes: list[dict[str, Any]] = [
-        mount.volume(),
-        {"name": "tmp", "emptyDir": {}},
-        placement.peers_volume(name),
-    ]
+    volumes: list[dict[str, Any]] = [mount.volume(), {"name": "tmp", "emptyDir": {}}]
+    if placement.placed(spec.models):
+        mounts.append({"name": placement.PEERS_VOLUME, "mountPath": placement.PEERS_MOUNT, "readOnly": True})
+        volumes.append(placement.peers_volume(name))
     if template.shm_size:
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": template.shm_size}})

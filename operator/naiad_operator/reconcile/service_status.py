@@ -108,7 +108,7 @@ def model_status(
         target_versions=list(mp.target_versions),
         copies=copies,
         replicas=_replicas(mp.name, serving, pods, limit),
-        held_by=held_by,
+        held_by=held_by[:limit],
         last_failure=_last_failure(record.last_failure, failure, mp.name, pods, now),
     )
     if mp.change is Change.INVALID:

@@ -138,8 +138,10 @@ class InferenceServicer:
     async def ModelInfer(self, data: bytes, context: Context) -> bytes:
         if log.isEnabledFor(logging.DEBUG):
             self._log_handler("ModelInferHandler")
+        parsed = None
         if self.relay is not None:
-            message = grpc_v2.parse_infer_request(data).message
+            parsed = grpc_v2.parse_infer_request(data)
+            message = parsed.message
             version = grpc_v2.model_version(message.model_version)
             peer = self._peer(message.model_name, version, context)
             if peer is not None:
@@ -149,7 +151,8 @@ class InferenceServicer:
                 return await self.relay.unary(peer, message.model_name, "ModelInfer", data, metadata, timeout)
         if self.dataplane.tracer.enabled:
             return await self._traced_infer(data, context)
-        parsed = grpc_v2.parse_infer_request(data)
+        if parsed is None:
+            parsed = grpc_v2.parse_infer_request(data)
         response = await self._infer(parsed, metadata_headers(context))
         if self.compression is not None:
             context.set_compression(self.compression)
