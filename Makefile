@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 REPO   ?= examples/model_repository
 
-.PHONY: serve test models lint fuzz conformance bench-http clean constraints manifests chart-lint images test-operator-chaos test-operator-listing
+.PHONY: serve test models lint fuzz conformance bench-http bench-density clean constraints manifests chart-lint images test-operator-chaos test-operator-listing
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,11 @@ conformance: $(VENV)/.conformance
 
 bench-http: $(VENV)/.test
 	$(BIN)/python benchmarks/http_infer/run.py
+
+# 200 models, 3x the memory budget of 3 pods on the simulated cluster, Zipf traffic (issue 25; about
+# 5 minutes; figures in benchmarks/density/README.md).
+bench-density: $(VENV)/.test
+	$(BIN)/python benchmarks/density/run.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
