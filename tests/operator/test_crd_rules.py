@@ -147,6 +147,8 @@ def test_mig_profile_through_resources_is_admitted() -> None:
         ["--http-address=127.0.0.1"],  # the kubelet's probes and the operator could not reach the pod
         ["--allow-http=false"],
         ["--load-model=other"],
+        ["--peers-file=/tmp/mine.json"],  # placement: the operator writes which pod holds which model
+        ["--peers", "/tmp/mine.json"],
     ],
 )
 def test_flags_the_operator_owns_are_refused_in_every_spelling(args: list[str]) -> None:
