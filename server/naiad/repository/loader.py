@@ -24,7 +24,7 @@ from naiad.core.errors import InferenceServerError, InternalError, InvalidArgume
 from naiad.core.signature import ModelSignature
 from naiad.repository import config as cfg
 from naiad.repository.fingerprint import folder_fingerprint, version_fingerprints
-from naiad.repository.footprint import GpuMemory, gpu_growth, resident_bytes, version_bytes
+from naiad.repository.footprint import GpuMemory, OverlappingLoads, gpu_growth, resident_bytes, version_bytes
 from naiad.repository.layout import ModelLocation, available_versions
 from naiad.repository.model import ModelState, ModelVersion
 from naiad.repository.overrides import LoadRequest, OverrideError, write_model_files
@@ -89,6 +89,7 @@ class ModelLoader:
         #: Measures versions' GPU footprints (for ``--model-gpu-memory-budget``); only where GPUs are.
         self.gpu_memory = GpuMemory.open() if gpu_count else None
         self.rate_limiter = rate_limiter
+        self._overlapping = OverlappingLoads()
 
     def poll(self, name: str, location: ModelLocation | None, request: LoadRequest | None) -> LoadPlan:
         """Find and configure ``name``; :class:`PollError` or :class:`NoVersionsError` on failure."""
@@ -179,6 +180,7 @@ class ModelLoader:
             raise InternalError(plan.failure)
         started, resident = time.monotonic_ns(), resident_bytes()
         gpu_before = self.gpu_memory.used() if self.gpu_memory is not None else ()
+        overlap = self._overlapping.begin()
         config = plan.config
         samples = warmup_samples(config, plan.path)
         backend = self.runtime.backend(config.backend)
@@ -211,9 +213,11 @@ class ModelLoader:
                         if samples:
                             run_warmup(instance, samples)
         except BaseException:
+            self._overlapping.end(overlap)
             for worker in workers:
                 worker.close()
             raise
+        loads = self._overlapping.end(overlap)
         # the scheduler owns the workers from here on, even if it raises
         scheduler = create_scheduler(config, workers, plan.path, self.rate_limiter)
         model_version = ModelVersion(
@@ -225,9 +229,11 @@ class ModelLoader:
             model_dir=plan.path,
             scratch=plan.scratch,
             load_ns=time.monotonic_ns() - started,
-            memory_bytes=version_bytes([w.instance for w in workers], resident_bytes() - resident),
+            memory_bytes=version_bytes([w.instance for w in workers], (resident_bytes() - resident) // loads),
             gpu_memory_bytes=(
-                gpu_growth(gpu_before, self.gpu_memory.used()) if self.gpu_memory is not None else ()
+                tuple(grown // loads for grown in gpu_growth(gpu_before, self.gpu_memory.used()))
+                if self.gpu_memory is not None
+                else ()
             ),
             health=health,
         )
