@@ -173,16 +173,20 @@ def test_delay_policy_serves_timed_out_requests_last(
 
 @pytest.mark.parametrize(("model", "second_first"), [("ordered", False), ("unordered", True)])
 def test_preserve_ordering(
-    server: ServerProcess, pool: ThreadPoolExecutor, model: str, second_first: bool
+    server: ServerProcess, pool: ThreadPoolExecutor, tmp_path: Path, model: str, second_first: bool
 ) -> None:
-    slow = pool.submit(infer, server.http_url, model, f"{model}-slow", sleep=1.5)
-    wait_for(lambda: f"{model}-slow" in executed_ids(server, model))
-    start = time.monotonic()
-    fast = infer(server.http_url, model, f"{model}-fast")  # the other instance runs it at once
-    waited = time.monotonic() - start
-    assert slow.result().status == 200 and fast.status == 200
-    # held back until the slow one (1.5 s) was answered, or answered at once: generous either way
-    assert (waited < 0.75) is second_first
+    gate, slow = held(pool, server, model, tmp_path)  # one instance holds the first request at the gate
+    fast = pool.submit(infer, server.http_url, model, f"{model}-fast")  # the other instance runs it at once
+    wait_for(lambda: f"{model}-fast" in executed_ids(server, model))
+    try:
+        if second_first:
+            assert fast.result(timeout=30).status == 200  # answered while the first is still held
+        else:
+            time.sleep(SETTLE)  # time enough to answer it, were its answer not held behind the first one's
+            assert not fast.done()
+    finally:
+        gate.open()
+    assert slow.result().status == 200 and fast.result().status == 200
 
 
 def test_count_2_python_instances_compute_at_once_in_two_processes(

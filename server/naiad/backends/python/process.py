@@ -742,9 +742,11 @@ class ProcessModelInstance:
         if child.reader is not None:  # the process leaves after ``closed``: its reader sees the end
             child.process.wait(_CLOSE_TIMEOUT)
             child.reader.join(_CLOSE_TIMEOUT)
+        # the watcher reads the process's log pipe: it must be gone before the pipe closes (a read of
+        # a closed descriptor fails, or reads another file that reused its number)
+        self._watcher.join(_CLOSE_TIMEOUT)
         _stop(child.process)
         _drop_calls(child)
-        self._watcher.join(_CLOSE_TIMEOUT)
         os.close(self._wake_r)
         os.close(self._wake_w)
 
