@@ -125,3 +125,21 @@ def test_models_inside_their_minimum_residency_are_not_evicted(budget_repo: Path
         text = metrics(server)
         assert metric(text, "naiad_model_evictions_total", model="e0") == 0
         assert metric(text, "naiad_model_evictions_total", model="e1") == 0
+
+
+def test_a_load_waits_for_a_model_to_leave_its_minimum_residency_instead_of_failing(
+    budget_repo: Path,
+) -> None:
+    """Under churn every loaded model can be young: the load waits for the least recently used one to
+    become evictable (within ``--on-demand-load-timeout-secs``) and the request is served."""
+    args = [*budget_args(4), "--on-demand-load-timeout-secs=30"]
+    with ServerProcess([budget_repo], args, frontend_workers=0) as server:
+        assert infer_http(server, "e0") == 11
+        assert infer_http(server, "e1") == 21
+        assert infer_http(server, "e2") == 31  # once e0's residency ended, not a 503
+        rows = index(server)
+        assert [rows[name]["state"] for name in ("pin", "e1", "e2")] == ["READY"] * 3
+        assert rows["e0"]["state"] == "UNAVAILABLE"
+        text = metrics(server)
+        assert metric(text, "naiad_model_evictions_total", model="e0") == 1
+        assert metric(text, "naiad_model_evictions_total", model="e1") == 0

@@ -62,6 +62,8 @@ T = TypeVar("T")
 
 #: Triton's answer to load/unload outside EXPLICIT mode (the same text in NONE and POLL).
 CONTROL_DISABLED = "explicit model load / unload is not allowed if polling is enabled"
+#: How often an on-demand load that waits for room looks again while models are only busy.
+_ROOM_POLL_S = 0.05
 #: Models being loaded by the current task chain (a dependency cycle would deadlock on the locks).
 _CHAIN: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
     "naiad_load_chain", default=frozenset()
@@ -351,17 +353,29 @@ class ModelRepository:
         await self.load(name, on_demand=True)
 
     async def _make_room(self, name: str, *, on_demand: bool) -> None:
-        """Evict until loading ``name`` (its expected footprint) fits the budgets.  An on-demand load
-        that cannot fit fails; an explicit one proceeds anyway (the operator's or user's decision)."""
+        """Evict until loading ``name`` (its expected footprint) fits the budgets.  An explicit load
+        proceeds anyway (the operator's or user's decision).  An on-demand load waits, up to
+        ``--on-demand-load-timeout-secs``, for models inside their minimum residency or with requests
+        in flight to become evictable (under churn every loaded model can be young: failing then
+        would turn the residency meant to stop thrashing into failed requests), and fails when
+        waiting cannot make room in time."""
         residency = self.residency
         if not residency.limited or residency.fits(self._models, name):
             return
-        for victim in residency.victims(self._models, self._busy(name)):
-            await self._evict(victim)
-            if residency.fits(self._models, name):
+        deadline = residency.clock() + residency.load_timeout
+        while True:
+            for victim in residency.victims(self._models, self._busy(name)):
+                await self._evict(victim)
+                if residency.fits(self._models, name):
+                    return
+            if not on_demand:
                 return
-        if on_demand:
-            raise UnavailableError(BUDGET_EXHAUSTED)
+            wait = residency.evictable_in(self._models, self._busy(name))
+            if wait is None or residency.clock() + wait > deadline:
+                raise UnavailableError(BUDGET_EXHAUSTED)
+            await asyncio.sleep(max(wait, _ROOM_POLL_S))
+            if residency.fits(self._models, name):  # an unload made room meanwhile
+                return
 
     async def _fit(self, name: str) -> None:
         """After a load: evict until what is loaded fits the budgets again (the load's footprint may

@@ -220,6 +220,21 @@ class Residency:
         return [name for _, name in sorted(candidates)]
 
 
+    def evictable_in(self, models: Mapping[str, Model], busy: Iterable[str]) -> float | None:
+        """Seconds until a model that cannot be evicted now may be: the earliest end of a minimum
+        residency among the models loaded on demand and not in ``busy`` (0 for one held only by
+        requests in flight: they end soon); None when only pinned or busy models hold memory, so
+        waiting cannot make room."""
+        now = self.clock()
+        excluded = set(busy) | self.pinned
+        waits = [
+            max(0.0, self.loaded_at[name] + self.min_residency - now)
+            for name, model in models.items()
+            if name not in excluded and name in self.loaded_at and model.serving()
+        ]
+        return min(waits, default=None)
+
+
 def memory_used(models: Mapping[str, Model], exclude: str = "") -> int:
     """The measured footprint of every loaded model (but ``exclude``)."""
     return sum(footprint(model) for name, model in models.items() if name != exclude)
