@@ -30,9 +30,11 @@ lint: $(VENV)/.test
 	$(BIN)/lint-imports
 	cd server && ../$(BIN)/python -m mypy
 
+# Most tests wait on servers they started, not on the CPU: three processes share two cores well.
+TEST_WORKERS ?= 3
 test: $(VENV)/.test lint
 	$(BIN)/python scripts/build_examples.py
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Generated malformed requests (tests/fuzz: HTTP and gRPC inference, repository and shared memory APIs) in
 # the full profile, over 10,000 of them, bounded in time; the last line is `N requests, M 5xx, K crashes`.
