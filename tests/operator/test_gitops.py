@@ -275,8 +275,7 @@ def test_blocked_models_are_retried_when_fixed(
 def test_per_pod_rollout_keeps_one_pod_out_and_never_two_versions_in_a_pod(
     s3: Any, api_server: ApiServer, cluster: FakeCluster, operator: Any
 ) -> None:
-    """``perPod`` from the spec (the choice from measured memory is planned in test_rollout.py: the
-    simulated pods' Python models report a few KiB, too little to tell two copies from one)."""
+    """``perPod`` from the spec (the choice from measured memory: test_rollout_memory.py)."""
     _setup(cluster, s3)
     scenario = Scenario(cluster.api, s3, "perpod")
     scenario.upload(1)
