@@ -327,3 +327,23 @@ def test_per_pod_replaces_on_serving_pods_one_by_one_and_is_picked_by_measured_m
         }
     roomy = rollout.plan([spec("m")], snapshot, records, gated, memory_limit=64 << 20)
     assert roomy.models["m"].strategy is RolloutStrategy.BOTH
+
+
+def test_a_pass_without_measurements_keeps_the_strategy_last_chosen() -> None:
+    """A scrape that failed mid-rollout must not switch a big model to two copies per pod."""
+    unmeasured = [
+        PodObservation(n, f"http://{n}:8000", True, {"m": {1: VersionObservation(READY)}}, gated=True,
+                       containers_ready=True, gate_open=True, gate_set=True)
+        for n in ("p0", "p1")
+    ]  # fmt: skip
+    snapshot = {"m": {1: "h1", 2: "h2"}}
+    strategies = {}
+    for previous in (RolloutStrategy.PER_POD, RolloutStrategy.BOTH, None):
+        records = {"m": record("m", {1: "h1"}, strategy=previous)}
+        plan = rollout.plan([spec("m")], snapshot, records, unmeasured, memory_limit=48 << 20)
+        strategies[previous] = plan.models["m"].strategy
+    assert strategies == {
+        RolloutStrategy.PER_POD: RolloutStrategy.PER_POD,
+        RolloutStrategy.BOTH: RolloutStrategy.BOTH,
+        None: RolloutStrategy.BOTH,
+    }

@@ -265,7 +265,9 @@ def plan(
         )
         chosen = [p for p in ready if mp.holds_here(p.name)]
         if mp.change is Change.ROLLOUT and spec.rollout.strategy is None:
-            mp = _with_strategy(mp, choose_strategy(spec.name, mp, chosen, memory_limit))
+            record = records.get(spec.name)
+            previous = record.strategy if record is not None else None
+            mp = _with_strategy(mp, choose_strategy(spec.name, mp, chosen, memory_limit, previous))
         plans[spec.name] = mp
         override = spec.config_override
         if mp.change is Change.INVALID or spec.on_demand:
@@ -330,18 +332,29 @@ def plan(
 
 
 def choose_strategy(
-    model: str, mp: ModelPlan, pods: Sequence[PodObservation], memory_limit: int | None
+    model: str,
+    mp: ModelPlan,
+    pods: Sequence[PodObservation],
+    memory_limit: int | None,
+    previous: RolloutStrategy | None = None,
 ) -> RolloutStrategy:
     """``perPod`` when some pod's measured memory plus another copy of this model's loaded versions
     (the new content is taken to weigh what the old does) would pass the container's memory limit;
-    ``both`` otherwise, and whenever nothing was measured."""
+    ``both`` when the measurements say it fits.  When no pod's measurement of the model came in this
+    pass (a scrape failed, or the pods holding it are restarting), the strategy last chosen stands
+    (``previous``, from the status): a missed scrape in the middle of a ``perPod`` rollout must not
+    load two copies of a big model into every pod; with nothing ever chosen, ``both``."""
     if not memory_limit:
         return RolloutStrategy.BOTH
+    measured = False
     for pod in pods:
         held = sum(b for versions in pod.memory.values() for b in versions.values())
         model_bytes = sum(pod.memory.get(model, {}).values())
+        measured = measured or bool(model_bytes)
         if model_bytes and held + model_bytes > memory_limit:
             return RolloutStrategy.PER_POD
+    if not measured and previous is not None:
+        return previous
     return RolloutStrategy.BOTH
 
 
