@@ -29,19 +29,23 @@ from tests.operator.cluster import NS, Api
 
 #: A model whose answer depends on its version; ``LOAD_SECONDS`` makes a load take long enough for a
 #: fault to land in the middle of it, ``FAIL`` makes it refuse to load, ``EXEC_SECONDS`` keeps each
-#: request in flight for a while (a pod that goes away has requests to finish).
+#: request in flight for a while (a pod that goes away has requests to finish), ``BALLAST`` bytes are
+#: written at load (resident: the footprint the server measures).
 VERSIONED_PY = """
 import time
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 LOAD_SECONDS = {load_seconds}
 FAIL = {fail}
 EXEC_SECONDS = {exec_seconds}
+BALLAST = {ballast}
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        self.weights = np.ones(BALLAST, dtype=np.uint8)
         time.sleep(LOAD_SECONDS)
         if FAIL:
             raise RuntimeError("weights are corrupt")
@@ -62,8 +66,11 @@ def versioned_py(
     load_seconds: float = 0.0,
     fail: bool = False,
     exec_seconds: float = 0.0,
+    ballast: int = 0,
 ) -> str:
-    return VERSIONED_PY.format(load_seconds=load_seconds, fail=fail, exec_seconds=exec_seconds)
+    return VERSIONED_PY.format(
+        load_seconds=load_seconds, fail=fail, exec_seconds=exec_seconds, ballast=ballast
+    )
 
 
 @dataclass(frozen=True)

@@ -21,37 +21,13 @@ from typing import Any
 from tests.operator.chaos import Scenario
 from tests.operator.cluster import NS, FakeCluster
 from tests.operator.harness import eventually, post
-from tests.operator.load import Load, ready_endpoints
+from tests.operator.load import Load, ready_endpoints, versioned_py
 from tests.operator.test_gitops import CONVERGE, _create, _patch_models, _setup
 from tests.support.kmock_k8s import ApiServer
 from tests.support.models import identity_config
 
 BALLAST = 64 << 20
 """Bytes each instance writes at load: with the model process's interpreter, one copy measures ~90 MiB."""
-
-#: Answers ``input + 1000 * version`` (so every answer shows which version computed it); holds
-#: ``ballast`` resident bytes; ``initialize`` takes ``load_seconds``, so a version is seen LOADING.
-BALLAST_PY = """
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.weights = np.ones({ballast}, dtype=np.uint8)  # every page written: resident
-        time.sleep({load_seconds})
-        self.offset = 1000.0 * int(args["model_version"])
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            out = pb_utils.Tensor("OUTPUT0", tensor + self.offset)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-        return responses
-"""
 
 HOLDING = ("READY", "LOADING", "UNLOADING")
 """States in which a version's instances (and their memory) exist on the server."""
@@ -62,7 +38,7 @@ def _upload(scenario: Scenario, version: int) -> None:
     prefix = f"{scenario.prefix}/{scenario.model}"
     config = identity_config(scenario.model, "TYPE_FP32")
     client.put_object(Bucket="models", Key=f"{prefix}/config.pbtxt", Body=config.encode())
-    source = BALLAST_PY.format(ballast=BALLAST, load_seconds=0.5)
+    source = versioned_py(load_seconds=0.5, ballast=BALLAST)  # seen LOADING; answers show the version
     client.put_object(Bucket="models", Key=f"{prefix}/{version}/model.py", Body=source.encode())
 
 
