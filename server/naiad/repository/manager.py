@@ -355,8 +355,8 @@ class ModelRepository:
     async def _make_room(self, name: str, *, on_demand: bool) -> None:
         """Evict until loading ``name`` (its expected footprint) fits the budgets.  An explicit load
         proceeds anyway (the operator's or user's decision).  An on-demand load waits, up to
-        ``--on-demand-load-timeout-secs``, for models inside their minimum residency or with requests
-        in flight to become evictable (under churn every loaded model can be young: failing then
+        ``--on-demand-load-timeout-secs``, for models inside their minimum residency, with requests
+        in flight, or being loaded beside it to become evictable (under churn every loaded model can be young: failing then
         would turn the residency meant to stop thrashing into failed requests), and fails when
         waiting cannot make room in time."""
         residency = self.residency
@@ -370,7 +370,10 @@ class ModelRepository:
                     return
             if not on_demand:
                 return
-            wait = residency.evictable_in(self._models, self._busy(name))
+            busy = self._busy(name)
+            wait = residency.evictable_in(self._models, busy)
+            if wait is None and busy - {name}:  # loads and unloads under way change what is held
+                wait = _ROOM_POLL_S
             if wait is None or residency.clock() + wait > deadline:
                 raise UnavailableError(BUDGET_EXHAUSTED)
             await asyncio.sleep(max(wait, _ROOM_POLL_S))
