@@ -133,6 +133,13 @@ def test_changed_bounds_clamp_the_count_held() -> None:
     assert raised == demand.Scale(2, None)
 
 
+def test_every_scaling_model_is_scaled_and_an_uncounted_one_has_rate_zero() -> None:
+    models = [_spec(**SCALING), ModelSpec(name="plain")]
+    records = {"hot": _held(3, T0)}
+    assert demand.scales(models, records, {}, _at(60)) == {"hot": demand.Scale(1, None)}
+    assert demand.scales(models, records, None, _at(60)) == {"hot": demand.Scale(3, format_time(T0))}
+
+
 def test_more_copies_extend_the_ranking() -> None:
     """Growing from k to k+1 keeps the k pods and adds the next in rank; shrinking drops the last."""
     spec = _spec(**SCALING)

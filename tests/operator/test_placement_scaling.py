@@ -50,7 +50,17 @@ def _settled(api: Any, cluster: FakeCluster, copies: int) -> dict[str, Any] | No
     record = model_status(api, "hot")
     if len(held) != copies or _status_holders(api) != held or record.get("targetCopies") != copies:
         return None
-    return record
+    # the pods chosen (counted only among pods Ready at that pass: a probe missed under load counts less)
+    return record if record["copies"]["desired"] == copies else None
+
+
+def _idle(api: Any, cluster: FakeCluster) -> dict[str, Any] | None:
+    first = _settled(api, cluster, 1)
+    if first is None or "requestsPerSecond" not in first:
+        return None
+    time.sleep(3)  # three reconcile intervals of the tests' operator
+    again = _settled(api, cluster, 1)
+    return again if again is not None and again["heldBy"] == first["heldBy"] else None
 
 
 class Load:
@@ -107,10 +117,9 @@ def test_copies_grow_with_load_and_shrink_after_the_delay(
         lambda: conditions(api, "inferenceservices", "vision").get("Ready") == "True", what="service Ready"
     )
     # idle: one copy, and status says so (the rate measured, and nothing asked of it)
-    idle = eventually(
-        lambda: (m := _settled(api, cluster, 1)) is not None and "requestsPerSecond" in m and m,
-        what="hot on one pod, its rate measured",
-    )
+    # pods turn Ready one by one, so the copy may move once to a pod that outranks its first home: the
+    # same pod alone, twice a few passes apart, is where it settled
+    idle = eventually(lambda: _idle(api, cluster), what="hot on one pod for good, its rate measured")
     assert idle["requestsPerSecond"] == 0, idle
     (holder,) = _holders(cluster)
     url = next(p.url for p in cluster.pods["vision"] if p.name == holder)
@@ -118,8 +127,7 @@ def test_copies_grow_with_load_and_shrink_after_the_delay(
     with Load(url) as load:
         busy = eventually(lambda: _settled(api, cluster, 2), what="a second copy, in status too")
         assert busy["requestsPerSecond"] > 0 and busy["copiesNeededAt"], busy
-        assert busy["copies"]["desired"] == 2, busy
-    assert load.answered > 0 and not load.errors, load.errors[:3]
+    assert load.answered > 0 and not load.errors, (load.answered, load.errors[:3])
 
     # the load stopped: the operator measures no requests but keeps both copies for the delay (without
     # it the pass that measured 0 would have dropped the second copy at once), then lets one go
@@ -129,6 +137,6 @@ def test_copies_grow_with_load_and_shrink_after_the_delay(
     )
     assert held["copiesNeededAt"], held
     done = eventually(lambda: _settled(api, cluster, 1), what="one copy again, in status too")
-    assert _holders(cluster) == [holder]  # the first-ranked pod keeps its copy: the ranking is stable
-    assert "copiesNeededAt" not in done and done["copies"]["desired"] == 1, done
+    assert _holders(cluster) == [holder], done  # the first-ranked pod keeps its copy: the ranking is stable
+    assert "copiesNeededAt" not in done, done
     assert infer_version(url, "hot") == "1"

@@ -192,11 +192,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     window = ctx.settings.reconcile_interval / 2  # a periodic pass always closes one; a burst does not
     opened, window_rates = demand.advance(ctx.request_samples.get(uid), demand.sample(scraped, now), window)
     ctx.request_samples[uid] = opened
-    scales = {
-        m.name: held
-        for m in spec.models
-        if (held := demand.scale(m, records.get(m.name), _rate(window_rates, m.name), now)) is not None
-    }
+    scales = demand.scales(spec.models, records, window_rates, now)
     attempt = retry.Attempt(now, retry.spec_fingerprint(spec), retry.retry_token(meta.get("annotations")))
     plan = rollout.plan(
         spec.models,
@@ -297,12 +293,6 @@ async def _traffic_bookkeeping(
         ctx.baselines[(uid, decision.model)] = canary.Baseline(
             decision.canary.step, step.started_at, counters
         )
-
-
-def _rate(window_rates: dict[str, float] | None, model: str) -> float | None:
-    """A model's rate over the window this pass closed (0 when its counters did not grow or it is held
-    nowhere); None when the pass closed no window."""
-    return None if window_rates is None else window_rates.get(model, 0.0)
 
 
 def _replace(pods: list[PodObservation], fresh: list[PodObservation]) -> list[PodObservation]:

@@ -28,7 +28,8 @@ from naiad_operator.api.observed import PodCounters
 from naiad_operator.reconcile import retry
 from naiad_operator.reconcile.syncjob import format_time
 
-#: Digits the rate keeps in status: enough to read, few enough that a steady load writes rarely.
+#: Decimal places the rate keeps in status (finer means nothing; a rate that changes still writes status
+#: once per window, and an idle model's 0 writes nothing).
 DIGITS = 3
 
 
@@ -128,6 +129,23 @@ def scale(spec: ModelSpec, record: ModelStatus | None, rate: float | None, now: 
     if held == floor:
         return Scale(held, None)  # nothing below to wait for
     return Scale(held, format_time(since) if since is not None else format_time(now))
+
+
+def scales(
+    models: Sequence[ModelSpec],
+    records: Mapping[str, ModelStatus],
+    window_rates: Mapping[str, float] | None,
+    now: datetime,
+) -> dict[str, Scale]:
+    """:func:`scale` of every model whose copies follow its load. A model missing from the rates of a
+    closed window had no requests counted anywhere: its rate is 0."""
+    found: dict[str, Scale] = {}
+    for spec in models:
+        rate = None if window_rates is None else window_rates.get(spec.name, 0.0)
+        held = scale(spec, records.get(spec.name), rate, now)
+        if held is not None:
+            found[spec.name] = held
+    return found
 
 
 def record(
