@@ -170,7 +170,17 @@ def test_other_server_flags_are_admitted(args: list[str]) -> None:
     assert admit("inferenceservices", _isvc(server={"args": args})) == []
 
 
-@pytest.mark.parametrize("placement", ["all", "onDemand", {"copies": 1}, {"copies": 3}])
+@pytest.mark.parametrize(
+    "placement",
+    [
+        "all",
+        "onDemand",
+        {"copies": 1},
+        {"copies": 3},
+        {"copies": 1, "maxCopies": 3, "targetRequestsPerSecond": 50},
+        {"copies": 2, "maxCopies": 2, "targetRequestsPerSecond": 0.5, "scaleDownDelaySeconds": 0},
+    ],
+)
 def test_model_placements_are_admitted(placement: Any) -> None:
     models = [{"name": "resnet", "placement": placement}]
     assert admit("inferenceservices", samples.inference_service(models=models)) == []
@@ -181,3 +191,23 @@ def test_impossible_placements_are_refused(placement: Any) -> None:
     models = [{"name": "resnet", "placement": placement}]
     messages = admit("inferenceservices", samples.inference_service(models=models))
     assert any("placement is" in m for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("placement", "fragment"),
+    [
+        ({"copies": 2, "maxCopies": 1, "targetRequestsPerSecond": 5}, "maxCopies is an integer no smaller"),
+        ({"copies": 1, "maxCopies": "3", "targetRequestsPerSecond": 5}, "maxCopies is an integer no smaller"),
+        ({"copies": 1, "maxCopies": 3}, "go together"),  # grow by what?
+        ({"copies": 1, "targetRequestsPerSecond": 5}, "go together"),  # grow up to what?
+        ({"copies": 1, "maxCopies": 3, "targetRequestsPerSecond": 0}, "a number above 0"),
+        ({"copies": 1, "maxCopies": 3, "targetRequestsPerSecond": "5"}, "a number above 0"),
+        ({"copies": 1, "maxCopies": 3, "targetRequestsPerSecond": 5, "scaleDownDelaySeconds": -1}, "seconds"),
+        ({"copies": 1, "scaleDownDelaySeconds": 30}, "needs maxCopies"),
+        ({"copies": 1, "maxCopies": 3, "targetRequestsPerSecond": 5, "minCopies": 1}, "placement is"),
+    ],
+)
+def test_impossible_scaling_placements_are_refused(placement: Any, fragment: str) -> None:
+    models = [{"name": "resnet", "placement": placement}]
+    messages = admit("inferenceservices", samples.inference_service(models=models))
+    assert any(fragment in m for m in messages), messages

@@ -87,9 +87,29 @@ class PlacementMode(StrEnum):
 
 
 class CopiesPlacement(CamelModel):
-    """``placement: {copies: k}``: k pods hold the model warm; the others forward its requests to them."""
+    """``placement: {copies: k}``: k pods hold the model warm; the others forward its requests to them.
+
+    With ``max_copies`` k is a floor: the operator holds one copy per ``target_requests_per_second`` of
+    the model's measured request rate, between ``copies`` and ``max_copies``, and drops a copy only once
+    no measurement in the last ``scale_down_delay_seconds`` needed it (the HPA's scale-down
+    stabilization, for copies instead of pods), so a rate that wavers does not load and unload."""
 
     copies: int = Field(ge=1)
+    max_copies: int | None = Field(default=None, ge=1)
+    target_requests_per_second: float | None = Field(default=None, gt=0)
+    """Requests per second one copy is meant to take (the rate summed over pods, divided by this,
+    rounded up, is how many copies the load asks for)."""
+    scale_down_delay_seconds: int = Field(default=300, ge=0)
+    """How long the rate must have needed fewer copies before one goes (the HPA's default window)."""
+
+    @property
+    def scales(self) -> bool:
+        """Whether the number of copies follows the request rate."""
+        return (
+            self.max_copies is not None
+            and self.target_requests_per_second is not None
+            and self.max_copies > self.copies
+        )
 
 
 Placement = PlacementMode | CopiesPlacement
@@ -113,6 +133,12 @@ class ModelSpec(CamelModel):
     @property
     def on_demand(self) -> bool:
         return self.placement is PlacementMode.ON_DEMAND
+
+    @property
+    def scaling(self) -> CopiesPlacement | None:
+        """The ``{copies, maxCopies, targetRequestsPerSecond}`` placement when copies follow the load."""
+        placement = self.placement
+        return placement if isinstance(placement, CopiesPlacement) and placement.scales else None
 
 
 class Resources(CamelModel):
@@ -337,6 +363,14 @@ class ModelStatus(CamelModel):
     held_by: list[Holder] = Field(default_factory=list)
     """The pods that hold the model now (with ``placement: {copies: k}`` or ``onDemand``, some of them),
     at most ``replicaDetailLimit``."""
+    requests_per_second: float | None = None
+    """Requests (answered and failed) per second over the operator's last measuring window, summed over
+    the pods' own counters; None until two measurements were taken."""
+    target_copies: int | None = None
+    """``{copies, maxCopies}``: how many copies the operator holds now, between the two."""
+    copies_needed_at: str | None = None
+    """The last time the request rate needed ``target_copies`` (None at the floor): a copy goes only
+    ``scaleDownDelaySeconds`` after it. Status is the operator's memory, so this survives a restart."""
     last_failure: Failure | None = None
     canary: CanaryStatus | None = None
     mirror: MirrorStatus | None = None

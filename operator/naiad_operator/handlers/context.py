@@ -22,6 +22,7 @@ from naiad_operator.k8s.modelserver import ModelServer
 from naiad_operator.k8s.pods import PodResolver, pod_address
 from naiad_operator.metrics import Metrics
 from naiad_operator.reconcile.canary import Baseline
+from naiad_operator.reconcile.demand import RequestSample
 from naiad_operator.reconcile.rollout import Routing
 from naiad_operator.settings import OperatorSettings
 
@@ -54,6 +55,9 @@ class OperatorContext:
     index does not show it. Lost on restart, which only means setting it once more."""
     baselines: dict[tuple[str, str], Baseline] = field(default_factory=dict)
     """The scrape each running canary step's window starts from, per (InferenceService uid, model)."""
+    request_samples: dict[str, RequestSample] = field(default_factory=dict)
+    """The request counts each InferenceService's open rate window started from, by uid (lost on a
+    restart: the first window after it reports no rate yet)."""
 
     def __post_init__(self) -> None:
         self.cache = Cache(self.kube)

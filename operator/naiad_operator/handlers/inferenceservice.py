@@ -23,7 +23,17 @@ from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.pods import confirmed, describe, observe, scrape
 from naiad_operator.k8s.problems import volume_events
-from naiad_operator.reconcile import canary, names, nodecache, placement, readiness, retry, rollout, traffic
+from naiad_operator.reconcile import (
+    canary,
+    demand,
+    names,
+    nodecache,
+    placement,
+    readiness,
+    retry,
+    rollout,
+    traffic,
+)
 from naiad_operator.reconcile.children import inference_service_children
 from naiad_operator.reconcile.compare import merge_patch, quantity_bytes, stamp
 from naiad_operator.reconcile.repository_mount import RepositoryMount
@@ -175,7 +185,14 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     acting = mount.acting_pods(pods)
     snapshot = rollout.target_snapshot(spec.repository.snapshot, repo_status, records, acting)
     complete = repo_status is None or repo_status.models_complete is not False
+    # every pod's request counters, each pass: the models' request rates (and the copies they ask for)
+    scraped = await scrape(ctx.server, pods)
     now = datetime.now(UTC)
+    uid = str(meta.get("uid") or "")
+    window = ctx.settings.reconcile_interval / 2  # a periodic pass always closes one; a burst does not
+    opened, window_rates = demand.advance(ctx.request_samples.get(uid), demand.sample(scraped, now), window)
+    ctx.request_samples[uid] = opened
+    scales = demand.scales(spec.models, records, window_rates, now)
     attempt = retry.Attempt(now, retry.spec_fingerprint(spec), retry.retry_token(meta.get("annotations")))
     plan = rollout.plan(
         spec.models,
@@ -185,9 +202,14 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         attempt,
         memory_limit,
         listing_complete=complete,
+        copies={name: held.copies for name, held in scales.items()},
     )
-    uid = str(meta.get("uid") or "")
-    counters = await scrape(ctx.server, acting) if canary.wants_scrape(spec.models, plan) else None
+    acting_names = {p.name for p in acting}
+    counters = (
+        {pod: found for pod, found in scraped.items() if pod in acting_names}
+        if canary.wants_scrape(spec.models, plan)
+        else None
+    )
     decisions = {
         m.name: canary.decide(
             m,
@@ -204,7 +226,6 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
     applied = {(pod, model): r for (owner, pod, model), r in ctx.routes.items() if owner == uid}
     overrides = {m.name: m.config_override for m in spec.models}
     plan = canary.apply(plan, decisions, acting, applied, overrides)
-    acting_names = {p.name for p in acting}
     acting_objects = [o for o in pod_objects if o["metadata"]["name"] in acting_names]
     acted, failures, routed = await drive.run(ctx, body, plan, spec.models, acting_objects, acting)
     pods = _replace(pods, acted)
@@ -231,6 +252,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         for m in spec.models
     }
     status = canary.record(status, decisions, mirrors)
+    status = demand.record(status, spec.models, window_rates, scales)
     # every pod's peers file: which pods hold which models, as this pass found them
     owner = names.owner_reference(KIND, meta)
     peers = placement.desired_peers_configmap(name, namespace, owner, spec.models, pods)

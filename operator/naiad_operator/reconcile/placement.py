@@ -5,6 +5,8 @@ hashing of (model, pod name) over the pods the operator may act on: each model r
 hash of the pair and takes the first k, so the choice needs no memory between passes, differs between
 models (the copies spread over the fleet), and moves as little as possible when pods come and go: a
 new pod takes a copy only from the pod it outranks, a removed pod's copy goes to the next in rank.
+With ``maxCopies`` the number follows the model's request rate (:mod:`.demand`): extra copies are the next
+pods in the same ranking.
 ``onDemand`` puts it on no pod ahead: every server starts with ``--load-on-demand`` for it and loads it
 when a request names it.
 
@@ -30,14 +32,17 @@ PEERS_FILE = f"{PEERS_MOUNT}/{PEERS_KEY}"
 PEERS_VOLUME = "peers"
 
 
-def chosen(spec: ModelSpec, pods: Iterable[str]) -> frozenset[str] | None:
-    """The pods (of ``pods``, by name) that should hold ``spec``'s model loaded; None: every pod."""
+def chosen(spec: ModelSpec, pods: Iterable[str], copies: int | None = None) -> frozenset[str] | None:
+    """The pods (of ``pods``, by name) that should hold ``spec``'s model loaded; None: every pod.
+
+    ``copies``: how many a ``{copies, maxCopies}`` model holds this pass (:mod:`.demand`); else the
+    spec's k. More copies take the next pods in the same ranking, so growing moves no copy."""
     candidates = list(pods)
     if spec.on_demand:
         return frozenset()
-    copies = spec.copies
-    if copies is None:
+    if spec.copies is None:
         return None
+    copies = copies if copies is not None else spec.copies
     ranked = sorted(candidates, key=lambda pod: _rank(spec.name, pod), reverse=True)
     return frozenset(ranked[:copies])
 

@@ -222,6 +222,7 @@ def plan(
     attempt: Attempt | None = None,
     memory_limit: int | None = None,
     listing_complete: bool = True,
+    copies: Mapping[str, int] | None = None,
 ) -> Plan:
     """Every stage for this pass, across all models: all loads first, then switches, then unloads, then
     the ``perPod`` replacements. ``snapshot`` (model -> version -> content hash) is None while the
@@ -230,7 +231,8 @@ def plan(
     are tried again; ``memory_limit`` (the server container's, bytes) with the pods' measured footprints
     whether a rollout of a model with no strategy set goes ``perPod``. With ``listing_complete`` False
     the snapshot lists only some of the repository's models (a cut summary): a model it lacks waits as
-    not known yet instead of being Invalid."""
+    not known yet instead of being Invalid. ``copies``: model -> how many copies a model whose copies
+    follow its load holds this pass (:mod:`.demand`); others hold their spec's."""
     attempt = attempt or Attempt()
     if snapshot is None:
         return Plan(
@@ -260,7 +262,7 @@ def plan(
             continue
         mp = replace(
             plan_model(spec, snapshot.get(spec.name), records.get(spec.name), attempt),
-            placed=placement.chosen(spec, [p.name for p in ready]),
+            placed=placement.chosen(spec, [p.name for p in ready], (copies or {}).get(spec.name)),
             on_demand=spec.on_demand,
         )
         chosen = [p for p in ready if mp.holds_here(p.name)]
