@@ -22,7 +22,6 @@ os.environ.setdefault("NAIAD_OPERATOR_SYNC_POLL_INTERVAL", "0.5")
 os.environ.setdefault("NAIAD_OPERATOR_SYNC_RETRY_SECONDS", "3600")
 # the simulated endpoints follow a Ready change within a second (load.py refreshes them every 0.5 s)
 os.environ.setdefault("NAIAD_OPERATOR_ENDPOINT_DRAIN_SECONDS", "1.5")
-os.environ.setdefault("NAIAD_OPERATOR_METRICS_PORT", str(free_port()))
 
 
 @pytest.fixture(scope="package")
@@ -74,8 +73,13 @@ def operator(
 ) -> Iterator[Any]:
     kopf_testing = pytest.importorskip("kopf.testing")
     kubeconfig = api_server.kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-    saved = {k: os.environ.get(k) for k in ("KUBECONFIG", "NAIAD_OPERATOR_SERVER_IMAGE")}
+    saved = {
+        k: os.environ.get(k) for k in ("KUBECONFIG", "NAIAD_OPERATOR_SERVER_IMAGE", "NAIAD_OPERATOR_METRICS_PORT")
+    }
     os.environ["KUBECONFIG"] = str(kubeconfig)
+    # a port picked as the operator starts: one picked at import could be taken by then (test files run
+    # in several processes, each starting servers on free ports)
+    os.environ["NAIAD_OPERATOR_METRICS_PORT"] = str(free_port())
     args = ["run", "--standalone", "--namespace", NS, "-m", "naiad_operator.handlers"]
     with kopf_testing.KopfRunner(args, timeout=30) as runner:
         yield runner
