@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from naiad_operator import settings as operator_settings
 
 from tests.operator.cluster import NS, Api, FakeCluster
 from tests.operator.harness import BUCKET, ROOT
@@ -80,6 +81,7 @@ def operator(
     # a port picked as the operator starts: one picked at import could be taken by then (test files run
     # in several processes, each starting servers on free ports)
     os.environ["NAIAD_OPERATOR_METRICS_PORT"] = str(free_port())
+    operator_settings.load.cache_clear()  # read once per process: this operator reads its own port
     args = ["run", "--standalone", "--namespace", NS, "-m", "naiad_operator.handlers"]
     with kopf_testing.KopfRunner(args, timeout=30) as runner:
         yield runner
