@@ -380,8 +380,11 @@ class ProcessModelInstance:
         """Place the inputs in ``slot``'s region (a region of its own for slot -1: a nested
         execution's, or a decoupled model's) and register the execution: its key, its message, and
         the region made for it, if any (to unlink once the model process answered)."""
-        tensors = [(t.name, t.datatype, t.data) for request in requests for t in request.inputs]
-        needed = shm.layout_size([array for _, _, array in tensors])
+        if len(requests) == 1:  # most executions: one request, no flattening
+            tensors = requests[0].inputs
+        else:
+            tensors = [t for request in requests for t in request.inputs]
+        needed = shm.layout_size(tensors)
         region = child.inputs.get(slot)
         fresh: shm.Region | None = None
         if needed and (slot < 0 or region is None or needed > region.size):
@@ -389,12 +392,15 @@ class ProcessModelInstance:
             if slot >= 0:
                 child.inputs[slot] = fresh
         placements = shm.place(region, tensors)
-        messages = []
-        start = 0
-        for request in requests:
-            end = start + len(request.inputs)
-            messages.append(request_message(request, placements[start:end]))
-            start = end
+        if len(requests) == 1:
+            messages = [request_message(requests[0], placements)]
+        else:
+            messages = []
+            start = 0
+            for request in requests:
+                end = start + len(request.inputs)
+                messages.append(request_message(request, placements[start:end]))
+                start = end
         key = next(self._serial)
         self._running[key] = requests
         timeout = self._options.execution_timeout_s
@@ -604,9 +610,7 @@ class ProcessModelInstance:
         if result[0] == "error":
             return InferenceServerError(result[2], ErrorCode(result[1]))
         _, parameters, placements = result
-        outputs = [
-            Tensor(placement[0], placement[1], shm.view(region, placement).copy()) for placement in placements
-        ]
+        outputs = [Tensor(place[0], place[1], shm.copy(region, place)) for place in placements]
         return InferResponse(self._model_name, self._model_version, request.id, outputs, parameters)
 
     # ---- the watcher: death, memory, timeout, restarts -------------------------------------------
