@@ -1,7 +1,8 @@
 """``naiad.backends.python.shm``: tensors placed in a region read back equal, as read-only views and as
 copies of their own, whichever way they were copied (small ones as bytes, large ones with
-``copyto``, strided ones too); region files are named after their process, and the files of processes that are gone are swept (a process killed between
-creating a region and its peer mapping it is the one case that leaves a file behind)."""
+``copyto``, strided ones too); region files are named after their process, and the files of
+processes that are gone are swept (a process killed between creating a region and its peer mapping
+it is the one case that leaves a file behind)."""
 
 from __future__ import annotations
 

@@ -148,7 +148,9 @@ def place(region: Region | None, tensors: Iterable[Tensor]) -> list[Placement]:
         dtype = array.dtype
         size = array.nbytes
         if dtype.kind == "O" or not size:
-            placements.append((name, datatype, array.shape, None, -1, array))
+            # (a shallow copy: the message is pickled when it is sent, after later executions may
+            # have run and changed an array their model keeps)
+            placements.append((name, datatype, array.shape, None, -1, array.copy() if size else array))
             continue
         assert region is not None
         if size <= _SMALL:
