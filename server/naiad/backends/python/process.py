@@ -457,9 +457,11 @@ class ProcessModelInstance:
         key, message, fresh = self._prepare(child, requests, slot)
         self._sent.append((child, key, slot, requests, done, fresh))
         child.process.conn.queue(message)
-        if len(self._sent) == 1:  # the process is idle: at once
-            self._flush(child)
-        elif not self._flushing:  # it is busy: with whatever else this loop iteration sends it
+        # with whatever else this loop iteration sends it, in one write, even to an idle process:
+        # under load an iteration starts several executions, and the process then wakes once for
+        # all of them (each wake-up costs both processes more than the execution's own work); alone,
+        # the execution waits only for the rest of an iteration that has nothing else to do
+        if not self._flushing:
             self._flushing = True
             assert self._loop is not None
             self._loop.call_soon(self._flush, child)
