@@ -1,7 +1,8 @@
-"""``naiad.backends.python.shm``: tensors placed in a region read back equal whichever way they were
-copied (small ones as bytes, large ones with ``copyto``, strided ones too); region files are named
-after their process, and the files of processes that are gone are swept (a process killed between
-creating a region and its peer mapping it is the one case that leaves a file behind)."""
+"""``naiad.backends.python.shm``: tensors placed in a region read back equal, as read-only views and as
+copies of their own, whichever way they were copied (small ones as bytes, large ones with
+``copyto``, strided ones too); region files are named after their process, and the files of
+processes that are gone are swept (a process killed between creating a region and its peer mapping
+it is the one case that leaves a file behind)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 from naiad.backends.python import shm
+from naiad.core.request import Tensor
 
 
 def _dead_pid() -> int:
@@ -21,24 +23,28 @@ def _dead_pid() -> int:
     return child.pid
 
 
-def test_placed_tensors_read_back_equal() -> None:
+def test_placed_tensors_read_back_equal_as_views_and_copies() -> None:
     grid = np.arange(12, dtype=np.float32).reshape(3, 4)
     tensors = [
-        ("SMALL", "FP32", np.arange(4, dtype=np.float32)),
-        ("STRIDED", "FP32", grid.T),  # not C-contiguous: read back in its logical order
-        ("LARGE", "INT64", np.arange(20_000, dtype=np.int64)),  # 160 KB: past the bytes path
-        ("TEXT", "BYTES", np.array([b"a", b"bc"], dtype=np.object_)),
-        ("EMPTY", "FP32", np.zeros((0, 4), dtype=np.float32)),
+        Tensor("SMALL", "FP32", np.arange(4, dtype=np.float32)),
+        Tensor("STRIDED", "FP32", grid.T),  # not C-contiguous: read back in its logical order
+        Tensor("LARGE", "INT64", np.arange(20_000, dtype=np.int64)),  # 160 KB: past the bytes path
+        Tensor("TEXT", "BYTES", np.array([b"a", b"bc"], dtype=np.object_)),
+        Tensor("EMPTY", "FP32", np.zeros((0, 4), dtype=np.float32)),
     ]
-    arrays = [array for _, _, array in tensors]
-    region = shm.Region.create(shm.layout_size(arrays))
+    region = shm.Region.create(shm.layout_size(tensors))
     try:
         placements = shm.place(region, tensors)
-        for placement, (name, datatype, array) in zip(placements, tensors, strict=True):
-            assert placement[:3] == (name, datatype, array.shape)
+        for placement, tensor in zip(placements, tensors, strict=True):
+            assert placement[:3] == (tensor.name, tensor.datatype, tensor.data.shape)
             assert placement[4] == -1 or placement[4] % 64 == 0
+            # a copy is the reader's own (as the engine reads outputs out of a region its writer reuses)
+            copied = shm.copy(region, placement)
+            assert copied.flags.writeable and np.array_equal(copied, tensor.data), tensor.name
             read = shm.view(region, placement)
-            assert read.dtype == array.dtype and np.array_equal(read, array), name
+            assert read.dtype == tensor.data.dtype and np.array_equal(read, tensor.data), tensor.name
+            assert not read.flags.writeable, tensor.name  # a model must not write into a request
+            assert placement[4] == -1 or not np.shares_memory(copied, read), tensor.name
     finally:
         region.unlink()
 

@@ -18,10 +18,12 @@ import functools
 import mmap
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
+from naiad.core.request import Tensor
 
 Array = np.ndarray[Any, Any]
 
@@ -37,14 +39,19 @@ _PREFIX = "naiad-"
 
 
 class Region:
-    """A shared, file-backed memory mapping; ``path`` names it for the other process."""
+    """A shared, file-backed memory mapping; ``path`` names it for the other process.
 
-    __slots__ = ("buffer", "path", "size")
+    ``readonly`` is a read-only view of the same memory: arrays made over it are read-only from the
+    start, which costs less per input than making a writable view and clearing its flag.
+    """
+
+    __slots__ = ("buffer", "path", "readonly", "size")
 
     def __init__(self, path: str, size: int, buffer: mmap.mmap) -> None:
         self.path = path
         self.size = size
         self.buffer = buffer
+        self.readonly = memoryview(buffer).toreadonly()
 
     @classmethod
     def create(cls, needed: int) -> Region:
@@ -114,10 +121,11 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def layout_size(arrays: Sequence[Array]) -> int:
-    """Bytes a region needs to hold ``arrays`` (object arrays travel in the message instead)."""
+def layout_size(tensors: Iterable[Tensor]) -> int:
+    """Bytes a region needs to hold ``tensors`` (object arrays travel in the message instead)."""
     needed = 0
-    for array in arrays:
+    for tensor in tensors:
+        array = tensor.data
         if array.dtype.kind != "O":
             needed += (array.nbytes + _ALIGN - 1) & ~(_ALIGN - 1)
     return needed
@@ -129,15 +137,20 @@ def layout_size(arrays: Sequence[Array]) -> int:
 _SMALL = 1 << 16
 
 
-def place(region: Region | None, tensors: Sequence[tuple[str, str, Array]]) -> list[Placement]:
-    """Copy ``(name, datatype, array)`` tensors into ``region``; their placements, in order."""
+def place(region: Region | None, tensors: Iterable[Tensor]) -> list[Placement]:
+    """Copy ``tensors`` into ``region``; their placements, in order."""
     placements: list[Placement] = []
     offset = 0
-    for name, datatype, array in tensors:
+    for tensor in tensors:
+        array = tensor.data
+        name = tensor.name
+        datatype = tensor.datatype
         dtype = array.dtype
         size = array.nbytes
         if dtype.kind == "O" or not size:
-            placements.append((name, datatype, array.shape, None, -1, array))
+            # (a shallow copy: the message is pickled when it is sent, after later executions may
+            # have run and changed an array their model keeps)
+            placements.append((name, datatype, array.shape, None, -1, array.copy() if size else array))
             continue
         assert region is not None
         if size <= _SMALL:
@@ -158,9 +171,21 @@ def _portable(dtype: np.dtype[Any]) -> Any:
 
 
 def view(region: Region | None, placement: Placement) -> Array:
-    """The array a placement describes: a view of ``region`` (no copy), or the array it carries."""
+    """The array a placement describes, read-only: a view of ``region`` (no copy), or the array it
+    carries."""
+    _, _, shape, dtype, offset, inline = placement
+    if inline is not None:
+        inline.flags.writeable = False
+        return inline
+    assert region is not None
+    return np.ndarray(shape, dtype, region.readonly, offset)
+
+
+def copy(region: Region | None, placement: Placement) -> Array:
+    """The array a placement describes as an array of its own, writable: a copy out of ``region``
+    (which its writer reuses), or the array that came with the message (the reader's own already)."""
     _, _, shape, dtype, offset, inline = placement
     if inline is not None:
         return inline
     assert region is not None
-    return np.ndarray(shape, dtype, region.buffer, offset)
+    return np.ndarray(shape, dtype, region.buffer, offset).copy()

@@ -299,11 +299,8 @@ def _request(
     message: tuple[Any, ...], region: shm.Region | None, channel: _Channel, key: int, index: int
 ) -> _RemoteRequest:
     model_name, request_id, parameters, outputs, timeout_us, sequence_id, start, end, placements = message
-    inputs = []
-    for placement in placements:
-        array = shm.view(region, placement)
-        array.flags.writeable = False  # as in process: inputs are read-only views of the request
-        inputs.append(Tensor(placement[0], placement[1], array))
+    # as in the engine, inputs are read-only views of the request
+    inputs = [Tensor(placement[0], placement[1], shm.view(region, placement)) for placement in placements]
     request = _RemoteRequest(
         model_name,
         id=request_id,
@@ -382,25 +379,28 @@ class _Outputs:
 
     def pack(self, results: list[Any]) -> tuple[Any, ...]:
         """``("results", path or None, size or None, results as the engine reads them)``."""
-        tensors = [
-            (t.name, t.datatype, t.data)
-            for result in results
-            if isinstance(result, InferResponse)
-            for t in result.outputs
-        ]
-        needed = shm.layout_size([array for _, _, array in tensors])
+        if len(results) == 1 and isinstance(results[0], InferResponse):  # most executions: one request
+            tensors = results[0].outputs
+        else:
+            tensors = [t for result in results if isinstance(result, InferResponse) for t in result.outputs]
+        needed = shm.layout_size(tensors)
+        region = self.region
         fresh = None
-        if needed and (self.region is None or needed > self.region.size):
-            fresh = self.region = shm.Region.create(needed)
-        placements = iter(shm.place(self.region, tensors))
+        if needed and (region is None or needed > region.size):
+            fresh = region = self.region = shm.Region.create(needed)
+        placements = shm.place(region, tensors)
         packed: list[tuple[Any, ...]] = []
+        start = 0
         for result in results:
             if isinstance(result, InferResponse):
-                mine = [next(placements) for _ in result.outputs]
-                packed.append(("ok", result.parameters, mine))
+                end = start + len(result.outputs)
+                packed.append(("ok", result.parameters, placements[start:end]))
+                start = end
             else:
                 packed.append(("error", result.code.value, result.message))
-        return ("results", fresh and fresh.path, fresh and fresh.size, packed)
+        if fresh is None:
+            return ("results", None, None, packed)
+        return ("results", fresh.path, fresh.size, packed)
 
 
 class _Worker:
