@@ -5,7 +5,8 @@ for that execution's results to come back.
 ``ahead`` reports, per request, whether the next execution had reached its model process (the
 process's reader thread had it waiting) while this request's ``execute`` ran: ``INPUT0 = [action]``,
 action 0 answers at once, 1 waits up to 10 s for the next execution to be there, 2 does the same and
-then crashes the process (so the execution sent ahead dies with it, and only that one).
+then crashes the process (so the execution sent ahead dies with it, and only that one), 3 does the
+same and then hangs past the model's execution timeout (``ahead_hangs``: 1.5 s).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 from tests.support.models import write_model
 from tests.support.server import ServerProcess
 
-ANSWER, WAIT, CRASH = 0, 1, 2
+ANSWER, WAIT, CRASH, HANG = 0, 1, 2, 3
 
 AHEAD_PY = """
 import ctypes
@@ -45,6 +46,8 @@ class TritonPythonModel:
                 seen = int(not work.empty())
             if action == 2 and seen:
                 ctypes.string_at(0)
+            if action == 3 and seen:
+                time.sleep(60)
             out = pb_utils.Tensor("OUTPUT0", np.array([seen], np.int64))
             request.get_response_sender().send(
                 pb_utils.InferenceResponse([out]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -53,24 +56,27 @@ class TritonPythonModel:
 """
 
 CONFIG = """
-name: "ahead"
+name: "{name}"
 backend: "python"
 max_batch_size: 0
-input [{ name: "INPUT0" data_type: TYPE_INT64 dims: [ 1 ] }]
-output [{ name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 1 ] }]
-model_transaction_policy { decoupled: true }
+input [{{ name: "INPUT0" data_type: TYPE_INT64 dims: [ 1 ] }}]
+output [{{ name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 1 ] }}]
+model_transaction_policy {{ decoupled: true }}
+{extra}
 """
+TIMEOUT = 'parameters { key: "NAIAD_EXECUTION_TIMEOUT_SECONDS" value: { string_value: "1.5" } }'
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("ahead")
-    write_model(repo, "ahead", CONFIG, AHEAD_PY)
+    write_model(repo, "ahead", CONFIG.format(name="ahead", extra=""), AHEAD_PY)
+    write_model(repo, "ahead_hangs", CONFIG.format(name="ahead_hangs", extra=TIMEOUT), AHEAD_PY)
     with ServerProcess([repo]) as served:
         yield served
 
 
-def _burst(server: ServerProcess, actions: list[int]) -> list[object]:
+def _burst(server: ServerProcess, actions: list[int], model: str = "ahead") -> list[object]:
     """Send one request per action, in order, on one stream; their answers (a response or an error),
     in the order of the requests (an error, which names no request, in the order received)."""
     answers: list[object] = []
@@ -87,7 +93,7 @@ def _burst(server: ServerProcess, actions: list[int]) -> list[object]:
         for index, action in enumerate(actions):
             tensor = grpcclient.InferInput("INPUT0", [1], "INT64")
             tensor.set_data_from_numpy(np.array([action], dtype=np.int64))
-            client.async_stream_infer("ahead", [tensor], request_id=str(index))
+            client.async_stream_infer(model, [tensor], request_id=str(index))
         assert over.wait(30)
     finally:
         client.stop_stream()
@@ -137,10 +143,25 @@ def test_a_crash_fails_the_execution_sent_ahead_that_it_held_and_the_next_reques
         assert "its model process stopped while executing: killed by signal 11 (SIGSEGV)" in str(
             error.message()
         )
-    # the restarted process serves the requests after them (those that arrive while it restarts
-    # fail with the restart's reason)
+    _served_again(server, "ahead")
+
+
+def test_an_execution_past_the_timeout_fails_with_the_one_sent_ahead_behind_it(server: ServerProcess) -> None:
+    hung, held = _burst(server, [HANG, ANSWER], "ahead_hangs")
+    for error in (hung, held):
+        assert isinstance(error, InferenceServerException), error
+        assert "Stub process 'ahead_hangs_0' is not healthy." in str(error.message())
+        assert "ran past the model's execution timeout (NAIAD_EXECUTION_TIMEOUT_SECONDS 1.5)" in str(
+            error.message()
+        )
+    _served_again(server, "ahead_hangs")
+
+
+def _served_again(server: ServerProcess, model: str) -> None:
+    """The restarted process serves the next requests (those that arrive while it restarts fail
+    with the restart's reason)."""
     for _ in range(100):
-        (answer,) = _burst(server, [ANSWER])
+        (answer,) = _burst(server, [ANSWER], model)
         if not isinstance(answer, InferenceServerException):
             break
         assert "is restarting" in str(answer.message()), answer
