@@ -87,6 +87,7 @@ class Stream:
 
     def __init__(self, server: ServerProcess) -> None:
         self.answers: list[object] = []
+        self.started = threading.Event()
         self.over = threading.Event()
         self._client = grpcclient.InferenceServerClient(server.grpc_url)
 
@@ -99,6 +100,7 @@ class Stream:
     def _received(self, result: object, error: object) -> None:
         answer = error if error is not None else result
         self.answers.append(answer)
+        self.started.set()
         if error is not None or len(self.answers) == 2:
             self.over.set()
 
@@ -136,6 +138,10 @@ def test_a_crash_after_execute_returned_ends_the_open_stream_with_the_reason(ser
     round_ = next(_rounds)
     try:
         stream.send("streams", SEGFAULT, round_)
+        # its first response came from its thread, so the model process has its execution: the
+        # other request's execution comes after it (and after its results: the process sends them
+        # before it runs the next), and only then does the crash come
+        assert stream.started.wait(30)
         other.send("streams", SERVE, round_)
         assert stream.over.wait(30) and other.over.wait(30)
     finally:
