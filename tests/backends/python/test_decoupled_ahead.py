@@ -6,12 +6,14 @@ for that execution's results to come back.
 process's reader thread had it waiting) while this request's ``execute`` ran: ``INPUT0 = [action]``,
 action 0 answers at once, 1 waits up to 10 s for the next execution to be there, 2 does the same and
 then crashes the process (so the execution sent ahead dies with it, and only that one), 3 does the
-same and then hangs past the model's execution timeout (``ahead_hangs``: 1.5 s).
+same and then hangs past the model's execution timeout (``ahead_hangs``: 1.5 s), 4 does the same and
+then takes 0.2 s.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -22,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 from tests.support.models import write_model
 from tests.support.server import ServerProcess
 
-ANSWER, WAIT, CRASH, HANG = 0, 1, 2, 3
+ANSWER, WAIT, CRASH, HANG, SLOW = 0, 1, 2, 3, 4
 
 AHEAD_PY = """
 import ctypes
@@ -48,6 +50,8 @@ class TritonPythonModel:
                 ctypes.string_at(0)
             if action == 3 and seen:
                 time.sleep(60)
+            if action == 4:
+                time.sleep(0.2)
             out = pb_utils.Tensor("OUTPUT0", np.array([seen], np.int64))
             request.get_response_sender().send(
                 pb_utils.InferenceResponse([out]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -110,33 +114,55 @@ def _seen(answer: object) -> int:
     return int(answer.as_numpy("OUTPUT0")[0])  # type: ignore[attr-defined]
 
 
-def _count(server: ServerProcess, outcome: str) -> int:
-    """The model's statistics: how many requests ended with ``outcome`` (success, fail)."""
+def _stat(server: ServerProcess, name: str, field: str = "count") -> int:
+    """A figure of the model's statistics: ``name`` (success, fail, compute_infer) and its count or ns."""
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         stats = client.get_inference_statistics("ahead", as_json=True)["model_stats"][0]
     finally:
         client.close()
-    return int(stats["inference_stats"].get(outcome, {}).get("count", 0))
+    return int(stats["inference_stats"].get(name, {}).get(field, 0))
+
+
+def _count(server: ServerProcess, outcome: str, expected: int) -> int:
+    """How many requests ended with ``outcome``, once that is ``expected`` (or after 10 s): a
+    response can reach the client before the results of its execution reach the statistics."""
+    deadline = time.monotonic() + 10
+    while (count := _stat(server, outcome)) != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return count
 
 
 def test_the_next_request_reaches_the_model_process_while_the_execution_before_it_runs(
     server: ServerProcess,
 ) -> None:
-    before = _count(server, "success")
+    before = _stat(server, "success")
     answers = _burst(server, [WAIT, WAIT, ANSWER])
     # each waiting execution found the next one in its process: it was sent without waiting for
     # the results of the one before (the last one had nothing after it to wait for)
     assert [_seen(answer) for answer in answers] == [1, 1, 0]
-    assert _count(server, "success") == before + 3
+    assert _count(server, "success", before + 3) == before + 3
+
+
+def test_executions_sent_ahead_count_only_their_own_compute_time(server: ServerProcess) -> None:
+    # one instance runs one execution at a time, so its executions' compute times add up to no more
+    # than the time the burst took, though each was sent while the ones before it still ran
+    computed = _stat(server, "compute_infer", "ns")
+    done = _stat(server, "success") + 4
+    began = time.monotonic_ns()
+    answers = _burst(server, [SLOW, SLOW, SLOW, ANSWER])
+    assert _count(server, "success", done) == done
+    took = time.monotonic_ns() - began
+    assert [_seen(answer) for answer in answers] == [1, 1, 1, 0]  # each was sent while the one before ran
+    assert 0 < _stat(server, "compute_infer", "ns") - computed <= took
 
 
 def test_a_crash_fails_the_execution_sent_ahead_that_it_held_and_the_next_requests_are_served(
     server: ServerProcess,
 ) -> None:
-    failed = _count(server, "fail")
+    failed = _stat(server, "fail")
     crashed, held = _burst(server, [CRASH, ANSWER])
-    assert _count(server, "fail") == failed + 2
+    assert _count(server, "fail", failed + 2) == failed + 2
     for error in (crashed, held):
         assert isinstance(error, InferenceServerException), error
         assert "Stub process 'ahead_0' is not healthy." in str(error.message())
