@@ -12,6 +12,8 @@ arrives.  Joined by the completion ID (the request ID the model sees), that give
 * TTFT: first token chunk received - request sent;
 * first-token overhead: TTFT - (model's first send - model's start): everything before the model
   starts on the request (HTTP, codec, data plane, queue, dispatch) and the first token's delivery;
+* to model: model's start - request sent, the first part of that alone (what a wave of requests
+  waits to reach the model instance);
 * ITL: gap between two token chunks at the client, beside the model's own gap between sending them
   (with N streams the model makes one token of each in turn, so that gap is about N forward passes)
   and its compute per token (one forward pass and the sampling);
@@ -134,6 +136,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def _analyse(streams: list[Stream], records: dict[str, dict[str, Any]]) -> dict[str, float]:
     ttft, first_overhead, itl, compute, overhead, model_ttft, model_itl = [], [], [], [], [], [], []
+    to_model = []
     skipped = 0
     for stream in streams:
         record = records.get(stream.id)
@@ -144,6 +147,7 @@ def _analyse(streams: list[Stream], records: dict[str, dict[str, Any]]) -> dict[
         ttft.append(stream.tokens[0] - stream.sent)
         model_ttft.append(sent[0] - record["started"])
         first_overhead.append(ttft[-1] - model_ttft[-1])
+        to_model.append(record["started"] - stream.sent)
         itl += [b - a for a, b in pairwise(stream.tokens)]
         model_itl += [b - a for a, b in pairwise(sent[: len(stream.tokens)])]
         compute += record["computed"][1:]
@@ -157,6 +161,8 @@ def _analyse(streams: list[Stream], records: dict[str, dict[str, Any]]) -> dict[
         "model_first_token_p50_ms": _pct(model_ttft, 0.5) * ms,
         "first_token_overhead_p50_ms": _pct(first_overhead, 0.5) * ms,
         "first_token_overhead_p99_ms": _pct(first_overhead, 0.99) * ms,
+        "to_model_p50_ms": _pct(to_model, 0.5) * ms,
+        "to_model_p99_ms": _pct(to_model, 0.99) * ms,
         "itl_p50_ms": _pct(itl, 0.5) * ms,
         "itl_p99_ms": _pct(itl, 0.99) * ms,
         "model_itl_p50_ms": _pct(model_itl, 0.5) * ms,
@@ -281,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         ("ttft_p99_ms", "TTFT p99"),
         ("first_token_overhead_p50_ms", "1st-token overhead p50"),
         ("first_token_overhead_p99_ms", "p99"),
+        ("to_model_p50_ms", "to model p50"),
+        ("to_model_p99_ms", "p99"),
         ("itl_p50_ms", "ITL p50"),
         ("itl_p99_ms", "ITL p99"),
         ("model_itl_p50_ms", "model ITL p50"),

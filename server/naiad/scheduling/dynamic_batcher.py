@@ -82,6 +82,8 @@ class DynamicBatchScheduler:
             and bool(getattr(self._workers[0].instance, "loop_driven", False))
         )
         self._infer_average_ns = _INLINE_WARMUP_NS
+        #: When the last execution of a loop-driven instance ended (see ``_start_on_loop``).
+        self._previous_end_ns = 0
         self._idle = len(self._workers)
         self._running = 0
         self._handed = 0
@@ -206,6 +208,13 @@ class DynamicBatchScheduler:
                 results = [InternalError(message) for _ in entries]
             execution.results = results
             execution.end_ns = _MONOTONIC_NS()
+            # The instance runs the executions it was sent one after another: one sent ahead starts
+            # when the one before it ended, and waited for the instance until then (queue time, as
+            # for a request queued here), so compute times stay those of the execution alone.
+            if self._previous_end_ns > execution.start_ns:
+                execution.dispatch_ns = max(execution.dispatch_ns, self._previous_end_ns)
+                execution.start_ns = self._previous_end_ns
+            self._previous_end_ns = execution.end_ns
             self._finished(execution)
 
         worker.instance.start_on_loop([entry.request for entry in entries], done)  # type: ignore[attr-defined]

@@ -138,7 +138,9 @@ def test_a_crash_after_execute_returned_ends_the_open_stream_with_the_reason(ser
     round_ = next(_rounds)
     try:
         stream.send("streams", SEGFAULT, round_)
-        # its first response means its execute returned: it, not the other, is the ended execution
+        # its first response came from its thread, so the model process has its execution: the
+        # other request's execution comes after it (and after its results: the process sends them
+        # before it runs the next), and only then does the crash come
         assert stream.started.wait(30)
         other.send("streams", SERVE, round_)
         assert stream.over.wait(30) and other.over.wait(30)

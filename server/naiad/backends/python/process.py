@@ -17,10 +17,11 @@ the model's ``cancel()`` of it comes back).  A decoupled model's process is read
 own (``_read``): as in Triton's stub, the instance is free once ``execute`` returns, while the
 model's threads keep sending the responses of earlier requests (and asking whether they were
 cancelled).  ``execute`` blocks in socket I/O,
-releasing the GIL, so N instances compute in N processes at once.  A single instance that only ever
-answers executions (not decoupled, no BLS) is driven from the event loop instead (``start_on_loop``),
-with executions sent ahead under load.  Log records come through a pipe of their own
-(:mod:`naiad.backends.python.logrelay`).
+releasing the GIL, so N instances compute in N processes at once.  A single instance whose model
+makes no BLS calls is driven from the event loop instead (``start_on_loop``), with executions sent
+ahead under load (a decoupled model's too: its reader thread delivers their responses and results,
+so a burst of requests reaches the model without a round trip per execution).  Log records come
+through a pipe of their own (:mod:`naiad.backends.python.logrelay`).
 
 A watcher thread per instance learns at once that the model process ended (the template reports its
 exit status), kills it when it crosses the model's memory limit or runs one execution past the
@@ -86,12 +87,26 @@ _remove_orphans_once = functools.cache(_remove_orphans)
 
 #: Results go to this callback (on the loop).
 _Done = Callable[[list[ExecuteResult]], None]
+#: A decoupled model's execution sent from the loop: its key, its requests, its callback, its region.
+_Ahead = tuple[int, Sequence[InferRequest], _Done, shm.Region | None]
 
 
 class _Child:
     """One model process and the shared memory it was handed; replaced whole by a restart."""
 
-    __slots__ = ("calls", "cause", "executing", "inbox", "inputs", "open", "outputs", "process", "reader")
+    __slots__ = (
+        "ahead",
+        "calls",
+        "cause",
+        "executing",
+        "inbox",
+        "inputs",
+        "lost",
+        "open",
+        "outputs",
+        "process",
+        "reader",
+    )
 
     def __init__(self, process: ModelProcess) -> None:
         self.process = process
@@ -102,6 +117,11 @@ class _Child:
         self.executing = 0
         self.open: dict[int, dict[int, InferRequest]] = {}
         self.reader: threading.Thread | None = None
+        #: A decoupled model's executions the loop sent ahead (``start_on_loop``) whose results have
+        #: not come, in the order sent: the process answers them in that order.  Once its reader saw
+        #: the end, ``lost`` says why, and executions sent later fail with it at once.
+        self.ahead: collections.deque[_Ahead] = collections.deque()
+        self.lost = ""
         #: Its streamed BLS calls still running, by the call's number: the request and its streaming.
         self.calls: dict[int, tuple[InferRequest, Future[None]]] = {}
         #: Input and output regions by slot: the engine may send up to PIPELINE executions ahead,
@@ -158,7 +178,7 @@ class ProcessModelInstance:
         self._deadline = 0.0
         self._crashes: collections.deque[float] = collections.deque()
         self._decoupled = spec.decoupled
-        self._loop_driven = not spec.decoupled and not mentions_requests(spec.model_file.parent)
+        self._loop_driven = not mentions_requests(spec.model_file.parent)
         #: Sends to a model process come from its execution, from a decoupled model's reader thread
         #: and from the threads that relay streamed BLS answers (see ``_call``).
         self._send_lock = threading.Lock()
@@ -168,6 +188,8 @@ class ProcessModelInstance:
         self._backlog: collections.deque[tuple[Sequence[InferRequest], _Done]] = collections.deque()
         self._free_slots = list(range(PIPELINE))
         self._flushing = False
+        #: A decoupled model's executions sent from the loop whose results the loop has not had yet.
+        self._ahead = 0
         #: The model process whose socket the loop watches.
         self._reading: _Child | None = None
         self._child = self._started(launcher.start(spec, options))
@@ -188,8 +210,9 @@ class ProcessModelInstance:
     @property
     def loop_driven(self) -> bool:
         """Whether the scheduler may drive this instance from the event loop (``start_on_loop``):
-        a model that is neither decoupled nor issues BLS requests only ever answers an execution
-        (and whether a request was cancelled), so the loop can talk to its process directly."""
+        a model that issues no BLS requests needs no thread of the engine waiting on its executions
+        (a decoupled model's responses come through its reader thread), so the loop can send them
+        ahead, without a thread hand-off, and take their results when they come."""
         return self._loop_driven
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
@@ -299,17 +322,35 @@ class ProcessModelInstance:
                 else:
                     if kind == "results":
                         with self._lock:
-                            child.executing -= 1
+                            sent = child.ahead.popleft() if child.ahead else None
+                            if sent is None:
+                                child.executing -= 1
+                        if sent is not None:  # sent ahead from the loop (``_send_ahead``)
+                            self._answer_ahead(child, sent, message)
+                            continue
                     child.inbox.put(message)
         except (EOFError, OSError):
             child.inbox.put(None)
-        if not child.open:
-            return
-        # (learning how it ended also lets an execution that got its results leave ``_running``)
+        self._ended(child)
+
+    def _ended(self, child: _Child) -> None:
+        """A decoupled model's process ended (on its reader thread): the executions sent ahead that
+        it did not answer fail with the reason, as an execution from a thread does, and so do the
+        streams no execution answers for."""
         if self._closing:
-            error = InternalError(self._not_healthy("the model was unloaded"))
+            executing = streaming = self._not_healthy("the model was unloaded")
         else:
-            error = InternalError(self._stopped(child, "while streaming"))
+            # (learning how it ended also lets an execution that got its results leave ``_running``)
+            executing = self._stopped(child, "while executing")
+            streaming = self._stopped(child, "while streaming")
+        with self._lock:
+            child.lost = executing
+            unanswered = list(child.ahead)
+            child.ahead.clear()
+            for key, *_ in unanswered:
+                child.open.pop(key, None)
+        for key, _, _, fresh in unanswered:
+            self._finish(key, False, fresh)
         with self._lock:
             orphaned = [
                 request
@@ -318,9 +359,12 @@ class ProcessModelInstance:
                 for request in streams.values()
             ]
             child.open.clear()
+        error = InternalError(streaming)
         for request in orphaned:
             if request.responses is not None:
                 request.responses(error, True)
+        for _, requests, done, _ in unanswered:
+            self._call_on_loop(done, [InternalError(executing) for _ in requests])
 
     def _forward(self, child: _Child, message: tuple[Any, ...]) -> None:
         """Make a model's BLS call and send its answers back (on a thread of its own)."""
@@ -405,19 +449,21 @@ class ProcessModelInstance:
                 messages.append(request_message(request, placements[start:end]))
                 start = end
         key = next(self._serial)
-        self._running[key] = requests
         timeout = self._options.execution_timeout_s
-        if timeout and not nested and not self._deadline:
-            self._deadline = time.monotonic() + timeout
+        with self._lock:  # (a decoupled model's reader thread finishes executions sent ahead)
+            self._running[key] = requests
+            if timeout and not nested and not self._deadline:
+                self._deadline = time.monotonic() + timeout
         path, size = (fresh.path, fresh.size) if fresh is not None else (None, None)
         return key, ("execute", key, nested, slot, path, size, messages), fresh
 
     def _finish(self, key: int, nested: bool, fresh: shm.Region | None) -> None:
-        del self._running[key]
-        if not nested:
-            timeout = self._options.execution_timeout_s
-            # the next execution sent ahead starts now
-            self._deadline = time.monotonic() + timeout if timeout and self._running else 0.0
+        with self._lock:
+            del self._running[key]
+            if not nested:
+                timeout = self._options.execution_timeout_s
+                # the next execution sent ahead starts now
+                self._deadline = time.monotonic() + timeout if timeout and self._running else 0.0
         if fresh is not None:  # the model process has mapped it by now, or never will
             fresh.unlink()
 
@@ -442,10 +488,100 @@ class ProcessModelInstance:
         on the loop."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        if len(self._sent) >= PIPELINE or self._backlog:
+        if self._in_flight() >= PIPELINE or self._backlog:
             self._backlog.append((requests, done))
             return
-        self._send_on_loop(requests, done)
+        self._send_next(requests, done)
+
+    def _in_flight(self) -> int:
+        return self._ahead if self._decoupled else len(self._sent)
+
+    def _send_next(self, requests: Sequence[InferRequest], done: _Done) -> None:
+        if self._decoupled:
+            self._send_ahead(requests, done)
+        else:
+            self._send_on_loop(requests, done)
+
+    def _send_ahead(self, requests: Sequence[InferRequest], done: _Done) -> None:
+        """Send a decoupled model's execution without waiting for those before it.
+
+        Its process runs executions one at a time, in order, and its reader thread (``_read``)
+        delivers the responses as for an execution from a thread; the results, which then only say
+        which requests failed, come back to ``done`` through the loop (``_answered``).  So a burst of
+        requests reaches the model with one wake-up of each process rather than a round trip each.
+        """
+        with self._lock:
+            child, unhealthy = self._child, self._unhealthy
+        if unhealthy:
+            done([InternalError(unhealthy) for _ in requests])
+            return
+        key, message, fresh = self._prepare(child, requests, -1)
+        with self._lock:
+            lost = child.lost
+            if not lost:
+                child.open[key] = dict(enumerate(requests))
+                child.ahead.append((key, requests, done, fresh))
+        if lost:  # its reader saw the end before the watcher marked the instance unhealthy
+            self._finish(key, False, fresh)
+            done([InternalError(lost) for _ in requests])
+            return
+        self._ahead += 1
+        try:
+            if len(child.ahead) == 1:  # the process is idle: at once
+                self._send(child, message)
+            else:  # it is busy: with whatever else this loop iteration sends it
+                with self._send_lock:
+                    child.process.conn.queue(message)
+                if not self._flushing:
+                    self._flushing = True
+                    assert self._loop is not None
+                    self._loop.call_soon(self._flush_ahead, child)
+        except OSError:  # it ended: its reader fails what was sent
+            pass
+        self._watch_cancel(child, key, requests)
+
+    def _flush_ahead(self, child: _Child) -> None:
+        self._flushing = False
+        try:
+            with self._send_lock:
+                child.process.conn.flush()
+        except OSError:  # it ended: its reader fails what was sent
+            pass
+
+    def _answer_ahead(self, child: _Child, sent: _Ahead, reply: tuple[Any, ...]) -> None:
+        """The results of an execution sent ahead came (on the reader thread): a request that failed
+        gets no responses (its stream ends with the error); hand them to the loop."""
+        key, requests, done, fresh = sent
+        self._finish(key, False, fresh)
+        try:
+            results = self._collect(child, -1, requests, reply)
+        except Exception as exc:  # e.g. its output region is gone: fail these requests, not the reader
+            results = [InternalError(f"{type(exc).__name__}: {exc}") for _ in requests]
+        with self._lock:
+            streams = child.open.get(key, {})
+            for index, result in enumerate(results):
+                if not isinstance(result, InferResponse):
+                    streams.pop(index, None)
+            if not streams:
+                child.open.pop(key, None)
+        self._call_on_loop(done, results)
+
+    def _call_on_loop(self, done: _Done, results: list[ExecuteResult]) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            loop.call_soon_threadsafe(self._answered, done, results)
+        except RuntimeError:  # the loop closed: nobody waits for them any more
+            pass
+
+    def _answered(self, done: _Done, results: list[ExecuteResult]) -> None:
+        """On the loop: deliver an execution's results and send what waits (``_send_ahead``)."""
+        self._ahead -= 1
+        try:
+            done(results)
+        except Exception:
+            log.exception("delivering the results of model '%s' failed", self._model_name)
+        self._refill()
 
     def _send_on_loop(self, requests: Sequence[InferRequest], done: _Done) -> None:
         with self._lock:
@@ -533,10 +669,10 @@ class ProcessModelInstance:
         loop.add_reader(sentinel, ended)
 
     def _refill(self) -> None:
-        while self._backlog and len(self._sent) < PIPELINE:
+        while self._backlog and self._in_flight() < PIPELINE:
             requests, done = self._backlog.popleft()
             before = len(self._backlog)
-            self._send_on_loop(requests, done)
+            self._send_next(requests, done)
             if len(self._backlog) > before:  # put back: the previous process's executions go first
                 return
 

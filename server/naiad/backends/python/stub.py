@@ -448,7 +448,10 @@ class _Worker:
         """Run executions until told to close, or until the engine goes away.
 
         Results of executions the engine sent ahead are gathered and sent together once no further
-        execution has arrived: one write, and one wake-up of the engine, for all of them.
+        execution has arrived: one write, and one wake-up of the engine, for all of them.  A
+        decoupled model's go at once: its threads go on after ``execute`` returned, and if they
+        crash the process, the engine must know which executions had ended (their requests' streams
+        then fail as streams, not as executions), whatever it sent ahead.
         """
         channel = self._channel
         unsent = False
@@ -467,7 +470,10 @@ class _Worker:
                 channel.tell(("closed",))
                 return
             channel.queue(self.execute(message))
-            unsent = True
+            if self._decoupled:
+                channel.flush()
+            else:
+                unsent = True
 
 
 def _failed(exc: BaseException) -> tuple[Any, ...]:
