@@ -356,9 +356,9 @@ class ModelRepository:
         """Evict until loading ``name`` (its expected footprint) fits the budgets.  An explicit load
         proceeds anyway (the operator's or user's decision).  An on-demand load waits, up to
         ``--on-demand-load-timeout-secs``, for models inside their minimum residency, with requests
-        in flight, or being loaded beside it to become evictable (under churn every loaded model can be young: failing then
-        would turn the residency meant to stop thrashing into failed requests), and fails when
-        waiting cannot make room in time."""
+        in flight, or being loaded beside it to become evictable (under churn every loaded model can
+        be young: failing then would turn the residency meant to stop thrashing into failed
+        requests), and fails when waiting cannot make room in time."""
         residency = self.residency
         if not residency.limited or residency.fits(self._models, name):
             return
