@@ -138,12 +138,14 @@ def test_priorities_are_served_in_order_under_contention() -> None:
 
 def test_preserve_ordering_holds_later_responses_back() -> None:
     async def test() -> None:
-        slow, fast = Instance(gate=True), Instance()
+        one, other = Instance(gate=True), Instance(gate=True)
         policy = SchedulingPolicy("m", levels=(QueuePolicy(max_queue_size=10),), preserve_ordering=True)
-        scheduler = DynamicBatchScheduler(
-            policy, [InstanceWorker(slow, "slow"), InstanceWorker(fast, "fast")]
-        )
-        first = await held(scheduler, slow)
+        scheduler = DynamicBatchScheduler(policy, [InstanceWorker(one, "one"), InstanceWorker(other, "other")])
+        first = asyncio.create_task(scheduler.submit(request("gate")))
+        # whichever instance's thread was idle first takes it: that one is held, the other answers at once
+        assert await asyncio.to_thread(lambda: _until(lambda: one.entered.is_set() or other.entered.is_set()))
+        slow, fast = (one, other) if one.entered.is_set() else (other, one)
+        fast.release.set()
         second = asyncio.create_task(scheduler.submit(request("second")))
         assert await asyncio.to_thread(lambda: _until(lambda: fast.batches == [["second"]]))
         await asyncio.sleep(0.05)
