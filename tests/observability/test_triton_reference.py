@@ -6,13 +6,7 @@ it prepares in ``~/.cache/naiad-reference/triton``; without it the test is skipp
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +15,9 @@ import pytest
 
 from tests.observability.conftest import samples, types
 from tests.support.http import RawClient
-from tests.support.server import EXAMPLES, ROOT, ServerProcess, free_port
+from tests.support.reference import SCRIPT, VENV, installed, reference_triton
+from tests.support.server import EXAMPLES, ServerProcess
 
-SCRIPT = ROOT.parent / "shared" / "reference" / "triton.sh"
-VENV = Path(os.environ.get("NAIAD_REF_VENV", Path.home() / ".cache" / "naiad-reference" / "triton"))
 ADD_SUB = {
     "id": "same",
     "inputs": [
@@ -34,7 +27,7 @@ ADD_SUB = {
 }
 
 pytestmark = pytest.mark.skipif(
-    not (SCRIPT.exists() and (VENV / "bin" / "python").exists()),
+    not installed(),
     reason=f"the reference Triton is not installed ({SCRIPT} and its venv {VENV})",
 )
 
@@ -48,40 +41,14 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    log = (tmp_path_factory.mktemp("triton") / "triton.log").open("wb")
-    command = ["bash", str(SCRIPT), f"--model-repository={repo}", f"--http-port={http}", f"--grpc-port={grpc}"]
-    process = subprocess.Popen(
-        [*command, f"--metrics-port={metrics}"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not _ready(f"http://127.0.0.1:{http}/v2/health/ready"):
-            assert process.poll() is None and time.monotonic() < deadline, "the reference Triton did not start"
-            time.sleep(0.2)
-        yield f"127.0.0.1:{http}", f"127.0.0.1:{metrics}"
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
+    with reference_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as reference:
+        yield reference.http, reference.metrics
 
 
 @pytest.fixture(scope="module")
 def naiad(repo: Path) -> Iterator[tuple[str, str]]:
     with ServerProcess([repo]) as server:
         yield server.http_url, server.metrics_url
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def _exercise(http: str) -> RawClient:

@@ -9,9 +9,6 @@ reference Triton is not installed (see :mod:`tests.observability.test_triton_ref
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +20,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.observability.conftest import samples
-from tests.observability.test_triton_reference import SCRIPT, _ready, pytestmark  # noqa: F401
+from tests.observability.test_triton_reference import pytestmark  # noqa: F401
 from tests.server.test_fidelity import _write_repository
 from tests.support.http import RawClient
-from tests.support.server import ServerProcess, free_port
+from tests.support.reference import reference_triton
+from tests.support.server import ServerProcess
 
 ARGS = ["--cache-config=local,size=1048576", "--metrics-config=summary_latencies=true", "--metrics-interval-ms=100"]
 #: Values that are times, or depend on them, on how each server sizes a cache entry, on the machine, or
@@ -42,26 +40,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    log = (tmp_path_factory.mktemp("triton") / "triton.log").open("wb")
-    command = ["bash", str(SCRIPT), f"--model-repository={repo}", f"--http-port={http}", f"--grpc-port={grpc}"]
-    process = subprocess.Popen(
-        [*command, f"--metrics-port={metrics}", *ARGS], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not _ready(f"http://127.0.0.1:{http}/v2/health/ready"):
-            assert process.poll() is None and time.monotonic() < deadline, "the reference Triton did not start"
-            time.sleep(0.2)
-        yield f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}"
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
+    with reference_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log", ARGS) as reference:
+        yield reference.http, reference.grpc, reference.metrics
 
 
 @pytest.fixture(scope="module")

@@ -24,10 +24,20 @@ EXAMPLES = ROOT / "examples" / "model_repository"
 TRITON_EXAMPLES = ROOT.parent / "shared" / "triton-examples" / "model_repository"
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on now, and never one this process handed out before: the kernel may
+    give the same free port to consecutive binds, so a server's HTTP, gRPC and metrics ports picked
+    one after another could collide."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 class ServerProcess:
