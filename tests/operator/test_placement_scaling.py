@@ -6,13 +6,13 @@ requests stop, the second copy stays for the scale-down delay and then goes.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 from tests.operator.cluster import NS, FakeCluster
 from tests.operator.harness import (
     GROUP_PATH,
+    Prober,
     conditions,
     create_s3_repository,
     eventually,
@@ -63,34 +63,6 @@ def _idle(api: Any, cluster: FakeCluster) -> dict[str, Any] | None:
     return again if again is not None and again["heldBy"] == first["heldBy"] else None
 
 
-class Load:
-    """A thread that sends ``hot`` requests to one pod, one after another, until stopped."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.answered = 0
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                infer_version(self.url, "hot")
-                self.answered += 1
-            except Exception as exc:
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-            time.sleep(0.02)  # about 50 requests per second at most: far above one copy's target
-
-    def __enter__(self) -> Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-
 def test_copies_grow_with_load_and_shrink_after_the_delay(
     s3: Any, api_server: ApiServer, cluster: FakeCluster, operator: Any
 ) -> None:
@@ -124,10 +96,10 @@ def test_copies_grow_with_load_and_shrink_after_the_delay(
     (holder,) = _holders(cluster)
     url = next(p.url for p in cluster.pods["vision"] if p.name == holder)
 
-    with Load(url) as load:
+    with Prober(url, "hot") as load:  # about 50 requests a second at most: far above one copy's target
         busy = eventually(lambda: _settled(api, cluster, 2), what="a second copy, in status too")
         assert busy["requestsPerSecond"] > 0 and busy["copiesNeededAt"], busy
-    assert load.answered > 0 and not load.errors, (load.answered, load.errors[:3])
+    assert load.served and not load.errors, (len(load.served), load.errors[:3])
 
     # the load stopped: the operator measures no requests but keeps both copies for the delay (without
     # it the pass that measured 0 would have dropped the second copy at once), then lets one go

@@ -247,15 +247,20 @@ class ProcessModelInstance:
         finally:
             self._finish(key, nested, fresh)
         results = self._collect(child, slot, requests, reply)
-        if self._decoupled:  # a request that failed gets no responses: its stream ends with the error
-            with self._lock:
-                streams = child.open.get(key, {})
-                for index, result in enumerate(results):
-                    if not isinstance(result, InferResponse):
-                        streams.pop(index, None)
-                if not streams:
-                    child.open.pop(key, None)
+        if self._decoupled:
+            self._close_failed(child, key, results)
         return results
+
+    def _close_failed(self, child: _Child, key: int, results: Sequence[ExecuteResult]) -> None:
+        """A decoupled request that failed gets no responses: its stream ends with the error, so it
+        leaves the open streams of execution ``key``."""
+        with self._lock:
+            streams = child.open.get(key, {})
+            for index, result in enumerate(results):
+                if not isinstance(result, InferResponse):
+                    streams.pop(index, None)
+            if not streams:
+                child.open.pop(key, None)
 
     def _send(self, child: _Child, message: Any) -> None:
         with self._send_lock:
@@ -557,13 +562,7 @@ class ProcessModelInstance:
             results = self._collect(child, -1, requests, reply)
         except Exception as exc:  # e.g. its output region is gone: fail these requests, not the reader
             results = [InternalError(f"{type(exc).__name__}: {exc}") for _ in requests]
-        with self._lock:
-            streams = child.open.get(key, {})
-            for index, result in enumerate(results):
-                if not isinstance(result, InferResponse):
-                    streams.pop(index, None)
-            if not streams:
-                child.open.pop(key, None)
+        self._close_failed(child, key, results)
         self._call_on_loop(done, results)
 
     def _call_on_loop(self, done: _Done, results: list[ExecuteResult]) -> None:
