@@ -59,12 +59,12 @@ from benchmarks.common.references import Served, naiad  # noqa: E402
 from benchmarks.density.load import Client, Record, drive, zipf_weights  # noqa: E402
 from benchmarks.density.models import DEFAULT_MIX, Kind, write_repository  # noqa: E402
 from tests.operator.cluster import NS, Api, FakeCluster, ServerPod  # noqa: E402
+from tests.operator.harness import BUCKET, create_s3_repository  # noqa: E402
 from tests.support.kmock_k8s import ApiServer  # noqa: E402
 from tests.support.object_store import SeaweedS3, upload_tree  # noqa: E402
 from tests.support.server import free_port  # noqa: E402
 
 GROUP = f"/apis/serving.naiad.dev/v1alpha1/namespaces/{NS}"
-BUCKET = "models"
 SERVICE = "density"
 MIB = 1 << 20
 
@@ -192,31 +192,7 @@ def infrastructure(repo: Path) -> Iterator[tuple[FakeCluster, Path]]:
         store.client().create_bucket(Bucket=BUCKET)
         upload_tree(store, BUCKET, "triton", repo)
         api = fake.api
-        api.create(
-            f"/api/v1/namespaces/{NS}/secrets",
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "s3-creds", "namespace": NS},
-                "stringData": store.env(),
-            },
-        )
-        api.create(
-            f"{GROUP}/modelrepositories",
-            {
-                "apiVersion": "serving.naiad.dev/v1alpha1",
-                "kind": "ModelRepository",
-                "metadata": {"name": "models", "namespace": NS},
-                "spec": {
-                    "source": {
-                        "uri": f"s3://{BUCKET}/triton",
-                        "endpoint": store.endpoint,
-                        "credentials": {"secretRef": {"name": "s3-creds"}},
-                    },
-                    "storage": {"mode": "shared", "accessModes": ["ReadWriteMany"]},
-                },
-            },
-        )
+        create_s3_repository(api, store, {"mode": "shared", "accessModes": ["ReadWriteMany"]})
         deadline = time.monotonic() + 300
         while ((api.get(f"{GROUP}/modelrepositories/models") or {}).get("status") or {}).get(
             "phase"

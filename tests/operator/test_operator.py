@@ -21,10 +21,10 @@ from typing import Any
 from tests.operator.cluster import NS, FakeCluster
 from tests.operator.harness import (
     BROKEN_PY,
-    BUCKET,
     GROUP_PATH,
     Prober,
     conditions,
+    create_s3_repository,
     events,
     eventually,
     index,
@@ -56,31 +56,7 @@ def test_operator_lifecycle(s3: Any, api_server: ApiServer, cluster: FakeCluster
     api = cluster.api
     upload(s3, "alpha", 1)
     upload(s3, "beta", 1)
-    api.create(
-        f"/api/v1/namespaces/{NS}/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "s3-creds", "namespace": NS},
-            "stringData": s3.env(),
-        },
-    )
-    api.create(
-        f"{GROUP_PATH}/modelrepositories",
-        {
-            "apiVersion": "serving.naiad.dev/v1alpha1",
-            "kind": "ModelRepository",
-            "metadata": {"name": "models", "namespace": NS},
-            "spec": {
-                "source": {
-                    "uri": f"s3://{BUCKET}/triton",
-                    "endpoint": s3.endpoint,
-                    "credentials": {"secretRef": {"name": "s3-creds"}},
-                },
-                "storage": {"mode": "shared", "accessModes": ["ReadWriteMany"]},
-            },
-        },
-    )
+    create_s3_repository(api, s3, {"mode": "shared", "accessModes": ["ReadWriteMany"]})
     api.create(
         f"{GROUP_PATH}/inferenceservices",
         {
