@@ -111,10 +111,12 @@ class ApiFront:
                 host, _, port = api.url.removeprefix("http://").partition(":")
                 upstream = http.client.HTTPConnection(host, int(port), timeout=30)
                 headers = {"Content-Type": self.headers.get("Content-Type") or "application/json"}
-                upstream.request(self.command, self.path, body=body or None, headers=headers)
-                answer = upstream.getresponse()
-                self._answer(answer.status, answer.read())
-                upstream.close()
+                try:  # closed also when the pod went away before its answer (the write then fails)
+                    upstream.request(self.command, self.path, body=body or None, headers=headers)
+                    answer = upstream.getresponse()
+                    self._answer(answer.status, answer.read())
+                finally:
+                    upstream.close()
 
             def _answer(self, code: int, data: bytes) -> None:
                 self.send_response(code)
