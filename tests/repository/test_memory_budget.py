@@ -9,8 +9,10 @@ same in both server modes; the LRU test runs in both (a worker's catalog may sti
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,41 @@ def test_a_load_waits_for_a_model_to_leave_its_minimum_residency_instead_of_fail
         text = metrics(server)
         assert metric(text, "naiad_model_evictions_total", model="e0") == 1
         assert metric(text, "naiad_model_evictions_total", model="e1") == 0
+
+
+def test_concurrent_on_demand_loads_count_each_other_against_the_budget(tmp_path: Path) -> None:
+    """Two first requests at once for models of which only one fits beside the pinned one: the second
+    load counts the first one's expected footprint (reserved when it found room), so it evicts the
+    first once that one is loaded, instead of both loading side by side past the budget."""
+    for i in range(2):
+        write_ballast(tmp_path, f"e{i}", mib=BALLAST_MIB, offset=10 * (i + 1), delay=1.5)
+    write_ballast(tmp_path, "pin", mib=BALLAST_MIB, offset=1000)
+    args = [
+        "--model-control-mode=explicit",
+        "--load-model=pin",
+        "--load-on-demand=e*",
+        "--model-memory-budget=250Mi",  # pin and one ballast (~90 MiB each), never two
+        "--min-residency-secs=0",
+        "--on-demand-load-timeout-secs=30",
+    ]
+    with ServerProcess([tmp_path], args, frontend_workers=0) as server:
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda name: infer_http(server, name), ["e0", "e1"]))
+        assert answers == [11, 21]
+        events = [
+            (match.group(1), match.group(2))
+            for line in server.log().splitlines()
+            if (match := re.search(r"(successfully loaded|evicting model) '(e\d)'", line))
+        ]
+        first, second = events[0][1], "e1" if events[0][1] == "e0" else "e0"
+        assert events == [
+            ("successfully loaded", first),
+            ("evicting model", first),  # before the second load completes: it waited for room
+            ("successfully loaded", second),
+        ]
+        rows = index(server)
+        assert rows[first]["state"] == "UNAVAILABLE" and rows[second]["state"] == "READY"
+        text = metrics(server)
+        assert metric(text, "naiad_model_evictions_total", model=first) == 1
+        assert metric(text, "naiad_model_memory_used_bytes") <= 250 * MIB
+

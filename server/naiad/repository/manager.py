@@ -246,7 +246,10 @@ class ModelRepository:
             raise UnavailableError(CONTROL_DISABLED)
         request = parse_load_parameters(parameters)
         await self._make_room(name, on_demand=False)
-        await self.load(name, request, fresh=True)
+        try:
+            await self.load(name, request, fresh=True)
+        finally:
+            self.residency.release(name)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """The repository API's unload (EXPLICIT mode only); unloading an unknown model succeeds."""
@@ -350,9 +353,21 @@ class ModelRepository:
 
     async def _load_on_demand(self, name: str) -> None:
         await self._make_room(name, on_demand=True)
-        await self.load(name, on_demand=True)
+        try:
+            await self.load(name, on_demand=True)
+        finally:
+            self.residency.release(name)
 
     async def _make_room(self, name: str, *, on_demand: bool) -> None:
+        """Find room for loading ``name`` (see :meth:`_find_room`), then reserve its expected
+        footprint until the load completes (the caller releases it if the load fails): the loads
+        that look for room meanwhile count it, so that two loads checked side by side cannot both
+        pass the budget (one short run ended 5% over it before this)."""
+        if self.residency.limited:
+            await self._find_room(name, on_demand=on_demand)
+            self.residency.reserve(name)
+
+    async def _find_room(self, name: str, *, on_demand: bool) -> None:
         """Evict until loading ``name`` (its expected footprint) fits the budgets.  An explicit load
         proceeds anyway (the operator's or user's decision).  An on-demand load waits, up to
         ``--on-demand-load-timeout-secs``, for models inside their minimum residency, with requests
@@ -360,7 +375,7 @@ class ModelRepository:
         be young: failing then would turn the residency meant to stop thrashing into failed
         requests), and fails when waiting cannot make room in time."""
         residency = self.residency
-        if not residency.limited or residency.fits(self._models, name):
+        if residency.fits(self._models, name):
             return
         deadline = residency.clock() + residency.load_timeout
         while True:

@@ -14,7 +14,9 @@ unloads, and the counters here are what ``naiad_*`` metrics read (:mod:`naiad.me
 
 A model's footprint is what its versions measured when they loaded (:mod:`naiad.repository.footprint`);
 a model never loaded yet is expected to need what it needed last time, else the mean of the models
-measured so far (a first guess that the check after each load corrects by evicting more).  Where GPUs
+measured so far (a first guess that the check after each load corrects by evicting more).  A load that
+found room *reserves* that expectation until it completes: loads running side by side would otherwise
+each be checked against the memory held before any of them counted, and pass the budget together.  Where GPUs
 are, ``--model-gpu-memory-budget`` applies the same way to each GPU's measured growth (a model never
 loaded is expected to need nothing there until it has been measured once).
 """
@@ -102,6 +104,8 @@ class Residency:
         #: Last measured footprint per model name (kept after an unload: the next load's estimate).
         self.footprints: dict[str, int] = {}
         self.gpu_footprints: dict[str, tuple[int, ...]] = {}
+        #: Loads under way that found room: what each is expected to need (host bytes, per GPU).
+        self.reserved: dict[str, tuple[int, tuple[int, ...]]] = {}
         self.loads: Counter[tuple[str, str]] = Counter()
         self.evictions: Counter[str] = Counter()
         self.hits = 0
@@ -129,7 +133,9 @@ class Residency:
     # ---- events --------------------------------------------------------------------------------
 
     def loaded(self, name: str, model: Model, on_demand: bool) -> None:
-        """A load of ``name`` completed; one not made on demand pins the model."""
+        """A load of ``name`` completed (its measured footprint now counts instead of its reservation);
+        one not made on demand pins the model."""
+        self.reserved.pop(name, None)
         now = self.clock()
         self.loaded_at[name] = now
         self.last_used.setdefault(name, now)
@@ -181,24 +187,38 @@ class Residency:
         return self.budget is not None or self.gpu_budget is not None
 
     def fits(self, models: Mapping[str, Model], name: str) -> bool:
-        """Whether loading ``name`` (its expected footprint) beside the other loaded models stays
-        within the budgets (the host's, and each GPU's)."""
-        if self.budget is not None and memory_used(models, exclude=name) + self.estimate(name) > self.budget:
+        """Whether loading ``name`` (its expected footprint) beside the other loaded models and the
+        other loads under way stays within the budgets (the host's, and each GPU's)."""
+        others = {other: need for other, need in self.reserved.items() if other != name}
+        held = memory_used(models, exclude=name) + sum(host for host, _ in others.values())
+        if self.budget is not None and held + self.estimate(name) > self.budget:
             return False
         if self.gpu_budget is None:
             return True
-        others = [gpu_footprint(model) for other, model in models.items() if other != name]
+        used = [gpu_footprint(model) for other, model in models.items() if other != name]
         need = self.gpu_footprints.get(name, ())
-        return all(used <= self.gpu_budget for used in _add(need, *others))
+        return all(u <= self.gpu_budget for u in _add(need, *used, *(gpu for _, gpu in others.values())))
+
+    def reserve(self, name: str) -> None:
+        """A load of ``name`` found room: hold its expected footprint until :meth:`loaded` or
+        :meth:`release`."""
+        self.reserved[name] = (self.estimate(name), self.gpu_footprints.get(name, ()))
+
+    def release(self, name: str) -> None:
+        """The load of ``name`` ended without completing (or completed): its reservation goes."""
+        self.reserved.pop(name, None)
 
     def over(self, models: Mapping[str, Model]) -> bool:
-        """Whether the loaded models, as measured, hold more than a budget allows."""
-        if self.budget is not None and memory_used(models) > self.budget:
-            return True
+        """Whether the loaded models, as measured, and the loads under way, as expected, hold more
+        than a budget allows."""
+        if self.budget is not None:
+            if memory_used(models) + sum(host for host, _ in self.reserved.values()) > self.budget:
+                return True
         gpu_budget = self.gpu_budget
         if gpu_budget is None:
             return False
-        return any(used > gpu_budget for used in _add(*(gpu_footprint(m) for m in models.values())))
+        rows = [*(gpu_footprint(m) for m in models.values()), *(gpu for _, gpu in self.reserved.values())]
+        return any(used > gpu_budget for used in _add(*rows))
 
     def victims(self, models: Mapping[str, Model], busy: Iterable[str]) -> list[str]:
         """Evictable models, least recently used first: loaded on demand (not pinned), holding
