@@ -170,6 +170,29 @@ def test_other_server_flags_are_admitted(args: list[str]) -> None:
     assert admit("inferenceservices", _isvc(server={"args": args})) == []
 
 
+@pytest.mark.parametrize("args", [["--min-residency-secs=2"], ["--min-residency", "2"], ["--min=2"], ["--mi=2"]])
+def test_min_residency_in_the_field_and_in_args_together_is_refused(args: list[str]) -> None:
+    messages = admit("inferenceservices", _isvc(server={"minResidencySeconds": 2, "args": args}))
+    assert any("set one" in m for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        {"minResidencySeconds": 2},
+        {"minResidencySeconds": 0.5, "args": ["--model-memory-budget=2Gi", "--model-load-thread-count=2"]},
+        {"args": ["--min-residency-secs=2"]},
+    ],
+)
+def test_min_residency_in_one_place_is_admitted(server: dict[str, Any]) -> None:
+    assert admit("inferenceservices", _isvc(server=server)) == []
+
+
+def test_negative_min_residency_is_refused() -> None:
+    messages = admit("inferenceservices", _isvc(server={"minResidencySeconds": -1}))
+    assert messages, "a negative residency must not be admitted"
+
+
 @pytest.mark.parametrize(
     "placement",
     [

@@ -159,6 +159,10 @@ class ServerSpec(CamelModel):
     security_context: dict[str, Any] | None = None
     frontend_workers: int | None = None
     """``naiad serve --frontend-workers``; unset: derived from the container's CPU (``reconcile.server``)."""
+    min_residency_seconds: float | None = Field(default=None, ge=0)
+    """``naiad serve --min-residency-secs``: how long a model loaded on demand stays before it may be
+    evicted; unset: the server's default (30 s), which under heavy churn makes loads wait for a model to
+    come of age (a short residency, 2 s, served the density benchmark's churn better)."""
 
 
 class PodTemplate(CamelModel):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus
+from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus, ServerSpec
 from naiad_operator.api.observed import GATE
 from naiad_operator.reconcile import names, placement, security
 from naiad_operator.reconcile.repository_mount import RepositoryMount
@@ -100,6 +100,14 @@ def worker_count(spec: InferenceServiceSpec, platform_default: str = "") -> str 
     return platform_default or None
 
 
+def residency_args(server: ServerSpec) -> list[str]:
+    """``--min-residency-secs`` from ``server.minResidencySeconds`` (the CRD refuses the flag in
+    ``server.args`` beside it), none when unset (the pod's template stays as it was)."""
+    if server.min_residency_seconds is None:
+        return []
+    return [f"--min-residency-secs={server.min_residency_seconds:g}"]
+
+
 def _cpu_cores(quantity: str) -> float | None:
     """``"4"`` -> 4.0, ``"2500m"`` -> 2.5; None for what is not a CPU quantity."""
     try:
@@ -130,6 +138,7 @@ def desired_deployment(
         f"--grpc-port={GRPC_PORT}",
         f"--metrics-port={METRICS_PORT}",
         *placement.server_args(spec.models),
+        *residency_args(server),
         *server.args,
     ]
     env: list[dict[str, Any]] = [
