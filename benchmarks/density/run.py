@@ -213,7 +213,7 @@ def start_service(
     fake: FakeCluster, log: Path, pods: int, budget: int, min_residency: float, models: list[str]
 ) -> list[ServerPod]:
     """One InferenceService: ``pods`` replicas, every model ``placement: onDemand``, the budget as a
-    server flag; returns its pods once all are ready."""
+    server flag, the residency as ``server.minResidencySeconds``; returns its pods once all are ready."""
     fake.api.create(
         f"{GROUP}/inferenceservices",
         {
@@ -223,9 +223,7 @@ def start_service(
             "spec": {
                 "repository": {"name": "models"},
                 "replicas": pods,
-                "server": {
-                    "args": [f"--model-memory-budget={budget}", f"--min-residency-secs={min_residency:g}"]
-                },
+                "server": {"args": [f"--model-memory-budget={budget}"], "minResidencySeconds": min_residency},
                 "models": [{"name": m, "placement": "onDemand"} for m in models],
             },
         },
