@@ -54,7 +54,14 @@ async def serve(settings: ServerSettings) -> int:
     resources = [parse_resource(text) for text in settings.rate_limit_resources]
     rate_limiter = RateLimiter(resources) if settings.rate_limit == "execution_count" else None
     registry = ModelRegistry()
-    runtime = Runtime()
+    # Models come and go while the server serves (on-demand loads, evictions): ONNX sessions then
+    # share the process-wide thread pools, as a session with pools of its own blocks the event
+    # loop while it is destroyed (naiad.backends.onnxruntime.session).
+    runtime = Runtime(
+        shared_onnx_threads=bool(settings.load_on_demand)
+        or settings.model_memory_budget is not None
+        or settings.model_gpu_memory_budget is not None
+    )
     repository = ModelRepository(
         settings.model_repositories,
         registry=registry,

@@ -31,7 +31,7 @@ _BACKENDS: dict[str, tuple[str, str, str]] = {
 
 #: The backends constructed with the server's :class:`~naiad.backends.runtime.Runtime` (the others
 #: need nothing of the server).
-_WITH_RUNTIME = frozenset({"python"})
+_WITH_RUNTIME = frozenset({"python", "onnxruntime"})
 
 
 def create(name: str, runtime: Runtime) -> Backend:

@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 class Runtime:
     """The backends a server uses (each made once, when a model first needs it) and its BLS server."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared_onnx_threads: bool = False) -> None:
+        #: Whether ONNX Runtime sessions share the process-wide thread pools rather than own theirs:
+        #: a server that loads and evicts models while it serves does (see
+        #: :mod:`naiad.backends.onnxruntime.session`).  Process-wide once the backend exists.
+        self.shared_onnx_threads = shared_onnx_threads
         #: Where BLS requests go (``None`` until the server serves, or in a tool that only loads
         #: models: a model's BLS call then fails with the reason).
         self.bls: Server | None = None

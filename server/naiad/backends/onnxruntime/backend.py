@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from naiad.backends.base import InstanceContext, ModelInstance
 from naiad.backends.onnxruntime import autocomplete, session
@@ -11,18 +11,30 @@ from naiad.backends.onnxruntime.bindings import bind_inputs, bind_outputs
 from naiad.backends.onnxruntime.instance import OnnxRuntimeInstance
 from naiad.backends.onnxruntime.tensors import model_tensors
 
+if TYPE_CHECKING:
+    from naiad.backends.runtime import Runtime
+
 
 class OnnxRuntimeBackend:
     """Serves ``.onnx`` models with ONNX Runtime, one ``InferenceSession`` per instance.
 
     ``default_max_batch_size`` is Triton's ``--backend-config=onnxruntime,default-max-batch-size``:
     the ``max_batch_size`` auto-complete gives a model that can batch but whose config says none.
+    With the runtime's ``shared_onnx_threads``, every session runs on ONNX Runtime's process-wide
+    thread pools (see :mod:`naiad.backends.onnxruntime.session`).
     """
 
     name = "onnxruntime"
 
-    def __init__(self, default_max_batch_size: int = autocomplete.DEFAULT_MAX_BATCH_SIZE) -> None:
+    def __init__(
+        self,
+        runtime: Runtime | None = None,
+        default_max_batch_size: int = autocomplete.DEFAULT_MAX_BATCH_SIZE,
+    ) -> None:
         self.default_max_batch_size = default_max_batch_size
+        self.shared_threads = runtime is not None and runtime.shared_onnx_threads
+        if self.shared_threads:
+            session.share_thread_pools()
 
     def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
         """Fill names, datatypes, dims, ``max_batch_size`` and batching from the highest version."""
@@ -32,7 +44,7 @@ class OnnxRuntimeBackend:
             return
         filename = config.default_model_filename or session.MODEL_FILENAME
         path = session.resolve_model_path(version_dir / filename, model_name)
-        reader = session.metadata_session(path, model_name)
+        reader = session.metadata_session(path, model_name, self.shared_threads)
         autocomplete.complete(
             config,
             model_tensors(reader.get_inputs()),
@@ -47,7 +59,7 @@ class OnnxRuntimeBackend:
         path = session.resolve_model_path(context.model_file, context.model_name)
         loaded = session.open_session(
             path,
-            session.session_options(config),
+            session.session_options(config, self.shared_threads),
             session.providers(config, context.kind, context.device_id),
             context.model_name,
         )

@@ -4,16 +4,31 @@ Session options come from the config's ``parameters`` under the names Triton use
 (``intra_op_thread_count``, ``execution_mode``...) and from ``optimization { graph { level } }``;
 execution providers from the instance kind and ``optimization { execution_accelerators }``.  Keeping
 the names means a Triton ``config.pbtxt`` tunes ONNX Runtime here exactly as it does there.
+
+Threads: each session has thread pools of its own, as in Triton, unless the server *shares* ONNX
+Runtime's process-wide pools (:func:`share_thread_pools`; Triton's
+``--backend-config=onnxruntime,enable-global-threadpool=1``), which a server that loads and evicts
+models while it serves does (:mod:`naiad.app`).  Destroying a session with pools of its own joins
+their threads *while holding the GIL* (ORT's Python binding frees the session under it): each
+eviction then stalled the event loop, and so every warm request, for up to tens of milliseconds on a
+busy 2-core machine (benchmarks/density, sixth session).  With shared pools a session owns no thread.
+ORT then refuses per-session pools, so ``intra_op_thread_count`` / ``inter_op_thread_count`` are
+ignored (with a warning), as Triton ignores them with its global pool.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
+from onnxruntime.capi import _pybind_state
 
 from naiad.core.errors import InternalError, InvalidArgumentError, UnavailableError
+
+log = logging.getLogger("naiad")
 
 #: ``optimization { graph { level } }`` -> ORT level (Triton: -1 basic, 1 extended, 2 disabled).
 _GRAPH_LEVEL = {
@@ -79,16 +94,33 @@ def open_session(
     return session
 
 
-def metadata_session(path: Path, model_name: str) -> ort.InferenceSession:
+def share_thread_pools() -> None:
+    """Make the process-wide pools (ORT's default sizes) before any session of this process opens;
+    from then on every session must use them (:func:`session_options` with ``shared``).  Once per
+    process: ORT refuses to make them again, and load threads may ask side by side."""
+    global _pools_made
+    with _pools_lock:
+        if not _pools_made:
+            _pybind_state.set_global_thread_pool_sizes(0, 0)
+            _pools_made = True
+
+
+_pools_lock = threading.Lock()
+_pools_made = False
+
+
+def metadata_session(path: Path, model_name: str, shared: bool = False) -> ort.InferenceSession:
     """A CPU session with graph optimization off: the cheapest way to read a model's I/O."""
     options = ort.SessionOptions()
+    options.use_per_session_threads = not shared
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
     return open_session(path, options, ["CPUExecutionProvider"], model_name)
 
 
-def session_options(config: Any) -> ort.SessionOptions:
-    """Session options from the config, with Triton's defaults (all graph optimizations on)."""
+def session_options(config: Any, shared: bool = False) -> ort.SessionOptions:
+    """Session options from the config, with Triton's defaults (all graph optimizations on); with
+    ``shared``, on the process-wide thread pools."""
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors reach clients as responses; ORT's warnings are noise
     level = config.optimization.graph.level if config.optimization.HasField("graph") else 0
@@ -107,6 +139,14 @@ def session_options(config: Any) -> ort.SessionOptions:
     inter = _int(params, "inter_op_thread_count", 0)
     if inter > 0:
         options.inter_op_num_threads = inter
+    if shared:
+        options.use_per_session_threads = False
+        if intra > 0 or inter > 0:
+            log.warning(
+                "model '%s': intra_op_thread_count / inter_op_thread_count ignored: this server runs "
+                "every ONNX Runtime session on the process-wide thread pools",
+                config.name,
+            )
     if "enable_mem_arena" in params:
         options.enable_cpu_mem_arena = _bool(params["enable_mem_arena"])
     if "enable_mem_pattern" in params:
