@@ -34,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from naiad.backends.runtime import Runtime
 from naiad.core.request import InferRequest, Tensor
 from naiad.dataplane import DataPlane
 from naiad.engine.link import PublishedSignatures, WorkerLink
@@ -42,6 +43,7 @@ from naiad.ipc.arena import Arena
 from naiad.ipc.channel import Channel
 from naiad.ipc.messages import Infer, ToEngine
 from naiad.repository.manager import ModelRepository
+from naiad.repository.registry import ModelRegistry
 
 from benchmarks.scaling.run import repository, uptime
 
@@ -130,8 +132,9 @@ def _copy(request: InferRequest) -> InferRequest:
 
 
 async def _main(args: argparse.Namespace) -> None:
-    models = ModelRepository([repository(in_engine=True)])
-    dataplane = DataPlane(models)
+    registry = ModelRegistry()
+    models = ModelRepository([repository(in_engine=True)], registry=registry, runtime=Runtime())
+    dataplane = DataPlane(registry, models)
     await models.start()
     dataplane.started = True
     try:

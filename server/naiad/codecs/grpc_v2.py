@@ -370,7 +370,8 @@ def _from_raw(item: Any, raw: memoryview, request: InferRequest) -> np.ndarray[A
     expected = count * datatypes.ELEMENT_SIZE[datatype]
     if expected != len(raw):
         raise _size_mismatch(item, request, expected, len(raw))
-    return np.frombuffer(raw, dtype=datatypes.WIRE_DTYPE[datatype], count=count).reshape(shape)
+    array = np.frombuffer(raw, dtype=datatypes.WIRE_DTYPE[datatype], count=count)
+    return array if len(shape) == 1 else array.reshape(shape)  # a 1-D view needs no second array
 
 
 def _from_contents(item: Any, request: InferRequest) -> np.ndarray[Any, Any]:
