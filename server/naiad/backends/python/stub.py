@@ -14,7 +14,6 @@ responses go over it whenever its threads send them, also after ``execute`` retu
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextvars
 import functools
@@ -372,6 +371,8 @@ class _RemoteRunner:
         return to_pb_response(unpack_answer(self._channel.call(core), core.model_name, ""))
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        import asyncio  # only an async model gets here (see bls.py on why not at the top)
+
         return await asyncio.to_thread(self.exec, request, decoupled)
 
 
