@@ -17,7 +17,6 @@ On a C library other than glibc nothing is changed.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 log = logging.getLogger(__name__)
@@ -33,13 +32,14 @@ _M_MMAP_THRESHOLD = -3
 
 
 def pin_thresholds() -> bool:
-    """Pin glibc's mmap and trim thresholds for this process; False where that is not possible."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
+    """Pin glibc's mmap and trim thresholds for this process; False where that is not possible.
+
+    ``mallopt`` is looked up among the symbols the process already has (``CDLL(None)``: the C
+    library is loaded in every Python), not with ``ctypes.util.find_library``, which runs
+    ``ldconfig`` in a subprocess and imports ``tempfile`` and ``shutil``: every model process calls
+    this as it starts, and inherits what the template imported (see naiad.backends.python.zygote)."""
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)

@@ -21,7 +21,6 @@ thread runs.  Any other call goes through the scheduler, where waiting takes ins
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import json
@@ -39,7 +38,12 @@ from naiad.backends.python.response import bytes_array, to_pb_response
 from naiad.core.errors import CancelledError, InferenceServerError, InternalError, UnsupportedError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 
+# ``asyncio`` is imported where it is used: a model process imports this module, and asyncio (with
+# ssl) is about 3 MiB of objects that every model process forked from the template would hold and
+# count in its resident memory, whether or not its model is ``async`` (see zygote.py).
 if TYPE_CHECKING:
+    import asyncio
+
     from naiad.backends.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -238,6 +242,8 @@ def _pump(server: Server, request: InferRequest) -> tuple[queue.SimpleQueue[Stre
     items: queue.SimpleQueue[StreamItem] = queue.SimpleQueue()
     chain = _CHAIN.get()
 
+    import asyncio
+
     async def pump() -> None:
         if chain:
             _chains[id(request)] = chain
@@ -365,6 +371,8 @@ def _returned(items: queue.SimpleQueue[StreamItem], request: InferRequest, decou
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    import asyncio
+
     try:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
@@ -377,11 +385,15 @@ async def _call(function: Callable[..., T], *args: Any) -> T:
 
 def _wait(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
     """Run ``coroutine`` on the server's loop and block this (model) thread until it is done."""
+    import asyncio
+
     return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
 
 
 async def _on(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
     """Run ``coroutine`` on the server's loop and await it from the model's own loop."""
+    import asyncio
+
     if _on_loop(loop):
         return await coroutine
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))

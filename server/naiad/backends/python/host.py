@@ -11,7 +11,6 @@ models pay no per-call loop start-up and sync models pay nothing.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextvars
 import inspect
@@ -20,7 +19,7 @@ import logging
 from collections.abc import Coroutine
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from naiad.backends.python import pb_utils
 from naiad.backends.python.loader import (
@@ -30,6 +29,11 @@ from naiad.backends.python.loader import (
     unique_module_name,
 )
 from naiad.core.errors import InternalError, InvalidArgumentError
+
+# ``asyncio`` is imported only when a model needs it (``async def``): a model process imports this
+# module, and asyncio is megabytes that every model process would hold (see naiad.backends.python.bls).
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +107,8 @@ class ModelHost:
         is busy with the execution this one is nested in (a BLS call back into this model)."""
         loop = self._loop
         if loop is None:
+            import asyncio
+
             loop = self._loop = asyncio.new_event_loop()
         if loop.is_running():
             return run_detached(coroutine)
@@ -147,6 +153,8 @@ class ModelHost:
         loop, self._loop = self._loop, None
         if loop is None:
             return
+        import asyncio
+
         try:
             pending = asyncio.all_tasks(loop)
             for task in pending:
@@ -199,6 +207,8 @@ def run_detached(coroutine: Coroutine[Any, Any, Any]) -> Any:
     """Run ``coroutine`` to completion on a fresh event loop, from any thread: on this thread if no
     loop runs here, else on a helper thread (a running loop cannot be re-entered) that sees this
     thread's context variables."""
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

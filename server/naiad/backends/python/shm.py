@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-import tempfile
 from collections.abc import Iterable
 from typing import Any
 
@@ -57,7 +56,7 @@ class Region:
     def create(cls, needed: int) -> Region:
         """A new region of at least ``needed`` bytes (a power of two, 1 MiB or more)."""
         size = max(_MIN_SIZE, 1 << max(0, needed - 1).bit_length())
-        fd, path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", suffix=".shm", dir=_FOLDER)
+        fd, path = _new_file()
         try:
             os.ftruncate(fd, size)
             buffer = mmap.mmap(fd, size)
@@ -83,13 +82,38 @@ class Region:
             pass
 
 
+def _folder() -> str:
+    """Where regions are made: ``/dev/shm``, else the system's temporary folder.
+
+    ``tempfile`` is imported only for that fallback: with ``shutil``, ``random`` and the compression
+    modules it brings, it is about half a MiB that every model process, forked from a template that
+    imports this module, would hold (see ``zygote._settle``)."""
+    if _FOLDER is not None:
+        return _FOLDER
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+def _new_file() -> tuple[int, str]:
+    """A new, empty file named after this process (as ``tempfile.mkstemp`` makes one: created
+    exclusively, readable by this user only); its descriptor and path."""
+    folder = _folder()
+    while True:
+        path = os.path.join(folder, f"{_PREFIX}{os.getpid()}-{os.urandom(8).hex()}.shm")
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), path
+        except FileExistsError:
+            continue
+
+
 def remove_orphans(folder: str | None = None) -> list[str]:
     """Delete the region files whose creating process no longer runs; the paths deleted.
 
     ``folder`` defaults to where regions are made (the system's temporary folder without
     ``/dev/shm``).  A file whose process is alive, or whose name carries no process ID, is kept.
     """
-    folder = folder or _FOLDER or tempfile.gettempdir()
+    folder = folder or _folder()
     removed: list[str] = []
     for entry in os.scandir(folder):
         name = entry.name

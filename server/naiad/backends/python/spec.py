@@ -11,6 +11,7 @@ that needs them either, since a model process unpickles the spec.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,23 @@ TIMEOUT_PARAMETER = "NAIAD_EXECUTION_TIMEOUT_SECONDS"
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
 #: Triton's placeholder for the model's folder in ``EXECUTION_ENV_PATH``.
 MODEL_DIRECTORY_PLACEHOLDER = "$$TRITON_MODEL_DIRECTORY"
+#: Microseconds a model process that answered its executions, and the engine that sent a model
+#: process its only execution in flight, watch the socket for the next message before they block
+#: (environment variable, read by the engine and its model processes; 0 blocks at once).  On a
+#: virtual machine a process woken from a blocking read costs 80-90 CPU-us and as much latency; a
+#: short watch saves that when the answer is near (one request at a time) and costs at most this
+#: much CPU when it is not, yielding the core meanwhile (see ``Wire.arrives_within``).
+SPIN_VARIABLE = "NAIAD_PROCESS_SPIN_US"
+DEFAULT_SPIN_US = 100.0
+
+
+def spin_seconds() -> float:
+    """The watch of :data:`SPIN_VARIABLE` in seconds (the default if unset or not a number >= 0)."""
+    try:
+        value = float(os.environ.get(SPIN_VARIABLE, DEFAULT_SPIN_US))
+    except ValueError:
+        value = DEFAULT_SPIN_US
+    return max(value, 0.0) / 1e6
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,6 @@ responses go over it whenever its threads send them, also after ``execute`` retu
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextvars
 import functools
@@ -33,6 +32,7 @@ from naiad.backends.python.host import auto_complete_config
 from naiad.backends.python.instance import PythonModelInstance
 from naiad.backends.python.messages import PackedAnswer, Wire, bls_message, pack_answer, unpack_answer
 from naiad.backends.python.response import to_pb_response
+from naiad.backends.python.spec import spin_seconds
 from naiad.core.allocator import pin_thresholds
 from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
@@ -80,6 +80,8 @@ class _Channel:
         #: The streamed BLS calls whose final answer has not come, by number (see :class:`_Stream`).
         self._streams: dict[int, _Stream] = {}
         self._numbers = itertools.count(1)
+        #: How long to watch for the next execution before blocking (see ``spec.SPIN_VARIABLE``).
+        self._spin = spin_seconds()
         if routed:
             self._work, self._replies = queue.SimpleQueue(), queue.SimpleQueue()
             threading.Thread(target=self._route, name="naiad-channel-reader", daemon=True).start()
@@ -195,6 +197,8 @@ class _Channel:
                 raise EOFError
             return work
         conn = self.conn
+        if wait and self._spin and not conn.has_message():
+            conn.arrives_within(self._spin)  # the next execution is often near: no wake-up then
         while wait or conn.has_message():
             message: tuple[Any, ...] = conn.receive()
             if message[0] == "stream":  # a streamed call's answer nobody was reading for
@@ -367,6 +371,8 @@ class _RemoteRunner:
         return to_pb_response(unpack_answer(self._channel.call(core), core.model_name, ""))
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        import asyncio  # only an async model gets here (see bls.py on why not at the top)
+
         return await asyncio.to_thread(self.exec, request, decoupled)
 
 
