@@ -40,10 +40,6 @@ from naiad.scheduling.worker import (
 _MONOTONIC_NS = time.monotonic_ns
 #: Inline execution (``_run_inline``) only while executions average less than this.
 _INLINE_LIMIT_NS = 50_000
-#: The most one execution adds to that average: a single slow one (the loop thread preempted by
-#: the gRPC poller or a collection in the middle of it) then leaves a short model inline, while
-#: two slow ones in a row still send the next requests to the instance's thread.
-_INLINE_SAMPLE_CAP_NS = 2 * _INLINE_LIMIT_NS
 #: Where the running average starts: about 70 executions on the thread before any runs inline.
 _INLINE_WARMUP_NS = 1_000_000_000
 #: Event-loop timers have millisecond granularity; shorter waits poll on each loop iteration.
@@ -227,8 +223,8 @@ class DynamicBatchScheduler:
         """Execute on the event loop thread and settle ``entry`` at once.
 
         Only for an idle single instance that is ``inline_safe`` and whose executions are short:
-        a few microseconds of model code then cost no thread hand-off at all, and slow executions
-        raise the running average so the next requests go back to the instance's thread.
+        a few microseconds of model code then cost no thread hand-off at all, and a slow execution
+        raises the running average so the next requests go back to the instance's thread.
         """
         execution = Execution([entry], now, self._sequence)
         self._sequence += 1
@@ -307,7 +303,7 @@ class DynamicBatchScheduler:
             return
         input_ns = execution.start_ns - execution.dispatch_ns
         infer_ns = execution.end_ns - execution.start_ns
-        self._infer_average_ns += (min(infer_ns, _INLINE_SAMPLE_CAP_NS) - self._infer_average_ns) >> 3
+        self._infer_average_ns += (infer_ns - self._infer_average_ns) >> 3
         output_ns = now - execution.end_ns
         stats.execution(sum(entry.size for entry in entries), input_ns, infer_ns, output_ns)
         stats.last_inference_ms = time.time_ns() // 1_000_000
