@@ -103,7 +103,7 @@ def _cpu_seconds(pids: list[int]) -> float:
 
 @pytest.mark.parametrize("spin", ["5000", "0"])
 def test_an_idle_server_after_a_burst_of_requests_uses_almost_no_cpu(tmp_path: Path, spin: str) -> None:
-    """Even with a watch of 5 ms (50 times the default) the server's whole tree, its model process
+    """Even with a watch of 5 ms (50 times the 100 us the benchmark tried) the server's whole tree, its model process
     included, is back to sleep within a moment of its last request: over 2 s it uses at most 0.15
     CPU-seconds, where one watch that never stopped would use about 2."""
     repo = tmp_path / "repo"

@@ -32,12 +32,14 @@ ENV_PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY_PLACEHOLDER = "$$TRITON_MODEL_DIRECTORY"
 #: Microseconds a model process that answered its executions, and the engine that sent a model
 #: process its only execution in flight, watch the socket for the next message before they block
-#: (environment variable, read by the engine and its model processes; 0 blocks at once).  On a
-#: virtual machine a process woken from a blocking read costs 80-90 CPU-us and as much latency; a
-#: short watch saves that when the answer is near (one request at a time) and costs at most this
-#: much CPU when it is not, yielding the core meanwhile (see ``Wire.arrives_within``).
+#: (environment variable, read by the engine and its model processes; 0, the default, blocks at
+#: once).  Off by default: on this project's 2-core VM a 100 us watch cost about 150 CPU-us per
+#: request at concurrency 1 and moved its p50 latency by less than the noise (370 -> 361 us;
+#: benchmarks/isolation, sixth session), so it is an opt-in for hosts where a wake-up from a
+#: blocking read costs more.  Bounded either way, yielding the core meanwhile
+#: (see ``Wire.arrives_within``).
 SPIN_VARIABLE = "NAIAD_PROCESS_SPIN_US"
-DEFAULT_SPIN_US = 100.0
+DEFAULT_SPIN_US = 0.0
 
 
 def spin_seconds() -> float:
