@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support.models import write_identity, write_model
+from tests.support.processes import descendants
 from tests.support.server import ServerProcess
 
 SERVE, SEGFAULT, EXIT, HANG, BOMB = 0, 1, 2, 3, 4
@@ -188,19 +189,6 @@ def _served_again(server: ServerProcess, model: str, old_pid: int) -> int:
         return pid
 
 
-def _descendants(pid: int) -> list[int]:
-    found, queue = [], [pid]
-    while queue:
-        current = queue.pop()
-        found.append(current)
-        try:
-            for task in os.listdir(f"/proc/{current}/task"):
-                queue += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
-        except OSError:
-            continue
-    return found[1:]
-
-
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -221,12 +209,12 @@ def _shm_files(pids: list[int]) -> list[str]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = _repository(tmp_path_factory.mktemp("isolation"))
     with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=*"]) as served:
-        tree = _descendants(served.process.pid) if served.process else []
+        tree = descendants(served.process.pid) if served.process else []
         with LoadGenerator(served) as load:
             yield served
         assert load.failures == []
         assert load.answered > 0
-        tree += [pid for pid in _descendants(served.process.pid) if pid not in tree] if served.process else []
+        tree += [pid for pid in descendants(served.process.pid) if pid not in tree] if served.process else []
         assert served.stop() == 0
     assert len(tree) >= 2  # the template and at least one model process
     deadline = time.monotonic() + 10
@@ -365,7 +353,7 @@ def test_a_server_killed_with_sigkill_leaves_no_model_process_behind(tmp_path: P
         hung = threading.Thread(target=_hang_until_the_server_dies, args=(server,), daemon=True)
         hung.start()  # one model process busy in a hang, the other idle
         time.sleep(0.5)
-        tree = _descendants(server.process.pid)
+        tree = descendants(server.process.pid)
         assert len(tree) >= 3  # the template and two model processes
         assert _shm_files([server.process.pid])  # the hung execution's inputs
         server.stop(signal.SIGKILL)
@@ -390,7 +378,7 @@ def test_the_isolation_choice_shows_in_the_config_and_a_trusted_model_runs_in_th
     assert (isolated, trusted) == ({"string_value": "true"}, {"string_value": "false"})
     assert server.process is not None
     assert _grpc(server, "trusted", SERVE) == server.process.pid
-    assert _http(server, "segv", SERVE) in _descendants(server.process.pid)
+    assert _http(server, "segv", SERVE) in descendants(server.process.pid)
 
 
 def test_a_template_process_killed_from_outside_takes_its_model_processes_which_restart(tmp_path: Path) -> None:
@@ -399,7 +387,7 @@ def test_a_template_process_killed_from_outside_takes_its_model_processes_which_
     with ServerProcess([repo]) as server:
         assert server.process is not None
         pid = _http(server, "segv", SERVE)
-        (template,) = [p for p in _descendants(server.process.pid) if _parent(p) == server.process.pid]
+        (template,) = [p for p in descendants(server.process.pid) if _parent(p) == server.process.pid]
         assert "naiad.backends.python.zygote" in Path(f"/proc/{template}/cmdline").read_text()
         os.kill(template, signal.SIGKILL)
         deadline = time.monotonic() + 10

@@ -22,6 +22,7 @@ from naiad.backends.python.messages import Wire
 from naiad.backends.python.spec import DEFAULT_SPIN_US, SPIN_VARIABLE, spin_seconds
 
 from tests.support.models import write_identity
+from tests.support.processes import descendants
 from tests.support.server import ServerProcess
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -80,19 +81,6 @@ def test_the_setting_is_microseconds_and_zero_or_nonsense_fall_back_sensibly(
     assert spin_seconds() == pytest.approx(DEFAULT_SPIN_US / 1e6)
 
 
-def _tree(pid: int) -> list[int]:
-    found, queue = [], [pid]
-    while queue:
-        current = queue.pop()
-        found.append(current)
-        try:
-            for task in os.listdir(f"/proc/{current}/task"):
-                queue += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
 def _cpu_seconds(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -117,7 +105,7 @@ def test_an_idle_server_after_a_burst_of_requests_uses_almost_no_cpu(tmp_path: P
             for _ in range(200):  # one at a time: every execution ends with a watch on both sides
                 result = client.infer("identity", [tensor])
                 np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
-        tree = _tree(served.process.pid)
+        tree = [served.process.pid, *descendants(served.process.pid)]
         assert len(tree) >= 3  # the engine, the template, the model process
         time.sleep(0.5)
         before = _cpu_seconds(tree)

@@ -1,0 +1,22 @@
+"""The processes a server under test started: its model processes, template and workers are read from
+``/proc`` (what is really running, not what the server says it started)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children of all its threads, recursively), ``pid`` not included;
+    a process that ends while it is read is passed over."""
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                queue += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+        except OSError:
+            continue
+    return found[1:]
