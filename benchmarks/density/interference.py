@@ -16,14 +16,16 @@ its warm p99 under loads cannot say where the time goes.  This one isolates the 
   loads (and evicts) all the time.
 
 Phases, interleaved over ``--rounds``: *quiet* (no churn); *onnx, no loads* (the churn client cycles
-over three ONNX models loaded at start: other models' requests, but no load: the control); *onnx churn*
-(30 ONNX models of 4 MiB weights, more than fit: a load and an eviction per request); *python churn*
-(Python models holding 20 MiB buffers: a model process started per load).  Each phase
-prints the warm and probe p50/p99, their ratios to the quiet phase of the same round, loads per second
-(from the server's metrics), and the server's CPU time (its process and its children, from /proc) per
-second of the phase.
+over three ONNX models loaded at start: other models' requests but no load: **the control**, the
+reference for "do loads hurt warm requests", with the same clients and more CPU work than a churn
+phase); *onnx churn* (30 ONNX models of 4 MiB weights, more than fit: a load and an eviction per
+request); *python churn* (Python models holding 20 MiB buffers: a model process started per load).
+Each phase prints the warm p50/p99 (all, and per hot model) and the probe's, loads per second (from
+the server's metrics), and the server's CPU time (its process and its children, from /proc) per
+second of the phase; the table at the end pools every round's samples per phase and gives each
+phase's warm p99 against the control's and the quiet phase's of the same round.
 
-usage: python benchmarks/density/interference.py [--rounds 3] [--secs 12] [--rate 40] [--probe-rate 20]
+usage: python benchmarks/density/interference.py [--rounds 3] [--secs 12] [--rate 100] [--probe-rate 20]
                                                  [--budget-mib 160] [--load-threads 4] [--py-spy DIR]
                                                  [-- SERVER ARGS]
 """
@@ -57,6 +59,8 @@ CHURN = {
     "onnx": Kind("churn_onnx", "onnx-matmul", 4, 30),
     "python": Kind("churn_py", "python", 20, 6),
 }
+#: The reference phase: the churn client's requests go to loaded models, so nothing loads.
+CONTROL = "onnx, no loads"
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -78,25 +82,26 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-def _warm(job: tuple[int, float, float, Any]) -> list[float]:
-    """Paced inference on the hot models; latencies in ms (every answer checked)."""
+def _warm(job: tuple[int, float, float, Any]) -> list[tuple[str, float]]:
+    """Paced inference on the hot models: (model kind, latency in ms) each (every answer checked)."""
     http, secs, rate, barrier = job
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(f"127.0.0.1:{http}", network_timeout=120)
     x = np.arange(WIDTH, dtype=np.float32).reshape(1, WIDTH) / WIDTH
-    latencies: list[float] = []
+    latencies: list[tuple[str, float]] = []
     barrier.wait()
     start, sent = time.monotonic(), 0
     while (due := start + sent / rate) - start < secs:
         time.sleep(max(0.0, due - time.monotonic()))
-        model = HOT[sent % len(HOT)].prefix + "_000"
+        kind = HOT[sent % len(HOT)]
+        model = kind.prefix + "_000"
         sent += 1
         tensor = httpclient.InferInput("INPUT0", [1, WIDTH], "FP32")
         tensor.set_data_from_numpy(x)
         t0 = time.perf_counter()
         got = client.infer(model, [tensor]).as_numpy("OUTPUT0")
-        latencies.append((time.perf_counter() - t0) * 1000)
+        latencies.append((kind.prefix, (time.perf_counter() - t0) * 1000))
         if got is None or not np.allclose(got, x, atol=1e-5):
             raise AssertionError(f"wrong answer from {model}: {got!r}")
     client.close()
@@ -189,13 +194,17 @@ def phase(
         after["naiad_model_loads_total{reason=on_demand}"]
         - before["naiad_model_loads_total{reason=on_demand}"]
     )
-    warm, probe = results[0], results[1]
+    warm = [latency for _, latency in results[0]]
+    by_model = {kind.prefix: [ms for prefix, ms in results[0] if prefix == kind.prefix] for kind in HOT}
+    probe = results[1]
     return {
+        "warm": warm,
+        "by_model": by_model,
+        "probe": probe,
         "warm_p50": pct(warm, 0.5),
         "warm_p99": pct(warm, 0.99),
         "probe_p50": pct(probe, 0.5),
         "probe_p99": pct(probe, 0.99),
-        "warm_n": len(warm),
         "loads_per_s": loads / elapsed,
         "load_p50": pct(results[2], 0.5) if churn else float("nan"),
         "cpu_per_s": cpu / elapsed,
@@ -203,12 +212,44 @@ def phase(
 
 
 def describe(result: dict[str, Any]) -> str:
+    per_model = ", ".join(f"{prefix} p99 {pct(ms, 0.99):.1f}" for prefix, ms in result["by_model"].items())
     return (
-        f"warm p50 {result['warm_p50']:.1f} ms p99 {result['warm_p99']:.1f} ms ({result['warm_n']}), "
-        f"probe p50 {result['probe_p50']:.1f} p99 {result['probe_p99']:.1f} ms, "
+        f"warm p50 {result['warm_p50']:.1f} ms p99 {result['warm_p99']:.1f} ms ({len(result['warm'])}; "
+        f"{per_model}), probe p50 {result['probe_p50']:.1f} p99 {result['probe_p99']:.1f} ms, "
         f"{result['loads_per_s']:.1f} loads/s (churn request p50 {result['load_p50']:.0f} ms), "
         f"server CPU {result['cpu_per_s']:.2f} s/s"
     )
+
+
+def summary(rows: dict[str, list[dict[str, Any]]]) -> None:
+    """The table: latencies pooled over the rounds (a p99 over every round's samples, so that it rests
+    on dozens of requests, not the 4th-worst of one phase), and each phase's warm p99 against the
+    control's (other models run, nothing loads) and the quiet phase's of the same round (medians over
+    rounds).  The control is the reference for "do loads hurt warm requests": it has the same clients
+    and more CPU work, only no load."""
+    print("| phase | warm p50 | warm p99 | p99 / control | p99 / quiet | " + " | ".join(
+        f"{kind.prefix} p99" for kind in HOT
+    ) + " | probe p99 | probe p99 / control | loads/s | CPU s/s |")  # fmt: skip
+    print("|---" * (9 + len(HOT)) + "|")
+    for label, results in rows.items():
+
+        def pooled(pick: Any, q: float, results: list[dict[str, Any]] = results) -> float:
+            return pct([ms for x in results for ms in pick(x)], q)
+
+        def ratio(key: str, to: str, results: list[dict[str, Any]] = results) -> float:
+            return statistics.median(x[key] / ref[key] for x, ref in zip(results, rows[to], strict=True))
+
+        per_model = " | ".join(
+            f"{pooled(lambda x, k=kind.prefix: x['by_model'][k], 0.99):.1f} ms" for kind in HOT
+        )
+        print(
+            f"| {label} | {pooled(lambda x: x['warm'], 0.5):.1f} ms | "
+            f"{pooled(lambda x: x['warm'], 0.99):.1f} ms | {ratio('warm_p99', CONTROL):.2f}x | "
+            f"{ratio('warm_p99', 'quiet'):.2f}x | {per_model} | "
+            f"{pooled(lambda x: x['probe'], 0.99):.1f} ms | {ratio('probe_p99', CONTROL):.2f}x | "
+            f"{statistics.median(x['loads_per_s'] for x in results):.1f} | "
+            f"{statistics.median(x['cpu_per_s'] for x in results):.2f} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--secs", type=float, default=12.0, help="seconds per phase")
-    parser.add_argument("--rate", type=float, default=40.0, help="warm requests/s")
+    parser.add_argument("--rate", type=float, default=100.0, help="warm requests/s")
     parser.add_argument("--probe-rate", type=float, default=20.0, help="health probes/s")
     parser.add_argument("--budget-mib", type=int, default=160, help="--model-memory-budget of the server")
     parser.add_argument("--load-threads", type=int, default=4, help="--model-load-thread-count")
@@ -272,25 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"round {r + 1} {label:>14}: {describe(result)}  [{uptime()}]", flush=True)
             with open(server.log.name) as log:
                 failures = [line for line in log if "Traceback" in line or "failed to load" in line]
-    print(f"\nmedians over {args.rounds} rounds (ratios: each round's to its quiet phase, then the median)")
-    print("| phase | warm p50 | warm p99 | p99 / quiet | probe p99 | probe p99 / quiet | loads/s | CPU s/s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, results in rows.items():
-
-        def med(key: str, results: list[dict[str, Any]] = results) -> float:
-            return statistics.median(x[key] for x in results)
-
-        warm_ratio = statistics.median(
-            x["warm_p99"] / q["warm_p99"] for x, q in zip(results, rows["quiet"], strict=True)
-        )
-        probe_ratio = statistics.median(
-            x["probe_p99"] / q["probe_p99"] for x, q in zip(results, rows["quiet"], strict=True)
-        )
-        print(
-            f"| {label} | {med('warm_p50'):.1f} ms | {med('warm_p99'):.1f} ms | {warm_ratio:.2f}x | "
-            f"{med('probe_p99'):.1f} ms | {probe_ratio:.2f}x | {med('loads_per_s'):.1f} | "
-            f"{med('cpu_per_s'):.2f} |"
-        )
+    print(f"\n{args.rounds} rounds: percentiles over all rounds' samples; ratios per round, then median")
+    summary(rows)
     print(f"server log lines with failures: {len(failures)}")
     print(f"end: {uptime()}")
     return 1 if failures else 0
