@@ -25,6 +25,7 @@ from naiad.frontends.access.policy import AccessPolicy
 from naiad.frontends.access.restriction import Restrictions, parse_restrictions
 from naiad.frontends.forwarding import HeaderForwarding
 from naiad.frontends.http.app import HttpFrontend
+from naiad.frontends.http.protocol import HttpProtocol
 from naiad.frontends.openai.app import OpenAIFrontend
 from naiad.frontends.tls import TlsFiles, tls_files
 from naiad.settings import ServerSettings
@@ -56,7 +57,7 @@ def uvicorn_server(
         host=host,
         port=port,
         loop="none",
-        http="httptools",
+        http=HttpProtocol,  # httptools, one write per response
         lifespan="off",
         access_log=False,
         log_level="info" if settings.log_verbose else "warning",
