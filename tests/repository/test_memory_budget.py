@@ -183,3 +183,24 @@ def test_concurrent_on_demand_loads_count_each_other_against_the_budget(tmp_path
         assert metric(text, "naiad_model_evictions_total", model=first) == 1
         assert metric(text, "naiad_model_memory_used_bytes") <= 250 * MIB
 
+
+def test_a_server_left_over_its_budget_evicts_once_a_model_leaves_its_residency(budget_repo: Path) -> None:
+    """An explicit load proceeds past the budget when every other model is inside its minimum residency;
+    the server then evicts as soon as one may go, without waiting for another load or request."""
+    with ServerProcess([budget_repo], budget_args(3), frontend_workers=0) as server:
+        assert infer_http(server, "e0") == 11
+        assert infer_http(server, "e1") == 21
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            client.load_model("e2")  # pin, e0, e1 and e2: over the budget, nothing evictable yet
+        finally:
+            client.close()
+        assert metric(metrics(server), "naiad_model_memory_used_bytes") > 310 * MIB
+        deadline = time.monotonic() + 20
+        while metric(metrics(server), "naiad_model_memory_used_bytes") > 310 * MIB:
+            assert time.monotonic() < deadline, "still over the budget after the residency ended"
+            time.sleep(0.2)
+        rows = index(server)
+        assert rows["e0"]["state"] == "UNAVAILABLE"  # the least recently used
+        assert [rows[name]["state"] for name in ("pin", "e1", "e2")] == ["READY"] * 3
+        assert metric(metrics(server), "naiad_model_evictions_total", model="e0") == 1
