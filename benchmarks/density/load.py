@@ -34,8 +34,9 @@ class Client:
     seed: int
 
 
-#: (model, sent at, answered at, error or "") with wall-clock times (time.time()), to match server logs.
-Record = tuple[str, float, float, str]
+#: (model, sent at, answered at, error or "", index of the server it was sent to) with wall-clock
+#: times (time.time()), to match the servers' logs.
+Record = tuple[str, float, float, str, int]
 
 
 def zipf_weights(n: int, s: float) -> list[float]:
@@ -75,7 +76,8 @@ def _run(job: tuple[Client, Any]) -> list[Record]:
             time.sleep(due - now)
         sent += 1
         model = rng.choices(client.models, client.weights)[0]
-        handle = handles[turn % len(handles)]
+        server = turn % len(handles)
+        handle = handles[server]
         turn += 1
         tensor = module.InferInput("INPUT0", [1, WIDTH], "FP32")
         tensor.set_data_from_numpy(x)
@@ -91,7 +93,7 @@ def _run(job: tuple[Client, Any]) -> list[Record]:
                 error = f"wrong answer from {model}: {got!r}"
         except Exception as exc:  # every failure is counted and its message kept
             error = f"{type(exc).__name__}: {exc}"[:300]
-        records.append((model, t0, time.time(), error))
+        records.append((model, t0, time.time(), error, server))
     for handle in handles:
         handle.close()
     return records

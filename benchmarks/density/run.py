@@ -123,35 +123,84 @@ def _label(labels: str, key: str) -> str:
     return f"{key}={match.group(1) if match else ''}"
 
 
-_LOADED = re.compile(r"^I(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) .*successfully loaded '([^']+)'")
+#: A pod finished loading a model, began evicting one (it stops serving it then), or finished unloading.
+_LOADED = re.compile(
+    r"^I(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) .*(successfully loaded|evicting model|successfully unloaded)"
+    r" '([^']+)'"
+)
+
+
+def _events(log: Path) -> list[tuple[float, bool, str]]:
+    """(wall-clock time, loaded (else unloaded), model) of each load and unload a pod finished, in
+    order (glog lines carry local time)."""
+    year = datetime.now().year
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        match = _LOADED.match(line)
+        if match:
+            mo, d, h, mi, s, us, what, model = match.groups()
+            when = datetime(year, int(mo), int(d), int(h), int(mi), int(s), int(us.ljust(6, "0")[:6]))
+            found.append((when.timestamp(), what == "successfully loaded", model))
+    return found
 
 
 def load_events(logs: list[Path]) -> dict[str, list[float]]:
-    """model -> wall-clock times at which a pod finished loading it (glog lines carry local time)."""
-    year = datetime.now().year
+    """model -> wall-clock times at which a pod finished loading it."""
     events: dict[str, list[float]] = defaultdict(list)
     for log in logs:
-        for line in log.read_text(errors="replace").splitlines():
-            match = _LOADED.match(line)
-            if match:
-                mo, d, h, mi, s, us, model = match.groups()
-                when = datetime(year, int(mo), int(d), int(h), int(mi), int(s), int(us.ljust(6, "0")[:6]))
-                events[model].append(when.timestamp())
+        for when, loaded, model in _events(log):
+            if loaded:
+                events[model].append(when)
     return {model: sorted(times) for model, times in events.items()}
 
 
-def split_cold(records: list[Record], loads: dict[str, list[float]]) -> tuple[list[float], list[float]]:
-    """Latencies (ms) of the successful warm and cold requests (cold: a load of its model finished
-    while it was outstanding)."""
-    warm: list[float] = []
-    cold: list[float] = []
-    for model, sent, answered, error in records:
+#: (pod index, model) -> (times, held after each): when the pod finished loading or unloading it.
+Residency = dict[tuple[int, str], tuple[list[float], list[bool]]]
+
+
+def residency(logs: list[Path]) -> Residency:
+    """Which pod held which model when, from each pod's own log (``logs`` in the clients' order of
+    servers)."""
+    held: Residency = {}
+    for index, log in enumerate(logs):
+        for when, loaded, model in _events(log):
+            times, states = held.setdefault((index, model), ([], []))
+            times.append(when)
+            states.append(loaded)
+    return held
+
+
+def split_cold(records: list[Record], loads: dict[str, list[float]]) -> tuple[list[Record], list[Record]]:
+    """The successful warm and cold requests (cold: a load of its model finished, on any pod, while
+    it was outstanding)."""
+    warm: list[Record] = []
+    cold: list[Record] = []
+    for record in records:
+        model, sent, answered, error, _ = record
         if error:
             continue
         times = loads.get(model, [])
         i = bisect.bisect_left(times, sent)
-        (cold if i < len(times) and times[i] <= answered else warm).append((answered - sent) * 1e3)
+        (cold if i < len(times) and times[i] <= answered else warm).append(record)
     return warm, cold
+
+
+def split_local(warm: list[Record], held: Residency) -> tuple[list[Record], list[Record]]:
+    """Warm requests the receiving pod answered itself (it held the model when the request was sent)
+    and those it forwarded to a peer (it did not: never loaded there, or unloaded since).  Only the
+    first say whether other models' loads slow a warm request down; the second also pay a hop."""
+    local: list[Record] = []
+    forwarded: list[Record] = []
+    for record in warm:
+        model, sent, _, _, pod = record
+        times, states = held.get((pod, model), ([], []))
+        i = bisect.bisect_right(times, sent)
+        (local if i and states[i - 1] else forwarded).append(record)
+    return local, forwarded
+
+
+def latencies(records: list[Record]) -> list[float]:
+    return [(answered - sent) * 1e3 for _, sent, answered, _, _ in records]
 
 
 # ---- the simulated cluster ------------------------------------------------------------------------
@@ -269,8 +318,13 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def summary(label: str, records: list[Record], loads: dict[str, list[float]], secs: float) -> dict[str, Any]:
-    warm, cold = split_cold(records, loads)
+def summary(
+    label: str, records: list[Record], loads: dict[str, list[float]], held: Residency, secs: float
+) -> dict[str, Any]:
+    warm_records, cold_records = split_cold(records, loads)
+    local_records, forwarded_records = split_local(warm_records, held)
+    warm, cold = latencies(warm_records), latencies(cold_records)
+    local, forwarded = latencies(local_records), latencies(forwarded_records)
     failed = [r for r in records if r[3]]
     return {
         "label": label,
@@ -281,6 +335,12 @@ def summary(label: str, records: list[Record], loads: dict[str, list[float]], se
         "cold": len(cold),
         "warm_p50": pct(warm, 50),
         "warm_p99": pct(warm, 99),
+        "local": len(local),
+        "local_p50": pct(local, 50),
+        "local_p99": pct(local, 99),
+        "forwarded": len(forwarded),
+        "forwarded_p50": pct(forwarded, 50),
+        "forwarded_p99": pct(forwarded, 99),
         "cold_p50": pct(cold, 50),
         "cold_p99": pct(cold, 99),
         "rps": len(records) / secs,
@@ -414,6 +474,7 @@ def measure(
             rounds.append({"reference": reference, "warm-only": warm_only, "mixed": mixed})
             print(f"round {r + 1} done; uptime: {uptime()}", flush=True)
         loads = load_events([p.log for p in pods])
+        held_when = residency([p.log for p in pods])
         held = {p.name: footprints(p.url) for p in pods}
     ref.__exit__(None, None, None)
 
@@ -425,12 +486,20 @@ def measure(
     secs = {"reference": args.reference_secs, "warm-only": args.warm_secs, "mixed": args.mixed_secs}
     pooled = {
         phase: summary(
-            labels[phase], [x for rnd in rounds for x in rnd[phase]], loads, secs[phase] * len(rounds)
+            labels[phase],
+            [x for rnd in rounds for x in rnd[phase]],
+            loads,
+            held_when if phase != "reference" else {},
+            secs[phase] * len(rounds),
         )
         for phase in labels
     }
     per_round = [
-        {phase: summary(phase, rnd[phase], loads, secs[phase]) for phase in labels} for rnd in rounds
+        {
+            phase: summary(phase, rnd[phase], loads, held_when if phase != "reference" else {}, secs[phase])
+            for phase in labels
+        }
+        for rnd in rounds
     ]
 
     print(f"\nall {len(rounds)} rounds pooled:")
@@ -475,6 +544,30 @@ def measure(
             f"| {i} | {ref99:.1f} | {warm99:.1f} | {mixed99:.1f} | {by_warm[-1]:.2f}x | {by_ref[-1]:.2f}x |"
         )
     print(f"| median | | | | {statistics.median(by_warm):.2f}x | {statistics.median(by_ref):.2f}x |")
+    print(
+        "\nwarm requests the receiving pod answered itself (local) or forwarded to a peer holding the"
+        " model (from each pod's load/unload log lines; the pods' forwarded counter beside them):"
+    )
+    print(
+        "| phase | local | local p50 ms | local p99 ms | forwarded | forwarded p50 ms | forwarded p99 ms "
+        "| forwarded (metric) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for phase in ("warm-only", "mixed"):
+        row = pooled[phase]
+        print(
+            f"| {phase} | {row['local']} | {row['local_p50']:.1f} | {row['local_p99']:.1f} | "
+            f"{row['forwarded']} | {row['forwarded_p50']:.1f} | {row['forwarded_p99']:.1f} | "
+            f"{counts[phase].get('naiad_forwarded_requests_total', 0.0):.0f} |"
+        )
+    print("| round | local p99 warm-only | local p99 mixed | mixed / warm-only (local) |")
+    print("|---|---|---|---|")
+    by_local = []
+    for i, row in enumerate(per_round, 1):
+        before_local, mixed_local = row["warm-only"]["local_p99"], row["mixed"]["local_p99"]
+        by_local.append(mixed_local / before_local)
+        print(f"| {i} | {before_local:.1f} | {mixed_local:.1f} | {by_local[-1]:.2f}x |")
+    print(f"| median | | | {statistics.median(by_local):.2f}x |")
     print("\nheld at the end (pod: models, MiB measured):")
     for pod, models in held.items():
         print(
