@@ -18,9 +18,15 @@ One run measures, side by side:
 
 A request is **cold** when a load of its model finished (on any pod, from the pods' logs) between the
 moment it was sent and its answer: it waited for that load (its own, or one it shared).  Every other
-request is **warm**.  Hit rate, loads and evictions come from the pods' ``naiad_*`` metrics (deltas
-over the phase).  Latencies are client-side, from tritonclient processes (half HTTP, half gRPC) each
-pacing itself to a fixed rate and spreading requests over the pods round robin, as a Service would.
+request is **warm**.  A warm request is **local** when the pod that received it held the model all the
+while it was outstanding (from that pod's own log: loads finished, evictions begun, unloads finished),
+**forwarded** when it did not (it went on to a peer: one more hop), and **unknown** when that pod began
+or finished evicting the model meanwhile.  Local warm requests are the ones that say whether other
+models' loads slow warm requests down; the run also shows them beside what the pods were doing (a load
+or eviction on their own pod, on others only, on none) and by backend.  Hit rate, loads and evictions
+come from the pods' ``naiad_*`` metrics (deltas over the phase).  Latencies are client-side, from
+tritonclient processes (half HTTP, half gRPC) each pacing itself to a fixed rate and spreading requests
+over the pods round robin, as a Service would.
 
 usage: python benchmarks/density/run.py [--rate 60] [--clients 6] [--rounds 2] [--reference-secs 15]
                                         [--warm-secs 15] [--mixed-secs 40] [--zipf 1.1] [--ratio 3]
@@ -99,9 +105,10 @@ _SAMPLE = re.compile(r"^(naiad_[a-z_]+)(\{[^}]*\})?\s+([0-9.eE+-]+)$")
 
 
 def scrape(metrics_ports: list[int]) -> Counter[str]:
-    """Sums over the pods of the counters this benchmark reads, keyed ``name`` or ``name{label=value}``."""
+    """Sums over the pods of the counters this benchmark reads, keyed ``name`` or ``name{label=value}``;
+    the forwarded counter also per pod (``name{pod=index}``, in ``metrics_ports``' order)."""
     totals: Counter[str] = Counter()
-    for port in metrics_ports:
+    for pod, port in enumerate(metrics_ports):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
             text = r.read().decode()
         for line in text.splitlines():
@@ -113,8 +120,11 @@ def scrape(metrics_ports: list[int]) -> Counter[str]:
                 totals[f"{name}{{{_label(labels, 'result')}}}"] += value
             elif name == "naiad_model_loads_total":
                 totals[f"{name}{{{_label(labels, 'reason')}}}"] += value
-            elif name in ("naiad_model_evictions_total", "naiad_forwarded_requests_total"):
+            elif name == "naiad_model_evictions_total":
                 totals[name] += value
+            elif name == "naiad_forwarded_requests_total":
+                totals[name] += value
+                totals[f"{name}{{pod={pod}}}"] += value
     return totals
 
 
@@ -129,10 +139,12 @@ _LOADED = re.compile(
     r" '([^']+)'"
 )
 
+_WHAT = {"successfully loaded": "loaded", "evicting model": "evicting", "successfully unloaded": "unloaded"}
 
-def _events(log: Path) -> list[tuple[float, bool, str]]:
-    """(wall-clock time, loaded (else unloaded), model) of each load and unload a pod finished, in
-    order (glog lines carry local time)."""
+
+def _events(log: Path) -> list[tuple[float, str, str]]:
+    """(wall-clock time, what: loaded | evicting | unloaded, model) of each load a pod finished, each
+    eviction it began and each unload it finished, in order (glog lines carry local time)."""
     year = datetime.now().year
     found = []
     for line in log.read_text(errors="replace").splitlines():
@@ -140,7 +152,7 @@ def _events(log: Path) -> list[tuple[float, bool, str]]:
         if match:
             mo, d, h, mi, s, us, what, model = match.groups()
             when = datetime(year, int(mo), int(d), int(h), int(mi), int(s), int(us.ljust(6, "0")[:6]))
-            found.append((when.timestamp(), what == "successfully loaded", model))
+            found.append((when.timestamp(), _WHAT[what], model))
     return found
 
 
@@ -148,13 +160,14 @@ def load_events(logs: list[Path]) -> dict[str, list[float]]:
     """model -> wall-clock times at which a pod finished loading it."""
     events: dict[str, list[float]] = defaultdict(list)
     for log in logs:
-        for when, loaded, model in _events(log):
-            if loaded:
+        for when, what, model in _events(log):
+            if what == "loaded":
                 events[model].append(when)
     return {model: sorted(times) for model, times in events.items()}
 
 
-#: (pod index, model) -> (times, held after each): when the pod finished loading or unloading it.
+#: (pod index, model) -> (times, held after each): when the pod finished loading, began evicting (it
+#: stops serving the model then) or finished unloading it.
 Residency = dict[tuple[int, str], tuple[list[float], list[bool]]]
 
 
@@ -163,10 +176,10 @@ def residency(logs: list[Path]) -> Residency:
     servers)."""
     held: Residency = {}
     for index, log in enumerate(logs):
-        for when, loaded, model in _events(log):
+        for when, what, model in _events(log):
             times, states = held.setdefault((index, model), ([], []))
             times.append(when)
-            states.append(loaded)
+            states.append(what == "loaded")
     return held
 
 
@@ -185,18 +198,91 @@ def split_cold(records: list[Record], loads: dict[str, list[float]]) -> tuple[li
     return warm, cold
 
 
-def split_local(warm: list[Record], held: Residency) -> tuple[list[Record], list[Record]]:
-    """Warm requests the receiving pod answered itself (it held the model when the request was sent)
-    and those it forwarded to a peer (it did not: never loaded there, or unloaded since).  Only the
-    first say whether other models' loads slow a warm request down; the second also pay a hop."""
+def held_through(held: Residency, pod: int, model: str, sent: float, answered: float) -> bool | None:
+    """Whether ``pod`` held ``model`` from ``sent`` to ``answered``; ``None`` when its state changed in
+    between: the request reached the pod at some unknown moment of that span, so it may have found
+    either state."""
+    times, states = held.get((pod, model), ([], []))
+    i = bisect.bisect_right(times, sent)
+    state = bool(i and states[i - 1])
+    if any(changed != state for changed in states[i : bisect.bisect_right(times, answered)]):
+        return None
+    return state
+
+
+def split_local(warm: list[Record], held: Residency) -> tuple[list[Record], list[Record], list[Record]]:
+    """Warm requests the receiving pod answered itself (it held the model while the request was
+    outstanding), those it forwarded to a peer (it did not hold it: never loaded there, or unloaded
+    since), and those whose pod began or finished evicting the model meanwhile (unknown, not guessed).
+    Only local requests say whether other models' loads slow a warm request down; forwarded ones also
+    pay a hop."""
     local: list[Record] = []
     forwarded: list[Record] = []
+    unknown: list[Record] = []
     for record in warm:
-        model, sent, _, _, pod = record
+        model, sent, answered, _, pod = record
+        state = held_through(held, pod, model, sent, answered)
+        (unknown if state is None else local if state else forwarded).append(record)
+    return local, forwarded, unknown
+
+
+#: Per pod: (starts, ends, longest) of the spans in which it was loading or evicting some model, by start.
+Activity = list[tuple[list[float], list[float], float]]
+
+
+def activity(logs: list[Path], load_secs: float) -> Activity:
+    """When each pod was busy with a load or an eviction.  A load is logged only as it finishes, so it
+    is taken to have run for ``load_secs`` before; an eviction runs from its "evicting" line to the
+    model's "successfully unloaded"."""
+    busy: Activity = []
+    for log in logs:
+        spans: list[tuple[float, float]] = []
+        evicting: dict[str, float] = {}
+        for when, what, model in _events(log):
+            if what == "loaded":
+                spans.append((when - load_secs, when))
+            elif what == "evicting":
+                evicting[model] = when
+            else:
+                spans.append((evicting.pop(model, when), when))
+        spans.extend((when, when) for when in evicting.values())
+        spans.sort()
+        longest = max((b - a for a, b in spans), default=0.0)
+        busy.append(([a for a, _ in spans], [b for _, b in spans], longest))
+    return busy
+
+
+def overlaps(spans: tuple[list[float], list[float], float], sent: float, answered: float) -> bool:
+    """Whether one of a pod's busy spans overlaps [sent, answered]."""
+    starts, ends, longest = spans
+    lo = bisect.bisect_left(starts, sent - longest)
+    hi = bisect.bisect_right(starts, answered)
+    return any(ends[k] >= sent for k in range(lo, hi))
+
+
+def beside(records: list[Record], busy: Activity) -> dict[str, list[Record]]:
+    """Requests by what the pods were doing while each was outstanding: a load or an eviction on the
+    pod that received it (``same pod``), on other pods only, or on none."""
+    found: dict[str, list[Record]] = {"same pod": [], "other pods only": [], "none": []}
+    for record in records:
+        _, sent, answered, _, pod = record
+        if overlaps(busy[pod], sent, answered):
+            found["same pod"].append(record)
+        elif any(overlaps(spans, sent, answered) for i, spans in enumerate(busy) if i != pod):
+            found["other pods only"].append(record)
+        else:
+            found["none"].append(record)
+    return found
+
+
+def not_held(records: list[Record], held: Residency, pods: int) -> list[int]:
+    """Per pod: how many of ``records`` it received for a model it did not hold when they were sent."""
+    counts = [0] * pods
+    for model, sent, _, _, pod in records:
         times, states = held.get((pod, model), ([], []))
         i = bisect.bisect_right(times, sent)
-        (local if i and states[i - 1] else forwarded).append(record)
-    return local, forwarded
+        counts[pod] += not (i and states[i - 1])
+    return counts
 
 
 def latencies(records: list[Record]) -> list[float]:
@@ -322,9 +408,10 @@ def summary(
     label: str, records: list[Record], loads: dict[str, list[float]], held: Residency, secs: float
 ) -> dict[str, Any]:
     warm_records, cold_records = split_cold(records, loads)
-    local_records, forwarded_records = split_local(warm_records, held)
+    local_records, forwarded_records, unknown_records = split_local(warm_records, held)
     warm, cold = latencies(warm_records), latencies(cold_records)
     local, forwarded = latencies(local_records), latencies(forwarded_records)
+    unknown = latencies(unknown_records)
     failed = [r for r in records if r[3]]
     return {
         "label": label,
@@ -341,6 +428,11 @@ def summary(
         "forwarded": len(forwarded),
         "forwarded_p50": pct(forwarded, 50),
         "forwarded_p99": pct(forwarded, 99),
+        "unknown": len(unknown),
+        "unknown_p99": pct(unknown, 99),
+        "local_records": local_records,
+        "forwarded_records": forwarded_records,
+        "cold_records": cold_records,
         "cold_p50": pct(cold, 50),
         "cold_p99": pct(cold, 99),
         "rps": len(records) / secs,
@@ -473,8 +565,9 @@ def measure(
             counts["mixed"].update(delta(after, middle))
             rounds.append({"reference": reference, "warm-only": warm_only, "mixed": mixed})
             print(f"round {r + 1} done; uptime: {uptime()}", flush=True)
-        loads = load_events([p.log for p in pods])
-        held_when = residency([p.log for p in pods])
+        logs = [p.log for p in pods]
+        loads = load_events(logs)
+        held_when = residency(logs)
         held = {p.name: footprints(p.url) for p in pods}
     ref.__exit__(None, None, None)
 
@@ -545,29 +638,94 @@ def measure(
         )
     print(f"| median | | | | {statistics.median(by_warm):.2f}x | {statistics.median(by_ref):.2f}x |")
     print(
-        "\nwarm requests the receiving pod answered itself (local) or forwarded to a peer holding the"
-        " model (from each pod's load/unload log lines; the pods' forwarded counter beside them):"
+        "\nwarm requests the receiving pod answered itself (local), forwarded to a peer (it did not hold"
+        " the model), or unknown (it began or finished evicting the model while the request was"
+        " outstanding), from each pod's load/evict/unload log lines:"
     )
     print(
-        "| phase | local | local p50 ms | local p99 ms | forwarded | forwarded p50 ms | forwarded p99 ms "
-        "| forwarded (metric) |"
+        "| round | phase | local | local p50 ms | local p99 ms | forwarded | forwarded p50 ms "
+        "| forwarded p99 ms | unknown | all warm p99 ms |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, rows in [("pooled", pooled), *((str(i), row) for i, row in enumerate(per_round, 1))]:
+        for phase in ("warm-only", "mixed"):
+            row = rows[phase]
+            print(
+                f"| {name} | {phase} | {row['local']} | {row['local_p50']:.1f} | {row['local_p99']:.1f} | "
+                f"{row['forwarded']} | {row['forwarded_p50']:.1f} | {row['forwarded_p99']:.1f} | "
+                f"{row['unknown']} | {row['warm_p99']:.1f} |"
+            )
+    print(
+        "\nforwarded requests: the pods' counter (delta over the phase) against the logs' warm forwarded"
+        " requests, and the cold requests whose pod did not hold the model when they were sent (forwarded,"
+        " or loaded there when no peer held it; the counter includes the first):"
+    )
+    print("| phase | pod | counter | warm forwarded (logs) | cold, not held when sent (logs) |")
+    print("|---|---|---|---|---|")
     for phase in ("warm-only", "mixed"):
         row = pooled[phase]
-        print(
-            f"| {phase} | {row['local']} | {row['local_p50']:.1f} | {row['local_p99']:.1f} | "
-            f"{row['forwarded']} | {row['forwarded_p50']:.1f} | {row['forwarded_p99']:.1f} | "
-            f"{counts[phase].get('naiad_forwarded_requests_total', 0.0):.0f} |"
-        )
-    print("| round | local p99 warm-only | local p99 mixed | mixed / warm-only (local) |")
-    print("|---|---|---|---|")
-    by_local = []
+        warm_fwd = not_held(row["forwarded_records"], held_when, len(pods))
+        cold_fwd = not_held(row["cold_records"], held_when, len(pods))
+        for i in range(len(pods)):
+            counter = counts[phase].get(f"naiad_forwarded_requests_total{{pod={i}}}", 0.0)
+            print(f"| {phase} | {i} | {counter:.0f} | {warm_fwd[i]} | {cold_fwd[i]} |")
+        total = counts[phase].get("naiad_forwarded_requests_total", 0.0)
+        print(f"| {phase} | all | {total:.0f} | {sum(warm_fwd)} | {sum(cold_fwd)} |")
+    print("\nwarm p99 mixed / warm-only per round: local warm (do other models' loads slow a warm request?)")
+    print("beside all warm and forwarded warm; the median of the rounds' ratios last:")
+    print("| round | local p99 warm-only | local p99 mixed | local | all warm | forwarded |")
+    print("|---|---|---|---|---|---|")
+    by_local, by_all, by_forwarded = [], [], []
     for i, row in enumerate(per_round, 1):
-        before_local, mixed_local = row["warm-only"]["local_p99"], row["mixed"]["local_p99"]
-        by_local.append(mixed_local / before_local)
-        print(f"| {i} | {before_local:.1f} | {mixed_local:.1f} | {by_local[-1]:.2f}x |")
-    print(f"| median | | | {statistics.median(by_local):.2f}x |")
+        before, after = row["warm-only"], row["mixed"]
+        by_local.append(after["local_p99"] / before["local_p99"])
+        by_all.append(after["warm_p99"] / before["warm_p99"])
+        by_forwarded.append(after["forwarded_p99"] / before["forwarded_p99"])
+        print(
+            f"| {i} | {before['local_p99']:.1f} | {after['local_p99']:.1f} | {by_local[-1]:.2f}x | "
+            f"{by_all[-1]:.2f}x | {by_forwarded[-1]:.2f}x |"
+        )
+    print(
+        f"| median | | | {statistics.median(by_local):.2f}x | {statistics.median(by_all):.2f}x | "
+        f"{statistics.median(by_forwarded):.2f}x |"
+    )
+
+    # Why local warm requests are slow: what their pod, and the others, were doing meanwhile
+    load_secs = pooled["mixed"]["cold_p50"] / 1e3
+    busy = activity(logs, load_secs if load_secs == load_secs else 0.0)
+    print(
+        f"\nlocal warm requests by what the pods were doing while each was outstanding (a load is taken"
+        f" to run for the mixed phase's cold p50, {load_secs * 1e3:.0f} ms, before its log line; an"
+        " eviction from its line to the unload's):"
+    )
+    print("| phase | a load or eviction on | requests | share | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|---|")
+    for phase in ("warm-only", "mixed"):
+        local_records = pooled[phase]["local_records"]
+        for where, found in beside(local_records, busy).items():
+            values = latencies(found)
+            print(
+                f"| {phase} | {where} | {len(values)} | {len(values) / max(len(local_records), 1):.2f} | "
+                f"{pct(values, 50):.1f} | {pct(values, 99):.1f} |"
+            )
+    mixed_local = pooled["mixed"]["local_records"]
+    cut = pct(latencies(mixed_local), 99)
+    slowest = [r for r in mixed_local if (r[2] - r[1]) * 1e3 >= cut]
+    shares = {where: len(found) for where, found in beside(slowest, busy).items()}
+    print(
+        f"mixed, the slowest 1% of local warm requests (>= {cut:.1f} ms, {len(slowest)}): "
+        + ", ".join(f"{where} {n}" for where, n in shares.items())
+    )
+    print("\nlocal warm requests by the model's backend:")
+    print("| phase | backend | requests | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|")
+    for phase in ("warm-only", "mixed"):
+        by_backend: dict[str, list[Record]] = defaultdict(list)
+        for record in pooled[phase]["local_records"]:
+            by_backend[kinds[record[0]].backend].append(record)
+        for backend, found in sorted(by_backend.items()):
+            values = latencies(found)
+            print(f"| {phase} | {backend} | {len(values)} | {pct(values, 50):.1f} | {pct(values, 99):.1f} |")
     print("\nheld at the end (pod: models, MiB measured):")
     for pod, models in held.items():
         print(
