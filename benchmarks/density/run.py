@@ -226,49 +226,54 @@ def split_local(warm: list[Record], held: Residency) -> tuple[list[Record], list
     return local, forwarded, unknown
 
 
-#: Per pod: (starts, ends, longest) of the spans in which it was loading or evicting some model, by start.
-Activity = list[tuple[list[float], list[float], float]]
+#: Per pod: the spans in which it was loading or evicting a model, (start, end, what) by start, where
+#: what is "loading <backend>" or "evicting"; and the longest span.
+Activity = list[tuple[list[tuple[float, float, str]], float]]
 
 
-def activity(logs: list[Path], load_secs: float) -> Activity:
+def activity(logs: list[Path], load_secs: float, kinds: dict[str, Kind]) -> Activity:
     """When each pod was busy with a load or an eviction.  A load is logged only as it finishes, so it
     is taken to have run for ``load_secs`` before; an eviction runs from its "evicting" line to the
     model's "successfully unloaded"."""
     busy: Activity = []
     for log in logs:
-        spans: list[tuple[float, float]] = []
+        spans: list[tuple[float, float, str]] = []
         evicting: dict[str, float] = {}
         for when, what, model in _events(log):
             if what == "loaded":
-                spans.append((when - load_secs, when))
+                spans.append((when - load_secs, when, f"loading {kinds[model].backend}"))
             elif what == "evicting":
                 evicting[model] = when
             else:
-                spans.append((evicting.pop(model, when), when))
-        spans.extend((when, when) for when in evicting.values())
+                spans.append((evicting.pop(model, when), when, "evicting"))
+        spans.extend((when, when, "evicting") for when in evicting.values())
         spans.sort()
-        longest = max((b - a for a, b in spans), default=0.0)
-        busy.append(([a for a, _ in spans], [b for _, b in spans], longest))
+        busy.append((spans, max((b - a for a, b, _ in spans), default=0.0)))
     return busy
 
 
-def overlaps(spans: tuple[list[float], list[float], float], sent: float, answered: float) -> bool:
-    """Whether one of a pod's busy spans overlaps [sent, answered]."""
-    starts, ends, longest = spans
-    lo = bisect.bisect_left(starts, sent - longest)
-    hi = bisect.bisect_right(starts, answered)
-    return any(ends[k] >= sent for k in range(lo, hi))
+def busy_at(pod: tuple[list[tuple[float, float, str]], float], when: float) -> set[str]:
+    """What a pod was doing at ``when``: the kinds of its spans under way then."""
+    spans, longest = pod
+    first = bisect.bisect_left(spans, when - longest, key=lambda span: span[0])
+    last = bisect.bisect_right(spans, when, key=lambda span: span[0])
+    return {what for _, end, what in spans[first:last] if end >= when}
 
 
 def beside(records: list[Record], busy: Activity) -> dict[str, list[Record]]:
-    """Requests by what the pods were doing while each was outstanding: a load or an eviction on the
-    pod that received it (``same pod``), on other pods only, or on none."""
-    found: dict[str, list[Record]] = {"same pod": [], "other pods only": [], "none": []}
+    """Requests by what the pods were doing as each was sent: a load or an eviction under way on the
+    pod that received it (``same pod``, then each kind of work apart: a request may be in several of
+    those rows), on other pods only, or on none.  The moment it was sent, not its whole span: a slow
+    request would otherwise overlap more loads for being slow."""
+    found: dict[str, list[Record]] = defaultdict(list)
     for record in records:
-        _, sent, answered, _, pod = record
-        if overlaps(busy[pod], sent, answered):
+        _, sent, _, _, pod = record
+        here = busy_at(busy[pod], sent)
+        if here:
             found["same pod"].append(record)
-        elif any(overlaps(spans, sent, answered) for i, spans in enumerate(busy) if i != pod):
+            for what in sorted(here):
+                found[f"same pod: {what}"].append(record)
+        elif any(busy_at(spans, sent) for i, spans in enumerate(busy) if i != pod):
             found["other pods only"].append(record)
         else:
             found["none"].append(record)
@@ -459,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-residency", type=float, default=2.0, help="--min-residency-secs of the pods")
     parser.add_argument("--hot-fraction", type=float, default=0.5, help="of the fleet budget, warm-only set")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--records", type=Path, help="write every request and the pods' logs' paths here (JSON)"
+    )
     args = parser.parse_args(argv)
 
     print(f"cores: {os.cpu_count()}  uptime at start: {uptime()}", flush=True)
@@ -571,6 +579,8 @@ def measure(
         held = {p.name: footprints(p.url) for p in pods}
     ref.__exit__(None, None, None)
 
+    if args.records:
+        args.records.write_text(json.dumps({"logs": [str(log) for log in logs], "rounds": rounds}))
     labels = {
         "reference": "reference (1 server, all 200 loaded, no budget)",
         "warm-only": f"cluster warm-only ({len(hot)} hot models)",
@@ -692,9 +702,9 @@ def measure(
 
     # Why local warm requests are slow: what their pod, and the others, were doing meanwhile
     load_secs = pooled["mixed"]["cold_p50"] / 1e3
-    busy = activity(logs, load_secs if load_secs == load_secs else 0.0)
+    busy = activity(logs, load_secs if load_secs == load_secs else 0.0, kinds)
     print(
-        f"\nlocal warm requests by what the pods were doing while each was outstanding (a load is taken"
+        f"\nlocal warm requests by what the pods were doing as each was sent (a load is taken"
         f" to run for the mixed phase's cold p50, {load_secs * 1e3:.0f} ms, before its log line; an"
         " eviction from its line to the unload's):"
     )
@@ -702,7 +712,7 @@ def measure(
     print("|---|---|---|---|---|---|")
     for phase in ("warm-only", "mixed"):
         local_records = pooled[phase]["local_records"]
-        for where, found in beside(local_records, busy).items():
+        for where, found in sorted(beside(local_records, busy).items()):
             values = latencies(found)
             print(
                 f"| {phase} | {where} | {len(values)} | {len(values) / max(len(local_records), 1):.2f} | "
@@ -711,7 +721,7 @@ def measure(
     mixed_local = pooled["mixed"]["local_records"]
     cut = pct(latencies(mixed_local), 99)
     slowest = [r for r in mixed_local if (r[2] - r[1]) * 1e3 >= cut]
-    shares = {where: len(found) for where, found in beside(slowest, busy).items()}
+    shares = {where: len(found) for where, found in sorted(beside(slowest, busy).items())}
     print(
         f"mixed, the slowest 1% of local warm requests (>= {cut:.1f} ms, {len(slowest)}): "
         + ", ".join(f"{where} {n}" for where, n in shares.items())
