@@ -231,21 +231,35 @@ def split_local(warm: list[Record], held: Residency) -> tuple[list[Record], list
 Activity = list[tuple[list[tuple[float, float, str]], float]]
 
 
-def activity(logs: list[Path], load_secs: float, kinds: dict[str, Kind]) -> Activity:
-    """When each pod was busy with a load or an eviction.  A load is logged only as it finishes, so it
-    is taken to have run for ``load_secs`` before; an eviction runs from its "evicting" line to the
-    model's "successfully unloaded"."""
+def activity(logs: list[Path], cold: list[Record], kinds: dict[str, Kind]) -> Activity:
+    """When each pod was busy with a load or an eviction.  A load is logged only as it finishes; it is
+    taken to have begun when the first request that waited for it was sent (the earliest cold request
+    for the model sent to that pod since the pod's previous event for it and answered after the load;
+    any pod's when none went to that pod; queueing for the load pool included).  An eviction runs from
+    its "evicting" line to the model's "successfully unloaded"."""
+    waiting: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for model, sent, answered, _, pod in cold:
+        waiting[model].append((sent, answered, pod))
+    for requests in waiting.values():
+        requests.sort()
     busy: Activity = []
-    for log in logs:
+    for index, log in enumerate(logs):
         spans: list[tuple[float, float, str]] = []
         evicting: dict[str, float] = {}
+        last: dict[str, float] = {}
         for when, what, model in _events(log):
             if what == "loaded":
-                spans.append((when - load_secs, when, f"loading {kinds[model].backend}"))
+                requests = waiting.get(model, [])
+                since = requests[bisect.bisect_right(requests, (last.get(model, 0.0), float("inf"), 0)) :]
+                waited = [(sent, pod) for sent, answered, pod in since if sent <= when <= answered]
+                here = [sent for sent, pod in waited if pod == index]
+                begun = min(here or [sent for sent, _ in waited] or [when])
+                spans.append((begun, when, f"loading {kinds[model].backend}"))
             elif what == "evicting":
                 evicting[model] = when
             else:
                 spans.append((evicting.pop(model, when), when, "evicting"))
+            last[model] = when
         spans.extend((when, when, "evicting") for when in evicting.values())
         spans.sort()
         busy.append((spans, max((b - a for a, b, _ in spans), default=0.0)))
@@ -701,12 +715,15 @@ def measure(
     )
 
     # Why local warm requests are slow: what their pod, and the others, were doing meanwhile
-    load_secs = pooled["mixed"]["cold_p50"] / 1e3
-    busy = activity(logs, load_secs if load_secs == load_secs else 0.0, kinds)
+    cold = [r for phase in ("warm-only", "mixed") for r in pooled[phase]["cold_records"]]
+    busy = activity(logs, cold, kinds)
+    spans = [end - start for pod, _ in busy for start, end, what in pod if what.startswith("loading")]
+    waited = [x * 1e3 for x in spans if x > 0]
     print(
-        f"\nlocal warm requests by what the pods were doing as each was sent (a load is taken"
-        f" to run for the mixed phase's cold p50, {load_secs * 1e3:.0f} ms, before its log line; an"
-        " eviction from its line to the unload's):"
+        "\nlocal warm requests by what the pods were doing as each was sent (a load from the first request"
+        f" that waited for it to its log line: median {pct(waited, 50):.0f} ms, p90 {pct(waited, 90):.0f} ms"
+        f" over {len(waited)} loads, {len(spans) - len(waited)} others with no request waiting (the hot"
+        " set's, loaded before the phases) taken as instants; an eviction from its line to the unload's):"
     )
     print("| phase | a load or eviction on | requests | share | p50 ms | p99 ms |")
     print("|---|---|---|---|---|---|")
