@@ -27,7 +27,9 @@ def pool() -> Any:
         yield executor
 
 
-def held(pool: ThreadPoolExecutor, server: ServerProcess, model: str, tmp_path: Path) -> tuple[Gate, Future[RawResponse]]:
+def held(
+    pool: ThreadPoolExecutor, server: ServerProcess, model: str, tmp_path: Path
+) -> tuple[Gate, Future[RawResponse]]:
     gate = Gate(tmp_path)
     first = pool.submit(infer, server.http_url, model, "gate", **gate.params)
     gate.wait_entered()
@@ -72,7 +74,11 @@ def test_a_formed_batch_counts_requests_elements_and_one_execution(
     for name in ("request", "queue", "compute"):
         family = f"nv_inference_{name}_histogram_ms"
         assert types(text)[family] == "histogram"
-        assert value(text, f"{family}_count", **labels) == value(text, f"{family}_bucket", le="+Inf", **labels) == 4
+        assert (
+            value(text, f"{family}_count", **labels)
+            == value(text, f"{family}_bucket", le="+Inf", **labels)
+            == 4
+        )
     queued_ms = value(text, "nv_inference_queue_histogram_ms_sum", **labels)
     assert queued_ms == pytest.approx(inference["queue"]["ns"] / 1e6)
     assert value(text, "nv_inference_queue_histogram_ms_bucket", le="0.05", **labels) <= 1  # only the gate's
@@ -140,10 +146,19 @@ def test_the_document_has_tritons_shape(server: ServerProcess, client: RawClient
         "memory_usage": [],
     }
     assert stats == expected
-    assert list(stats) == list(expected) and list(stats["inference_stats"]) == list(expected["inference_stats"])
+    assert list(stats) == list(expected) and list(stats["inference_stats"]) == list(
+        expected["inference_stats"]
+    )
     assert client.request("GET", "/v2/models/shaped/versions/1/stats").json() == {"model_stats": [stats]}
     every = client.request("GET", "/v2/models/stats").json()["model_stats"]
-    assert [entry["name"] for entry in every] == ["add_sub", "batched", "bounded", "chatty", "plain", "shaped"]
+    assert [entry["name"] for entry in every] == [
+        "add_sub",
+        "batched",
+        "bounded",
+        "chatty",
+        "plain",
+        "shaped",
+    ]
     assert "statistics" in client.request("GET", "/v2").json()["extensions"]
 
 
@@ -174,3 +189,24 @@ def test_grpc_model_statistics_matches_http(server: ServerProcess, client: RawCl
     assert entry["name"] == "plain" and int(entry["inference_count"]) == http["inference_count"]
     assert int(entry["inference_stats"]["success"]["ns"]) == http["inference_stats"]["success"]["ns"]
     assert [int(b["batch_size"]) for b in entry["batch_stats"]] == [1]
+
+
+def test_the_histograms_follow_every_request_between_scrapes(
+    server: ServerProcess, client: RawClient
+) -> None:
+    """A version's histogram lines are kept between scrapes while its figures stay the same; each
+    answered request must still show in the next scrape."""
+    labels = {"model": "shaped", "version": "1"}
+    assert infer(server.http_url, "shaped", "first").status == 200
+    start = value(scrape(server), "nv_inference_request_histogram_ms_count", **labels)
+    for sent in (1, 2, 3):
+        assert infer(server.http_url, "shaped", f"again{sent}").status == 200
+        success = stats_of(client, "shaped")["inference_stats"]["success"]
+        text = scrape(server)
+        for name in ("request", "queue", "compute"):
+            family = f"nv_inference_{name}_histogram_ms"
+            count = value(text, f"{family}_count", **labels)
+            assert count == value(text, f"{family}_bucket", le="+Inf", **labels) == start + sent
+        assert success["count"] == start + sent
+        total_ms = value(text, "nv_inference_request_histogram_ms_sum", **labels)
+        assert total_ms == pytest.approx(success["ns"] / 1e6)

@@ -17,6 +17,17 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _PROMETHEUS_TYPES = {"unknown": "untyped"}
 
 
+class Prerendered(Metric):
+    """A family whose sample lines are already written (by :func:`render_samples`).
+
+    A collector with many series that rarely change keeps their text and hands it back while their
+    values stay the same, instead of rebuilding and reformatting every sample on each scrape."""
+
+    def __init__(self, name: str, documentation: str, typ: str, text: str) -> None:
+        super().__init__(name, documentation, typ)
+        self.text = text
+
+
 def render(families: Iterable[Metric]) -> bytes:
     """``families`` (a registry's ``collect()``) as one exposition document."""
     out: list[str] = []
@@ -24,14 +35,21 @@ def render(families: Iterable[Metric]) -> bytes:
         name = family.name
         doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {_PROMETHEUS_TYPES.get(family.type, family.type)}\n")
-        for sample in family.samples:
-            if sample.labels:
-                pairs = sorted(sample.labels.items(), key=_order)
-                labels = ",".join(f'{key}="{_escape(value)}"' for key, value in pairs)
-                out.append(f"{sample.name}{{{labels}}} {_number(sample.value)}\n")
-            else:
-                out.append(f"{sample.name} {_number(sample.value)}\n")
+        out.append(family.text if isinstance(family, Prerendered) else render_samples(family))
     return "".join(out).encode()
+
+
+def render_samples(family: Metric) -> str:
+    """The sample lines of ``family``, without its ``# HELP`` and ``# TYPE`` lines."""
+    out: list[str] = []
+    for sample in family.samples:
+        if sample.labels:
+            pairs = sorted(sample.labels.items(), key=_order)
+            labels = ",".join(f'{key}="{_escape(value)}"' for key, value in pairs)
+            out.append(f"{sample.name}{{{labels}}} {_number(sample.value)}\n")
+        else:
+            out.append(f"{sample.name} {_number(sample.value)}\n")
+    return "".join(out)
 
 
 def _order(label: tuple[str, str]) -> tuple[bool, str]:

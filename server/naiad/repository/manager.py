@@ -42,7 +42,7 @@ from naiad.core.errors import (
     unknown_model,
 )
 from naiad.repository import ensemble
-from naiad.repository.layout import ModelLocation, check_model_name, scan_repositories
+from naiad.repository.layout import ModelLocation, RepositoryListing, check_model_name, locate
 from naiad.repository.loader import LoadPlan, ModelLoader, NoVersionsError, PollError
 from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion
 from naiad.repository.overrides import DEFAULT_VERSION, LoadRequest, parse_load_parameters
@@ -130,6 +130,7 @@ class ModelRepository:
         self._polling: set[str] = set()
         self._loading: dict[str, set[int]] = {}
         self._refresh_lock = asyncio.Lock()
+        self._listing = RepositoryListing()
         self._pool = ThreadPoolExecutor(max_workers=max(1, load_threads), thread_name_prefix="naiad-load")
         self._poller: Poller | None = None
         self.residency = residency or Residency()
@@ -277,7 +278,13 @@ class ModelRepository:
         return self._scan()
 
     def _scan(self) -> dict[str, ModelLocation]:
-        return scan_repositories([path for root in self.roots if (path := root.path()) is not None])
+        return self._listing.scan(self._root_paths())
+
+    def _locate(self, name: str) -> ModelLocation | None:
+        return locate(self._root_paths(), name)
+
+    def _root_paths(self) -> list[Path]:
+        return [path for root in self.roots if (path := root.path()) is not None]
 
     # ---- loading ------------------------------------------------------------------------------
 
@@ -335,7 +342,7 @@ class ModelRepository:
         residency = self.residency
         task = self._demands.get(name)
         if task is None:
-            if name not in self._scan():
+            if self._locate(name) is None:
                 raise unknown_model(name)
             task = asyncio.get_running_loop().create_task(self._load_on_demand(name))
             self._demands[name] = task
@@ -533,8 +540,9 @@ class ModelRepository:
         try:
             check_model_name(name)
             if request is None or not request.files:
-                locations = await self.refresh() if fresh else self._scan()
-                location = locations.get(name)
+                if fresh:
+                    await self.refresh()
+                location = self._locate(name)
             return await self._run(self._loader.poll, name, location, request)
         except (PollError, InvalidArgumentError, SyncError) as exc:
             message = exc.message
@@ -651,7 +659,7 @@ class ModelRepository:
     def _record_dependency_failure(self, plan: LoadPlan, dependency: str, message: str) -> None:
         """An ensemble whose step model failed to load is listed UNAVAILABLE with the reason."""
         if ensemble.is_ensemble(plan.config) and not _serves(self._models.get(plan.name)):
-            found = dependency in self._models or dependency in self._scan()
+            found = dependency in self._models or self._locate(dependency) is not None
             reason = ensemble.dependency_failure(plan.name, dependency, message if found else None)
             failed = dict.fromkeys(plan.versions, reason)
             self.registry.publish(_failure_record(plan, self._models.get(plan.name), failed))
