@@ -38,7 +38,7 @@ class TritonPythonModel:
 """
 
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def write_repository(repo: Path) -> Path:
@@ -109,7 +109,7 @@ def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         if line and not line.startswith("#"):
             match = _SAMPLE.match(line)
             assert match is not None, line
-            labels = frozenset(_LABEL.findall(match["labels"] or ""))
+            labels = frozenset(LABEL.findall(match["labels"] or ""))
             out[(match["name"], labels)] = float(match["value"])
     return out
 

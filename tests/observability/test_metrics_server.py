@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from naiad.metrics.gpu import open_gpus
 
-from tests.observability.conftest import samples, scrape, types, value
+from tests.observability.conftest import LABEL, samples, scrape, types, value
 from tests.scheduling.models import infer
 from tests.support.http import RawClient
 from tests.support.server import ServerProcess
@@ -50,6 +50,10 @@ def test_families_have_tritons_names_types_and_labels(server: ServerProcess) -> 
         keys = {key for key, _ in labels}
         if name in TRITON_FAMILIES and name != "nv_inference_request_failure":
             assert keys == {"model", "version"}, (name, keys)
+    for line in text.splitlines():  # labels sorted by name, a histogram's le last, as Triton prints them
+        if "{" in line and not line.startswith("#"):
+            keys = [key for key, _ in LABEL.findall(line[line.index("{") : line.rindex("}")])]
+            assert keys == sorted(keys, key=lambda key: (key == "le", key)), line
     assert 0 <= value(text, "nv_cpu_utilization") <= 1
     assert value(text, "nv_model_state", model="plain", version="1", state="READY") == 1
     assert value(text, "nv_model_state", model="plain", version="1", state="LOADING") == 0

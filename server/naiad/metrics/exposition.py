@@ -28,28 +28,60 @@ class Prerendered(Metric):
         self.text = text
 
 
-def render(families: Iterable[Metric]) -> bytes:
-    """``families`` (a registry's ``collect()``) as one exposition document."""
+class Exposition:
+    """Writes families as one document, remembering each label set's text between scrapes.
+
+    Sorting and escaping the labels of every sample was most of a scrape's cost (a server with a few
+    hundred model versions has thousands of series, and the operator and Prometheus read them every
+    few seconds, on the event loop).  The same label sets come back on every scrape, so their text is
+    kept, keyed by the labels as given; the memory is dropped whole when it reaches :attr:`LIMIT`
+    entries (label sets of models long gone)."""
+
+    LIMIT = 100_000
+
+    def __init__(self) -> None:
+        self._labels: dict[tuple[tuple[str, str], ...], str] = {}
+
+    def render(self, families: Iterable[Metric]) -> bytes:
+        """``families`` (a registry's ``collect()``) as one exposition document."""
+        if len(self._labels) > self.LIMIT:
+            self._labels.clear()
+        return render(families, self._labels)
+
+
+def render(families: Iterable[Metric], labels: dict[tuple[tuple[str, str], ...], str] | None = None) -> bytes:
+    """``families`` as one exposition document; ``labels``: label texts to reuse and fill in."""
+    known = {} if labels is None else labels
     out: list[str] = []
     for family in families:
         name = family.name
         doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {_PROMETHEUS_TYPES.get(family.type, family.type)}\n")
-        out.append(family.text if isinstance(family, Prerendered) else render_samples(family))
+        out.append(family.text if isinstance(family, Prerendered) else render_samples(family, known))
     return "".join(out).encode()
 
 
-def render_samples(family: Metric) -> str:
+def render_samples(family: Metric, labels: dict[tuple[tuple[str, str], ...], str] | None = None) -> str:
     """The sample lines of ``family``, without its ``# HELP`` and ``# TYPE`` lines."""
+    known = {} if labels is None else labels
     out: list[str] = []
     for sample in family.samples:
+        value = sample.value
+        shown = str(value) if type(value) is int else format_value(value)
         if sample.labels:
-            pairs = sorted(sample.labels.items(), key=_order)
-            labels = ",".join(f'{key}="{_escape(value)}"' for key, value in pairs)
-            out.append(f"{sample.name}{{{labels}}} {_number(sample.value)}\n")
+            key = tuple(sample.labels.items())
+            text = known.get(key)
+            if text is None:
+                text = known[key] = _label_text(sample.labels)
+            out.append(f"{sample.name}{{{text}}} {shown}\n")
         else:
-            out.append(f"{sample.name} {_number(sample.value)}\n")
+            out.append(f"{sample.name} {shown}\n")
     return "".join(out)
+
+
+def _label_text(labels: dict[str, str]) -> str:
+    pairs = sorted(labels.items(), key=_order)
+    return ",".join(f'{key}="{escape_label(value)}"' for key, value in pairs)
 
 
 def _order(label: tuple[str, str]) -> tuple[bool, str]:
@@ -57,11 +89,11 @@ def _order(label: tuple[str, str]) -> tuple[bool, str]:
     return label[0] == "le", label[0]
 
 
-def _escape(value: str) -> str:
+def escape_label(value: str) -> str:
     return value.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
 
 
-def _number(value: float) -> str:
+def format_value(value: float) -> str:
     if isinstance(value, int):
         return str(value)
     if math.isinf(value):

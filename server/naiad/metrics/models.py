@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from naiad.metrics.config import MetricsConfig
-from naiad.metrics.exposition import Prerendered, render_samples
+from naiad.metrics.exposition import Prerendered, escape_label, format_value
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelState, ModelVersion
 from naiad.scheduling.stats import LATENCY_BUCKETS_NS, NOT_COMPUTED, FailureReason, SchedulerStats
@@ -140,70 +141,103 @@ _SUMMARIES: tuple[tuple[str, str, int, _Read], ...] = (
         lambda s: s.compute_output_ns,
     ),
 )
-_BOUNDS_MS = tuple(bound / 1e6 for bound in LATENCY_BUCKETS_NS)
+
+
+@dataclass(frozen=True, slots=True)
+class _Series:
+    """One model version's labels, and their text written once: every per-version family prints the
+    same ``model`` and ``version`` pair, with at most one more label sorted in between or around."""
+
+    labels: _Labels
+    model: str  # 'model="<escaped name>"'
+    version: str  # 'version="<number>"'
+
+    @classmethod
+    def of(cls, name: str, version: str) -> _Series:
+        return cls(
+            {"model": name, "version": version}, f'model="{escape_label(name)}"', f'version="{version}"'
+        )
+
+    @property
+    def plain(self) -> str:
+        return f"{self.model},{self.version}"
+
+
+_Row = tuple[_Series, ModelVersion, SchedulerStats]
 
 
 class ModelMetrics(Collector):
-    """Every loaded model version's metrics, as Triton names them (plus Naiad's own)."""
+    """Every loaded model version's metrics, as Triton names them (plus Naiad's own).
+
+    A server holding a few hundred versions has thousands of per-version series, read on the event
+    loop at every scrape (the operator's every few seconds, Prometheus's), so their lines are written
+    straight from each version's label text rather than through one ``Sample`` per series."""
 
     def __init__(self, repository: ModelRepository, config: MetricsConfig) -> None:
         self._repository = repository
         self._config = config
+        #: Label texts by (model, version), kept while the version is listed.
+        self._series: dict[tuple[str, str], _Series] = {}
         #: Each version's histogram lines by (family, model, version), with the figures they show.
         self._histogram_lines: dict[tuple[str, str, str], tuple[tuple[int, ...], str]] = {}
 
     def collect(self) -> Iterator[Metric]:
-        versions = self._serving()
-        yield _family(
+        previous, self._series = self._series, {}
+        versions = self._serving(previous)
+        yield _lines(
             "nv_inference_request_success",
             "Number of successful inference requests, all batch sizes",
             "counter",
-            [(labels, stats.success_count) for labels, _, stats in versions],
+            [(series.plain, stats.success_count) for series, _, stats in versions],
         )
-        failures = Metric(
-            "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter"
+        yield _lines(
+            "nv_inference_request_failure",
+            "Number of failed inference requests, all batch sizes",
+            "counter",
+            [
+                (f'{series.model},reason="{reason.value}",{series.version}', stats.failures[reason])
+                for series, _, stats in versions
+                for reason in FailureReason
+            ],
         )
-        for labels, _, stats in versions:
-            for reason in FailureReason:
-                failures.add_sample(failures.name, {**labels, "reason": reason.value}, stats.failures[reason])
-        yield failures
         for name, doc, read in _COUNTS:
-            yield _family(name, doc, "counter", [(labels, read(stats)) for labels, _, stats in versions])
+            yield _lines(name, doc, "counter", [(series.plain, read(stats)) for series, _, stats in versions])
         if self._config.counter_latencies:
             for name, doc, read in _DURATIONS:
-                yield _family(name, doc, "counter", [(labels, read(stats)) for labels, _, stats in versions])
-        yield _family(
+                rows = [(series.plain, read(stats)) for series, _, stats in versions]
+                yield _lines(name, doc, "counter", rows)
+        yield _lines(
             "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.",
             "gauge",
-            [(labels, stats.pending) for labels, _, stats in versions],
+            [(series.plain, stats.pending) for series, _, stats in versions],
         )
         # the response cache's families appear once it has looked something up, as in Triton
-        cached = [(labels, s) for labels, _, s in versions if s.cache_hit_count or s.cache_miss_count]
+        cached = [(series, s) for series, _, s in versions if s.cache_hit_count or s.cache_miss_count]
         for name, doc, read in _CACHE if cached else ():
-            yield _family(name, doc, "counter", [(labels, read(stats)) for labels, stats in cached])
+            yield _lines(name, doc, "counter", [(series.plain, read(stats)) for series, stats in cached])
         if self._config.histogram_latencies:
             yield from self._histograms(versions)
         if self._config.summary_latencies:
             yield from _summaries(versions, self._config.summary_quantiles, self._cached_models())
             if self._repository.response_cache is not None:
                 yield from _cache_summaries()
-        yield self._states()
-        yield _family(
+        yield self._states(previous)
+        yield _lines(
             "nv_model_load_duration_secs",
             "Model load time in seconds",
             "gauge",
-            [(labels, mv.load_ns / 1e9) for labels, mv, _ in versions],
+            [(series.plain, mv.load_ns / 1e9) for series, mv, _ in versions],
         )
-        yield _family(
+        yield _lines(
             "nv_model_loaded_memory_bytes",
             "Resident memory the model version added to the server and its model processes when it loaded",
             "gauge",
-            [(labels, mv.memory_bytes) for labels, mv, _ in versions],
+            [(series.plain, mv.memory_bytes) for series, mv, _ in versions],
         )
         yield _process_exits(versions)
 
-    def _histograms(self, versions: list[tuple[_Labels, ModelVersion, SchedulerStats]]) -> Iterator[Metric]:
+    def _histograms(self, versions: list[_Row]) -> Iterator[Metric]:
         """The latency histograms: ~70 lines a version, most of a scrape's work when written afresh
         (30 ms of the event loop for 65 loaded models).  A version's lines change only when it answers
         a request, and most loaded models are idle between two scrapes, so each version's text is
@@ -211,13 +245,13 @@ class ModelMetrics(Collector):
         previous, kept = self._histogram_lines, {}
         for name, doc, buckets_of, summed_ns in _HISTOGRAMS:
             texts: list[str] = []
-            for labels, _, stats in versions:
+            for series, _, stats in versions:
                 buckets, summed = buckets_of(stats), summed_ns(stats)
                 figures = (summed, *buckets)
-                key = (name, labels["model"], labels["version"])
+                key = (name, series.labels["model"], series.labels["version"])
                 known = previous.get(key)
                 if known is None or known[0] != figures:
-                    known = (figures, _histogram_text(name, labels, buckets, summed))
+                    known = (figures, _histogram_text(name, series, buckets, summed))
                 kept[key] = known
                 texts.append(known[1])
             yield Prerendered(name, doc, "histogram", "".join(texts))
@@ -233,69 +267,80 @@ class ModelMetrics(Collector):
             if model.config is not None and model.config.response_cache.enable
         )
 
-    def _serving(self) -> list[tuple[_Labels, ModelVersion, SchedulerStats]]:
+    def _serving(self, previous: dict[tuple[str, str], _Series]) -> list[_Row]:
         """Versions holding instances, by model name and version number."""
-        rows: list[tuple[_Labels, ModelVersion, SchedulerStats]] = []
+        rows: list[_Row] = []
         for name, model in sorted(self._repository.registry.models().items()):
             for number, mv in sorted(model.versions.items()):
                 if mv.scheduler is not None:
-                    rows.append(({"model": name, "version": str(number)}, mv, mv.scheduler.stats))
+                    rows.append((self._series_of(previous, name, str(number)), mv, mv.scheduler.stats))
         return rows
 
-    def _states(self) -> Metric:
+    def _series_of(self, previous: dict[tuple[str, str], _Series], name: str, version: str) -> _Series:
+        key = (name, version)
+        series = self._series.get(key) or previous.get(key) or _Series.of(name, version)
+        self._series[key] = series
+        return series
+
+    def _states(self, previous: dict[tuple[str, str], _Series]) -> Metric:
         """One series per version and state, 1 for the state the version is in (kube-state style)."""
-        family = Metric(
-            "nv_model_state",
-            "Model version state as the repository index reports it (1 for the current state, else 0)",
-            "gauge",
-        )
+        rows: list[tuple[str, float]] = []
         for entry in self._repository.index():
             if not entry.version:
                 continue
+            series = self._series_of(previous, entry.name, entry.version)
             for state in ModelState:
-                labels = {"model": entry.name, "version": entry.version, "state": state.value}
-                family.add_sample(family.name, labels, int(entry.state == state.value))
-        return family
+                labels = f'{series.model},state="{state.value}",{series.version}'
+                rows.append((labels, int(entry.state == state.value)))
+        return _lines(
+            "nv_model_state",
+            "Model version state as the repository index reports it (1 for the current state, else 0)",
+            "gauge",
+            rows,
+        )
 
 
-def _process_exits(versions: list[tuple[_Labels, ModelVersion, SchedulerStats]]) -> Metric:
+def _process_exits(versions: list[_Row]) -> Metric:
     """Naiad's: model processes that ended unexpectedly, by cause (``signal``, ``exit``,
     ``memory_limit``, ``execution_timeout``), for versions whose instances run in model processes."""
-    family = Metric(
+    rows: list[tuple[str, float]] = []
+    for series, mv, _ in versions:
+        health = mv.health
+        for cause, count in sorted(health.exits.items()) if health is not None else ():
+            rows.append((f'cause="{escape_label(cause)}",{series.plain}', count))
+    return _lines(
         "naiad_model_process_exits",
         "Model processes of the version that ended unexpectedly (then restarted, or given up), by cause",
         "counter",
+        rows,
+        "naiad_model_process_exits_total",
     )
-    for labels, mv, _ in versions:
-        health = mv.health
-        for cause, count in sorted(health.exits.items()) if health is not None else ():
-            family.add_sample("naiad_model_process_exits_total", {**labels, "cause": cause}, count)
-    return family
 
 
-def _family(name: str, doc: str, kind: str, rows: list[tuple[_Labels, float]]) -> Metric:
-    family = Metric(name, doc, kind)
-    for labels, value in rows:
-        family.add_sample(name, labels, value)
-    return family
+def _lines(name: str, doc: str, kind: str, rows: list[tuple[str, float]], sample: str = "") -> Prerendered:
+    """A family of one sample per row: (label text, value); ``sample``: the samples' name if not ``name``."""
+    sample = sample or name
+    text = "".join([f"{sample}{{{labels}}} {format_value(value)}\n" for labels, value in rows])
+    return Prerendered(name, doc, kind, text)
 
 
-def _histogram_text(name: str, labels: _Labels, buckets: list[int], summed_ns: int) -> str:
-    """One version's lines of the histogram family ``name``."""
-    family = Metric(name, "", "histogram")
+def _histogram_text(name: str, series: _Series, buckets: list[int], summed_ns: int) -> str:
+    """One version's lines of the histogram family ``name`` (``le`` last, as Triton prints it)."""
+    lines: list[str] = []
+    plain = series.plain
     cumulative = 0
-    for bound, count in zip(_BOUNDS_MS, buckets, strict=False):
+    for bound, count in zip(_BOUND_LABELS, buckets, strict=False):
         cumulative += count
-        family.add_sample(f"{name}_bucket", {**labels, "le": _bound(bound)}, cumulative)
+        lines.append(f'{name}_bucket{{{plain},le="{bound}"}} {cumulative}\n')
     total = cumulative + buckets[-1]
-    family.add_sample(f"{name}_bucket", {**labels, "le": "+Inf"}, total)
-    family.add_sample(f"{name}_count", labels, total)
-    family.add_sample(f"{name}_sum", labels, summed_ns / 1e6)
-    return render_samples(family)
+    lines.append(f'{name}_bucket{{{plain},le="+Inf"}} {total}\n')
+    lines.append(f"{name}_count{{{plain}}} {total}\n")
+    lines.append(f"{name}_sum{{{plain}}} {format_value(summed_ns / 1e6)}\n")
+    return "".join(lines)
 
 
 def _summaries(
-    versions: list[tuple[_Labels, ModelVersion, SchedulerStats]],
+    versions: list[_Row],
     quantiles: tuple[tuple[float, float], ...],
     cached_models: frozenset[str],
 ) -> Iterator[Metric]:
@@ -308,7 +353,8 @@ def _summaries(
     for name, doc, position, summed_ns in _SUMMARIES:
         family = Metric(name, doc, "summary")
         computed = position >= _FIRST_COMPUTE
-        for labels, _, stats in versions:
+        for series, _, stats in versions:
+            labels = series.labels
             if position == _REQUEST and labels["model"] in cached_models:
                 continue
             values = sorted(s[position] for s in recent[id(stats)] if s[position] != NOT_COMPUTED)
@@ -336,3 +382,6 @@ def _cache_summaries() -> Iterator[Metric]:
 def _bound(value: float) -> str:
     """A bucket bound or quantile as a label value: ``0.05``, ``1``, ``60000``."""
     return str(int(value)) if value.is_integer() else repr(value)
+
+
+_BOUND_LABELS = tuple(_bound(bound / 1e6) for bound in LATENCY_BUCKETS_NS)

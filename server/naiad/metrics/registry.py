@@ -16,7 +16,7 @@ from naiad.metrics import cpu
 from naiad.metrics.cache import CacheMetrics
 from naiad.metrics.config import parse_metrics_config
 from naiad.metrics.custom import CustomMetricsCollector
-from naiad.metrics.exposition import render
+from naiad.metrics.exposition import Exposition
 from naiad.metrics.forwarding import ForwardingMetrics
 from naiad.metrics.gpu import GpuMetrics, open_gpus
 from naiad.metrics.models import SUMMARY_SAMPLES, ModelMetrics
@@ -56,6 +56,7 @@ class ServerMetrics:
                 sources.append(self._gpus)
         self._collectors += sources
         self._poller = Poller(sources, settings.metrics_interval_ms)
+        self._exposition = Exposition()
 
     def start(self) -> None:
         self._poller.start()
@@ -71,4 +72,4 @@ class ServerMetrics:
 
     def exposition(self) -> bytes:
         """The ``/metrics`` document."""
-        return render(self.collect())
+        return self._exposition.render(self.collect())
