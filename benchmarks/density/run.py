@@ -41,6 +41,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -324,7 +325,8 @@ def infrastructure(repo: Path) -> Iterator[tuple[FakeCluster, Path]]:
     store = SeaweedS3().start()
     api_server = ApiServer(sorted((ROOT / "crds").glob("*.yaml"))).start()
     fake = FakeCluster(Api(api_server.url), {"AWS_EC2_METADATA_DISABLED": "true"}).start()
-    kubeconfig = api_server.kubeconfig(Path(tempfile.mkdtemp(prefix="density-kube-")) / "config")
+    kube = Path(tempfile.mkdtemp(prefix="density-kube-"))
+    kubeconfig = api_server.kubeconfig(kube / "config")
     env = dict(
         os.environ,
         KUBECONFIG=str(kubeconfig),
@@ -361,6 +363,7 @@ def infrastructure(repo: Path) -> Iterator[tuple[FakeCluster, Path]]:
         fake.stop()
         api_server.stop()
         store.stop()
+        shutil.rmtree(kube, ignore_errors=True)
 
 
 def start_service(
@@ -506,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         return measure(args, repo, ranked, kinds, ref, starting, t0)
     finally:
         ref.__exit__(None, None, None)
+        shutil.rmtree(repo, ignore_errors=True)  # 200 MiB of models
 
 
 def measure(
