@@ -31,6 +31,7 @@ over the pods round robin, as a Service would.
 usage: python benchmarks/density/run.py [--rate 60] [--clients 6] [--rounds 2] [--reference-secs 15]
                                         [--warm-secs 15] [--mixed-secs 40] [--zipf 1.1] [--ratio 3]
                                         [--pods 3] [--min-residency 2] [--hot-fraction 0.5]
+                                        [--server-arg=ARG ...]
 """
 
 from __future__ import annotations
@@ -367,7 +368,13 @@ def infrastructure(repo: Path) -> Iterator[tuple[FakeCluster, Path]]:
 
 
 def start_service(
-    fake: FakeCluster, log: Path, pods: int, budget: int, min_residency: float, models: list[str]
+    fake: FakeCluster,
+    log: Path,
+    pods: int,
+    budget: int,
+    min_residency: float,
+    models: list[str],
+    extra_args: list[str],
 ) -> list[ServerPod]:
     """One InferenceService: ``pods`` replicas, every model ``placement: onDemand``, the budget as a
     server flag, the residency as ``server.minResidencySeconds``; returns its pods once all are ready."""
@@ -380,7 +387,10 @@ def start_service(
             "spec": {
                 "repository": {"name": "models"},
                 "replicas": pods,
-                "server": {"args": [f"--model-memory-budget={budget}"], "minResidencySeconds": min_residency},
+                "server": {
+                    "args": [f"--model-memory-budget={budget}", *extra_args],
+                    "minResidencySeconds": min_residency,
+                },
                 "models": [{"name": m, "placement": "onDemand"} for m in models],
             },
         },
@@ -479,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ratio", type=float, default=3.0, help="models' total / the fleet's budget")
     parser.add_argument("--pods", type=int, default=3)
     parser.add_argument("--min-residency", type=float, default=2.0, help="--min-residency-secs of the pods")
+    parser.add_argument(
+        "--server-arg", action="append", default=[], help="one more naiad serve argument for the pods"
+    )
     parser.add_argument("--hot-fraction", type=float, default=0.5, help="of the fleet budget, warm-only set")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -563,7 +576,9 @@ def measure(
             used += sizes[name]
 
         t1 = time.monotonic()
-        pods = start_service(fake, operator_log, args.pods, budget, args.min_residency, ranked)
+        pods = start_service(
+            fake, operator_log, args.pods, budget, args.min_residency, ranked, args.server_arg
+        )
         print(f"cluster: {len(pods)} pods ready in {time.monotonic() - t1:.0f} s", flush=True)
         endpoints = [(p.port, p.grpc_port) for p in pods]
         metrics = [_metrics_port(p) for p in pods]
