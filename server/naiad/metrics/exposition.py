@@ -18,7 +18,7 @@ _PROMETHEUS_TYPES = {"unknown": "untyped"}
 
 
 class Prerendered(Metric):
-    """A family whose sample lines are already written (by :func:`render_samples`).
+    """A family whose sample lines are already written, in this format.
 
     A collector with many series that rarely change keeps their text and hands it back while their
     values stay the same, instead of rebuilding and reformatting every sample on each scrape."""
@@ -57,13 +57,12 @@ def render(families: Iterable[Metric], labels: dict[tuple[tuple[str, str], ...],
         name = family.name
         doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {_PROMETHEUS_TYPES.get(family.type, family.type)}\n")
-        out.append(family.text if isinstance(family, Prerendered) else render_samples(family, known))
+        out.append(family.text if isinstance(family, Prerendered) else _samples(family, known))
     return "".join(out).encode()
 
 
-def render_samples(family: Metric, labels: dict[tuple[tuple[str, str], ...], str] | None = None) -> str:
-    """The sample lines of ``family``, without its ``# HELP`` and ``# TYPE`` lines."""
-    known = {} if labels is None else labels
+def _samples(family: Metric, known: dict[tuple[tuple[str, str], ...], str]) -> str:
+    """The sample lines of ``family``; ``known``: label texts by labels, reused and filled in."""
     out: list[str] = []
     for sample in family.samples:
         value = sample.value

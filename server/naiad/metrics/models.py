@@ -151,16 +151,12 @@ class _Series:
     labels: _Labels
     model: str  # 'model="<escaped name>"'
     version: str  # 'version="<number>"'
+    plain: str  # both, as most families print them
 
     @classmethod
     def of(cls, name: str, version: str) -> _Series:
-        return cls(
-            {"model": name, "version": version}, f'model="{escape_label(name)}"', f'version="{version}"'
-        )
-
-    @property
-    def plain(self) -> str:
-        return f"{self.model},{self.version}"
+        model, number = f'model="{escape_label(name)}"', f'version="{version}"'
+        return cls({"model": name, "version": version}, model, number, f"{model},{number}")
 
 
 _Row = tuple[_Series, ModelVersion, SchedulerStats]
