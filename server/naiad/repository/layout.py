@@ -77,6 +77,9 @@ class RepositoryListing:
     def scan(self, roots: list[Path]) -> dict[str, ModelLocation]:
         """Hidden folders and files are skipped.  A name found in two repositories is kept with its
         duplicates listed, so the manager can mark it UNAVAILABLE as Triton does."""
+        if len(self._listings) > len(roots):  # a synced repository's earlier snapshots: forget them
+            for stale in self._listings.keys() - set(roots):
+                del self._listings[stale]
         found: dict[str, ModelLocation] = {}
         for root in roots:
             for location in self._list(root):
