@@ -65,8 +65,7 @@ def _samples(family: Metric, known: dict[tuple[tuple[str, str], ...], str]) -> s
     """The sample lines of ``family``; ``known``: label texts by labels, reused and filled in."""
     out: list[str] = []
     for sample in family.samples:
-        value = sample.value
-        shown = str(value) if type(value) is int else format_value(value)
+        shown = format_value(sample.value)
         if sample.labels:
             key = tuple(sample.labels.items())
             text = known.get(key)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +40,7 @@ def locate(roots: list[Path], name: str) -> ModelLocation | None:
 
     A request for a model that loads on demand and a load of one model need only its folder; listing
     every repository for them cost milliseconds of the event loop per call with hundreds of models."""
-    if name.startswith(".") or "/" in name or "\x00" in name or name in ("", ".."):
+    if not name or name.startswith(".") or "/" in name or "\x00" in name:  # hidden, or not one segment
         return None
     found = [folder for root in roots if (folder := root / name).is_dir()]
     if not found:
@@ -70,8 +69,7 @@ class RepositoryListing:
 
     SETTLE_NS = 2_000_000_000
 
-    def __init__(self, clock_ns: Callable[[], int] = time.time_ns) -> None:
-        self._clock_ns = clock_ns
+    def __init__(self) -> None:
         self._listings: dict[Path, _Listing] = {}
 
     def scan(self, roots: list[Path]) -> dict[str, ModelLocation]:
@@ -112,7 +110,7 @@ class RepositoryListing:
         except NotADirectoryError:
             return ()
         listing = tuple(sorted(folders, key=lambda location: location.name))
-        if linked or self._clock_ns() - mtime_ns < self.SETTLE_NS:
+        if linked or time.time_ns() - mtime_ns < self.SETTLE_NS:
             self._listings.pop(root, None)
         else:
             self._listings[root] = _Listing(mtime_ns, listing)

@@ -265,6 +265,11 @@ class ModelRepository:
 
     async def refresh(self) -> dict[str, ModelLocation]:
         """Sync cloud repositories (one refresh at a time), then scan every repository."""
+        await self._sync()
+        return self._scan()
+
+    async def _sync(self) -> None:
+        """Bring cloud repositories up to date (local folders need nothing)."""
         async with self._refresh_lock:
             if any(isinstance(root, CloudRoot) for root in self.roots):
                 in_use = {
@@ -275,7 +280,6 @@ class ModelRepository:
                 }
                 for root in self.roots:
                     await asyncio.to_thread(root.refresh, in_use)
-        return self._scan()
 
     def _scan(self) -> dict[str, ModelLocation]:
         return self._listing.scan(self._root_paths())
@@ -541,7 +545,7 @@ class ModelRepository:
             check_model_name(name)
             if request is None or not request.files:
                 if fresh:
-                    await self.refresh()
+                    await self._sync()
                 location = self._locate(name)
             return await self._run(self._loader.poll, name, location, request)
         except (PollError, InvalidArgumentError, SyncError) as exc:
