@@ -91,18 +91,34 @@ class ServerProcess:
         return cmd + self.args
 
     def start(self) -> ServerProcess:
+        """Start and wait until it answers.  A port picked free can be taken by another test's process
+        before the server binds it (parallel workers, clients' ephemeral ports): the server then exits
+        with ``address already in use``, and is started again on new ports (a few times at most)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
-        self.process = subprocess.Popen(
-            self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        try:
-            self._wait("/v2/health/ready" if self.wait_ready else "/v2/health/live")
-        except BaseException:
-            self.stop(signal.SIGKILL)
-            self._log.close()
-            Path(self._log.name).unlink(missing_ok=True)
-            raise
-        return self
+        for attempt in range(3):
+            self.process = subprocess.Popen(
+                self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+            try:
+                self._wait("/v2/health/ready" if self.wait_ready else "/v2/health/live")
+                return self
+            except RuntimeError:
+                self.stop(signal.SIGKILL)
+                if attempt == 2 or "address already in use" not in self.log():
+                    self._discard_log()
+                    raise
+                self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+                self._log.truncate(0)
+                self._log.seek(0)
+            except BaseException:
+                self.stop(signal.SIGKILL)
+                self._discard_log()
+                raise
+        raise AssertionError("unreachable")
+
+    def _discard_log(self) -> None:
+        self._log.close()
+        Path(self._log.name).unlink(missing_ok=True)
 
     def _wait(self, path: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
