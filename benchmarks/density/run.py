@@ -30,8 +30,8 @@ over the pods round robin, as a Service would.
 
 usage: python benchmarks/density/run.py [--rate 60] [--clients 6] [--rounds 2] [--reference-secs 15]
                                         [--warm-secs 15] [--mixed-secs 40] [--zipf 1.1] [--ratio 3]
-                                        [--pods 3] [--min-residency 2] [--hot-fraction 0.5]
-                                        [--server-arg=ARG ...]
+                                        [--pods 3] [--min-residency 0] [--eviction-policy gdsf]
+                                        [--hot-fraction 0.5] [--server-arg=ARG ...]
 """
 
 from __future__ import annotations
@@ -373,11 +373,13 @@ def start_service(
     pods: int,
     budget: int,
     min_residency: float,
+    policy: str,
     models: list[str],
     extra_args: list[str],
 ) -> list[ServerPod]:
     """One InferenceService: ``pods`` replicas, every model ``placement: onDemand``, the budget as a
-    server flag, the residency as ``server.minResidencySeconds``; returns its pods once all are ready."""
+    server flag, the residency and eviction order as ``server.minResidencySeconds`` and
+    ``server.evictionPolicy``; returns its pods once all are ready."""
     fake.api.create(
         f"{GROUP}/inferenceservices",
         {
@@ -390,6 +392,7 @@ def start_service(
                 "server": {
                     "args": [f"--model-memory-budget={budget}", *extra_args],
                     "minResidencySeconds": min_residency,
+                    "evictionPolicy": policy,
                 },
                 "models": [{"name": m, "placement": "onDemand"} for m in models],
             },
@@ -488,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zipf", type=float, default=1.1)
     parser.add_argument("--ratio", type=float, default=3.0, help="models' total / the fleet's budget")
     parser.add_argument("--pods", type=int, default=3)
-    parser.add_argument("--min-residency", type=float, default=2.0, help="--min-residency-secs of the pods")
+    parser.add_argument("--min-residency", type=float, default=0.0, help="--min-residency-secs of the pods")
+    parser.add_argument("--eviction-policy", choices=("lru", "gdsf"), default="gdsf", help="of the pods")
     parser.add_argument(
         "--server-arg", action="append", default=[], help="one more naiad serve argument for the pods"
     )
@@ -500,6 +504,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     print(f"cores: {os.cpu_count()}  uptime at start: {uptime()}", flush=True)
+    print(
+        f"pods: {args.pods}, eviction policy {args.eviction_policy},"
+        f" minimum residency {args.min_residency:g} s, extra server args {args.server_arg or 'none'}",
+        flush=True,
+    )
     repo = Path(tempfile.mkdtemp(prefix="density-repo-"))
     t0 = time.monotonic()
     written = write_repository(repo, DEFAULT_MIX)
@@ -577,7 +586,14 @@ def measure(
 
         t1 = time.monotonic()
         pods = start_service(
-            fake, operator_log, args.pods, budget, args.min_residency, ranked, args.server_arg
+            fake,
+            operator_log,
+            args.pods,
+            budget,
+            args.min_residency,
+            args.eviction_policy,
+            ranked,
+            args.server_arg,
         )
         print(f"cluster: {len(pods)} pods ready in {time.monotonic() - t1:.0f} s", flush=True)
         endpoints = [(p.port, p.grpc_port) for p in pods]

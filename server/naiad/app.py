@@ -81,6 +81,7 @@ async def serve(settings: ServerSettings) -> int:
             gpu_budget=settings.model_gpu_memory_budget,
             load_timeout=settings.on_demand_load_timeout_secs,
             min_residency=settings.min_residency_secs,
+            policy=settings.eviction_policy,
         ),
     )
     tracer = Tracer(parse_trace_config(settings.trace_config))

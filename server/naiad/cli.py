@@ -21,6 +21,7 @@ from naiad.frontends.access.keyring import Keyring
 from naiad.frontends.access.restriction import parse_restrictions
 from naiad.frontends.tls import tls_files
 from naiad.metrics.config import parse_metrics_config
+from naiad.repository.residency import POLICIES
 from naiad.scheduling.cache import parse_cache_config
 from naiad.scheduling.rate_limiter import parse_resource
 from naiad.settings import ModelControlMode, ServerSettings
@@ -204,6 +205,10 @@ def _density_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
                    default=_env("--on-demand-load-timeout-secs", d.on_demand_load_timeout_secs))
     p.add_argument("--min-residency-secs", type=_seconds,
                    default=_env("--min-residency-secs", d.min_residency_secs))
+    p.add_argument("--eviction-policy", choices=POLICIES,
+                   default=_env("--eviction-policy", d.eviction_policy),
+                   help="which models a load past the budget evicts first: lru (least recently used) or "
+                   "gdsf (fewest requests per MiB held since loading, aged)")
     p.add_argument("--peers-file", type=Path, default=_env("--peers-file", None), metavar="PATH",
                    help="JSON naming the peer servers that hold each model: requests for a model not "
                    "served here are forwarded to them (written by the operator)")
@@ -401,6 +406,7 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         load_on_demand=args.load_on_demand,
         on_demand_load_timeout_secs=args.on_demand_load_timeout_secs,
         min_residency_secs=args.min_residency_secs,
+        eviction_policy=args.eviction_policy,
         peers_file=args.peers_file,
     )
 

@@ -94,6 +94,11 @@ class ServerSettings:
     min_residency_secs: float = 30
     """``--min-residency-secs`` (Naiad): a model loaded less than this long ago is never evicted."""
 
+    eviction_policy: str = "lru"
+    """``--eviction-policy`` (Naiad): which evictable models a load past the budget unloads first:
+    ``lru``, the least recently used, or ``gdsf``, the fewest requests per MiB held since they loaded
+    (GreedyDual-Size-Frequency; see :class:`naiad.repository.residency.Residency`)."""
+
     peers_file: Path | None = None
     """``--peers-file`` (Naiad; env ``NAIAD_PEERS_FILE``): JSON naming which peer servers hold each model
     (``{"models": {"<model>": ["host:httpport:grpcport", ...]}}``, written by the operator); a request for

@@ -193,6 +193,29 @@ def test_negative_min_residency_is_refused() -> None:
     assert messages, "a negative residency must not be admitted"
 
 
+@pytest.mark.parametrize("args", [["--eviction-policy=lru"], ["--eviction-policy", "gdsf"], ["--evict=lru"], ["--ev=lru"]])
+def test_eviction_policy_in_the_field_and_in_args_together_is_refused(args: list[str]) -> None:
+    messages = admit("inferenceservices", _isvc(server={"evictionPolicy": "gdsf", "args": args}))
+    assert any("server.evictionPolicy and --eviction-policy" in m for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        {"evictionPolicy": "gdsf"},
+        {"evictionPolicy": "lru", "minResidencySeconds": 2, "args": ["--exit-timeout-secs=10"]},
+        {"args": ["--eviction-policy=gdsf"]},
+    ],
+)
+def test_eviction_policy_in_one_place_is_admitted(server: dict[str, Any]) -> None:
+    assert admit("inferenceservices", _isvc(server=server)) == []
+
+
+def test_an_unknown_eviction_policy_is_refused() -> None:
+    messages = admit("inferenceservices", _isvc(server={"evictionPolicy": "lfu"}))
+    assert messages, "only the server's policies may be admitted"
+
+
 @pytest.mark.parametrize(
     "placement",
     [

@@ -2,7 +2,7 @@
 a model with ``copies: 1`` held by exactly one of them (each pod's own index says so), requests to every
 pod answered (the others forward to the holder, through the peers file the operator writes), an
 ``onDemand`` model loaded by the pod a request reaches (by servers running with the spec's
-``server.minResidencySeconds``), and a scale change that keeps one copy.
+``server.minResidencySeconds`` and ``server.evictionPolicy``), and a scale change that keeps one copy.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_copies_and_on_demand(s3: Any, api_server: ApiServer, cluster: FakeClust
                     {"name": "solo", "placement": {"copies": 1}},
                     {"name": "lazy", "placement": "onDemand"},
                 ],
-                "server": {"minResidencySeconds": 0.5},
+                "server": {"minResidencySeconds": 0.5, "evictionPolicy": "gdsf"},
             },
         },
     )
@@ -97,10 +97,12 @@ def test_copies_and_on_demand(s3: Any, api_server: ApiServer, cluster: FakeClust
     assert [h["pod"] for h in status] == [holder]
     assert status[0]["address"].startswith("127.0.0.1:") and status[0]["memoryBytes"] > 0
 
-    # the server processes run with the residency the spec asked for (argv as the kernel holds it)
+    # the server processes run with the residency and eviction policy the spec asked for (argv as the
+    # kernel holds it)
     for pod in cluster.pods["vision"]:
         argv = Path(f"/proc/{pod.process.pid}/cmdline").read_bytes().split(b"\0")
         assert b"--min-residency-secs=0.5" in argv and b"--load-on-demand=lazy" in argv, argv
+        assert b"--eviction-policy=gdsf" in argv, argv
 
     # onDemand: no pod loads it ahead; the pod a request reaches loads it
     assert _holders(cluster, "lazy") == []

@@ -204,3 +204,43 @@ def test_a_server_left_over_its_budget_evicts_once_a_model_leaves_its_residency(
         assert rows["e0"]["state"] == "UNAVAILABLE"  # the least recently used
         assert [rows[name]["state"] for name in ("pin", "e1", "e2")] == ["READY"] * 3
         assert metric(metrics(server), "naiad_model_evictions_total", model="e0") == 1
+
+
+def test_gdsf_evicts_the_model_with_the_fewest_requests_since_it_loaded(budget_repo: Path) -> None:
+    """``--eviction-policy=gdsf`` with models of one size: the fewest requests go first, where LRU would
+    evict the least recently used (e0 here)."""
+    args = [*budget_args(0), "--eviction-policy=gdsf"]
+    with ServerProcess([budget_repo], args, frontend_workers=0) as server:
+        assert [infer_http(server, "e0") for _ in range(3)] == [11] * 3
+        assert infer_grpc(server, "e1") == 21  # the most recent, but asked for once
+        assert infer_http(server, "e2") == 31  # does not fit beside pin, e0, e1: e1 goes
+        rows = index(server)
+        assert rows["e1"]["state"] == "UNAVAILABLE" and rows["e1"]["reason"] == "unloaded"
+        assert [rows[name]["state"] for name in ("pin", "e0", "e2")] == ["READY"] * 3
+        text = metrics(server)
+        assert metric(text, "naiad_model_evictions_total", model="e1") == 1
+        assert metric(text, "naiad_model_evictions_total", model="e0") == 0
+
+
+def test_gdsf_evicts_one_large_model_rather_than_several_small_ones(tmp_path: Path) -> None:
+    """One request each: the large model holds the fewest requests per MiB, so it goes, though it was
+    used after both small ones (LRU would evict s0, then s1, to make room for s2's expected size)."""
+    for i in range(3):
+        write_ballast(tmp_path, f"s{i}", mib=10, offset=10 * (i + 1))  # ~40 MiB with its model process
+    write_ballast(tmp_path, "big", mib=120, offset=100)  # ~150 MiB
+    args = [
+        "--model-control-mode=explicit",
+        "--load-on-demand=*",
+        "--model-memory-budget=260Mi",  # s0, s1 and big; not s2 beside them
+        "--min-residency-secs=0",
+        "--eviction-policy=gdsf",
+    ]
+    with ServerProcess([tmp_path], args, frontend_workers=0) as server:
+        assert [infer_http(server, name) for name in ("s0", "s1", "big", "s2")] == [11, 21, 101, 31]
+        rows = index(server)
+        assert rows["big"]["state"] == "UNAVAILABLE" and rows["big"]["reason"] == "unloaded"
+        assert [rows[name]["state"] for name in ("s0", "s1", "s2")] == ["READY"] * 3
+        text = metrics(server)
+        assert metric(text, "naiad_model_evictions_total", model="big") == 1
+        assert metric(text, "naiad_model_evictions_total", model="s0") == 0
+        assert metric(text, "naiad_model_memory_used_bytes") <= 260 * MIB

@@ -7,7 +7,7 @@ BlockedByFailedLoad, InvalidSpec) so users who know it can read ours, with per-p
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -163,6 +163,10 @@ class ServerSpec(CamelModel):
     """``naiad serve --min-residency-secs``: how long a model loaded on demand stays before it may be
     evicted; unset: the server's default (30 s), which under heavy churn makes loads wait for a model to
     come of age (a short residency, 2 s, served the density benchmark's churn better)."""
+    eviction_policy: Literal["lru", "gdsf"] | None = None
+    """``naiad serve --eviction-policy``: which models placed onDemand a pod evicts first under its
+    budget, the least recently used (``lru``) or the fewest requests per MiB held (``gdsf``); unset: the
+    server's default (``lru``)."""
 
 
 class PodTemplate(CamelModel):

@@ -101,11 +101,15 @@ def worker_count(spec: InferenceServiceSpec, platform_default: str = "") -> str 
 
 
 def residency_args(server: ServerSpec) -> list[str]:
-    """``--min-residency-secs`` from ``server.minResidencySeconds`` (the CRD refuses the flag in
-    ``server.args`` beside it), none when unset (the pod's template stays as it was)."""
-    if server.min_residency_seconds is None:
-        return []
-    return [f"--min-residency-secs={server.min_residency_seconds:g}"]
+    """``--min-residency-secs`` and ``--eviction-policy`` from ``server.minResidencySeconds`` and
+    ``server.evictionPolicy`` (the CRD refuses each flag in ``server.args`` beside its field), none for a
+    field unset (the pod's template stays as it was)."""
+    args: list[str] = []
+    if server.min_residency_seconds is not None:
+        args.append(f"--min-residency-secs={server.min_residency_seconds:g}")
+    if server.eviction_policy is not None:
+        args.append(f"--eviction-policy={server.eviction_policy}")
+    return args
 
 
 def _cpu_cores(quantity: str) -> float | None:
