@@ -97,8 +97,8 @@ class Residency:
     and each eviction costs a load later.  ``gdsf`` (GreedyDual-Size-Frequency, Cherkasova 1998) gives
     each loaded model the priority ``L + requests since it loaded / MiB it holds`` and evicts the
     lowest; ``L`` rises to each evicted model's priority, so a model that stops being asked for falls
-    behind the ones asked for since, however small it is.  On the density benchmark's trace (200 models
-    of 0.1-77 MiB, Zipf requests, 3x the budget) it halves the loads LRU needs
+    behind the ones asked for since, however small it is.  On the density benchmark (200 models of
+    under 1 MiB to 75 MiB, Zipf requests, 3x the budget) it needs a third of the loads LRU needs
     (benchmarks/density/README.md).  Recency still breaks ties.
     """
 
