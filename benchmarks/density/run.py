@@ -28,7 +28,7 @@ come from the pods' ``naiad_*`` metrics (deltas over the phase).  Latencies are 
 tritonclient processes (half HTTP, half gRPC) each pacing itself to a fixed rate and spreading requests
 over the pods round robin, as a Service would.
 
-usage: python benchmarks/density/run.py [--rate 60] [--clients 6] [--rounds 2] [--reference-secs 15]
+usage: python benchmarks/density/run.py [--rate 60] [--clients 6] [--rounds 4] [--reference-secs 15]
                                         [--warm-secs 15] [--mixed-secs 40] [--zipf 1.1] [--ratio 3]
                                         [--pods 3] [--min-residency 0] [--eviction-policy gdsf]
                                         [--hot-fraction 0.5] [--server-arg=ARG ...]
@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rate", type=float, default=60.0, help="offered requests/s, all clients together")
     parser.add_argument("--clients", type=int, default=6, help="client processes (half HTTP, half gRPC)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of reference, warm-only, mixed")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of reference, warm-only, mixed")
     parser.add_argument("--reference-secs", type=float, default=15)
     parser.add_argument("--warm-secs", type=float, default=15)
     parser.add_argument("--mixed-secs", type=float, default=40)

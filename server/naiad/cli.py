@@ -208,7 +208,7 @@ def _density_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
     p.add_argument("--eviction-policy", choices=POLICIES,
                    default=_env("--eviction-policy", d.eviction_policy),
                    help="which models a load past the budget evicts first: lru (least recently used) or "
-                   "gdsf (fewest requests per MiB held since loading, aged)")
+                   "gdsf (fewest requests x load seconds per MiB held since loading, aged)")
     p.add_argument("--peers-file", type=Path, default=_env("--peers-file", None), metavar="PATH",
                    help="JSON naming the peer servers that hold each model: requests for a model not "
                    "served here are forwarded to them (written by the operator)")

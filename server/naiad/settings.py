@@ -96,7 +96,8 @@ class ServerSettings:
 
     eviction_policy: str = "lru"
     """``--eviction-policy`` (Naiad): which evictable models a load past the budget unloads first:
-    ``lru``, the least recently used, or ``gdsf``, the fewest requests per MiB held since they loaded
+    ``lru``, the least recently used, or ``gdsf``, the fewest requests x load seconds per MiB held since
+    they loaded
     (GreedyDual-Size-Frequency; see :class:`naiad.repository.residency.Residency`)."""
 
     peers_file: Path | None = None

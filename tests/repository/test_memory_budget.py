@@ -207,11 +207,11 @@ def test_a_server_left_over_its_budget_evicts_once_a_model_leaves_its_residency(
 
 
 def test_gdsf_evicts_the_model_with_the_fewest_requests_since_it_loaded(budget_repo: Path) -> None:
-    """``--eviction-policy=gdsf`` with models of one size: the fewest requests go first, where LRU would
-    evict the least recently used (e0 here)."""
+    """``--eviction-policy=gdsf`` with models of one size and load time: the fewest requests go first,
+    where LRU would evict the least recently used (e0 here)."""
     args = [*budget_args(0), "--eviction-policy=gdsf"]
     with ServerProcess([budget_repo], args, frontend_workers=0) as server:
-        assert [infer_http(server, "e0") for _ in range(3)] == [11] * 3
+        assert [infer_http(server, "e0") for _ in range(8)] == [11] * 8
         assert infer_grpc(server, "e1") == 21  # the most recent, but asked for once
         assert infer_http(server, "e2") == 31  # does not fit beside pin, e0, e1: e1 goes
         rows = index(server)
@@ -244,3 +244,26 @@ def test_gdsf_evicts_one_large_model_rather_than_several_small_ones(tmp_path: Pa
         assert metric(text, "naiad_model_evictions_total", model="big") == 1
         assert metric(text, "naiad_model_evictions_total", model="s0") == 0
         assert metric(text, "naiad_model_memory_used_bytes") <= 260 * MIB
+
+
+def test_gdsf_keeps_a_model_that_is_slow_to_load_over_a_smaller_fast_one(tmp_path: Path) -> None:
+    """The load time is what an eviction costs: ``slow`` (3 s to load) holds more memory per request
+    than ``fast0`` but stays; LRU would evict ``slow`` (the least recent), a cost of 1 would too (fewer
+    requests per MiB)."""
+    write_ballast(tmp_path, "slow", mib=60, offset=100, delay=3.0)  # ~85 MiB
+    for i in range(2):
+        write_ballast(tmp_path, f"fast{i}", mib=10, offset=10 * (i + 1))  # ~35 MiB
+    args = [
+        "--model-control-mode=explicit",
+        "--load-on-demand=*",
+        "--model-memory-budget=165Mi",  # slow and fast0 (~120 MiB), not fast1 beside them (first guess ~60)
+        "--min-residency-secs=0",
+        "--eviction-policy=gdsf",
+    ]
+    with ServerProcess([tmp_path], args, frontend_workers=0) as server:
+        names = ("fast0", "slow", "fast0", "fast1")  # fast1 does not fit beside the other two
+        assert [infer_http(server, name) for name in names] == [11, 101, 11, 21]
+        rows = index(server)
+        assert rows["fast0"]["state"] == "UNAVAILABLE" and rows["fast0"]["reason"] == "unloaded"
+        assert rows["slow"]["state"] == "READY" and rows["fast1"]["state"] == "READY"
+        assert metric(metrics(server), "naiad_model_evictions_total", model="slow") == 0

@@ -165,7 +165,8 @@ class ServerSpec(CamelModel):
     come of age (a short residency, 2 s, served the density benchmark's churn better)."""
     eviction_policy: Literal["lru", "gdsf"] | None = None
     """``naiad serve --eviction-policy``: which models placed onDemand a pod evicts first under its
-    budget, the least recently used (``lru``) or the fewest requests per MiB held (``gdsf``); unset: the
+    budget, the least recently used (``lru``) or the fewest requests x load seconds per MiB held
+    (``gdsf``); unset: the
     server's default (``lru``)."""
 
 

@@ -324,11 +324,12 @@ class ModelRepository:
             async with self._lock(name):
                 if not on_demand:
                     self._pinning.add(name)
+                started = self.residency.clock()
                 try:
                     model = await self._load(name, request, fresh, record_missing)
                 finally:
                     self._pinning.discard(name)
-                self.residency.loaded(name, model, on_demand)
+                self.residency.loaded(name, model, on_demand, self.residency.clock() - started)
         finally:
             _CHAIN.reset(token)
         await self._fit(name)

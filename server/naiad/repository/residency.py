@@ -3,11 +3,11 @@
 A repository may hold far more models than one server's memory.  Models whose names match a
 ``--load-on-demand`` pattern are loaded by the first request that names them; under
 ``--model-memory-budget`` a load that would pass the budget first unloads (evicts) models that were
-loaded on demand: the least recently used ones, or with ``--eviction-policy=gdsf`` those with the fewest
-requests per byte held (see :class:`Residency`).  Models loaded any other way (at start, by the load API, by
-POLL) are *pinned*: they are the operator's or user's decision and are never evicted.  Nor is a model
-with a request in flight or queued, nor one loaded less than ``--min-residency-secs`` ago (so that a
-burst of requests over more models than fit cannot thrash loads).
+loaded on demand: the least recently used ones, or with ``--eviction-policy=gdsf`` those whose requests
+and load time are worth the least per byte held (see :class:`Residency`).  Models loaded any other way
+(at start, by the load API, by POLL) are *pinned*: they are the operator's or user's decision and are
+never evicted.  Nor is a model with a request in flight or queued, nor one loaded less than
+``--min-residency-secs`` ago (so that a burst of requests over more models than fit cannot thrash loads).
 
 This module keeps the facts and makes the decisions (what is evictable, in which order, what a load is
 expected to need); the repository manager (:mod:`naiad.repository.manager`) performs the loads and
@@ -47,6 +47,8 @@ POLICIES = (LRU, GDSF)
 #: statistics hold about that much whatever its weights, and a footprint measured near zero (a load
 #: that ran beside an unload) must not make a model look free to keep.
 GDSF_MIN_SIZE = 1 << 20
+#: The load time below which GDSF counts every load as this long (seconds).
+GDSF_MIN_COST = 0.001
 
 
 def loading_message(name: str) -> str:
@@ -95,9 +97,12 @@ class Residency:
     what a server can keep is bytes, and models differ in size by orders of magnitude (a 100 KiB
     identity, a 50 MiB Python model): evicting one large cold model can spare several small warm ones,
     and each eviction costs a load later.  ``gdsf`` (GreedyDual-Size-Frequency, Cherkasova 1998) gives
-    each loaded model the priority ``L + requests since it loaded / MiB it holds`` and evicts the
-    lowest; ``L`` rises to each evicted model's priority, so a model that stops being asked for falls
-    behind the ones asked for since, however small it is.  On the density benchmark (200 models of
+    each loaded model the priority ``L + requests since it loaded x seconds its loads take / MiB it
+    holds`` and evicts the lowest; ``L`` rises to each evicted model's priority, so a model that stops
+    being asked for falls behind the ones asked for since, however small it is.  The load time is the
+    cost of being wrong: a model that takes 30 s to load is worth keeping over one that takes 50 ms
+    even where it holds more memory per request (with a cost of 1 a busy 14 GB model would go before a
+    10 MiB one asked for once).  On the density benchmark (200 models of
     under 1 MiB to 75 MiB, Zipf requests, 3x the budget) it needs a third of the loads LRU needs
     (benchmarks/density/README.md).  Recency still breaks ties.
     """
@@ -139,6 +144,8 @@ class Residency:
         self._owed: Counter[str] = Counter()
         self._matches: dict[str, bool] = {}
         #: GDSF: requests each loaded model ran since it loaded, its priority, and the inflation ``L``.
+        #: ``load_seconds``: how long its loads take (a running mean, kept after an unload).
+        self.load_seconds: dict[str, float] = {}
         self._uses: Counter[str] = Counter()
         self._priority: dict[str, float] = {}
         self._inflation = 0.0
@@ -160,10 +167,13 @@ class Residency:
 
     # ---- events --------------------------------------------------------------------------------
 
-    def loaded(self, name: str, model: Model, on_demand: bool) -> None:
-        """A load of ``name`` completed (its measured footprint now counts instead of its reservation);
-        one not made on demand pins the model."""
+    def loaded(self, name: str, model: Model, on_demand: bool, seconds: float = 0.0) -> None:
+        """A load of ``name`` completed in ``seconds`` (its measured footprint now counts instead of its
+        reservation); one not made on demand pins the model."""
         self.reserved.pop(name, None)
+        if seconds > 0:
+            before = self.load_seconds.get(name)
+            self.load_seconds[name] = seconds if before is None else (before + seconds) / 2
         now = self.clock()
         self.loaded_at[name] = now
         self.last_used.setdefault(name, now)
@@ -211,10 +221,11 @@ class Residency:
 
     def _prioritize(self, name: str) -> None:
         """GDSF: ``name``'s priority from its requests since it loaded (at least the one loading it)
-        over the MiB it holds (host and GPU), on top of the current inflation."""
+        times its load time, over the MiB it holds (host and GPU), on top of the current inflation."""
         size = self.footprints.get(name, 0) + sum(self.gpu_footprints.get(name, ()))
         uses = max(self._uses[name], 1)
-        self._priority[name] = self._inflation + uses * (1 << 20) / max(size, GDSF_MIN_SIZE)
+        cost = max(self.load_seconds.get(name, 0.0), GDSF_MIN_COST)
+        self._priority[name] = self._inflation + uses * cost * (1 << 20) / max(size, GDSF_MIN_SIZE)
 
     # ---- decisions -----------------------------------------------------------------------------
 
