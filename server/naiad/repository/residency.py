@@ -47,8 +47,10 @@ POLICIES = (LRU, GDSF)
 #: statistics hold about that much whatever its weights, and a footprint measured near zero (a load
 #: that ran beside an unload) must not make a model look free to keep.
 GDSF_MIN_SIZE = 1 << 20
-#: The load time below which GDSF counts every load as this long (seconds).
-GDSF_MIN_COST = 0.001
+#: The load time below which GDSF counts every load as this long (seconds): loads under a second cost
+#: their requests about the same wait, and how long one took on a busy server is mostly the server's
+#: load, not the model's (on the density benchmark, weighing sub-second load times added 30% more loads).
+GDSF_MIN_COST = 1.0
 
 
 def loading_message(name: str) -> str:
@@ -102,9 +104,9 @@ class Residency:
     being asked for falls behind the ones asked for since, however small it is.  The load time is the
     cost of being wrong: a model that takes 30 s to load is worth keeping over one that takes 50 ms
     even where it holds more memory per request (with a cost of 1 a busy 14 GB model would go before a
-    10 MiB one asked for once).  On the density benchmark (200 models of
-    under 1 MiB to 75 MiB, Zipf requests, 3x the budget) it needs a third of the loads LRU needs
-    (benchmarks/density/README.md).  Recency still breaks ties.
+    10 MiB one asked for once); loads under a second count as one second (:data:`GDSF_MIN_COST`).  On
+    the density benchmark (200 models of under 1 MiB to 75 MiB, Zipf requests, 3x the budget) it needs a
+    third of the loads LRU needs (benchmarks/density/README.md).  Recency still breaks ties.
     """
 
     def __init__(
