@@ -222,20 +222,25 @@ def test_gdsf_evicts_the_model_with_the_fewest_requests_since_it_loaded(budget_r
         assert metric(text, "naiad_model_evictions_total", model="e0") == 0
 
 
+def gdsf_args(budget: str) -> list[str]:
+    """Every model on demand, evictable (in GDSF order) as soon as it loaded, under ``budget``."""
+    return [
+        "--model-control-mode=explicit",
+        "--load-on-demand=*",
+        f"--model-memory-budget={budget}",
+        "--min-residency-secs=0",
+        "--eviction-policy=gdsf",
+    ]
+
+
 def test_gdsf_evicts_one_large_model_rather_than_several_small_ones(tmp_path: Path) -> None:
     """One request each: the large model holds the fewest requests per MiB, so it goes, though it was
     used after both small ones (LRU would evict s0, then s1, to make room for s2's expected size)."""
     for i in range(3):
         write_ballast(tmp_path, f"s{i}", mib=10, offset=10 * (i + 1))  # ~40 MiB with its model process
     write_ballast(tmp_path, "big", mib=120, offset=100)  # ~150 MiB
-    args = [
-        "--model-control-mode=explicit",
-        "--load-on-demand=*",
-        "--model-memory-budget=260Mi",  # s0, s1 and big; not s2 beside them
-        "--min-residency-secs=0",
-        "--eviction-policy=gdsf",
-    ]
-    with ServerProcess([tmp_path], args, frontend_workers=0) as server:
+    # s0, s1 and big fit; s2 does not beside them
+    with ServerProcess([tmp_path], gdsf_args("260Mi"), frontend_workers=0) as server:
         assert [infer_http(server, name) for name in ("s0", "s1", "big", "s2")] == [11, 21, 101, 31]
         rows = index(server)
         assert rows["big"]["state"] == "UNAVAILABLE" and rows["big"]["reason"] == "unloaded"
@@ -253,14 +258,8 @@ def test_gdsf_keeps_a_model_that_is_slow_to_load_over_a_smaller_fast_one(tmp_pat
     write_ballast(tmp_path, "slow", mib=60, offset=100, delay=4.0)  # ~85 MiB
     for i in range(2):
         write_ballast(tmp_path, f"fast{i}", mib=10, offset=10 * (i + 1))  # ~35 MiB
-    args = [
-        "--model-control-mode=explicit",
-        "--load-on-demand=*",
-        "--model-memory-budget=165Mi",  # slow and fast0 (~120 MiB), not fast1 beside them (first guess ~60)
-        "--min-residency-secs=0",
-        "--eviction-policy=gdsf",
-    ]
-    with ServerProcess([tmp_path], args, frontend_workers=0) as server:
+    # slow and fast0 fit (~120 MiB); fast1 (first guessed at their mean, ~60) does not beside them
+    with ServerProcess([tmp_path], gdsf_args("165Mi"), frontend_workers=0) as server:
         names = ("fast0", "slow", "fast1")  # fast1 does not fit beside the other two
         assert [infer_http(server, name) for name in names] == [11, 101, 21]
         rows = index(server)

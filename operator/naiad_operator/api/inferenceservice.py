@@ -166,8 +166,7 @@ class ServerSpec(CamelModel):
     eviction_policy: Literal["lru", "gdsf"] | None = None
     """``naiad serve --eviction-policy``: which models placed onDemand a pod evicts first under its
     budget, the least recently used (``lru``) or the fewest requests x load seconds per MiB held
-    (``gdsf``); unset: the
-    server's default (``lru``)."""
+    (``gdsf``); unset: the server's default (``lru``)."""
 
 
 class PodTemplate(CamelModel):

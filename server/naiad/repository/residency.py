@@ -146,8 +146,8 @@ class Residency:
         self._owed: Counter[str] = Counter()
         self._matches: dict[str, bool] = {}
         #: GDSF: requests each loaded model ran since it loaded, its priority, and the inflation ``L``.
-        #: ``load_seconds``: how long its loads take (a running mean, kept after an unload).
-        self.load_seconds: dict[str, float] = {}
+        #: ``_load_seconds``: how long its loads take (a running mean, kept after an unload).
+        self._load_seconds: dict[str, float] = {}
         self._uses: Counter[str] = Counter()
         self._priority: dict[str, float] = {}
         self._inflation = 0.0
@@ -174,8 +174,8 @@ class Residency:
         reservation); one not made on demand pins the model."""
         self.reserved.pop(name, None)
         if seconds > 0:
-            before = self.load_seconds.get(name)
-            self.load_seconds[name] = seconds if before is None else (before + seconds) / 2
+            before = self._load_seconds.get(name)
+            self._load_seconds[name] = seconds if before is None else (before + seconds) / 2
         now = self.clock()
         self.loaded_at[name] = now
         self.last_used.setdefault(name, now)
@@ -226,7 +226,7 @@ class Residency:
         times its load time, over the MiB it holds (host and GPU), on top of the current inflation."""
         size = self.footprints.get(name, 0) + sum(self.gpu_footprints.get(name, ()))
         uses = max(self._uses[name], 1)
-        cost = max(self.load_seconds.get(name, 0.0), GDSF_MIN_COST)
+        cost = max(self._load_seconds.get(name, 0.0), GDSF_MIN_COST)
         self._priority[name] = self._inflation + uses * cost * (1 << 20) / max(size, GDSF_MIN_SIZE)
 
     # ---- decisions -----------------------------------------------------------------------------
