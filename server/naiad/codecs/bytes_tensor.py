@@ -30,7 +30,7 @@ def serialize(array: np.ndarray[Any, Any]) -> bytes:
     return b"".join(parts)
 
 
-def deserialize(buffer: bytes | memoryview, count: int, name: str) -> np.ndarray[Any, Any]:
+def deserialize(buffer: bytes | bytearray | memoryview, count: int, name: str) -> np.ndarray[Any, Any]:
     """Decode exactly ``count`` elements that must fill ``buffer`` exactly.
 
     ``count`` comes from the client's declared shape, so it is checked against what the buffer can

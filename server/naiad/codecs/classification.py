@@ -88,7 +88,8 @@ def classify_outputs(
 def _descending(row: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """Indices by value, largest first, equal values in index order (no negation: unsigned-safe)."""
     last = row.shape[0] - 1
-    return last - np.argsort(row[::-1], kind="stable")[::-1]
+    order: np.ndarray[Any, Any] = last - np.argsort(row[::-1], kind="stable")[::-1]
+    return order
 
 
 class LabelFiles:

@@ -93,7 +93,7 @@ def _array(spec: TensorSpec, value: Any, batched: bool) -> np.ndarray[Any, Any]:
     try:
         if datatype == "BYTES":
             raw = np.asarray(value, dtype=np.object_)
-            array = np.empty(raw.shape, dtype=np.object_)
+            array: np.ndarray[Any, Any] = np.empty(raw.shape, dtype=np.object_)
             for index, item in np.ndenumerate(raw):
                 if not isinstance(item, str):
                     raise InvalidArgumentError(f"Unable to parse input '{spec.name}': expected strings")

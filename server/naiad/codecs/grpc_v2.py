@@ -125,7 +125,7 @@ class ParsedInferRequest:
     raw: list[memoryview]
 
 
-def parse(message_type: type[Message], data: bytes) -> Any:
+def parse(message_type: type[Message], data: bytes | memoryview) -> Any:
     """A request message from its wire bytes; malformed bytes are the client's error."""
     try:
         return message_type.FromString(data)
@@ -152,6 +152,7 @@ def parse_infer_request(data: bytes) -> ParsedInferRequest:
     A message of at most :data:`_SPLIT_ABOVE` bytes is parsed whole (its tensors are copied).
     """
     size = len(data)
+    raw: list[memoryview]
     if size <= _SPLIT_ABOVE:
         message = parse(pb.ModelInferRequest, data)
         raw = [memoryview(contents) for contents in message.raw_input_contents]
@@ -159,7 +160,7 @@ def parse_infer_request(data: bytes) -> ParsedInferRequest:
             message.ClearField("raw_input_contents")
         return ParsedInferRequest(message, raw)
     view = memoryview(data)
-    raw: list[memoryview] = []
+    raw = []
     kept: list[memoryview] = []
     kept_from = pos = 0
     while pos < size:
@@ -399,7 +400,7 @@ def _from_contents(item: Any, request: InferRequest) -> np.ndarray[Any, Any]:
     target = datatypes.NUMPY_DTYPE[datatype]
     array = np.fromiter(values, dtype=_CONTENTS_DTYPE.get(field, target), count=count)
     if array.dtype != target and count:
-        info = np.iinfo(target)
+        info = datatypes.integer_range(target)
         if int(array.min()) < info.min or int(array.max()) > info.max:
             raise InvalidArgumentError(
                 f"{_prefix(request)}a value of input '{item.name}' is out of range for {datatype}"
@@ -517,6 +518,7 @@ def encode_stream_response(
 
 def encode_stream_error(message: str, request_id: str) -> bytes:
     """A ``ModelStreamInferResponse`` reporting one failed request; the stream goes on."""
-    return pb.ModelStreamInferResponse(
+    encoded: bytes = pb.ModelStreamInferResponse(
         error_message=message, infer_response=pb.ModelInferResponse(id=request_id)
     ).SerializeToString()
+    return encoded

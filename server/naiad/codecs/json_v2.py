@@ -350,7 +350,7 @@ def _from_json(
                 raise _shape_mismatch() from None
             return _big_integers(exact, target, name).reshape(shape)
         if count:
-            info = np.iinfo(target)
+            info = datatypes.integer_range(target)
             if int(raw.min()) < info.min or int(raw.max()) > info.max:
                 raise InvalidArgumentError(
                     f"Unable to parse 'data' of input '{name}': a value is out of range for {datatype}"
@@ -362,7 +362,7 @@ def _from_json(
 
 def _big_integers(raw: np.ndarray[Any, Any], target: np.dtype[Any], name: str) -> np.ndarray[Any, Any]:
     """Integers numpy could not type by itself (beyond int64, e.g. UINT64 maxima), checked one by one."""
-    info = np.iinfo(target)
+    info = datatypes.integer_range(target)
     flat = raw.reshape(-1)
     for value in flat:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -147,7 +147,7 @@ def write_outputs(targets: dict[str, OutputTarget], outputs: list[Tensor]) -> No
         if target is None:
             continue
         data = wire_data(tensor)
-        view = memoryview(data) if isinstance(data, bytes) else memoryview(data.reshape(-1).view(np.uint8))
+        view = memoryview(data) if isinstance(data, bytes) else data.reshape(-1).view(np.uint8).data
         where = target.placement
         if view.nbytes > where.byte_size:
             raise InternalError(

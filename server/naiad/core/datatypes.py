@@ -8,6 +8,8 @@ Triton).
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import ml_dtypes
 import numpy as np
 
@@ -60,6 +62,11 @@ def from_numpy(dtype: np.dtype[np.generic]) -> str:
     if found is None:
         raise ValueError(f"numpy dtype {dtype} has no Triton datatype")
     return found
+
+
+def integer_range(dtype: np.dtype[Any]) -> np.iinfo[Any]:
+    """``np.iinfo`` for an integer dtype of the tables above (which type their dtypes as generic)."""
+    return np.iinfo(cast("np.dtype[np.integer[Any]]", dtype))
 
 
 def config_to_protocol(config_type: str) -> str:

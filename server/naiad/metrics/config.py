@@ -46,8 +46,12 @@ def parse_metrics_config(items: Sequence[str]) -> MetricsConfig:
         key = key.strip()
         if not sep:
             raise ValueError(f"--metrics-config expects <setting>=<value>, got '{item}'")
-        if key in ("counter_latencies", "histogram_latencies", "summary_latencies"):
-            config = replace(config, **{key: _flag(key, value)})
+        if key == "counter_latencies":
+            config = replace(config, counter_latencies=_flag(key, value))
+        elif key == "histogram_latencies":
+            config = replace(config, histogram_latencies=_flag(key, value))
+        elif key == "summary_latencies":
+            config = replace(config, summary_latencies=_flag(key, value))
         elif key == "summary_quantiles":
             config = replace(config, summary_quantiles=_quantiles(value))
         else:

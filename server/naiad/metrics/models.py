@@ -87,7 +87,9 @@ _CACHE: tuple[tuple[str, str, _Read], ...] = (
     ),
 )
 #: (name, help, bucket counts, summed ns) of the latency histograms.
-_HISTOGRAMS: tuple[tuple[str, str, Callable[[SchedulerStats], list[int]], _Read], ...] = (
+_HISTOGRAMS: tuple[
+    tuple[str, str, Callable[[SchedulerStats], list[int]], Callable[[SchedulerStats], int]], ...
+] = (
     (
         "nv_inference_request_histogram_ms",
         "Histogram of successful inference request durations in milliseconds",
@@ -238,7 +240,8 @@ class ModelMetrics(Collector):
         (30 ms of the event loop for 65 loaded models).  A version's lines change only when it answers
         a request, and most loaded models are idle between two scrapes, so each version's text is
         kept and rewritten only when its counts or sums moved."""
-        previous, kept = self._histogram_lines, {}
+        previous = self._histogram_lines
+        kept: dict[tuple[str, str, str], tuple[tuple[int, ...], str]] = {}
         for name, doc, buckets_of, summed_ns in _HISTOGRAMS:
             texts: list[str] = []
             for series, _, stats in versions:

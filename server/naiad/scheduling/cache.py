@@ -155,7 +155,7 @@ def _tensor_bytes(tensor: Tensor) -> list[bytes | memoryview]:
         return [item if isinstance(item, bytes) else str(item).encode() for item in data.reshape(-1)]
     if not data.flags.c_contiguous:
         data = np.ascontiguousarray(data)
-    return [memoryview(data.reshape(-1).view(np.uint8))]
+    return [data.reshape(-1).view(np.uint8).data]
 
 
 def _frozen(tensor: Tensor) -> Tensor:

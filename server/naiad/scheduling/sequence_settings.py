@@ -73,7 +73,8 @@ class CorrelationControl:
                 f"'{correlation_id}', but the model's CORRID control '{self.name}' is {self.datatype}"
             )
         dtype = datatypes.NUMPY_DTYPE[self.datatype]
-        if not np.iinfo(dtype).min <= correlation_id <= np.iinfo(dtype).max:
+        limits = datatypes.integer_range(dtype)
+        if not limits.min <= correlation_id <= limits.max:
             raise InvalidArgumentError(
                 f"inference request to model '{model_name}' has correlation ID {correlation_id}, out "
                 f"of range for the model's {self.datatype} CORRID control '{self.name}'"

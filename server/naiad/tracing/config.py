@@ -65,12 +65,16 @@ def parse_trace_config(items: Sequence[str]) -> TraceConfig:
                 if value not in MODES:
                     raise ValueError(f"invalid --trace-config mode '{value}': expected {' or '.join(MODES)}")
                 config = replace(config, mode=value)
-            elif key in ("rate", "count"):
-                config = replace(config, **{key: _integer(key, value, -1 if key == "count" else 0)})
+            elif key == "rate":
+                config = replace(config, rate=_integer(key, value, 0))
+            elif key == "count":
+                config = replace(config, count=_integer(key, value, -1))
             else:
                 raise ValueError(f"unknown --trace-config setting '{key}'")
-        elif mode == "triton" and key in ("file", "log_frequency"):
-            config = replace(config, **{key: value if key == "file" else _integer(key, value, 0)})
+        elif mode == "triton" and key == "file":
+            config = replace(config, file=value)
+        elif mode == "triton" and key == "log_frequency":
+            config = replace(config, log_frequency=_integer(key, value, 0))
         elif mode == "opentelemetry" and key == "url":
             otel = replace(otel, url=value)
         elif mode == "opentelemetry" and key == "resource":
@@ -80,8 +84,10 @@ def parse_trace_config(items: Sequence[str]) -> TraceConfig:
             otel = replace(otel, resource={**otel.resource, name: attribute})
         elif mode == "opentelemetry" and key == "bsp_schedule_delay":
             otel = replace(otel, bsp_schedule_delay_ms=_integer(key, value, 0))
-        elif mode == "opentelemetry" and key in ("bsp_max_queue_size", "bsp_max_export_batch_size"):
-            otel = replace(otel, **{key: _integer(key, value, 1)})
+        elif mode == "opentelemetry" and key == "bsp_max_queue_size":
+            otel = replace(otel, bsp_max_queue_size=_integer(key, value, 1))
+        elif mode == "opentelemetry" and key == "bsp_max_export_batch_size":
+            otel = replace(otel, bsp_max_export_batch_size=_integer(key, value, 1))
         else:
             raise ValueError(f"unknown --trace-config setting '{mode},{key}'")
     return replace(config, level=_level(levels), opentelemetry=otel)
