@@ -201,6 +201,10 @@ def test_a_server_left_over_its_budget_evicts_once_a_model_leaves_its_residency(
             assert time.monotonic() < deadline, "still over the budget after the residency ended"
             time.sleep(0.2)
         rows = index(server)
+        while rows["e0"]["state"] == "UNLOADING":  # its memory is no longer counted once the eviction starts
+            assert time.monotonic() < deadline, "the evicted model is still unloading"
+            time.sleep(0.1)
+            rows = index(server)
         assert rows["e0"]["state"] == "UNAVAILABLE"  # the least recently used
         assert [rows[name]["state"] for name in ("pin", "e1", "e2")] == ["READY"] * 3
         assert metric(metrics(server), "naiad_model_evictions_total", model="e0") == 1
