@@ -125,13 +125,14 @@ class LogControl:
         """Apply a logging extension update: Triton's keys, values of Triton's types."""
         if "log_file" in changes:
             raise UnsupportedError("log file location can not be updated through network protocol")
-        settings = self.settings
+        flags: dict[str, Any] = {}
         for key in _BOOLEANS:
             if key in changes:
                 value = changes[key]
                 if not isinstance(value, bool):
                     raise InvalidArgumentError("attempt to access JSON non-boolean as boolean")
-                settings = replace(settings, **{key: value})
+                flags[key] = value
+        settings = replace(self.settings, **flags)
         if "log_verbose_level" in changes:
             level = changes["log_verbose_level"]
             if isinstance(level, bool) or not isinstance(level, int) or level < 0:

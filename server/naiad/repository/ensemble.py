@@ -292,8 +292,8 @@ def _serving(model: Model | None, version: str) -> bool:
             if mv.state is _READY:
                 return True
         return False
-    mv = model.versions.get(int(version))
-    return mv is not None and mv.state is _READY
+    chosen = model.versions.get(int(version))
+    return chosen is not None and chosen.state is _READY
 
 
 def _check_steps(config: Any, steps: tuple[Step, ...], models: Mapping[str, Model]) -> frozenset[int]:
@@ -369,11 +369,11 @@ def _stages(config: Any, steps: tuple[Step, ...], decoupled: frozenset[int]) -> 
     if len({lineage[tensor.name] for tensor in config.output}) > 1:
         raise _mixed(name, name)
     stages: list[Stage] = []
-    source: int | None = 0
-    while source is not None:
-        producer = producers.get(source)
-        stages.append(Stage(tuple(sorted(members[source], key=lambda step: step.index)), producer))
-        source = None if producer is None else lineage[producer.outputs[0][1]]
+    head: int | None = 0
+    while head is not None:
+        producer = producers.get(head)
+        stages.append(Stage(tuple(sorted(members[head], key=lambda step: step.index)), producer))
+        head = None if producer is None else lineage[producer.outputs[0][1]]
     assert sum(len(stage.steps) + (stage.producer is not None) for stage in stages) == len(steps)
     return tuple(stages)
 
@@ -471,7 +471,7 @@ class EnsembleVersion(ModelVersion):
                 self._problem = exc.message
         return self._problem
 
-    @property  # type: ignore[override]
+    @property
     def state(self) -> ModelState:
         stored: ModelState = _STATE.__get__(self)
         if stored is _READY and self._current_problem():
@@ -482,7 +482,7 @@ class EnsembleVersion(ModelVersion):
     def state(self, value: ModelState) -> None:
         _STATE.__set__(self, value)
 
-    @property  # type: ignore[override]
+    @property
     def reason(self) -> str:
         if _STATE.__get__(self) is _READY:
             return self._current_problem()

@@ -76,13 +76,13 @@ _rename.argtypes = (ctypes.py_object, ctypes.c_char_p)
 _exported: dict[int, tuple[Any, ...]] = {}
 
 
-@_Deleter
+@_Deleter  # type: ignore[untyped-decorator]  # a ctypes callback type
 def _release(managed: Any) -> None:
     _exported.pop(ctypes.addressof(managed.contents), None)
 
 
 def is_bfloat16(array: np.ndarray[Any, Any]) -> bool:
-    return array.dtype == ml_dtypes.bfloat16
+    return bool(array.dtype == ml_dtypes.bfloat16)
 
 
 def export(array: np.ndarray[Any, Any]) -> Any:
@@ -135,7 +135,8 @@ def import_bfloat16(capsule: Any) -> np.ndarray[Any, Any] | None:
         array = flat.reshape(shape)
     else:
         array = np.lib.stride_tricks.as_strided(flat, shape=shape, strides=strides)
-    return array.view(ml_dtypes.bfloat16)
+    viewed: np.ndarray[Any, Any] = array.view(ml_dtypes.bfloat16)
+    return viewed
 
 
 class _Release:

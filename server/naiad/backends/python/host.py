@@ -16,7 +16,7 @@ import contextvars
 import inspect
 import json
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -114,7 +114,7 @@ class ModelHost:
             return run_detached(coroutine)
         return loop.run_until_complete(coroutine)
 
-    def execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
+    def execute(self, requests: Sequence[pb_utils.InferenceRequest]) -> Any:
         """Whatever the model's ``execute`` returned (awaited if it is a coroutine); may raise."""
         result = self._execute(requests)
         if type(result) is not list and inspect.iscoroutine(result):
@@ -127,7 +127,7 @@ class ModelHost:
         execute = getattr(self._model, "execute", None)
         return execute is not None and not inspect.iscoroutinefunction(execute)
 
-    def call(self, requests: list[pb_utils.InferenceRequest]) -> Any:
+    def call(self, requests: Sequence[pb_utils.InferenceRequest]) -> Any:
         """The model's ``execute`` called, not awaited: a coroutine for ``async def execute``, for a
         caller that awaits it on its own loop; may raise."""
         return self._execute(requests)

@@ -41,7 +41,7 @@ class Launcher:
         reply = _exchange(process, ("load", spec), "while loading")
         if reply[0] != "loaded":
             _discard(process)
-            raise InferenceServerError(reply[2], ErrorCode(reply[1]))
+            raise InferenceServerError(str(reply[2]), ErrorCode(reply[1]))
         return process
 
     def auto_complete(

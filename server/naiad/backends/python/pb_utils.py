@@ -434,7 +434,8 @@ def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) 
 
 def get_input_config_by_name(model_config: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     """The input's entry in the ``json.loads(args["model_config"])`` dict, or None."""
-    for properties in model_config.get("input", ()):
+    entries: list[dict[str, Any]] = model_config.get("input", [])
+    for properties in entries:
         if properties["name"] == name:
             return properties
     return None
@@ -442,7 +443,8 @@ def get_input_config_by_name(model_config: Mapping[str, Any], name: str) -> dict
 
 def get_output_config_by_name(model_config: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     """The output's entry in the ``json.loads(args["model_config"])`` dict, or None."""
-    for properties in model_config.get("output", ()):
+    entries: list[dict[str, Any]] = model_config.get("output", [])
+    for properties in entries:
         if properties["name"] == name:
             return properties
     return None

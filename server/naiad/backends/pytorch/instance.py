@@ -47,7 +47,7 @@ class PyTorchInstance(FrameworkInstance[Program, Binding]):
         super().__init__(context, program, inputs, outputs)
         self._device = device
         self._options = options
-        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # type: ignore[no-untyped-call]
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
         """Run ``requests`` with the process-wide intra-op thread count applied on this thread."""
@@ -78,7 +78,7 @@ class PyTorchInstance(FrameworkInstance[Program, Binding]):
         with contextlib.ExitStack() as stack:
             stack.enter_context(torch.inference_mode() if self._options.inference_mode else torch.no_grad())
             if program.scripted:
-                stack.enter_context(torch.jit.optimized_execution(self._options.optimized_execution))
+                stack.enter_context(torch.jit.optimized_execution(self._options.optimized_execution))  # type: ignore[attr-defined]
             if self._stream is not None:
                 stack.enter_context(torch.cuda.stream(self._stream))
             yield

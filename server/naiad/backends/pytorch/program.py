@@ -65,7 +65,7 @@ def load_program(path: Path, device: torch.device | None, model_name: str, infer
 
 
 def _torchscript(path: Path, device: torch.device | None, model_name: str) -> Program:
-    module = torch.jit.load(str(path), map_location=device)
+    module = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
     module.eval()
     arguments = list(module.forward.schema.arguments)
     if arguments and arguments[0].type.kind() == "ClassType":

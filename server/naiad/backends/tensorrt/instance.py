@@ -45,7 +45,7 @@ class TensorRTInstance(FrameworkInstance[Engine, Binding]):
         self._engine_outputs = [t for t in described if not t.is_input]
         self._profiles = profiles
         self._contexts: dict[int, Any] = {}
-        self._stream = torch.cuda.Stream(self._device)
+        self._stream = torch.cuda.Stream(self._device)  # type: ignore[no-untyped-call]
 
     def _release(self) -> None:
         """Free the execution contexts (their device memory with them) and torch's cached blocks."""

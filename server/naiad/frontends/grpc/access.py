@@ -52,7 +52,7 @@ _STATUS = {
 }
 
 
-class AccessInterceptor(grpc.aio.ServerInterceptor):
+class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpcio has no type stubs
     """Refuses the calls ``policy`` refuses, with the status of the refusal."""
 
     def __init__(self, policy: AccessPolicy) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import grpc
 
@@ -31,7 +31,8 @@ STATUS: dict[ErrorCode, grpc.StatusCode] = {
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
-Context = grpc.aio.ServicerContext[Any, Any]
+#: grpcio ships no type information: its context is typed as what it is, ``Any``, in one place.
+Context: TypeAlias = Any
 
 
 def status_of(error: InferenceServerError) -> grpc.StatusCode:
@@ -48,6 +49,7 @@ async def _abort(context: Context, error: Exception, what: str) -> NoReturn:
         await context.abort(status_of(error), error.message)
     log.exception("unhandled error serving %s", what)
     await context.abort(grpc.StatusCode.INTERNAL, internal_message(error))
+    raise AssertionError("ServicerContext.abort returned")  # it always raises
 
 
 def unary(

@@ -55,7 +55,7 @@ _REPOSITORY_NAME = "'repository_name' specification is not supported"
 
 
 #: One request of a stream: the messages answering it (``None`` after the last) and the task making them.
-_Answers = tuple[asyncio.Queue[bytes | None], asyncio.Future[None]]
+_Answers = tuple[asyncio.Queue[bytes | InferenceServerError | None], asyncio.Future[None]]
 
 
 def _wants_empty_final(message: Any) -> bool:
@@ -251,8 +251,8 @@ class InferenceServicer:
                     accepted = True
                     self.dataplane.forwarded(message.model_name)
                     sent = relayed_metadata(headers.items())
-                    async for answer in self.relay.stream(peer, message.model_name, data, sent):
-                        channel.put_nowait(answer)
+                    async for relayed in self.relay.stream(peer, message.model_name, data, sent):
+                        channel.put_nowait(relayed)
                     return
             if self.dataplane.loads_on_demand:
                 await self.dataplane.admit(message.model_name)

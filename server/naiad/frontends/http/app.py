@@ -250,9 +250,9 @@ class HttpFrontend:
         except ValueError:
             raise InvalidArgumentError("invalid Content-Length header") from None
         body = await read_body(call.receive, declared, self.max_input_size)
-        encoding = headers.get(b"content-encoding")
-        if encoding is not None:
-            body = decompress(body, encoding.decode("latin-1"), self.max_input_size)
+        content_encoding = headers.get(b"content-encoding")
+        if content_encoding is not None:
+            body = decompress(body, content_encoding.decode("latin-1"), self.max_input_size)
         if self.dataplane.loads_on_demand:
             await self.dataplane.admit(name)
         if self.dataplane.is_decoupled(name, version):
@@ -283,7 +283,7 @@ class HttpFrontend:
         if not chunks:
             body, reply_headers = document, [_JSON]
         else:
-            body = b"".join([document, *chunks])
+            body = b"".join([document, *chunks])  # type: ignore[list-item]  # arrays are buffers
             reply_headers = [_OCTET, (b"inference-header-content-length", str(len(document)).encode())]
         accept = headers.get(b"accept-encoding")
         encoding = response_encoding(accept.decode("latin-1")) if accept is not None else None

@@ -34,9 +34,7 @@ def _route(rest: list[str]) -> tuple[str, str] | None:
     return None
 
 
-async def system(
-    dataplane: DataPlane, method: str, rest: list[str], read_body: ReadBody
-) -> Answer | None:
+async def system(dataplane: DataPlane, method: str, rest: list[str], read_body: ReadBody) -> Answer | None:
     """Serve a system shared memory route; ``None`` when the path is not one (404)."""
     route = _route(rest)
     if route is None or route[1] not in ("status", "register", "unregister"):
@@ -110,4 +108,4 @@ def _unsigned(body: dict[str, Any], field: str) -> int:
     value = body.get(field, 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidArgumentError(f"Unable to parse '{field}': expected an unsigned integer")
-    return value
+    return int(value)
