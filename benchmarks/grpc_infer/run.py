@@ -264,30 +264,33 @@ class Measurement:
     failed: int
 
 
+def h2load_command(url: str, body: Path, requests: int, connections: int) -> list[str]:
+    """h2load sending ``requests`` unary calls of ``body`` (one length-prefixed message) to ``url``."""
+    return [
+        "h2load",
+        "-n",
+        str(requests),
+        "-c",
+        str(connections),
+        "-m",
+        "1",
+        "-d",
+        str(body),
+        "-H",
+        "content-type: application/grpc",
+        "-H",
+        "te: trailers",
+        url,
+    ]
+
+
 def h2load(
     server: Server, workload: Workload, body: Path, requests: int, connections: int, log: Path
 ) -> Measurement:
     url = f"http://127.0.0.1:{server.grpc_port}/inference.GRPCInferenceService/ModelInfer"
     log.unlink(missing_ok=True)  # h2load appends to its log
     out = subprocess.run(
-        [
-            "h2load",
-            "-n",
-            str(requests),
-            "-c",
-            str(connections),
-            "-m",
-            "1",
-            "-d",
-            str(body),
-            "-H",
-            "content-type: application/grpc",
-            "-H",
-            "te: trailers",
-            "--log-file",
-            str(log),
-            url,
-        ],
+        [*h2load_command(url, body, requests, connections), "--log-file", str(log)],
         capture_output=True,
         text=True,
         check=True,

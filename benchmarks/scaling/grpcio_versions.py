@@ -32,9 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import ROOT, Served, free_port, naiad
-from benchmarks.scaling.run import repository, taskset, uptime
+from benchmarks.scaling.run import h2load_calls, repository, taskset, uptime
 
-CONNECTIONS = 16
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
 #: The bare server: grpc.aio on uvloop, one generic handler, the answer serialized once.
@@ -127,37 +126,8 @@ class _Bare:
 
 def h2load(port: int, body: Path, calls: int, core: str | None) -> float:
     """Calls per second of ``calls`` unary ``ModelInfer`` calls, after 3,000 warm-up calls."""
-    url = f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer"
-    rate = 0.0
-    for count in (3000, calls):
-        out = subprocess.run(
-            taskset(
-                core,
-                [
-                    "h2load",
-                    "-n",
-                    str(count),
-                    "-c",
-                    str(CONNECTIONS),
-                    "-m",
-                    "1",
-                    "-d",
-                    str(body),
-                    "-H",
-                    "content-type: application/grpc",
-                    "-H",
-                    "te: trailers",
-                    url,
-                ],
-            ),
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        if f"{count} succeeded" not in out:
-            raise RuntimeError(f"failed calls:\n{out}")
-        rate = next(float(line.split()[3]) for line in out.splitlines() if line.startswith("finished in"))
-    return rate
+    h2load_calls(port, body, 3000, core)
+    return h2load_calls(port, body, calls, core)
 
 
 def add_sub_body(path: Path) -> Path:

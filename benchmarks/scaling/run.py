@@ -50,6 +50,7 @@ from benchmarks.grpc_infer.run import (
     check_answers,
     grpc_body,
     h2load,
+    h2load_command,
 )
 
 CONNECTIONS = 16
@@ -135,34 +136,21 @@ class Run:
         if self.load_core is None:
             m = h2load(self.served, workload, body, workload.requests, CONNECTIONS, log)  # type: ignore[arg-type]
             return m.rps, workload.requests
-        url = f"http://127.0.0.1:{self.served.grpc_port}/inference.GRPCInferenceService/ModelInfer"
-        out = subprocess.run(
-            taskset(
-                self.load_core,
-                [
-                    "h2load",
-                    "-n",
-                    str(workload.requests),
-                    "-c",
-                    str(CONNECTIONS),
-                    "-m",
-                    "1",
-                    "-d",
-                    str(body),
-                    "-H",
-                    "content-type: application/grpc",
-                    "-H",
-                    "te: trailers",
-                    url,
-                ],
-            ),
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return next(
-            float(line.split()[3]) for line in out.splitlines() if line.startswith("finished in")
-        ), workload.requests
+        return h2load_calls(self.served.grpc_port, body, workload.requests, self.load_core), workload.requests
+
+
+def h2load_calls(port: int, body: Path, calls: int, core: str | None) -> float:
+    """Calls per second of ``calls`` unary ``ModelInfer`` calls (16 connections) from h2load on ``core``."""
+    url = f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer"
+    out = subprocess.run(
+        taskset(core, h2load_command(url, body, calls, CONNECTIONS)),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    if f"{calls} succeeded" not in out:
+        raise RuntimeError(f"failed calls:\n{out}")
+    return next(float(line.split()[3]) for line in out.splitlines() if line.startswith("finished in"))
 
 
 def serve(name: str, repo: Path, core: str | None, workers: int = 0) -> Served:
