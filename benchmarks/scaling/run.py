@@ -11,6 +11,9 @@ Python model, and ``identity_large``, a Python identity of one FP32[1,3,224,224]
 3. **Per core**: every server process pinned to one core (``taskset -c 1``), the load generator on
    another (``taskset -c 0``), as issue 15's table.
 
+(2) and (3) also print the requests each server's process tree answers per CPU-second (user + system
+time from ``/proc``), the per-core figure that holds up best when other work shares the pinned core.
+
 Medians of ``--rounds`` interleaved rounds.  The machine these figures come from is shared: the script
 prints ``uptime`` before and after.
 
@@ -52,6 +55,7 @@ from benchmarks.grpc_infer.run import (
     h2load,
     h2load_command,
 )
+from benchmarks.isolation.run import cpu_seconds as tree_cpu_seconds
 
 CONNECTIONS = 16
 
@@ -208,17 +212,27 @@ def throughput(
     core: str | None,
     load_core: str | None,
 ) -> dict[str, dict[str, float]]:
-    """(2)/(3): median req/s of each server configuration, HTTP add_sub and gRPC add_sub."""
+    """(2)/(3): median req/s of each server configuration, HTTP add_sub and gRPC add_sub, and the
+    requests its whole process tree answers per CPU-second (user + system from ``/proc``): on a core
+    that also runs other work, req/s falls with what the others take, CPU per request much less."""
     results: dict[str, dict[str, list[float]]] = {}
     for _ in range(rounds):
         for name, workers in configs:
             label = "Triton 2.51" if name == "triton" else f"Naiad, --frontend-workers {workers}"
             with serve(name, repo, core, workers) as served:
+                assert served.process is not None
+                pid = served.process.pid
                 time.sleep(1.0 + workers)
                 run = Run(served, work, load_core)
-                row = results.setdefault(label, {"http": [], "grpc": []})
-                row["http"].append(run.http(duration))
-                row["grpc"].append(run.grpc(add_sub_workload(int(6000 * duration)))[0])
+                row = results.setdefault(label, {"http": [], "grpc": [], "http_cpu": [], "grpc_cpu": []})
+                spent = tree_cpu_seconds(pid)
+                rate = run.http(duration)
+                row["http"].append(rate)
+                row["http_cpu"].append(rate * duration / (tree_cpu_seconds(pid) - spent))
+                spent = tree_cpu_seconds(pid)
+                rate, calls = run.grpc(add_sub_workload(int(6000 * duration)))
+                row["grpc"].append(rate)
+                row["grpc_cpu"].append(calls / (tree_cpu_seconds(pid) - spent))
     return {label: {k: median(v) for k, v in row.items()} for label, row in results.items()}
 
 
@@ -272,6 +286,16 @@ def _table(report: Callable[[str], None], rows: dict[str, dict[str, float]]) -> 
         grpc_ratio = row["grpc"] / triton_row["grpc"] if triton_row else float("nan")
         report(
             f"| {label} | {row['http']:,.0f} | {http_ratio:.2f}x | {row['grpc']:,.0f} | {grpc_ratio:.2f}x |"
+        )
+    report("\nthe same rounds, requests per CPU-second of each server's process tree")
+    report("| server | HTTP/JSON add_sub | vs Triton | gRPC add_sub | vs Triton |")
+    report("|---|---|---|---|---|")
+    for label, row in rows.items():
+        http_ratio = row["http_cpu"] / triton_row["http_cpu"] if triton_row else float("nan")
+        grpc_ratio = row["grpc_cpu"] / triton_row["grpc_cpu"] if triton_row else float("nan")
+        report(
+            f"| {label} | {row['http_cpu']:,.0f} | {http_ratio:.2f}x | {row['grpc_cpu']:,.0f} | "
+            f"{grpc_ratio:.2f}x |"
         )
 
 
