@@ -278,25 +278,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _table(report: Callable[[str], None], rows: dict[str, dict[str, float]]) -> None:
+    """req/s, then requests per CPU-second, each with its ratio to Triton's."""
     triton_row = rows.get("Triton 2.51", {})
-    report("| server | HTTP/JSON add_sub | vs Triton | gRPC add_sub | vs Triton |")
-    report("|---|---|---|---|---|")
-    for label, row in rows.items():
-        http_ratio = row["http"] / triton_row["http"] if triton_row else float("nan")
-        grpc_ratio = row["grpc"] / triton_row["grpc"] if triton_row else float("nan")
-        report(
-            f"| {label} | {row['http']:,.0f} | {http_ratio:.2f}x | {row['grpc']:,.0f} | {grpc_ratio:.2f}x |"
-        )
-    report("\nthe same rounds, requests per CPU-second of each server's process tree")
-    report("| server | HTTP/JSON add_sub | vs Triton | gRPC add_sub | vs Triton |")
-    report("|---|---|---|---|---|")
-    for label, row in rows.items():
-        http_ratio = row["http_cpu"] / triton_row["http_cpu"] if triton_row else float("nan")
-        grpc_ratio = row["grpc_cpu"] / triton_row["grpc_cpu"] if triton_row else float("nan")
-        report(
-            f"| {label} | {row['http_cpu']:,.0f} | {http_ratio:.2f}x | {row['grpc_cpu']:,.0f} | "
-            f"{grpc_ratio:.2f}x |"
-        )
+    for title, suffix in (
+        ("", ""),
+        ("\nthe same rounds, requests per CPU-second of each server's process tree", "_cpu"),
+    ):
+        if title:
+            report(title)
+        report("| server | HTTP/JSON add_sub | vs Triton | gRPC add_sub | vs Triton |")
+        report("|---|---|---|---|---|")
+        for label, row in rows.items():
+            cells = [f"| {label} "]
+            for kind in ("http", "grpc"):
+                value = row[kind + suffix]
+                ratio = value / triton_row[kind + suffix] if triton_row else float("nan")
+                cells.append(f"| {value:,.0f} | {ratio:.2f}x ")
+            report("".join(cells) + "|")
 
 
 if __name__ == "__main__":
