@@ -97,9 +97,10 @@ class GcsSource:
             raise ObjectChanged(
                 f"{self.uri}/{info.key}: received {writer.size} bytes, expected {stop - start}"
             )
-        digest: bytes = writer.crc.digest()  # type: ignore[no-untyped-call]
-        if whole and crc and base64.b64encode(digest).decode() != crc:
-            raise ObjectChanged(f"{self.uri}/{info.key}: content does not match the CRC32C listed")
+        if whole and crc:
+            digest: bytes = writer.crc.digest()  # type: ignore[no-untyped-call]
+            if base64.b64encode(digest).decode() != crc:
+                raise ObjectChanged(f"{self.uri}/{info.key}: content does not match the CRC32C listed")
 
     def close(self) -> None:
         self._client.close()
