@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from naiad import log_settings
 from naiad.codecs import shared_memory
@@ -35,6 +35,9 @@ from naiad.scheduling.answers import answers
 from naiad.scheduling.cache import ResponseCache
 from naiad.statistics import model_statistics
 from naiad.tracing.tracer import Changes, Tracer
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 _log = logging.getLogger("naiad.dataplane")
 
@@ -168,9 +171,10 @@ class DataPlane:
         assert model.config_json is not None
         return model.config_json
 
-    def model_config_message(self, name: str, version: str) -> Any:
+    def model_config_message(self, name: str, version: str) -> mc.ModelConfig:
         """The normalized ``ModelConfig`` protobuf (the gRPC frontend sends it as is)."""
         model, _ = self._ready_model(name, version)
+        assert model.config is not None
         return model.config
 
     def signature(self, name: str, version: str) -> ModelSignature:
@@ -370,8 +374,8 @@ class DataPlane:
 
     async def _answer(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
         """The model's answer: from the response cache when the model uses it and has this one."""
-        cache = self.response_cache
-        if cache is None or not model.config.response_cache.enable or version.scheduler is None:
+        cache, config = self.response_cache, model.config
+        if cache is None or config is None or not config.response_cache.enable or version.scheduler is None:
             return await version.submit(request)
         stats = version.scheduler.stats
         return await cache.answer(request, model.name, version.version, stats, version.submit)

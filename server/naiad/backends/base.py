@@ -18,11 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from naiad.core.errors import InferenceServerError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 ExecuteResult = InferResponse | InferenceServerError
 
@@ -40,7 +43,7 @@ class InstanceContext:
     model_dir: Path
     version_dir: Path
     model_file: Path
-    config: Any
+    config: mc.ModelConfig
     signature: ModelSignature
     instance_name: str
     kind: str
@@ -92,7 +95,7 @@ class Backend(Protocol):
 
     name: str
 
-    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+    def auto_complete(self, config: mc.ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """Fill missing config fields from the model file (in place); ``version_dir`` is the
         highest version on disk, or ``None`` when there is none."""
         ...

@@ -248,7 +248,7 @@ class DescribedTensor(Protocol):
 
 
 def complete_batching(
-    config: Any, tensors: Iterable[DescribedTensor], model_name: str, max_batch_size: int
+    config: mc.ModelConfig, tensors: Iterable[DescribedTensor], model_name: str, max_batch_size: int
 ) -> None:
     """Triton's batching auto-complete: a model whose every tensor has a variable dim 0 batches.
 

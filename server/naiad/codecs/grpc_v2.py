@@ -128,7 +128,7 @@ class ParsedInferRequest:
 def parse(message_type: type[Message], data: bytes | memoryview) -> Any:
     """A request message from its wire bytes; malformed bytes are the client's error."""
     try:
-        return message_type.FromString(data)
+        return message_type.FromString(data)  # type: ignore[arg-type]  # upb reads any buffer
     except DecodeError:
         raise InvalidArgumentError(_PARSE_ERROR) from None
 

@@ -9,7 +9,7 @@ arithmetic on ``dims`` and ``max_batch_size``, so every int64 field is turned ba
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -31,7 +31,7 @@ def config_to_dict(config: Message) -> dict[str, Any]:
         preserving_proto_field_name=True,
         always_print_fields_with_no_presence=True,
     )
-    return _ints(raw, config.DESCRIPTOR)
+    return _ints(raw, cast(Descriptor, config.DESCRIPTOR))
 
 
 def _ints(value: dict[str, Any], descriptor: Descriptor) -> dict[str, Any]:

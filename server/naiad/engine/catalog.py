@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import orjson
@@ -84,7 +83,7 @@ def models(message: Catalog) -> dict[str, Model]:
     """The models a catalog describes (no schedulers: requests go to the engine)."""
     rebuilt: dict[str, Model] = {}
     for entry in message.models:
-        config: Any = None
+        config: ModelConfig | None = None
         if entry.config or entry.config_json:
             config = ModelConfig()
             config.ParseFromString(entry.config)

@@ -57,7 +57,7 @@ _DISCOVERY = [
 ]
 
 
-def parse_text(text: str, source: str = CONFIG_FILE) -> Any:
+def parse_text(text: str, source: str = CONFIG_FILE) -> mc.ModelConfig:
     """Parse protobuf text format; errors name the file and Triton's parser position."""
     try:
         return text_format.Parse(text, ModelConfig())
@@ -65,7 +65,7 @@ def parse_text(text: str, source: str = CONFIG_FILE) -> Any:
         raise InvalidArgumentError(f"failed to parse {source}: {exc}") from exc
 
 
-def parse_json(text: str | bytes) -> Any:
+def parse_json(text: str | bytes) -> mc.ModelConfig:
     """Parse a ModelConfig JSON override (proto JSON: int64 as numbers or strings)."""
     try:
         return json_format.Parse(text, ModelConfig())
@@ -73,7 +73,7 @@ def parse_json(text: str | bytes) -> Any:
         raise InvalidArgumentError(f"Invalid config override: {exc}") from exc
 
 
-def merge_json(config: Any, text: str) -> Any:
+def merge_json(config: mc.ModelConfig, text: str) -> mc.ModelConfig:
     """``config`` with a JSON override merged in: objects merge key by key, everything else (lists,
     values, and ``version_policy``, whose members exclude each other) replaces what was there."""
     try:
@@ -96,7 +96,7 @@ def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def read_config(model_dir: Path) -> Any:
+def read_config(model_dir: Path) -> mc.ModelConfig:
     """The model's ``config.pbtxt`` if present, else an empty config (auto-complete may fill it)."""
     path = model_dir / CONFIG_FILE
     if not path.exists():
@@ -108,7 +108,7 @@ def read_config(model_dir: Path) -> Any:
     return parse_text(text, str(path))
 
 
-def resolve_backend(config: Any, model_dir: Path, versions: list[int]) -> None:
+def resolve_backend(config: mc.ModelConfig, model_dir: Path, versions: list[int]) -> None:
     """Fill ``backend`` (and ``platform``) from the config or, failing that, the model files."""
     if config.platform == "ensemble":
         return
@@ -135,7 +135,7 @@ def resolve_backend(config: Any, model_dir: Path, versions: list[int]) -> None:
         config.platform = BACKEND_PLATFORM[config.backend]
 
 
-def normalize(config: Any, name: str, gpu_count: int = 0) -> None:
+def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
     """Fill Triton's defaults in place and check the fields every backend relies on."""
     if config.name and config.name != name:
         raise InvalidArgumentError(
@@ -161,7 +161,7 @@ def normalize(config: Any, name: str, gpu_count: int = 0) -> None:
         _normalize_instance_groups(config, gpu_count)
 
 
-def _normalize_io(config: Any) -> None:
+def _normalize_io(config: mc.ModelConfig) -> None:
     for kind, tensors in (("input", config.input), ("output", config.output)):
         names: set[str] = set()
         for tensor in tensors:
@@ -181,7 +181,7 @@ def _normalize_io(config: Any) -> None:
                 )
 
 
-def _normalize_instance_groups(config: Any, gpu_count: int) -> None:
+def _normalize_instance_groups(config: mc.ModelConfig, gpu_count: int) -> None:
     if not config.instance_group:
         group = config.instance_group.add()
         group.name = config.name
@@ -213,7 +213,7 @@ def _normalize_instance_groups(config: Any, gpu_count: int) -> None:
                 group.gpus.extend(range(gpu_count))
 
 
-def selected_versions(config: Any, available: list[int]) -> list[int]:
+def selected_versions(config: mc.ModelConfig, available: list[int]) -> list[int]:
     """The versions the version policy selects among those on disk, ascending."""
     policy = config.version_policy
     if policy.HasField("all"):
@@ -225,27 +225,31 @@ def selected_versions(config: Any, available: list[int]) -> list[int]:
     return available[-count:]
 
 
-def signature_of(config: Any) -> ModelSignature:
+def signature_of(config: mc.ModelConfig) -> ModelSignature:
     """The tensor signature the data plane checks requests against."""
 
-    def spec(tensor: Any, is_input: bool) -> TensorSpec:
+    def spec(tensor: mc.ModelInput | mc.ModelOutput) -> TensorSpec:
         reshape = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None
+        if isinstance(tensor, mc.ModelInput):
+            optional, ragged, labels = bool(tensor.optional), bool(tensor.allow_ragged_batch), ""
+        else:
+            optional, ragged, labels = False, False, tensor.label_filename
         return TensorSpec(
             name=tensor.name,
             datatype=datatypes.config_to_protocol(mc.DataType.Name(tensor.data_type)),
             dims=tuple(tensor.dims),
             reshape=reshape,
-            optional=bool(tensor.optional) if is_input else False,
+            optional=optional,
             is_shape_tensor=tensor.is_shape_tensor,
-            allow_ragged_batch=bool(tensor.allow_ragged_batch) if is_input else False,
-            label_filename="" if is_input else tensor.label_filename,
+            allow_ragged_batch=ragged,
+            label_filename=labels,
         )
 
     return ModelSignature(
         name=config.name,
         max_batch_size=config.max_batch_size,
-        inputs=tuple(spec(t, True) for t in config.input),
-        outputs=tuple(spec(t, False) for t in config.output),
+        inputs=tuple(spec(t) for t in config.input),
+        outputs=tuple(spec(t) for t in config.output),
     )
 
 
@@ -254,14 +258,14 @@ def to_json(config: Message) -> dict[str, Any]:
     return config_to_dict(config)
 
 
-def dependencies(config: Any) -> tuple[str, ...]:
+def dependencies(config: mc.ModelConfig) -> tuple[str, ...]:
     """The models this one needs loaded first: an ensemble's step models, once each, in step order."""
     if config.platform != "ensemble":
         return ()
     return tuple(dict.fromkeys(step.model_name for step in config.ensemble_scheduling.step))
 
 
-def fingerprint_text(config: Any) -> str:
+def fingerprint_text(config: mc.ModelConfig) -> str:
     """The configuration as it matters to a loaded version: everything but the version policy, which
     decides *which* versions load and so must not force a reload of the ones that stay."""
     document = config_to_dict(config)

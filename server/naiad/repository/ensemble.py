@@ -46,7 +46,7 @@ _READY = ModelState.READY
 log = logging.getLogger("naiad.repository")
 
 
-def is_ensemble(config: Any) -> bool:
+def is_ensemble(config: mc.ModelConfig) -> bool:
     return bool(config is not None and config.platform == "ensemble")
 
 
@@ -61,7 +61,8 @@ def step_runner(resolve: Resolver, cache: ResponseCache | None = None) -> StepRu
         batch = signature.validate(request)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
-        if cache is None or not model.config.response_cache.enable or version.scheduler is None:
+        config = model.config
+        if cache is None or config is None or not config.response_cache.enable or version.scheduler is None:
             return await version.submit(request)
         stats = version.scheduler.stats
         return await cache.answer(request, model.name, version.version, stats, version.submit)
@@ -83,7 +84,7 @@ def dependency_failure(ensemble: str, dependency: str, message: str | None) -> s
 # ---- the graph, on its own --------------------------------------------------------------------------
 
 
-def _check_structure(config: Any, steps: tuple[Step, ...]) -> None:
+def _check_structure(config: mc.ModelConfig, steps: tuple[Step, ...]) -> None:
     """Triton's ``ValidateEnsembleSchedulingConfig``, plus a cycle check that names the steps."""
     name = config.name
     if config.instance_group:
@@ -135,7 +136,7 @@ def _check_cycles(name: str, steps: tuple[Step, ...], writers: Mapping[str, Step
             visit(step.index, [step.index])
 
 
-def _check_flow(config: Any, steps: tuple[Step, ...], writers: Mapping[str, Step]) -> None:
+def _check_flow(config: mc.ModelConfig, steps: tuple[Step, ...], writers: Mapping[str, Step]) -> None:
     """Every input used, every output written from the inputs, no tensor written for nothing."""
     name = config.name
     readers: dict[str, list[Step]] = {}
@@ -143,9 +144,9 @@ def _check_flow(config: Any, steps: tuple[Step, ...], writers: Mapping[str, Step
         for _, tensor in step.inputs:
             readers.setdefault(tensor, []).append(step)
     inputs = {tensor.name for tensor in config.input}
-    for tensor in config.input:
-        if tensor.name not in readers:
-            raise InvalidArgumentError(f"ensemble input '{tensor.name}' for ensemble {name}' is not used")
+    for io in config.input:
+        if io.name not in readers:
+            raise InvalidArgumentError(f"ensemble input '{io.name}' for ensemble {name}' is not used")
     available = set(inputs)
     pending = list(steps)
     progress = True
@@ -157,11 +158,11 @@ def _check_flow(config: Any, steps: tuple[Step, ...], writers: Mapping[str, Step
                 pending.remove(step)
                 progress = True
     outputs = {tensor.name for tensor in config.output}
-    for tensor in config.output:
-        if tensor.name not in writers and tensor.name not in inputs:
-            raise InvalidArgumentError(f"ensemble output '{tensor.name}' for ensemble {name}' is not used")
-        if tensor.name not in available:
-            missing = _first_missing(tensor.name, writers, available, inputs)
+    for output in config.output:
+        if output.name not in writers and output.name not in inputs:
+            raise InvalidArgumentError(f"ensemble output '{output.name}' for ensemble {name}' is not used")
+        if output.name not in available:
+            missing = _first_missing(output.name, writers, available, inputs)
             detail = ""
             if missing is not None:
                 source, step = missing
@@ -169,7 +170,7 @@ def _check_flow(config: Any, steps: tuple[Step, ...], writers: Mapping[str, Step
                     f": at least one of its depending tensors, '{source}', is not connected (it is an "
                     f"input of step {step.index}, model '{step.model_name}')"
                 )
-            raise InvalidArgumentError(f"output '{tensor.name}' for ensemble '{name}' is not written{detail}")
+            raise InvalidArgumentError(f"output '{output.name}' for ensemble '{name}' is not written{detail}")
     for tensor, step in writers.items():
         if tensor not in outputs and tensor not in readers:
             raise InvalidArgumentError(
@@ -205,7 +206,7 @@ class _Node:
 
     __slots__ = ("batched", "dims", "model", "type")
 
-    def __init__(self, model: str, type: int, dims: list[int], batched: bool) -> None:
+    def __init__(self, model: str, type: mc.DataType.ValueType, dims: list[int], batched: bool) -> None:
         self.model = model
         self.type = type
         self.dims = dims
@@ -240,11 +241,11 @@ def _agree(known: _Node, other: _Node, prefix: str) -> None:
         )
 
 
-def _io_dims(tensor: Any) -> list[int]:
+def _io_dims(tensor: mc.ModelInput | mc.ModelOutput) -> list[int]:
     return list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
 
 
-def _check_step(ensemble: str, step: Step, config: Any, nodes: dict[str, _Node]) -> None:
+def _check_step(ensemble: str, step: Step, config: mc.ModelConfig, nodes: dict[str, _Node]) -> None:
     """Triton's ``ValidateTensorMapping`` for one step."""
     model = step.model_name
     batched = config.max_batch_size > 0
@@ -264,16 +265,16 @@ def _check_step(ensemble: str, step: Step, config: Any, nodes: dict[str, _Node])
                 "ensemble tensors"
             )
     for model_input, tensor in step.inputs:
-        spec = inputs[model_input]
-        _meet(nodes, tensor, _Node(model, spec.data_type, list(spec.dims), batched), ensemble)
+        input_spec = inputs[model_input]
+        _meet(nodes, tensor, _Node(model, input_spec.data_type, list(input_spec.dims), batched), ensemble)
     for model_output, tensor in step.outputs:
         if model_output not in outputs:
             raise InvalidArgumentError(
                 f"in ensemble {ensemble}, ensemble tensor {tensor} is mapped from non-existing output "
                 f"{model_output} in model {model}"
             )
-        spec = outputs[model_output]
-        _meet(nodes, tensor, _Node(model, spec.data_type, list(spec.dims), batched), ensemble)
+        output_spec = outputs[model_output]
+        _meet(nodes, tensor, _Node(model, output_spec.data_type, list(output_spec.dims), batched), ensemble)
 
 
 def _meet(nodes: dict[str, _Node], tensor: str, node: _Node, ensemble: str) -> None:
@@ -296,7 +297,9 @@ def _serving(model: Model | None, version: str) -> bool:
     return chosen is not None and chosen.state is _READY
 
 
-def _check_steps(config: Any, steps: tuple[Step, ...], models: Mapping[str, Model]) -> frozenset[int]:
+def _check_steps(
+    config: mc.ModelConfig, steps: tuple[Step, ...], models: Mapping[str, Model]
+) -> frozenset[int]:
     """The step models serve, and the graph's tensors agree with their configurations; the indices
     of the steps whose model is decoupled."""
     name = config.name
@@ -309,6 +312,7 @@ def _check_steps(config: Any, steps: tuple[Step, ...], models: Mapping[str, Mode
         if problem:
             raise InvalidArgumentError(problem)
         step_config = models[step.model_name].config
+        assert step_config is not None  # a model that serves has its configuration
         if step_config.model_transaction_policy.decoupled:
             decoupled.add(step.index)
         if 0 < step_config.max_batch_size < config.max_batch_size:
@@ -331,7 +335,7 @@ def _mixed(ensemble: str, model: str) -> InvalidArgumentError:
     )
 
 
-def _stages(config: Any, steps: tuple[Step, ...], decoupled: frozenset[int]) -> tuple[Stage, ...]:
+def _stages(config: mc.ModelConfig, steps: tuple[Step, ...], decoupled: frozenset[int]) -> tuple[Stage, ...]:
     """Triton's decoupled workflow check, and the stages the scheduler runs.
 
     Each tensor belongs to a lineage: the ensemble's inputs to lineage 0, a decoupled step's outputs
@@ -391,7 +395,9 @@ def _unavailable(ensemble: str, step: Step, models: Mapping[str, Model]) -> str:
     return f"ensemble '{ensemble}' depends on '{step.model_name}' which has no loaded version."
 
 
-def check_ensemble(config: Any, models: Mapping[str, Model]) -> tuple[tuple[Step, ...], tuple[Stage, ...]]:
+def check_ensemble(
+    config: mc.ModelConfig, models: Mapping[str, Model]
+) -> tuple[tuple[Step, ...], tuple[Stage, ...]]:
     """The ensemble's steps and stages, after every load-time check; INVALID_ARG with the reason
     otherwise."""
     steps = steps_of(config)
@@ -432,7 +438,7 @@ class EnsembleVersion(ModelVersion):
 
     def __init__(
         self,
-        config: Any,
+        config: mc.ModelConfig,
         steps: tuple[Step, ...],
         decoupled: frozenset[int],
         models: Mapping[str, Model],

@@ -61,7 +61,7 @@ class LoadPlan:
 
     name: str
     path: Path
-    config: Any
+    config: mc.ModelConfig
     signature: ModelSignature
     config_json: dict[str, Any]
     versions: list[int]
@@ -155,7 +155,7 @@ class ModelLoader:
             failure=failure,
         )
 
-    def _complete(self, config: Any, model_dir: Path, versions: list[int]) -> str:
+    def _complete(self, config: mc.ModelConfig, model_dir: Path, versions: list[int]) -> str:
         """Let the backend auto-complete the config; the reason if it cannot.
 
         Triton does this when the backend initializes the model, so a failure here (a missing

@@ -6,7 +6,7 @@ import asyncio
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from naiad.backends.base import InstanceHealth
 from naiad.core.errors import UnavailableError
@@ -14,6 +14,9 @@ from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
 from naiad.repository.routing import Mirror
 from naiad.scheduling.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 #: The reason Triton gives a version that was unloaded on purpose (it does not count against readiness).
 UNLOADED = "unloaded"
@@ -130,7 +133,7 @@ class Model:
 
     name: str
     path: Path
-    config: Any = None
+    config: mc.ModelConfig | None = None
     signature: ModelSignature | None = None
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     reason: str = ""

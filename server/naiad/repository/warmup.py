@@ -36,7 +36,7 @@ class WarmupSample:
     count: int
 
 
-def warmup_samples(config: Any, model_dir: Path) -> list[WarmupSample]:
+def warmup_samples(config: mc.ModelConfig, model_dir: Path) -> list[WarmupSample]:
     """The samples of a normalized config; INVALID_ARG for a setting Triton would refuse."""
     samples: list[WarmupSample] = []
     for setting in config.model_warmup:
@@ -67,7 +67,9 @@ def warmup_samples(config: Any, model_dir: Path) -> list[WarmupSample]:
     return samples
 
 
-def _tensor(name: str, spec: Any, batching: bool, model_dir: Path, rng: np.random.Generator) -> Tensor:
+def _tensor(
+    name: str, spec: mc.ModelWarmup.Input, batching: bool, model_dir: Path, rng: np.random.Generator
+) -> Tensor:
     datatype = datatypes.config_to_protocol(mc.DataType.Name(spec.data_type))
     dims = [int(d) for d in spec.dims]
     shape = ([1] if batching else []) + dims

@@ -20,13 +20,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.request import InferRequest, InferResponse, Tensor
 from naiad.scheduling.stats import SchedulerStats
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 #: Bookkeeping charged to each entry on top of its tensors (key, list, objects).
 _ENTRY_OVERHEAD = 256
@@ -171,7 +174,7 @@ def _footprint(tensor: Tensor) -> int:
     return sum(_OBJECT_OVERHEAD + len(item) for item in data.reshape(-1))
 
 
-def refuse_decoupled(config: Any) -> None:
+def refuse_decoupled(config: mc.ModelConfig) -> None:
     """Triton's load-time refusal: a decoupled model's responses cannot be cached."""
     if config.response_cache.enable and config.model_transaction_policy.decoupled:
         raise InvalidArgumentError(

@@ -36,12 +36,15 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from naiad.core.errors import InferenceServerError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, ResponseSink, Tensor
 from naiad.scheduling.answers import answers
 from naiad.scheduling.stats import FailureReason, SchedulerStats
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 #: Runs one step's request on its model (resolve, validate, schedule); installed by the repository.
 #: A producer's request carries a ``responses`` sink, which gets its answers, as the data plane's does.
@@ -96,7 +99,7 @@ class Stage:
         object.__setattr__(self, "chain", _chain_of(self.steps))
 
 
-def steps_of(config: Any) -> tuple[Step, ...]:
+def steps_of(config: mc.ModelConfig) -> tuple[Step, ...]:
     """The steps of an ensemble's ``ModelConfig``, in configuration order."""
     return tuple(
         Step(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from naiad.scheduling.dynamic_batcher import DynamicBatchScheduler
 from naiad.scheduling.policy import policy_of
@@ -19,9 +19,15 @@ from naiad.scheduling.sequence_batcher import SequenceBatchScheduler
 from naiad.scheduling.sequence_settings import sequence_settings_of
 from naiad.scheduling.worker import InstanceWorker
 
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
+
 
 def create_scheduler(
-    config: Any, workers: Sequence[InstanceWorker], model_dir: Path, limiter: RateLimiter | None = None
+    config: mc.ModelConfig,
+    workers: Sequence[InstanceWorker],
+    model_dir: Path,
+    limiter: RateLimiter | None = None,
 ) -> Scheduler:
     """The scheduler for a model version whose normalized ``ModelConfig`` is ``config``.
 

@@ -8,9 +8,12 @@ messages so that a bad ``dynamic_batching`` section fails that model's load, not
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from naiad.core.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 #: ``ModelQueuePolicy.TimeoutAction.DELAY`` (REJECT is 0, the default).
 _DELAY = 1
@@ -75,7 +78,7 @@ class SchedulingPolicy:
         return self.default_level
 
 
-def _queue_policy(message: Any) -> QueuePolicy:
+def _queue_policy(message: mc.ModelQueuePolicy) -> QueuePolicy:
     return QueuePolicy(
         delay_on_timeout=message.timeout_action == _DELAY,
         default_timeout_us=int(message.default_timeout_microseconds),
@@ -84,7 +87,7 @@ def _queue_policy(message: Any) -> QueuePolicy:
     )
 
 
-def policy_of(config: Any) -> SchedulingPolicy:
+def policy_of(config: mc.ModelConfig) -> SchedulingPolicy:
     """The scheduling policy of a normalized ``ModelConfig``; INVALID_ARG for a bad section."""
     name = config.name
     if not config.HasField("dynamic_batching"):

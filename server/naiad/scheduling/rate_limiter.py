@@ -81,7 +81,7 @@ class RateLimiter:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
 
-    def attach(self, config: Any, workers: Sequence[InstanceWorker]) -> None:
+    def attach(self, config: mc.ModelConfig, workers: Sequence[InstanceWorker]) -> None:
         """Give each worker the gate its instance group asks for (before the workers start).
 
         Raises :class:`InvalidArgumentError` (the version fails to load) when a declared resource
@@ -144,7 +144,7 @@ class RateLimiter:
             self._changed.notify_all()
 
 
-def _instance_groups(config: Any) -> Iterator[tuple[Any, int]]:
+def _instance_groups(config: mc.ModelConfig) -> Iterator[tuple[mc.ModelInstanceGroup, int]]:
     """(group, device) per instance, in the order the repository creates the instances."""
     for group in config.instance_group:
         devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU else [0]

@@ -11,6 +11,7 @@ model's ``initial_state`` folder) is read once, here, into the array every new s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -120,9 +121,11 @@ class SequenceSettings:
     states: tuple[ImplicitState, ...]
 
 
-def _boolean_control(name: str, control: Any, batched: bool, model: str) -> BooleanControl:
+def _boolean_control(
+    name: str, control: mc.ModelSequenceBatching.Control, batched: bool, model: str
+) -> BooleanControl:
     kind = _BOOLEAN_KINDS[control.kind]
-    pairs = [
+    pairs: list[tuple[str, type[np.generic], Sequence[int | float | bool]]] = [
         ("INT32", np.int32, control.int32_false_true),
         ("FP32", np.float32, control.fp32_false_true),
         ("BOOL", np.bool_, control.bool_false_true),
@@ -139,7 +142,9 @@ def _boolean_control(name: str, control: Any, batched: bool, model: str) -> Bool
     return BooleanControl(kind, name, datatype, arrays)
 
 
-def _correlation_control(name: str, control: Any, batched: bool, model: str) -> CorrelationControl:
+def _correlation_control(
+    name: str, control: mc.ModelSequenceBatching.Control, batched: bool, model: str
+) -> CorrelationControl:
     type_name = mc.DataType.Name(control.data_type)
     if type_name not in _CORRID_TYPES:
         raise InvalidArgumentError(
@@ -149,7 +154,9 @@ def _correlation_control(name: str, control: Any, batched: bool, model: str) -> 
     return CorrelationControl(name, datatypes.config_to_protocol(type_name), (1, 1) if batched else (1,))
 
 
-def _state(state: Any, batched: bool, model: str, model_dir: Path) -> ImplicitState:
+def _state(
+    state: mc.ModelSequenceBatching.State, batched: bool, model: str, model_dir: Path
+) -> ImplicitState:
     """One ``state`` entry, checked as Triton checks it, with the array its sequences start from."""
     datatype = datatypes.config_to_protocol(mc.DataType.Name(state.data_type))
     if len(state.initial_state) > 1:
@@ -244,7 +251,7 @@ def _read_initial_state(
     return wire.astype(datatypes.NUMPY_DTYPE[datatype]).reshape(shape)
 
 
-def sequence_settings_of(config: Any, model_dir: Path) -> SequenceSettings:
+def sequence_settings_of(config: mc.ModelConfig, model_dir: Path) -> SequenceSettings:
     """The settings of a normalized ``ModelConfig`` with a ``sequence_batching`` section.
 
     ``model_dir`` is the model's folder (the parent of its version folders), where the

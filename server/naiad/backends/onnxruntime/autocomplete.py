@@ -15,29 +15,32 @@ dim 0 is taken to batch.  The rules (onnxruntime_backend ``AutoCompleteConfig``)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from naiad.backends.framework import complete_batching, complete_io
 from naiad.backends.onnxruntime.tensors import ModelTensor
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 #: Triton's ``--backend-config=onnxruntime,default-max-batch-size`` default.
 DEFAULT_MAX_BATCH_SIZE = 4
 PLATFORM = "onnxruntime_onnx"
 
 
-def needs_model(config: Any) -> bool:
+def needs_model(config: mc.ModelConfig) -> bool:
     """Whether auto-complete must read the model (Triton counts ``batch_input`` as inputs)."""
     return not ((config.input or config.batch_input) and config.output)
 
 
-def fill_platform(config: Any) -> None:
+def fill_platform(config: mc.ModelConfig) -> None:
     """Triton reports ONNX models as platform ``onnxruntime_onnx`` whether or not the config said so."""
     if not config.platform:
         config.platform = PLATFORM
 
 
 def complete(
-    config: Any,
+    config: mc.ModelConfig,
     inputs: dict[str, ModelTensor],
     outputs: dict[str, ModelTensor],
     model_name: str,

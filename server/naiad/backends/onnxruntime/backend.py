@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from naiad.backends.base import InstanceContext, ModelInstance
 from naiad.backends.onnxruntime import autocomplete, session
@@ -12,6 +12,8 @@ from naiad.backends.onnxruntime.instance import OnnxRuntimeInstance
 from naiad.backends.onnxruntime.tensors import model_tensors
 
 if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
+
     from naiad.backends.runtime import Runtime
 
 
@@ -36,7 +38,7 @@ class OnnxRuntimeBackend:
         if self.shared_threads:
             session.share_thread_pools()
 
-    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+    def auto_complete(self, config: mc.ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """Fill names, datatypes, dims, ``max_batch_size`` and batching from the highest version."""
         model_name = config.name or model_dir.name
         if not autocomplete.needs_model(config) or version_dir is None:

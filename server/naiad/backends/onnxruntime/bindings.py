@@ -34,14 +34,14 @@ def _shape(dims: tuple[int, ...] | list[int]) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 
-def _datatype(data_type: int) -> str:
+def _datatype(data_type: mc.DataType.ValueType) -> str:
     return datatypes.config_to_protocol(mc.DataType.Name(data_type))
 
 
 class _Checker:
     """The load-time checks for one model; holds what every message needs."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: mc.ModelConfig) -> None:
         self.name: str = config.name
         self.max_batch_size: int = config.max_batch_size
 
@@ -81,7 +81,9 @@ class _Checker:
             )
         return None
 
-    def bind(self, kind: str, io: Any, tensor: ModelTensor, ragged: bool = False) -> Binding:
+    def bind(
+        self, kind: str, io: mc.ModelInput | mc.ModelOutput, tensor: ModelTensor, ragged: bool = False
+    ) -> Binding:
         datatype = _datatype(io.data_type)
         self.check_type(kind, io.name, datatype, tensor)
         dims = tuple(io.dims)
@@ -130,7 +132,7 @@ def _missing(kind: str, name: str, allowed: dict[str, ModelTensor]) -> InvalidAr
 
 
 def bind_inputs(
-    config: Any, inputs: dict[str, ModelTensor], initializers: dict[str, ModelTensor]
+    config: mc.ModelConfig, inputs: dict[str, ModelTensor], initializers: dict[str, ModelTensor]
 ) -> dict[str, Binding]:
     """Bindings for the config's inputs, sequence controls and states; the checks Triton makes."""
     checker = _Checker(config)
@@ -164,7 +166,7 @@ def bind_inputs(
     return bindings
 
 
-def bind_outputs(config: Any, outputs: dict[str, ModelTensor]) -> dict[str, Binding]:
+def bind_outputs(config: mc.ModelConfig, outputs: dict[str, ModelTensor]) -> dict[str, Binding]:
     """Bindings for the config's outputs and sequence state outputs."""
     checker = _Checker(config)
     bindings: dict[str, Binding] = {}
@@ -181,7 +183,9 @@ def bind_outputs(config: Any, outputs: dict[str, ModelTensor]) -> dict[str, Bind
     return bindings
 
 
-def _state_binding(checker: _Checker, kind: str, name: str, state: Any, tensor: ModelTensor) -> Binding:
+def _state_binding(
+    checker: _Checker, kind: str, name: str, state: mc.ModelSequenceBatching.State, tensor: ModelTensor
+) -> Binding:
     datatype = _datatype(state.data_type)
     checker.check_type(kind, name, datatype, tensor)
     dims = tuple(state.dims)

@@ -21,12 +21,15 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import onnxruntime as ort
 from onnxruntime.capi import _pybind_state
 
 from naiad.core.errors import InternalError, InvalidArgumentError, UnavailableError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 log = logging.getLogger("naiad")
 
@@ -118,7 +121,7 @@ def metadata_session(path: Path, model_name: str, shared: bool = False) -> ort.I
     return open_session(path, options, ["CPUExecutionProvider"], model_name)
 
 
-def session_options(config: Any, shared: bool = False) -> ort.SessionOptions:
+def session_options(config: mc.ModelConfig, shared: bool = False) -> ort.SessionOptions:
     """Session options from the config, with Triton's defaults (all graph optimizations on); with
     ``shared``, on the process-wide thread pools."""
     options = ort.SessionOptions()
@@ -157,7 +160,7 @@ def session_options(config: Any, shared: bool = False) -> ort.SessionOptions:
     return options
 
 
-def run_options(config: Any) -> ort.RunOptions:
+def run_options(config: mc.ModelConfig) -> ort.RunOptions:
     """Per-run options (arena shrinkage) from the config's ``parameters``."""
     options = ort.RunOptions()
     params = parameters(config)
@@ -167,7 +170,7 @@ def run_options(config: Any) -> ort.RunOptions:
     return options
 
 
-def providers(config: Any, kind: str, device_id: int) -> list[Provider]:
+def providers(config: mc.ModelConfig, kind: str, device_id: int) -> list[Provider]:
     """Execution providers in priority order for an instance of ``kind`` on ``device_id``.
 
     GPU instances get CUDA (after TensorRT when the config asks for it, as Triton spells it); CPU
@@ -212,7 +215,7 @@ def providers(config: Any, kind: str, device_id: int) -> list[Provider]:
     return chosen
 
 
-def parameters(config: Any) -> dict[str, str]:
+def parameters(config: mc.ModelConfig) -> dict[str, str]:
     """The config's ``parameters`` map as plain strings."""
     return {key: value.string_value for key, value in config.parameters.items()}
 
@@ -229,7 +232,9 @@ def _deprecated_cuda_options(params: dict[str, str]) -> dict[str, str]:
     return options
 
 
-def _tensorrt_options(accelerator: Any, device_id: int) -> dict[str, str]:
+def _tensorrt_options(
+    accelerator: mc.ModelOptimizationPolicy.ExecutionAccelerators.Accelerator, device_id: int
+) -> dict[str, str]:
     options: dict[str, str] = {}
     for key, value in accelerator.parameters.items():
         if key == "precision_mode":

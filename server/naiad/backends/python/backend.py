@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from google.protobuf import json_format
 
@@ -27,6 +27,9 @@ from naiad.backends.python.spec import PROCESSES_PARAMETER, ModelSpec, ProcessOp
 from naiad.backends.runtime import Runtime
 from naiad.codecs.model_config_json import config_to_dict
 from naiad.core.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 DEFAULT_MODEL_FILE = "model.py"
 
@@ -86,7 +89,7 @@ class PythonBackend:
         pb_utils.metric_store = self.custom_metrics.local
         pb_utils.bls_runner = bls.Runner(runtime)
 
-    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+    def auto_complete(self, config: mc.ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """Let ``TritonPythonModel.auto_complete_config`` fill the config, as Triton does, in a
         throwaway model process (importing ``model.py`` runs model code), or in the engine for a
         model that opted into it.

@@ -15,9 +15,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from naiad.core.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 #: ``"true"`` (the default) runs the model's instances in model processes; ``"false"`` runs a trusted
 #: model inside the engine, the fastest path, where its crash is the server's crash.
@@ -76,7 +79,7 @@ class ProcessOptions:
     environment: Path | None = None
 
     @classmethod
-    def of(cls, config: Any, model_dir: Path) -> ProcessOptions:
+    def of(cls, config: mc.ModelConfig, model_dir: Path) -> ProcessOptions:
         """Read the options; raise InvalidArgumentError (the load fails) for a malformed one."""
         name = config.name or model_dir.name
         choice = _text(config, PROCESSES_PARAMETER).lower() or "true"
@@ -99,12 +102,12 @@ class ProcessOptions:
         return cls(in_process, int(limit * (1 << 20)), timeout, environment)
 
 
-def _text(config: Any, key: str) -> str:
+def _text(config: mc.ModelConfig, key: str) -> str:
     parameter = config.parameters.get(key)
     return "" if parameter is None else str(parameter.string_value).strip()
 
 
-def _number(config: Any, key: str, name: str) -> float:
+def _number(config: mc.ModelConfig, key: str, name: str) -> float:
     text = _text(config, key)
     if not text:
         return 0.0

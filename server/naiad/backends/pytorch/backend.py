@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,6 +13,9 @@ from naiad.backends.pytorch.instance import PyTorchInstance
 from naiad.backends.pytorch.options import read_options
 from naiad.backends.pytorch.program import load_program
 from naiad.core.errors import UnavailableError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 #: Triton's platform for AOTInductor packages, whose default file is ``model.pt2``.
 AOTI_PLATFORM = "torch_aoti"
@@ -24,7 +27,7 @@ class PyTorchBackend:
 
     name = "pytorch"
 
-    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+    def auto_complete(self, config: mc.ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """TorchScript records no tensor metadata, so, as in Triton, inputs and outputs are never
         filled; only a ``torch_aoti`` model gets its default file name, ``model.pt2``."""
         if config.platform == AOTI_PLATFORM and not config.default_model_filename:

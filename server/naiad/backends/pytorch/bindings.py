@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -56,7 +55,9 @@ def named_index(name: str) -> int | None:
     return int(suffix) if suffix else 0
 
 
-def bind_inputs(config: Any, arguments: tuple[str, ...] | None, dict_input: bool) -> dict[str, Binding]:
+def bind_inputs(
+    config: mc.ModelConfig, arguments: tuple[str, ...] | None, dict_input: bool
+) -> dict[str, Binding]:
     """Bindings for the config's inputs and sequence controls.
 
     ``arguments`` are ``forward``'s argument names without ``self`` (``None`` for a format that keeps
@@ -105,7 +106,7 @@ def bind_inputs(config: Any, arguments: tuple[str, ...] | None, dict_input: bool
     return bindings
 
 
-def bind_outputs(config: Any) -> dict[str, Binding]:
+def bind_outputs(config: mc.ModelConfig) -> dict[str, Binding]:
     """Bindings for the config's outputs: positions in what ``forward`` returns."""
     model = config.name
     if not config.output:
@@ -126,7 +127,9 @@ def bind_outputs(config: Any) -> dict[str, Binding]:
     }
 
 
-def _input_positions(config: Any, arguments: tuple[str, ...] | None, dict_input: bool) -> list[int]:
+def _input_positions(
+    config: mc.ModelConfig, arguments: tuple[str, ...] | None, dict_input: bool
+) -> list[int]:
     names = [io.name for io in config.input]
     if dict_input:
         return list(range(len(names)))
@@ -156,7 +159,9 @@ def _check_positions(model: str, bindings: dict[str, Binding], count: int) -> No
         )
 
 
-def _bind(model: str, kind: str, io: Any, position: int, max_batch_size: int) -> Binding:
+def _bind(
+    model: str, kind: str, io: mc.ModelInput | mc.ModelOutput, position: int, max_batch_size: int
+) -> Binding:
     config_type = mc.DataType.Name(io.data_type)
     datatype = datatypes.config_to_protocol(config_type)
     if not tensors.supported(datatype):
@@ -173,7 +178,7 @@ def _bind(model: str, kind: str, io: Any, position: int, max_batch_size: int) ->
     return Binding(io.name, datatype, dims, reshape, position=position)
 
 
-def _controls(config: Any) -> list[tuple[str, str]]:
+def _controls(config: mc.ModelConfig) -> list[tuple[str, str]]:
     """``(name, datatype)`` of each sequence control input, which the sequence batcher fills."""
     controls: list[tuple[str, str]] = []
     for control_input in config.sequence_batching.control_input:

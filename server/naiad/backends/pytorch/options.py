@@ -20,11 +20,14 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from naiad.core.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 log = logging.getLogger("naiad.backends.pytorch")
 
@@ -43,7 +46,7 @@ class Options:
     optimized_execution: bool = True
 
 
-def read_options(config: Any) -> Options:
+def read_options(config: mc.ModelConfig) -> Options:
     """The model's options; applies its thread counts if it is the first model to set them."""
     params = {key: value.string_value for key, value in config.parameters.items()}
     options = Options(

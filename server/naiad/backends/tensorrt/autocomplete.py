@@ -15,16 +15,19 @@ out.  The rules:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from naiad.backends.framework import complete_batching, complete_io
 from naiad.backends.tensorrt.profiles import max_batch
 from naiad.backends.tensorrt.tensors import EngineTensor
 
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
+
 PLATFORM = "tensorrt_plan"
 
 
-def complete(config: Any, tensors: Sequence[EngineTensor]) -> None:
+def complete(config: mc.ModelConfig, tensors: Sequence[EngineTensor]) -> None:
     """Fill ``config`` in place from the engine's ``tensors``."""
     if not config.platform:
         config.platform = PLATFORM

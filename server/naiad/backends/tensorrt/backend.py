@@ -7,7 +7,7 @@ model UNAVAILABLE with that reason.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,6 +19,9 @@ from naiad.backends.tensorrt.instance import TensorRTInstance
 from naiad.backends.tensorrt.profiles import group_profiles
 from naiad.core.errors import UnavailableError
 
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
+
 MODEL_FILENAME = "model.plan"
 
 
@@ -27,7 +30,7 @@ class TensorRTBackend:
 
     name = "tensorrt"
 
-    def auto_complete(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+    def auto_complete(self, config: mc.ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """Fill names, datatypes, dims, ``max_batch_size`` and batching from the engine (on GPU 0)."""
         if version_dir is None or (config.input and config.output) or not torch.cuda.is_available():
             if not config.platform:

@@ -24,7 +24,9 @@ Binding = TensorBinding
 Bindings = dict[str, Binding]
 
 
-def bind(config: Any, tensors: Sequence[EngineTensor], profiles: Sequence[int]) -> tuple[Bindings, Bindings]:
+def bind(
+    config: mc.ModelConfig, tensors: Sequence[EngineTensor], profiles: Sequence[int]
+) -> tuple[Bindings, Bindings]:
     """``(inputs, outputs)`` bindings for the config, checked against the engine's ``tensors``."""
     engine = {tensor.name: tensor for tensor in tensors}
     if config.batch_input or config.sequence_batching.control_input or config.sequence_batching.state:
@@ -50,7 +52,7 @@ def bind(config: Any, tensors: Sequence[EngineTensor], profiles: Sequence[int]) 
     return inputs, outputs
 
 
-def _bind(config: Any, kind: str, io: Any, engine: dict[str, EngineTensor]) -> Binding:
+def _bind(config: mc.ModelConfig, kind: str, io: Any, engine: dict[str, EngineTensor]) -> Binding:
     tensor = engine.get(io.name)
     if tensor is None or tensor.is_input != (kind == "input"):
         names = ", ".join(t.name for t in engine.values() if t.is_input == (kind == "input"))

@@ -11,13 +11,16 @@ rather than those for 64.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from naiad.backends.tensorrt.tensors import EngineTensor, Shape
 from naiad.core.errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
-def group_profiles(config: Any, instance_name: str, profile_count: int) -> list[int]:
+
+def group_profiles(config: mc.ModelConfig, instance_name: str, profile_count: int) -> list[int]:
     """The profile indices the instance called ``instance_name`` may use.
 
     Instances are named ``<group name>_<n>``, which identifies their group.
