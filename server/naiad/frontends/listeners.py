@@ -26,7 +26,6 @@ from naiad.frontends.access.restriction import Restrictions, parse_restrictions
 from naiad.frontends.forwarding import HeaderForwarding
 from naiad.frontends.http.app import HttpFrontend
 from naiad.frontends.http.protocol import HttpProtocol
-from naiad.frontends.openai.app import OpenAIFrontend
 from naiad.frontends.tls import TlsFiles, tls_files
 from naiad.settings import ServerSettings
 
@@ -117,6 +116,9 @@ class Listeners:
             server = uvicorn_server(app, settings.http_address, settings.http_port, settings, tls)
             self._servers.append((server, settings.http_address, settings.http_port))
         if settings.openai_port is not None:
+            # imported only when served: it brings pydantic, a tenth of a second of every start-up
+            from naiad.frontends.openai.app import OpenAIFrontend
+
             openai = OpenAIFrontend(
                 dataplane,
                 max_input_size=settings.http_max_input_size,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
 import orjson
@@ -27,9 +27,11 @@ from naiad.frontends.http.asgi import Receive, Scope, Send
 from naiad.frontends.http.body import compress, decompress, read_body, response_encoding
 from naiad.frontends.http.disconnect import DisconnectWatch
 from naiad.frontends.http.errors import error_body, status_of
-from naiad.frontends.http.relay import HttpRelay
 from naiad.repository.peers import FORWARDED_HEADER, Peer
 from naiad.tracing.trace import Trace
+
+if TYPE_CHECKING:
+    from naiad.frontends.http.relay import HttpRelay
 
 log = logging.getLogger("naiad.http")
 
@@ -84,7 +86,12 @@ class HttpFrontend:
         self.access = access if access is not None and access.active else None
         self.forwarding = forwarding
         self._disconnects = DisconnectWatch()
-        self._relay = HttpRelay() if dataplane.peers is not None else None
+        self._relay: HttpRelay | None = None
+        if dataplane.peers is not None:
+            # imported only for a server with peers: aiohttp is most of a frontend's import time
+            from naiad.frontends.http.relay import HttpRelay
+
+            self._relay = HttpRelay()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
