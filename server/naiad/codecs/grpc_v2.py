@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,11 +117,15 @@ _STREAM_RESPONSE_KEY = _key(_STREAM_RESPONSE_FIELD, _WIRE_LEN)
 # ---- request ---------------------------------------------------------------------------------------
 
 
+_Input = pb.ModelInferRequest.InferInputTensor
+_Output = pb.ModelInferRequest.InferRequestedOutputTensor
+
+
 @dataclass(slots=True)
 class ParsedInferRequest:
     """A ``ModelInferRequest`` whose ``raw_input_contents`` stayed in the received buffer."""
 
-    message: Any  # pb.ModelInferRequest without raw_input_contents
+    message: pb.ModelInferRequest  # without raw_input_contents
     raw: list[memoryview]
 
 
@@ -273,13 +277,13 @@ def _prefix(request: InferRequest) -> str:
     return f"[request id: {request.id or '<id_unknown>'}] "
 
 
-def _value(parameter: Any) -> ParameterValue | None:
+def _value(parameter: pb.InferParameter) -> ParameterValue | None:
     """The value of an ``InferParameter`` (None when no member of its oneof is set)."""
     kind = parameter.WhichOneof("parameter_choice")
     return None if kind is None else getattr(parameter, kind)
 
 
-def _request_parameter(request: InferRequest, key: str, parameter: Any) -> None:
+def _request_parameter(request: InferRequest, key: str, parameter: pb.InferParameter) -> None:
     """Apply one request parameter with Triton's gRPC rules (which differ from its HTTP ones)."""
     kind = parameter.WhichOneof("parameter_choice")
     if key == "sequence_id":
@@ -325,7 +329,7 @@ def _type_error(key: str, expected: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"invalid value type for '{key}' parameter, expected {expected}.")
 
 
-def _tensor_parameters(parameters: Any) -> Parameters:
+def _tensor_parameters(parameters: Mapping[str, pb.InferParameter]) -> Parameters:
     result: Parameters = {}
     for key, parameter in parameters.items():
         value = _value(parameter)
@@ -334,7 +338,7 @@ def _tensor_parameters(parameters: Any) -> Parameters:
     return result
 
 
-def _shape(item: Any, request: InferRequest) -> tuple[tuple[int, ...], int]:
+def _shape(item: _Input, request: InferRequest) -> tuple[tuple[int, ...], int]:
     """The declared shape and element count; the count is only ever compared, never allocated."""
     shape = tuple(item.shape)
     if len(shape) > RankError.MAX_RANK:
@@ -347,7 +351,7 @@ def _shape(item: Any, request: InferRequest) -> tuple[tuple[int, ...], int]:
     return shape, math.prod(shape)
 
 
-def _datatype(item: Any, request: InferRequest) -> str:
+def _datatype(item: _Input, request: InferRequest) -> str:
     if not datatypes.is_valid(item.datatype):
         raise InvalidArgumentError(
             f"{_prefix(request)}invalid datatype '{item.datatype}' for input '{item.name}' of model "
@@ -356,14 +360,14 @@ def _datatype(item: Any, request: InferRequest) -> str:
     return str(item.datatype)
 
 
-def _size_mismatch(item: Any, request: InferRequest, expected: int, got: int) -> InvalidArgumentError:
+def _size_mismatch(item: _Input, request: InferRequest, expected: int, got: int) -> InvalidArgumentError:
     return InvalidArgumentError(
         f"{_prefix(request)}input byte size mismatch for input '{item.name}' for model "
         f"'{request.model_name}'. Expected {expected}, got {got}"
     )
 
 
-def _from_raw(item: Any, raw: memoryview, request: InferRequest) -> np.ndarray[Any, Any]:
+def _from_raw(item: _Input, raw: memoryview, request: InferRequest) -> np.ndarray[Any, Any]:
     datatype = _datatype(item, request)
     shape, count = _shape(item, request)
     if datatype == "BYTES":
@@ -375,7 +379,7 @@ def _from_raw(item: Any, raw: memoryview, request: InferRequest) -> np.ndarray[A
     return array if len(shape) == 1 else array.reshape(shape)  # a 1-D view needs no second array
 
 
-def _from_contents(item: Any, request: InferRequest) -> np.ndarray[Any, Any]:
+def _from_contents(item: _Input, request: InferRequest) -> np.ndarray[Any, Any]:
     datatype = _datatype(item, request)
     shape, count = _shape(item, request)
     contents = item.contents
@@ -408,7 +412,9 @@ def _from_contents(item: Any, request: InferRequest) -> np.ndarray[Any, Any]:
     return array.astype(target, copy=False).reshape(shape)
 
 
-def _strings(item: Any, request: InferRequest, values: Sequence[bytes], count: int) -> np.ndarray[Any, Any]:
+def _strings(
+    item: _Input, request: InferRequest, values: Sequence[bytes], count: int
+) -> np.ndarray[Any, Any]:
     if len(values) < count:
         raise InvalidArgumentError(
             f"{_prefix(request)}expected {count} string elements for inference input '{item.name}' "
@@ -424,7 +430,7 @@ def _strings(item: Any, request: InferRequest, values: Sequence[bytes], count: i
     return array
 
 
-def _requested_output(item: Any, regions: SharedMemoryRegistry) -> RequestedOutput:
+def _requested_output(item: _Output, regions: SharedMemoryRegistry) -> RequestedOutput:
     if not item.parameters:
         return RequestedOutput(item.name)
     parameters = _tensor_parameters(item.parameters)
@@ -435,14 +441,14 @@ def _requested_output(item: Any, regions: SharedMemoryRegistry) -> RequestedOutp
     return RequestedOutput(item.name, parameters)
 
 
-def shm_outputs(message: Any) -> list[str]:
+def shm_outputs(message: pb.ModelInferRequest) -> list[str]:
     """The outputs a ``ModelInferRequest`` asks to have written into shared memory."""
     return [
         item.name for item in message.outputs if item.parameters and shared_memory.REGION in item.parameters
     ]
 
 
-def repository_parameters(parameters: Any) -> dict[str, Any]:
+def repository_parameters(parameters: Mapping[str, pb.ModelRepositoryParameter]) -> dict[str, Any]:
     """RepositoryModelLoad/Unload parameters as the data plane takes them (``bytes_param`` stays bytes:
     gRPC carries ``file:`` contents raw, where HTTP carries base64 text)."""
     values: dict[str, Any] = {}
@@ -457,7 +463,7 @@ def repository_parameters(parameters: Any) -> dict[str, Any]:
 # ---- response --------------------------------------------------------------------------------------
 
 
-def _set_parameters(target: Any, parameters: Parameters) -> None:
+def _set_parameters(target: MutableMapping[str, pb.InferParameter], parameters: Parameters) -> None:
     for key, value in parameters.items():
         parameter = target[key]
         if isinstance(value, bool):

@@ -13,22 +13,22 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
 
-def statistics_response(document: dict[str, Any]) -> Any:
+def statistics_response(document: dict[str, Any]) -> pb.ModelStatisticsResponse:
     return json_format.ParseDict(document, pb.ModelStatisticsResponse())
 
 
-def trace_changes(request: Any) -> dict[str, list[str] | None]:
+def trace_changes(request: pb.TraceSettingRequest) -> dict[str, list[str] | None]:
     return {key: list(setting.value) or None for key, setting in request.settings.items()}
 
 
-def trace_response(settings: dict[str, Any]) -> Any:
+def trace_response(settings: dict[str, Any]) -> pb.TraceSettingResponse:
     response = pb.TraceSettingResponse()
     for key, value in settings.items():
         response.settings[key].value.extend(value if isinstance(value, list) else [value])
     return response
 
 
-def log_changes(request: Any) -> dict[str, Any]:
+def log_changes(request: pb.LogSettingsRequest) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     for key, setting in request.settings.items():
         kind = setting.WhichOneof("parameter_choice")
@@ -37,7 +37,7 @@ def log_changes(request: Any) -> dict[str, Any]:
     return changes
 
 
-def log_response(settings: dict[str, Any]) -> Any:
+def log_response(settings: dict[str, Any]) -> pb.LogSettingsResponse:
     response = pb.LogSettingsResponse()
     for key, value in settings.items():
         if isinstance(value, bool):

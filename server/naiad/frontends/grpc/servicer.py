@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
@@ -54,11 +54,14 @@ _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction p
 _REPOSITORY_NAME = "'repository_name' specification is not supported"
 
 
+#: What a model endpoint relayed to a peer answers.
+_Answer = TypeVar("_Answer", pb.ModelReadyResponse, pb.ModelMetadataResponse, pb.ModelConfigResponse)
+
 #: One request of a stream: the messages answering it (``None`` after the last) and the task making them.
 _Answers = tuple[asyncio.Queue[bytes | InferenceServerError | None], asyncio.Future[None]]
 
 
-def _wants_empty_final(message: Any) -> bool:
+def _wants_empty_final(message: pb.ModelInferRequest) -> bool:
     """Whether the client asked to see a decoupled model's final flag even without a response."""
     parameter = message.parameters.get("triton_enable_empty_final_response")
     if parameter is None or parameter.WhichOneof("parameter_choice") != "bool_param":
@@ -94,22 +97,26 @@ class InferenceServicer:
 
     # ---- health and metadata ----------------------------------------------------------------------
 
-    async def ServerLive(self, request: Any, context: Context) -> Any:
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.dataplane.live())
 
-    async def ServerReady(self, request: Any, context: Context) -> Any:
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Context) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self.dataplane.ready())
 
-    async def ModelReady(self, request: Any, context: Context) -> Any:
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
         version = grpc_v2.model_version(request.version)
         if self.relay is not None and (peer := self._peer(request.name, version, context)) is not None:
             return await self._relay_unary(peer, request, context, "ModelReady", pb.ModelReadyResponse)
         return pb.ModelReadyResponse(ready=self.dataplane.model_ready(request.name, version))
 
-    async def ServerMetadata(self, request: Any, context: Context) -> Any:
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Context
+    ) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(**self.dataplane.server_metadata())
 
-    async def ModelMetadata(self, request: Any, context: Context) -> Any:
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Context
+    ) -> pb.ModelMetadataResponse:
         version = grpc_v2.model_version(request.version)
         if self.relay is not None and (peer := self._peer(request.name, version, context)) is not None:
             return await self._relay_unary(peer, request, context, "ModelMetadata", pb.ModelMetadataResponse)
@@ -123,13 +130,15 @@ class InferenceServicer:
             outputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.outputs],
         )
 
-    async def ModelConfig(self, request: Any, context: Context) -> Any:
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
         version = grpc_v2.model_version(request.version)
         if self.relay is not None and (peer := self._peer(request.name, version, context)) is not None:
             return await self._relay_unary(peer, request, context, "ModelConfig", pb.ModelConfigResponse)
         return pb.ModelConfigResponse(config=self.dataplane.model_config_message(request.name, version))
 
-    async def ModelStatistics(self, request: Any, context: Context) -> Any:
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Context
+    ) -> pb.ModelStatisticsResponse:
         version = grpc_v2.model_version(request.version)
         return extensions.statistics_response(await self.dataplane.model_statistics(request.name, version))
 
@@ -326,8 +335,13 @@ class InferenceServicer:
         return self.dataplane.peer(name, version, forwarded(metadata_headers(context)))
 
     async def _relay_unary(
-        self, peer: Peer, request: Any, context: Context, method: str, response_type: Any
-    ) -> Any:
+        self,
+        peer: Peer,
+        request: pb.ModelReadyRequest | pb.ModelMetadataRequest | pb.ModelConfigRequest,
+        context: Context,
+        method: str,
+        response_type: type[_Answer],
+    ) -> _Answer:
         """A model endpoint's answer from ``peer`` (metadata, config, readiness)."""
         assert self.relay is not None
         self.dataplane.forwarded(request.name)
@@ -355,7 +369,9 @@ class InferenceServicer:
 
     # ---- model repository -------------------------------------------------------------------------
 
-    async def RepositoryIndex(self, request: Any, context: Context) -> Any:
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Context
+    ) -> pb.RepositoryIndexResponse:
         if request.repository_name:
             raise UnsupportedError(_REPOSITORY_NAME)
         return pb.RepositoryIndexResponse(
@@ -367,14 +383,18 @@ class InferenceServicer:
             ]
         )
 
-    async def RepositoryModelLoad(self, request: Any, context: Context) -> Any:
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> pb.RepositoryModelLoadResponse:
         if request.repository_name:
             raise UnsupportedError(_REPOSITORY_NAME)
         parameters = grpc_v2.repository_parameters(request.parameters)
         await self.dataplane.load_model(request.model_name, parameters)
         return pb.RepositoryModelLoadResponse()
 
-    async def RepositoryModelUnload(self, request: Any, context: Context) -> Any:
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> pb.RepositoryModelUnloadResponse:
         if request.repository_name:
             raise UnsupportedError(_REPOSITORY_NAME)
         dependents = grpc_v2.repository_parameters(request.parameters).get("unload_dependents", False)
@@ -385,7 +405,9 @@ class InferenceServicer:
 
     # ---- shared memory ----------------------------------------------------------------------------
 
-    async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
         status = pb.SystemSharedMemoryStatusResponse()
         for region in await self.dataplane.region_status(request.name):
             status.regions[region.name].CopyFrom(
@@ -395,39 +417,51 @@ class InferenceServicer:
             )
         return status
 
-    async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
         if not request.name:
             raise InvalidArgumentError("'region name' is necessary to register system shared memory region")
         await self.dataplane.register_region(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
         await self.dataplane.unregister_region(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    async def CudaSharedMemoryStatus(self, request: Any, context: Context) -> Any:
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
         if request.name:
             raise NotFoundError(f"Unable to find cuda shared memory region: '{request.name}'")
         return pb.CudaSharedMemoryStatusResponse()
 
-    async def CudaSharedMemoryRegister(self, request: Any, context: Context) -> Any:
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
         raise InvalidArgumentError(
             f"failed to register CUDA shared memory region: '{request.name}', GPUs not supported"
         )
 
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # ---- trace and logging ------------------------------------------------------------------------
 
-    async def TraceSetting(self, request: Any, context: Context) -> Any:
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: Context
+    ) -> pb.TraceSettingResponse:
         if request.settings:
             changes = extensions.trace_changes(request)
             settings = await self.dataplane.update_trace_settings(request.model_name, changes)
             return extensions.trace_response(settings)
         return extensions.trace_response(await self.dataplane.trace_settings(request.model_name))
 
-    async def LogSettings(self, request: Any, context: Context) -> Any:
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
         if request.settings:
             settings = await self.dataplane.update_log_settings(extensions.log_changes(request))
             return extensions.log_response(settings)
