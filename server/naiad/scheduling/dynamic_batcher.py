@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Hashable, Sequence
 
@@ -25,6 +24,7 @@ from naiad.backends.base import ExecuteResult
 from naiad.core.errors import InternalError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.scheduling.batcher import next_batch
+from naiad.scheduling.loop_scheduler import LoopScheduler
 from naiad.scheduling.policy import QueuePolicy, SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest, RequestQueue
 from naiad.scheduling.stats import FailureReason, SchedulerStats
@@ -32,7 +32,6 @@ from naiad.scheduling.worker import (
     Execution,
     InstanceWorker,
     Jobs,
-    drain_or_abandon,
     log_executing,
     log_released,
 )
@@ -42,19 +41,18 @@ _MONOTONIC_NS = time.monotonic_ns
 _INLINE_LIMIT_NS = 50_000
 #: Where the running average starts: about 70 executions on the thread before any runs inline.
 _INLINE_WARMUP_NS = 1_000_000_000
-#: Event-loop timers have millisecond granularity; shorter waits poll on each loop iteration.
-_TIMER_RESOLUTION_NS = 1_000_000
 
 log = logging.getLogger("naiad.scheduling")
 
 
-class DynamicBatchScheduler:
+class DynamicBatchScheduler(LoopScheduler):
     """Queues, batches and runs the requests of one model version on its instances."""
 
     def __init__(self, policy: SchedulingPolicy, workers: Sequence[InstanceWorker]) -> None:
         """Start one thread per instance; may run off the event loop (models load on a pool)."""
         if not workers:
             raise ValueError("a scheduler needs at least one instance")
+        super().__init__(policy.model_name)
         self.policy = policy
         self._workers = list(workers)
         self._queue = RequestQueue(policy.levels)
@@ -89,14 +87,9 @@ class DynamicBatchScheduler:
         self._handed = 0
         self.stats = SchedulerStats(self._pending)
         self._keyed = bool(policy.shape_inputs or policy.value_inputs or policy.optional_inputs)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.Handle | None = None
-        self._timer_ns = 0
         self._sequence = 0
         self._next_delivery = 0
         self._finished_out_of_order: dict[int, Execution] = {}
-        self._closing = False
-        self._drained: threading.Event | None = None
         for worker in self._workers:
             worker.start(self._jobs, self._finished_threadsafe)
 
@@ -135,7 +128,7 @@ class DynamicBatchScheduler:
             except UnavailableError:
                 self.stats.fail(FailureReason.REJECTED, 0)
                 raise
-            self._dispatch(now)
+            self._dispatch_due(now)
         try:
             return await entry.future
         except asyncio.CancelledError:
@@ -164,7 +157,7 @@ class DynamicBatchScheduler:
 
     # ---- dispatch -------------------------------------------------------------------------------
 
-    def _dispatch(self, now: int) -> None:
+    def _dispatch_due(self, now: int) -> None:
         """Hand batches to free instances while the batching rule says so, then arm the timer."""
         queue = self._queue
         self._expire(now)
@@ -246,38 +239,7 @@ class DynamicBatchScheduler:
             if not entry.future.done():
                 entry.future.set_exception(UnavailableError("Request timeout expired"))
 
-    def _arm(self, when_ns: int) -> None:
-        """Make sure the scheduler wakes by ``when_ns`` (an earlier wake-up already does)."""
-        if self._timer is not None and self._timer_ns <= when_ns:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        loop = self._loop
-        assert loop is not None
-        remaining = when_ns - _MONOTONIC_NS()
-        self._timer_ns = when_ns
-        if remaining < _TIMER_RESOLUTION_NS:
-            self._timer = loop.call_soon(self._wake)
-        else:
-            self._timer = loop.call_later(remaining / 1e9, self._wake)
-
-    def _wake(self) -> None:
-        self._timer = None
-        self._dispatch(_MONOTONIC_NS())
-        if self._drained is not None:
-            self._check_drained()
-
     # ---- results --------------------------------------------------------------------------------
-
-    def _finished_threadsafe(self, execution: Execution) -> None:
-        """Called on an instance's thread: continue on the event loop."""
-        loop = self._loop
-        if loop is None:
-            return
-        try:
-            loop.call_soon_threadsafe(self._finished, execution)
-        except RuntimeError:  # the loop closed while the instance ran: nobody is waiting any more
-            pass
 
     def _finished(self, execution: Execution) -> None:
         self._idle += 1
@@ -291,7 +253,7 @@ class DynamicBatchScheduler:
                 self._next_delivery += 1
         else:
             self._deliver(execution, now)
-        self._dispatch(now)
+        self._dispatch_due(now)
         if self._drained is not None:
             self._check_drained()
 
@@ -312,38 +274,14 @@ class DynamicBatchScheduler:
 
     # ---- closing --------------------------------------------------------------------------------
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Refuse new requests, finish queued and running ones, then release every instance.
+    def _empty(self) -> bool:
+        return not len(self._queue) and not self._running
 
-        Called off the event loop (the repository unloads on its pool): it waits up to ``timeout``
-        for the queue to drain, answers whatever is still queued then with UNAVAILABLE, and waits
-        for the instances to finish their last execution and close.
-        """
-        if self._closing:
-            return
-        self._closing = True
-        drain_or_abandon(self._loop, self._begin_drain, self._abandon, timeout)
+    def _take_queued(self) -> list[QueuedRequest]:
+        return self._queue.take(len(self._queue))
+
+    def _stop_instances(self, timeout: float) -> None:
         for _ in self._workers:
             self._jobs.put(None)
         for worker in self._workers:
             worker.join(timeout)
-
-    def _begin_drain(self, drained: threading.Event) -> None:
-        self._drained = drained
-        self._dispatch(_MONOTONIC_NS())
-        self._check_drained()
-
-    def _check_drained(self) -> None:
-        if self._drained is not None and not len(self._queue) and not self._running:
-            self._drained.set()
-
-    def _abandon(self) -> None:
-        """Answer every request still queued: the model is going away without running them."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        error = f"model '{self.policy.model_name}' was unloaded before the request could run"
-        for entry in self._queue.take(len(self._queue)):
-            self.stats.fail(FailureReason.OTHER, _MONOTONIC_NS() - entry.enqueue_ns)
-            if not entry.future.done():
-                entry.future.set_exception(UnavailableError(error))

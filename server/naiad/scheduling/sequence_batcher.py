@@ -44,10 +44,9 @@ import asyncio
 import heapq
 import itertools
 import logging
-import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -55,11 +54,12 @@ from naiad.backends.base import ExecuteResult
 from naiad.core.errors import InvalidArgumentError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 from naiad.scheduling.batcher import next_batch
+from naiad.scheduling.loop_scheduler import LoopScheduler
 from naiad.scheduling.policy import SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest
 from naiad.scheduling.sequence_settings import Array, SequenceSettings
 from naiad.scheduling.stats import FailureReason, SchedulerStats
-from naiad.scheduling.worker import Execution, InstanceWorker, Jobs, drain_or_abandon
+from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
 
 log = logging.getLogger("naiad.scheduling")
 
@@ -101,13 +101,14 @@ class _Instance:
 _Position = tuple[_Sequence | None, QueuedRequest]
 
 
-class SequenceBatchScheduler:
+class SequenceBatchScheduler(LoopScheduler):
     """Routes, batches and runs the sequences of one model version on its instances."""
 
     def __init__(self, settings: SequenceSettings, workers: Sequence[InstanceWorker]) -> None:
         """Start one thread per instance; may run off the event loop (models load on a pool)."""
         if not workers:
             raise ValueError("a scheduler needs at least one instance")
+        super().__init__(settings.model_name)
         self.settings = settings
         self._instances = [_Instance(worker, settings.slots) for worker in workers]
         #: Free slots as (slot index, instance index), a heap: the lowest index is taken first.
@@ -127,12 +128,7 @@ class SequenceBatchScheduler:
         self._state_inputs = {state.output_name: state.input_name for state in settings.states}
         self._state_outputs = frozenset(self._state_inputs)
         self.stats = SchedulerStats(self._pending)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_ns = 0
         self._serial = itertools.count()
-        self._closing = False
-        self._drained: threading.Event | None = None
         for instance in self._instances:
             instance.worker.start(instance.jobs, self._finished_threadsafe)
 
@@ -330,23 +326,9 @@ class SequenceBatchScheduler:
 
     # ---- timers: batch delays and idle sequences ------------------------------------------------
 
-    def _arm(self, when_ns: int) -> None:
-        """Make sure the scheduler wakes by ``when_ns`` (an earlier wake-up already does)."""
-        if self._timer is not None and self._timer_ns <= when_ns:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        loop = self._loop
-        assert loop is not None
-        self._timer_ns = when_ns
-        self._timer = loop.call_later(max(0.0, (when_ns - _MONOTONIC_NS()) / 1e9), self._wake)
-
-    def _wake(self) -> None:
-        self._timer = None
-        now = _MONOTONIC_NS()
+    def _dispatch_due(self, now: int) -> None:
         self._reap(now)
         self._dispatch_all(now)
-        self._check_drained()
 
     def _reap(self, now: int) -> None:
         """Forget the sequences idle for longer than ``max_sequence_idle_microseconds``."""
@@ -371,16 +353,6 @@ class SequenceBatchScheduler:
             self._arm(next_ns)
 
     # ---- results --------------------------------------------------------------------------------
-
-    def _finished_threadsafe(self, execution: Execution) -> None:
-        """Called on an instance's thread: continue on the event loop."""
-        loop = self._loop
-        if loop is None:
-            return
-        try:
-            loop.call_soon_threadsafe(self._finished, execution)
-        except RuntimeError:  # the loop closed while the instance ran: nobody is waiting any more
-            pass
 
     def _finished(self, execution: Execution) -> None:
         now = _MONOTONIC_NS()
@@ -410,8 +382,7 @@ class SequenceBatchScheduler:
                 self._deliver(sequence, entry, result, execution, now)
             if request.sequence_end and sequence.instance >= 0:
                 self._release(sequence)
-        self._reap(now)
-        self._dispatch_all(now)
+        self._dispatch_due(now)
         self._check_drained()
 
     def _deliver(
@@ -429,41 +400,18 @@ class SequenceBatchScheduler:
         execution.settle(entry, result, now, self.stats)
 
     # ---- closing --------------------------------------------------------------------------------
+    # Sequences still open when the model closes simply end: their state goes with the model.
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Refuse new requests, finish queued and running ones, then release every instance.
+    def _empty(self) -> bool:
+        return not self._running and not self._pending()
 
-        Called off the event loop: waits up to ``timeout`` for the sequences' queued requests to run,
-        answers whatever is still queued then with UNAVAILABLE, and waits for the instances to close.
-        Sequences still open simply end: their state goes with the model.
-        """
-        if self._closing:
-            return
-        self._closing = True
-        drain_or_abandon(self._loop, self._begin_drain, self._abandon, timeout)
+    def _take_queued(self) -> Iterator[QueuedRequest]:
+        for sequence in self._waiting():
+            while sequence.pending:
+                yield sequence.pending.popleft()
+
+    def _stop_instances(self, timeout: float) -> None:
         for instance in self._instances:
             instance.jobs.put(None)
         for instance in self._instances:
             instance.worker.join(timeout)
-
-    def _begin_drain(self, drained: threading.Event) -> None:
-        self._drained = drained
-        self._dispatch_all(_MONOTONIC_NS())
-        self._check_drained()
-
-    def _check_drained(self) -> None:
-        if self._drained is not None and not self._running and not self._pending():
-            self._drained.set()
-
-    def _abandon(self) -> None:
-        """Answer every request still queued: the model is going away without running them."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        error = f"model '{self.settings.model_name}' was unloaded before the request could run"
-        for sequence in self._waiting():
-            while sequence.pending:
-                entry = sequence.pending.popleft()
-                self.stats.fail(FailureReason.OTHER, _MONOTONIC_NS() - entry.enqueue_ns)
-                if not entry.future.done():
-                    entry.future.set_exception(UnavailableError(error))

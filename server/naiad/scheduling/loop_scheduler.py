@@ -1,0 +1,131 @@
+"""What the dynamic and the sequence batcher share: a scheduler whose state lives on the event loop.
+
+Both keep their queues on the loop thread and take no locks: instance threads hand finished executions
+back with ``call_soon_threadsafe``, one timer wakes the scheduler for a batch delay, a queue timeout or
+an idle sequence, and closing (from the repository's pool, off the loop) asks the loop to run what is
+queued before the instances are released, or answers it with UNAVAILABLE when that takes too long.
+Those mechanics are written once here; each scheduler says what its queue is (the hooks below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterable
+
+from naiad.core.errors import UnavailableError
+from naiad.scheduling.queue import QueuedRequest
+from naiad.scheduling.stats import FailureReason, SchedulerStats
+from naiad.scheduling.worker import Execution, drain_or_abandon
+
+_MONOTONIC_NS = time.monotonic_ns
+#: Event-loop timers have millisecond granularity; shorter waits poll on each loop iteration.
+_TIMER_RESOLUTION_NS = 1_000_000
+
+
+class LoopScheduler:
+    """The event-loop half of a scheduler: its timer, the instances' way back, and closing."""
+
+    stats: SchedulerStats
+
+    def __init__(self, model_name: str) -> None:
+        self._model_name = model_name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.Handle | None = None
+        self._timer_ns = 0
+        self._closing = False
+        #: Set by ``close`` while it waits for the queue to drain; ``_check_drained`` signals it.
+        self._drained: threading.Event | None = None
+
+    # ---- what each scheduler defines --------------------------------------------------------------
+
+    def _finished(self, execution: Execution) -> None:
+        """An instance finished ``execution``: answer its requests and dispatch more (on the loop)."""
+        raise NotImplementedError
+
+    def _dispatch_due(self, now: int) -> None:
+        """Hand every instance that is free what it may run at ``now``."""
+        raise NotImplementedError
+
+    def _empty(self) -> bool:
+        """Nothing queued and nothing running: a closing scheduler has drained."""
+        raise NotImplementedError
+
+    def _take_queued(self) -> Iterable[QueuedRequest]:
+        """Remove and yield every request still waiting to run."""
+        raise NotImplementedError
+
+    def _stop_instances(self, timeout: float) -> None:
+        """Tell every instance's thread to finish and wait for it (up to ``timeout`` each)."""
+        raise NotImplementedError
+
+    # ---- the timer ------------------------------------------------------------------------------
+
+    def _arm(self, when_ns: int) -> None:
+        """Make sure the scheduler wakes by ``when_ns`` (an earlier wake-up already does)."""
+        if self._timer is not None and self._timer_ns <= when_ns:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = self._loop
+        assert loop is not None
+        remaining = when_ns - _MONOTONIC_NS()
+        self._timer_ns = when_ns
+        if remaining < _TIMER_RESOLUTION_NS:
+            self._timer = loop.call_soon(self._wake)
+        else:
+            self._timer = loop.call_later(remaining / 1e9, self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        self._dispatch_due(_MONOTONIC_NS())
+        if self._drained is not None:
+            self._check_drained()
+
+    # ---- results --------------------------------------------------------------------------------
+
+    def _finished_threadsafe(self, execution: Execution) -> None:
+        """Called on an instance's thread: continue on the event loop."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._finished, execution)
+        except RuntimeError:  # the loop closed while the instance ran: nobody is waiting any more
+            pass
+
+    # ---- closing --------------------------------------------------------------------------------
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Refuse new requests, finish queued and running ones, then release every instance.
+
+        Called off the event loop (the repository unloads on its pool): it waits up to ``timeout``
+        for the queue to drain, answers whatever is still queued then with UNAVAILABLE, and waits
+        for the instances to finish their last execution and close.
+        """
+        if self._closing:
+            return
+        self._closing = True
+        drain_or_abandon(self._loop, self._begin_drain, self._abandon, timeout)
+        self._stop_instances(timeout)
+
+    def _begin_drain(self, drained: threading.Event) -> None:
+        self._drained = drained
+        self._dispatch_due(_MONOTONIC_NS())
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        if self._drained is not None and self._empty():
+            self._drained.set()
+
+    def _abandon(self) -> None:
+        """Answer every request still queued: the model is going away without running them."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        error = f"model '{self._model_name}' was unloaded before the request could run"
+        for entry in self._take_queued():
+            self.stats.fail(FailureReason.OTHER, _MONOTONIC_NS() - entry.enqueue_ns)
+            if not entry.future.done():
+                entry.future.set_exception(UnavailableError(error))
