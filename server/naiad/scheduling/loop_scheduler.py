@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
 from naiad.core.errors import UnavailableError
@@ -24,7 +25,7 @@ _MONOTONIC_NS = time.monotonic_ns
 _TIMER_RESOLUTION_NS = 1_000_000
 
 
-class LoopScheduler:
+class LoopScheduler(ABC):
     """The event-loop half of a scheduler: its timer, the instances' way back, and closing."""
 
     stats: SchedulerStats
@@ -40,25 +41,25 @@ class LoopScheduler:
 
     # ---- what each scheduler defines --------------------------------------------------------------
 
+    @abstractmethod
     def _finished(self, execution: Execution) -> None:
         """An instance finished ``execution``: answer its requests and dispatch more (on the loop)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _dispatch_due(self, now: int) -> None:
         """Hand every instance that is free what it may run at ``now``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _empty(self) -> bool:
         """Nothing queued and nothing running: a closing scheduler has drained."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _take_queued(self) -> Iterable[QueuedRequest]:
         """Remove and yield every request still waiting to run."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _stop_instances(self, timeout: float) -> None:
         """Tell every instance's thread to finish and wait for it (up to ``timeout`` each)."""
-        raise NotImplementedError
 
     # ---- the timer ------------------------------------------------------------------------------
 
