@@ -13,12 +13,12 @@ import asyncio
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from naiad.core.errors import UnavailableError
 from naiad.scheduling.queue import QueuedRequest
 from naiad.scheduling.stats import FailureReason, SchedulerStats
-from naiad.scheduling.worker import Execution, drain_or_abandon
+from naiad.scheduling.worker import Execution
 
 _MONOTONIC_NS = time.monotonic_ns
 #: Event-loop timers have millisecond granularity; shorter waits poll on each loop iteration.
@@ -108,7 +108,7 @@ class LoopScheduler(ABC):
         if self._closing:
             return
         self._closing = True
-        drain_or_abandon(self._loop, self._begin_drain, self._abandon, timeout)
+        _drain_or_abandon(self._loop, self._begin_drain, self._abandon, timeout)
         self._stop_instances(timeout)
 
     def _begin_drain(self, drained: threading.Event) -> None:
@@ -130,3 +130,30 @@ class LoopScheduler(ABC):
             self.stats.fail(FailureReason.OTHER, _MONOTONIC_NS() - entry.enqueue_ns)
             if not entry.future.done():
                 entry.future.set_exception(UnavailableError(error))
+
+
+def _drain_or_abandon(
+    loop: asyncio.AbstractEventLoop | None,
+    begin_drain: Callable[[threading.Event], None],
+    abandon: Callable[[], None],
+    timeout: float,
+) -> None:
+    """How a scheduler closes from off its event loop: ask the loop to run the queued work and
+    signal when it has, and if that takes longer than ``timeout`` (or the loop is not running
+    elsewhere) answer what is still queued right away."""
+    if loop is None or loop.is_closed():
+        return
+    if loop.is_running() and not _on_loop(loop):
+        drained = threading.Event()
+        loop.call_soon_threadsafe(begin_drain, drained)
+        if not drained.wait(timeout):
+            loop.call_soon_threadsafe(abandon)
+    else:
+        abandon()
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

@@ -13,7 +13,6 @@ the next execution.  A job cancelled while it waits there is dropped before it r
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import queue
 import threading
@@ -109,33 +108,6 @@ class Execution:
         else:
             future.set_exception(result)
             stats.fail(FailureReason.BACKEND, elapsed)
-
-
-def drain_or_abandon(
-    loop: asyncio.AbstractEventLoop | None,
-    begin_drain: Callable[[threading.Event], None],
-    abandon: Callable[[], None],
-    timeout: float,
-) -> None:
-    """How a scheduler closes from off its event loop: ask the loop to run the queued work and
-    signal when it has, and if that takes longer than ``timeout`` (or the loop is not running
-    elsewhere) answer what is still queued right away."""
-    if loop is None or loop.is_closed():
-        return
-    if loop.is_running() and not _on_loop(loop):
-        drained = threading.Event()
-        loop.call_soon_threadsafe(begin_drain, drained)
-        if not drained.wait(timeout):
-            loop.call_soon_threadsafe(abandon)
-    else:
-        abandon()
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
 
 
 Jobs = queue.SimpleQueue[Execution | None]
