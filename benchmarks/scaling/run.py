@@ -14,15 +14,16 @@ Python model, and ``identity_large``, a Python identity of one FP32[1,3,224,224]
 (2) and (3) also print the requests each server's process tree answers per CPU-second (user + system
 time from ``/proc``), the per-core figure that holds up best when other work shares the pinned core.
 
-Medians of ``--rounds`` interleaved rounds.  The machine these figures come from is shared: the script
-prints ``uptime`` before and after.
+Each (2)/(3) measurement follows ``--warmup`` seconds of the same load, not counted (a server just
+started is not in its steady state).  Medians of ``--rounds`` interleaved rounds.  The machine these
+figures come from is shared: the script prints ``uptime`` before and after.
 
 Naiad's Python models run in the engine here (``NAIAD_INSTANCE_PROCESSES=false``), as when issue 15
 measured them, so the figures show the frontends and the engine, not the model-process hop;
 ``--model-processes`` measures Naiad's default instead.
 
-usage: python benchmarks/scaling/run.py [--rounds 3] [--duration 5] [--workers 0,1,2] [--skip 1,2,3]
-                                        [--model-processes]
+usage: python benchmarks/scaling/run.py [--rounds 3] [--duration 5] [--warmup 3] [--workers 0,1,2]
+                                        [--skip 1,2,3] [--model-processes]
 """
 
 from __future__ import annotations
@@ -211,10 +212,16 @@ def throughput(
     configs: list[tuple[str, int]],
     core: str | None,
     load_core: str | None,
+    warmup: int = 0,
 ) -> dict[str, dict[str, float]]:
     """(2)/(3): median req/s of each server configuration, HTTP add_sub and gRPC add_sub, and the
     requests its whole process tree answers per CPU-second (user + system from ``/proc``): on a core
-    that also runs other work, req/s falls with what the others take, CPU per request much less."""
+    that also runs other work, req/s falls with what the others take, CPU per request much less.
+
+    ``warmup``: seconds of the same load before each measurement, not counted. A server just started
+    is not yet in its steady state (measured: Naiad's first 5 s of HTTP load after start-up ran 20-30%
+    below the next 5 s; Triton's ran 15% above them), so measuring from the first request measures
+    start-up, in a direction that differs between servers."""
     results: dict[str, dict[str, list[float]]] = {}
     for _ in range(rounds):
         for name, workers in configs:
@@ -225,10 +232,14 @@ def throughput(
                 time.sleep(1.0 + workers)
                 run = Run(served, work, load_core)
                 row = results.setdefault(label, {"http": [], "grpc": [], "http_cpu": [], "grpc_cpu": []})
+                if warmup:
+                    run.http(warmup)
                 spent = tree_cpu_seconds(pid)
                 rate = run.http(duration)
                 row["http"].append(rate)
                 row["http_cpu"].append(rate * duration / (tree_cpu_seconds(pid) - spent))
+                if warmup:
+                    run.grpc(add_sub_workload(int(2000 * warmup)))
                 spent = tree_cpu_seconds(pid)
                 rate, calls = run.grpc(add_sub_workload(int(6000 * duration)))
                 row["grpc"].append(rate)
@@ -248,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=int, default=5)
     parser.add_argument("--workers", default="0,1,2")
     parser.add_argument("--skip", default="")
+    parser.add_argument("--warmup", type=int, default=3, help="seconds of load before each measurement")
     parser.add_argument(
         "--model-processes", action="store_true", help="Naiad's default: Python models in model processes"
     )
@@ -268,11 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     if "2" not in skip:
         configs = [("naiad", int(n)) for n in args.workers.split(",")] + [("triton", 0)]
         report(f"\n(2) throughput by frontend workers, unpinned, {CONNECTIONS} connections (req/s)")
-        _table(report, throughput(repo, work, args.duration, args.rounds, configs, None, None))
+        _table(report, throughput(repo, work, args.duration, args.rounds, configs, None, None, args.warmup))
     if "3" not in skip:
         configs = [("naiad", 0), ("naiad", 1), ("triton", 0)]
         report(f"\n(3) per core: servers pinned to core 1, load on core 0, {CONNECTIONS} connections (req/s)")
-        _table(report, throughput(repo, work, args.duration, args.rounds, configs, "1", "0"))
+        _table(report, throughput(repo, work, args.duration, args.rounds, configs, "1", "0", args.warmup))
     print(f"\nuptime after: {uptime()}", flush=True)
     return 0
 
