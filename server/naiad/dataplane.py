@@ -374,8 +374,8 @@ class DataPlane:
 
     async def _answer(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
         """The model's answer: from the response cache when the model uses it and has this one."""
-        cache, config = self.response_cache, model.config
-        if cache is None or config is None or not config.response_cache.enable or version.scheduler is None:
+        cache = self.response_cache
+        if cache is None or not model.caches_responses or version.scheduler is None:
             return await version.submit(request)
         stats = version.scheduler.stats
         return await cache.answer(request, model.name, version.version, stats, version.submit)

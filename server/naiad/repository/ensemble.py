@@ -47,7 +47,7 @@ log = logging.getLogger("naiad.repository")
 
 
 def is_ensemble(config: mc.ModelConfig) -> bool:
-    return bool(config is not None and config.platform == "ensemble")
+    return config.platform == "ensemble"
 
 
 def step_runner(resolve: Resolver, cache: ResponseCache | None = None) -> StepRunner:
@@ -61,8 +61,7 @@ def step_runner(resolve: Resolver, cache: ResponseCache | None = None) -> StepRu
         batch = signature.validate(request)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
-        config = model.config
-        if cache is None or config is None or not config.response_cache.enable or version.scheduler is None:
+        if cache is None or not model.caches_responses or version.scheduler is None:
             return await version.submit(request)
         stats = version.scheduler.stats
         return await cache.answer(request, model.name, version.version, stats, version.submit)

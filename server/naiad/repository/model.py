@@ -151,6 +151,11 @@ class Model:
         return str(self.config.platform or self.config.backend)
 
     @property
+    def caches_responses(self) -> bool:
+        """Whether its configuration enables the response cache (``response_cache { enable }``)."""
+        return self.config is not None and self.config.response_cache.enable
+
+    @property
     def decoupled(self) -> bool:
         return bool(self.config is not None and self.config.model_transaction_policy.decoupled)
 
