@@ -37,7 +37,7 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def execute(self, requests):
         # the model process's end of its socket: its reader thread queues the executions that came
-        work = pb_utils.bls_runner._channel._work
+        work = pb_utils.SERVICES.get().bls._channel._work
         for request in requests:
             action = int(pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()[0])
             seen = 0

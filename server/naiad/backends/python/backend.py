@@ -82,12 +82,11 @@ class PythonBackend:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self._launcher = Launcher()
-        #: ``pb_utils.MetricFamily`` of every Python model, exported on ``/metrics``; models in the
-        #: engine write to its store directly, and their BLS calls go to the runtime's BLS server
-        #: (``pb_utils`` has no other way to find them; a model process has its own).
+        #: ``pb_utils.MetricFamily`` of every Python model, exported on ``/metrics``.
         self.custom_metrics = CustomMetrics()
-        pb_utils.metric_store = self.custom_metrics.local
-        pb_utils.bls_runner = bls.Runner(runtime)
+        #: What models in the engine reach through ``pb_utils``: this store, and the runtime's BLS
+        #: server for their BLS calls (a model process binds its own).
+        self._services = pb_utils.ModelServices(self.custom_metrics.local, bls.Runner(runtime))
 
     def auto_complete(self, config: mc.ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """Let ``TritonPythonModel.auto_complete_config`` fill the config, as Triton does, in a
@@ -128,7 +127,7 @@ class PythonBackend:
         options = ProcessOptions.of(context.config, context.model_dir)
         spec = model_spec(context)
         if options.in_process:
-            return PythonModelInstance(spec)
+            return PythonModelInstance(spec, self._services)
         return ProcessModelInstance(
             spec, options, self._launcher, self._runtime, context.health, self.custom_metrics
         )

@@ -400,7 +400,8 @@ async def _on(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]
 
 
 class Runner:
-    """``pb_utils.bls_runner`` in the server process: calls go to the BLS server of ``runtime``."""
+    """The BLS runner of models in the engine (see ``pb_utils.ModelServices``): calls go to the BLS
+    server of ``runtime``."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime

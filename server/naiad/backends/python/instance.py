@@ -22,6 +22,8 @@ from naiad.backends.python.spec import ModelSpec
 from naiad.core.errors import InternalError
 from naiad.core.request import InferRequest, InferResponse
 
+_SERVICES = pb_utils.SERVICES
+
 
 class PythonModelInstance:
     """One loaded instance; ``execute`` is called only from the instance's own thread.
@@ -36,25 +38,26 @@ class PythonModelInstance:
         "_host",
         "_instance_name",
         "_issues_requests",
-        "_metrics",
         "_model_name",
         "_model_version",
         "_outputs",
+        "_services",
     )
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, services: pb_utils.ModelServices) -> None:
         self._model_name = spec.model_name
         self._model_version = spec.model_version
         self._instance_name = spec.instance_name
         self._outputs = spec.outputs
         self._decoupled = spec.decoupled
         self._caller = bls.Caller(spec.model_name, int(spec.model_version), self)
-        self._metrics = pb_utils.metric_store
-        if self._metrics is None:
-            self._host = ModelHost(spec.model_file, spec.model_name, spec.args)
-        else:  # the metric families it creates leave with it
-            with self._metrics.owned_by(id(self)):
+        self._services = services
+        token = _SERVICES.set(services)
+        try:
+            with services.metrics.owned_by(id(self)):  # the metric families it creates leave with it
                 self._host = ModelHost(spec.model_file, spec.model_name, spec.args)
+        finally:
+            _SERVICES.reset(token)
         # A model that builds BLS requests blocks its thread until they are answered on the event
         # loop, so it must never run on that loop (see ``inline_safe``).  Reading the source is
         # conservative: any mention disqualifies the model from inline execution, nothing else.
@@ -72,6 +75,7 @@ class PythonModelInstance:
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
         received = self._received(requests)
+        token = _SERVICES.set(self._services)
         try:
             if self._issues_requests:
                 with bls.executing(self._caller, requests):
@@ -80,6 +84,8 @@ class PythonModelInstance:
                 returned = self._host.execute(received)
         except Exception as exc:
             return self._failed(exc, requests)
+        finally:
+            _SERVICES.reset(token)
         return self._results(returned, received, requests)
 
     def run_inline(self, requests: list[InferRequest]) -> list[ExecuteResult]:
@@ -89,6 +95,7 @@ class PythonModelInstance:
 
     async def run_inline_async(self, requests: list[InferRequest]) -> list[ExecuteResult]:
         received = self._received(requests)
+        token = _SERVICES.set(self._services)
         try:
             with bls.executing(self._caller, requests):
                 returned = self._host.call(received)
@@ -96,6 +103,8 @@ class PythonModelInstance:
                     returned = await returned
         except Exception as exc:
             return self._failed(exc, requests)
+        finally:
+            _SERVICES.reset(token)
         return self._results(returned, received, requests)
 
     def _received(self, requests: Sequence[InferRequest]) -> list[ReceivedRequest]:
@@ -138,9 +147,12 @@ class PythonModelInstance:
         return sender.result
 
     def close(self) -> None:
-        self._host.close()
-        if self._metrics is not None:
-            self._metrics.release_owner(id(self))
+        token = _SERVICES.set(self._services)
+        try:
+            self._host.close()  # ``finalize()``
+        finally:
+            _SERVICES.reset(token)
+        self._services.metrics.release_owner(id(self))
 
 
 def mentions_requests(folder: Path) -> bool:

@@ -10,6 +10,7 @@ buffers and outputs leave as the arrays the model made, so nothing here copies t
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import json
 import logging
@@ -365,22 +366,58 @@ class InferenceRequest:
 
 
 class BlsRunner(Protocol):
-    """How BLS requests reach models: installed by the server (:mod:`naiad.backends.python.bls`), or
-    by a model's worker process, which forwards them to the server."""
+    """How BLS requests reach models: the engine's runner (:mod:`naiad.backends.python.bls`), or a
+    model process's, which forwards them to the engine (see :class:`ModelServices`)."""
 
     def exec(self, request: InferenceRequest, decoupled: bool) -> Any: ...
 
     async def async_exec(self, request: InferenceRequest, decoupled: bool) -> Any: ...
 
 
-#: The installed :class:`BlsRunner` (``None`` until a server runs, e.g. while auto-completing).
-bls_runner: BlsRunner | None = None
+class ModelServices:
+    """What a model's code reaches through this module without being handed it: where its BLS
+    requests go and where its custom metrics are kept.
+
+    Model code calls ``InferenceRequest.exec()`` or ``MetricFamily(...)`` with no handle on the
+    server, so the code that runs a model binds its services to the calls it makes into the model
+    (:data:`SERVICES`); nothing is installed on this module, and two servers in one process keep
+    theirs apart.  A model process, which serves one model, also binds them for the whole process
+    (:func:`bind_process`), so threads the model starts (they begin with an empty context) find them
+    as Triton's stub threads do.
+    """
+
+    __slots__ = ("bls", "metrics")
+
+    def __init__(self, metrics: MetricStore, bls: BlsRunner | None = None) -> None:
+        self.metrics = metrics
+        #: ``None`` until the model is served (a model process gets its channel after loading).
+        self.bls = bls
+
+
+#: The services of the model whose code is running (set around each call into model code).
+SERVICES: contextvars.ContextVar[ModelServices | None] = contextvars.ContextVar(
+    "naiad_model_services", default=None
+)
+_process_services: ModelServices | None = None
+
+
+def bind_process(services: ModelServices) -> None:
+    """Bind ``services`` for every thread of this process: only a model process, the home of one
+    model, does this (an engine hosts several models, which must not see each other's)."""
+    global _process_services
+    _process_services = services
+
+
+def _services() -> ModelServices | None:
+    services = SERVICES.get()
+    return _process_services if services is None else services
 
 
 def _bls_runner() -> BlsRunner:
-    if bls_runner is None:
+    services = _services()
+    if services is None or services.bls is None:
         raise TritonModelException("BLS requests can only be made while the model is served")
-    return bls_runner
+    return services.bls
 
 
 class InferenceResponse:
@@ -658,14 +695,11 @@ class Logger:
         _model_log.debug("%s", message)
 
 
-#: Where ``MetricFamily`` keeps its metrics: the engine's store, or a model process's (set at start-up).
-metric_store: MetricStore | None = None
-
-
 def _metric_store() -> MetricStore:
-    if metric_store is None:
+    services = _services()
+    if services is None:
         raise TritonModelException("Custom metrics can only be created while the model is served")
-    return metric_store
+    return services.metrics
 
 
 class MetricFamily:

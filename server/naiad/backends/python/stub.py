@@ -358,8 +358,8 @@ class _Stream:
 
 
 class _RemoteRunner:
-    """``pb_utils.bls_runner`` in a model process: the server makes each call and sends its answers
-    back, a streamed call's each as soon as the callee sent it."""
+    """The BLS runner of a model process (see ``pb_utils.ModelServices``): the server makes each
+    call and sends its answers back, a streamed call's each as soon as the callee sent it."""
 
     def __init__(self, channel: _Channel) -> None:
         self._channel = channel
@@ -511,15 +511,19 @@ def run(conn: Wire, log: int) -> int:
     if message[0] == "auto_complete":
         return _auto_complete(conn, message)
     _, spec = message
-    pb_utils.metric_store = Publisher(pipe.send).store
+    # This process's services: its model's custom metrics go to the engine through the pipe, and
+    # its BLS calls (once it is served) through the channel; bound for the whole process, threads
+    # the model starts included.
+    services = pb_utils.ModelServices(Publisher(pipe.send).store)
+    pb_utils.bind_process(services)
     try:
-        instance = PythonModelInstance(spec)
+        instance = PythonModelInstance(spec, services)
     except Exception as exc:
         conn.send(_failed(exc))
         return 1
     conn.send(("loaded",))
     channel = _Channel(conn, spec.decoupled)
-    pb_utils.bls_runner = _RemoteRunner(channel)
+    services.bls = _RemoteRunner(channel)
     _Worker(channel, instance, spec.decoupled).serve()
     return 0
 
