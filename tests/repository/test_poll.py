@@ -122,3 +122,18 @@ def test_a_synced_repository_switch_reloads_only_what_changed(
         eventually(lambda: client.mark("edited") == "e2:1")
         assert client.infer("same") == ("s:1", 2)  # untouched: the same instance still serves
         client.close()
+
+
+def test_the_bytecode_a_model_import_writes_is_no_change(tmp_path: Path, protocol: str) -> None:
+    """Importing ``model.py`` writes ``__pycache__`` beside it (where the environment lets Python
+    write bytecode, its default): that changes nothing about the model, so POLL does not reload it."""
+    repo = tmp_path / "repo"
+    write_marked(repo, "compiled", "c")
+    args = ["--model-control-mode=poll", f"--repository-poll-secs={POLL_SECS}"]
+    with ServerProcess([repo], args, env={"PYTHONDONTWRITEBYTECODE": ""}) as server:
+        client = connect(protocol, server)
+        assert client.infer("compiled") == ("c:1", 1)
+        assert list((repo / "compiled" / "1" / "__pycache__").glob("model.*.pyc"))
+        time.sleep(3.5 * POLL_SECS)  # three polls after the load
+        assert client.infer("compiled") == ("c:1", 2)  # the same instance: not reloaded
+        client.close()

@@ -15,11 +15,16 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
+#: Folders that are not part of a model: Python writes ``__pycache__`` beside ``model.py`` when it
+#: imports it, so counting them would make loading a Python model a change to it (POLL reloaded it).
+_NOT_MODEL = frozenset({"__pycache__"})
+
+
 def _files(root: Path) -> list[tuple[str, int, int]]:
     """``(relative path, size, mtime_ns)`` of every file under ``root``, sorted."""
     found: list[tuple[str, int, int]] = []
     for folder, dirs, files in os.walk(root, followlinks=True):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if d not in _NOT_MODEL)
         base = Path(folder)
         for name in files:
             path = base / name
