@@ -31,10 +31,14 @@ lint: $(VENV)/.test
 	cd server && ../$(BIN)/python -m mypy
 
 # Most tests wait on servers they started, not on the CPU: three processes share two cores well.
+# Bytecode is cached even where the environment asks Python not to (PYTHONDONTWRITEBYTECODE, set on
+# CI machines and in our images): without it each of the suite's hundreds of servers compiles naiad's
+# modules again (~0.2 CPU-s a start) and each pytest worker rewrites every test module's asserts
+# (~10 CPU-s).  The caches are __pycache__ folders, ignored by git.
 TEST_WORKERS ?= 3
 test: $(VENV)/.test lint
 	$(BIN)/python scripts/build_examples.py
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Generated malformed requests (tests/fuzz: HTTP and gRPC inference, repository and shared memory APIs) in
 # the full profile, over 10,000 of them, bounded in time; the last line is `N requests, M 5xx, K crashes`.
