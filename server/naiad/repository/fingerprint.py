@@ -14,7 +14,6 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-
 #: Folders that are not part of a model: Python writes ``__pycache__`` beside ``model.py`` when it
 #: imports it, so counting them would make loading a Python model a change to it (POLL reloaded it).
 _NOT_MODEL = frozenset({"__pycache__"})
