@@ -14,8 +14,10 @@ $(VENV)/.serve: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[examples]'
 	touch $@
 
+# --no-compile: pip would compile every module of every package (~1 CPU-min, torch's mostly); the
+# tests compile and cache only what they import (see `test`).
 $(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-compile -e '.[test]'
 	touch $@
 
 models: $(VENV)/.serve
@@ -36,9 +38,10 @@ lint: $(VENV)/.test
 # modules again (~0.2 CPU-s a start) and each pytest worker rewrites every test module's asserts
 # (~10 CPU-s).  The caches are __pycache__ folders, ignored by git.
 TEST_WORKERS ?= 3
+lint test: export PYTHONDONTWRITEBYTECODE :=
 test: $(VENV)/.test lint
 	$(BIN)/python scripts/build_examples.py
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Generated malformed requests (tests/fuzz: HTTP and gRPC inference, repository and shared memory APIs) in
 # the full profile, over 10,000 of them, bounded in time; the last line is `N requests, M 5xx, K crashes`.

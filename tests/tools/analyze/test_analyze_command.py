@@ -79,8 +79,13 @@ def _config(path: Path) -> model_config_pb2.ModelConfig:
     return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
 
 
+def _files(repository: Path) -> dict[Path, bytes]:
+    """The repository's files, but for the bytecode Python caches when a server imports ``model.py``."""
+    return {p: p.read_bytes() for p in repository.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+
+
 def test_batching_wins_for_the_mlp_and_the_python_model(repository: Path, tmp_path: Path) -> None:
-    files_before = {p: p.read_bytes() for p in repository.rglob("*") if p.is_file()}
+    files_before = _files(repository)
     out = tmp_path / "out"
     done = analyze(repository, out, "mlp", "sleepy", "--concurrency", "8", "--latency-budget-ms", "2000", *FAST)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -97,7 +102,7 @@ def test_batching_wins_for_the_mlp_and_the_python_model(repository: Path, tmp_pa
         assert config.HasField("dynamic_batching") and config.instance_group[0].count == 1
         assert f"best config for {model}: {out / model / 'config.pbtxt'}" in done.stdout
     # the repository is untouched: candidates are load-time overrides
-    assert {p: p.read_bytes() for p in repository.rglob("*") if p.is_file()} == files_before
+    assert _files(repository) == files_before
     with (out / "measurements.csv").open() as handle:
         assert len(list(csv.DictReader(handle))) == 4  # two candidates x one concurrency, per model
     report = (out / "report.html").read_text()
