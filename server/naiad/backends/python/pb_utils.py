@@ -380,10 +380,10 @@ class ModelServices:
 
     Model code calls ``InferenceRequest.exec()`` or ``MetricFamily(...)`` with no handle on the
     server, so the code that runs a model binds its services to the calls it makes into the model
-    (:data:`SERVICES`); nothing is installed on this module, and two servers in one process keep
-    theirs apart.  A model process, which serves one model, also binds them for the whole process
-    (:func:`bind_process`), so threads the model starts (they begin with an empty context) find them
-    as Triton's stub threads do.
+    (:data:`SERVICES`): the engine installs nothing on this module, and two servers in one process
+    keep their models apart.  A model process, which serves one model, also binds them for the whole
+    process (:func:`bind_process`), so threads the model starts (they begin with an empty context)
+    find them as Triton's stub threads do.
     """
 
     __slots__ = ("bls", "metrics")
