@@ -100,6 +100,7 @@ def test_outside_a_served_model_pb_utils_says_what_is_missing() -> None:
 
 THREADED_BLS_PY = """
 import contextvars
+import json
 import threading
 
 import numpy as np
@@ -107,21 +108,18 @@ import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        # IN_CONTEXT: start each thread in the model's context (what a model in the engine needs)
+        self.in_context = "IN_CONTEXT" in json.loads(args["model_config"])["parameters"]
+
     def execute(self, requests):
         for request in requests:
-            target = self.answer
-            if self.model_config["parameters"].get("IN_CONTEXT"):
-                target = contextvars.copy_context().run
-                args = (self.answer, request)
+            if self.in_context:
+                thread = threading.Thread(target=contextvars.copy_context().run, args=(self.answer, request))
             else:
-                args = (request,)
-            threading.Thread(target=target, args=args).start()
+                thread = threading.Thread(target=self.answer, args=(request,))
+            thread.start()
         return None
-
-    def initialize(self, args):
-        import json
-
-        self.model_config = json.loads(args["model_config"])
 
     def answer(self, request):
         sender = request.get_response_sender()
