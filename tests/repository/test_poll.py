@@ -63,10 +63,12 @@ def test_models_and_versions_are_followed(client: RepositoryClient, repo: Path) 
 
     set_mark(model_dir, 2, "second")
     eventually(lambda: client.mark("added") == "second:2")
-    assert rows(client.index(), "added") == [
+    # version 2 serves as soon as it is READY; version 1 is UNLOADING until its unload finishes
+    replaced = [
         {"version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
         {"version": "2", "state": "READY"},
     ]
+    eventually(lambda: rows(client.index(), "added") == replaced)
 
     set_mark(model_dir, 2, "edited")
     eventually(lambda: client.mark("added") == "edited:2")
