@@ -201,6 +201,8 @@ class ServerPod:
     started: float = field(default_factory=time.monotonic)
     attempted: float = field(default_factory=time.monotonic)
     ready_at: float | None = None
+    gate_changed: float | None = None
+    """When the kubelet first saw the readiness gates disagree with the pod's Ready (for ``kubelet_lag``)."""
 
     @property
     def url(self) -> str:
@@ -243,6 +245,9 @@ class FakeCluster:
     errors: list[str] = field(default_factory=list)
     projected: dict[Path, str] = field(default_factory=dict)
     """Folders that show a ConfigMap volume (host folder -> ConfigMap name), kept up to date."""
+    kubelet_lag: float = 0.0
+    """Seconds before a changed readiness gate shows in the pod's Ready condition (a busy node's kubelet
+    syncs pod status late; the Service's endpoints follow Ready, not the gate)."""
 
     def start(self) -> FakeCluster:
         self.front = ApiFront(self.api, self._root / "api-front")
@@ -859,6 +864,13 @@ class FakeCluster:
         current = list((obj.get("status") or {}).get("conditions") or [])
         by_type = {c["type"]: c for c in current}
         ready = container_ready and all(by_type.get(g, {}).get("status") == "True" for g in gates)
+        if self.kubelet_lag and ready != pod.ready and container_ready == pod.container_ready:
+            now = time.monotonic()  # only a gate changed: the kubelet reports it ``kubelet_lag`` late
+            pod.gate_changed = pod.gate_changed or now
+            if now - pod.gate_changed < self.kubelet_lag:
+                ready = pod.ready
+        else:
+            pod.gate_changed = None
         pod.container_ready = container_ready
         if ready and pod.ready_at is None:
             pod.ready_at = time.monotonic()

@@ -139,10 +139,11 @@ async def _one_pod_at_a_time(
     acting: Sequence[str],
     routed: Routed,
 ) -> dict[str, Failure]:
-    """The ``PerPod`` stage: out of the endpoints, drained, replaced, checked, back in, Ready; then the
-    next pod. A failure rolls that pod back and stops the stage (the other pods still serve the old
-    versions); so does a pod that does not come back Ready, or any other pod of the service found not
-    Ready before a pod goes out: at most one pod is ever out (the next pass carries on)."""
+    """The ``PerPod`` stage: out of the endpoints (the pod reported not Ready), drained, replaced,
+    checked, back in, Ready; then the next pod. A failure rolls that pod back and stops the stage (the
+    other pods still serve the old versions); so does a pod that does not come back Ready or is never
+    reported out, or any other pod of the service found not Ready before a pod goes out: at most one pod
+    is ever out (the next pass carries on)."""
     namespace = body["metadata"]["namespace"]
     by_pod: dict[str, list[Action]] = {}
     for action in actions:
@@ -157,6 +158,11 @@ async def _one_pod_at_a_time(
         if started is None:
             continue
         kopf.event(body, type="Normal", reason="PerPodRollout", message=f"pod {pod} out for {models}")
+        # The EndpointSlice controller drops the pod only once the kubelet has turned the closed gate into
+        # Ready False, which a busy node does seconds later: the drain counts from there, not from the write.
+        if not await _until(ctx, namespace, pod, lambda o: not pod_ready(o)):
+            await _admit(ctx, namespace, pod, started)
+            break
         await asyncio.sleep(ctx.settings.endpoint_drain_seconds)
         errors, lost = await _execute(ctx, body, urls, queue, routed)
         current = await ctx.kube.get("v1", "Pod", namespace, pod)
