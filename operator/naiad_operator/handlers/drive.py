@@ -16,10 +16,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
-
 from naiad_operator.api.inferenceservice import Failure, ModelSpec
 from naiad_operator.api.observed import PodObservation
+from naiad_operator.handlers import events
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.k8s.modelserver import ServerCallError, routing_parameters
 from naiad_operator.k8s.pods import gate_state, observe, pod_ready, set_gate
@@ -61,7 +60,7 @@ async def run(
         failed = rollout.failures(plan, pods, _now(), errors, lost)
         undo: list[Action] = []
         for model, failure in failed.items():
-            kopf.event(
+            events.post(
                 body,
                 type="Warning",
                 reason="BlockedByFailedLoad",
@@ -157,7 +156,7 @@ async def _one_pod_at_a_time(
         started = await close_gate(ctx, namespace, pod, "PerPodRollout")
         if started is None:
             continue
-        kopf.event(body, type="Normal", reason="PerPodRollout", message=f"pod {pod} out for {models}")
+        events.post(body, type="Normal", reason="PerPodRollout", message=f"pod {pod} out for {models}")
         # The EndpointSlice controller drops the pod only once the kubelet has turned the closed gate into
         # Ready False, which a busy node does seconds later: the drain counts from there, not from the write.
         if not await _until(ctx, namespace, pod, lambda o: not pod_ready(o)):
@@ -177,7 +176,7 @@ async def _one_pod_at_a_time(
         if here:
             undo = [a for m in here for a in rollout.rollback(plan.models[m], seen, overrides.get(m))]
             for model, failure in here.items():
-                kopf.event(
+                events.post(
                     body,
                     type="Warning",
                     reason="BlockedByFailedLoad",
@@ -264,14 +263,14 @@ async def _perform(
             message += _describe(action.routing)
     except ServerCallError as exc:
         verb = "unload" if unload else "load"
-        kopf.event(
+        events.post(
             body,
             type="Warning",
             reason="ModelUnloadFailed" if unload else "ModelLoadFailed",
             message=f"{action.model} {verb} on pod {action.pod}: {exc.message}",
         )
         return exc
-    kopf.event(body, type="Normal", reason="ModelUnloaded" if unload else "ModelLoaded", message=message)
+    events.post(body, type="Normal", reason="ModelUnloaded" if unload else "ModelLoaded", message=message)
     return None
 
 

@@ -18,7 +18,7 @@ from naiad_operator import API_VERSION, GROUP, VERSION
 from naiad_operator.api.inferenceservice import InferenceServiceSpec, InferenceServiceStatus, TransitionStatus
 from naiad_operator.api.modelrepository import ModelRepositorySpec, ModelRepositoryStatus, StorageMode
 from naiad_operator.api.observed import DeploymentObservation, PodObservation
-from naiad_operator.handlers import children, drive, watches
+from naiad_operator.handlers import children, drive, events, watches
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.pods import confirmed, describe, observe, scrape
@@ -45,19 +45,20 @@ PLURAL = "inferenceservices"
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def by_repository(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> dict[tuple[str, str], str]:
+def by_repository(namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> dict[tuple[str, str], str]:
     """InferenceServices by the repository they serve from."""
-    return {(namespace, str(spec.get("repository", {}).get("name", ""))): name}
+    return {(watches.namespaced(namespace), str(spec.get("repository", {}).get("name", ""))): name}
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.update(GROUP, VERSION, PLURAL, field="metadata.annotations")  # the retry annotation
-async def changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+async def changed(namespace: str | None, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """The spec changed (or the operator started): replace any pass in flight with a new one."""
     ctx = context_of(memo)
     watches.attach(ctx, kwargs)
+    namespace = watches.namespaced(namespace)
     ctx.passes.restart(_key(namespace, name), lambda: reconcile(ctx, namespace, name))
 
 
@@ -84,33 +85,35 @@ def _key(namespace: str, name: str) -> str:
 @kopf.on.event("apps", "v1", "deployments", labels={names.ISVC_LABEL: kopf.PRESENT, **watches.MANAGED})
 async def server_changed(
     event: kopf.RawEvent,
-    namespace: str,
+    namespace: str | None,
     labels: kopf.Labels,
     memo: kopf.Memo,
-    services_by_label: kopf.Index[tuple[str, str], str],
     **kwargs: Any,
 ) -> None:
     """A server pod or the Deployment changed (scheduled, Ready, failed, scaled): a pass now. A pod
     whose server container stopped being ready has its readiness gate closed first, without waiting for
     the service's lock (a rollout may hold it): restarted, it must not rejoin the Service with what it
     loaded at start."""
-    obj = event.get("object") or {}
+    namespace = watches.namespaced(namespace)
+    obj: dict[str, Any] = dict(event.get("object") or {})
     if obj.get("kind") == "Pod" and event.get("type") != "DELETED" and readiness.to_close([describe(obj)]):
         await drive.close_gate(context_of(memo), namespace, obj["metadata"]["name"], "ContainerNotReady")
-    isvc = watches.owner(services_by_label, namespace, labels.get(names.ISVC_LABEL))
+    by_label: kopf.Index[tuple[str, str], str] = kwargs["services_by_label"]
+    isvc = watches.owner(by_label, namespace, labels.get(names.ISVC_LABEL))
     await watches.child_event(context_of(memo), event, kwargs, KIND, namespace, isvc, requested)
 
 
 @kopf.on.event(GROUP, VERSION, "modelrepositories")
 async def repository_moved(
     event: kopf.RawEvent,
-    namespace: str,
+    namespace: str | None,
     name: str,
     memo: kopf.Memo,
-    by_repository: kopf.Index[Any, str],
     **kwargs: Any,
 ) -> None:
     """A repository switched snapshots (or became ready): roll its InferenceServices forward now."""
+    namespace = watches.namespaced(namespace)
+    services: kopf.Index[tuple[str, str], str] = kwargs["by_repository"]
     status = (event.get("object") or {}).get("status") or {}
     current = (status.get("snapshot") or {}).get("current")
     seen: dict[tuple[str, str], str | None] = memo.setdefault("snapshots_seen", {})
@@ -119,7 +122,7 @@ async def repository_moved(
     seen[(namespace, name)] = current
     ctx = context_of(memo)
     watches.attach(ctx, kwargs)
-    for isvc in list(by_repository.get((namespace, name), [])):
+    for isvc in list(services.get((namespace, name), [])):
         request(ctx, namespace, isvc)
 
 
@@ -223,9 +226,9 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         for m in spec.models
         if m.name in plan.models
     }
-    applied = {(pod, model): r for (owner, pod, model), r in ctx.routes.items() if owner == uid}
+    routings = {(pod, model): r for (owner, pod, model), r in ctx.routes.items() if owner == uid}
     overrides = {m.name: m.config_override for m in spec.models}
-    plan = canary.apply(plan, decisions, acting, applied, overrides)
+    plan = canary.apply(plan, decisions, acting, routings, overrides)
     acting_objects = [o for o in pod_objects if o["metadata"]["name"] in acting_names]
     acted, failures, routed = await drive.run(ctx, body, plan, spec.models, acting_objects, acting)
     pods = _replace(pods, acted)
@@ -282,7 +285,7 @@ async def _traffic_bookkeeping(
     for decision in decisions.values():
         if decision.event is not None:
             kind, reason, message = decision.event
-            kopf.event(body, type=kind, reason=reason, message=message)
+            events.post(body, type=kind, reason=reason, message=message)
     starting = [d for d in decisions.values() if d.new_baseline and d.canary is not None]
     if not starting:
         return

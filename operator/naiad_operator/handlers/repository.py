@@ -15,7 +15,7 @@ from naiad_operator.api.modelrepository import (
     SyncResult,
 )
 from naiad_operator.api.observed import PodProblem
-from naiad_operator.handlers import children, watches
+from naiad_operator.handlers import children, events, watches
 from naiad_operator.handlers.context import OperatorContext
 from naiad_operator.handlers.startup import context_of
 from naiad_operator.k8s.errors import ConflictError
@@ -30,11 +30,11 @@ PLURAL = "modelrepositories"
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+async def changed(namespace: str | None, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """A new or changed repository: reconcile now rather than at the next tick."""
     ctx = context_of(memo)
     watches.attach(ctx, kwargs)
-    await reconcile(ctx, namespace, name)
+    await reconcile(ctx, watches.namespaced(namespace), name)
 
 
 async def tick(ctx: OperatorContext, namespace: str, name: str) -> None:
@@ -46,14 +46,15 @@ async def tick(ctx: OperatorContext, namespace: str, name: str) -> None:
 @kopf.on.event("v1", "pods", labels={names.REPO_LABEL: kopf.PRESENT, "job-name": kopf.PRESENT})
 async def job_changed(
     event: kopf.RawEvent,
-    namespace: str,
+    namespace: str | None,
     labels: kopf.Labels,
     memo: kopf.Memo,
-    repositories_by_label: kopf.Index[tuple[str, str], str],
     **kwargs: Any,
 ) -> None:
     """A sync Job or its pod changed (finished, stuck): a pass now rather than at the next poll."""
-    repository = watches.owner(repositories_by_label, namespace, labels.get(names.REPO_LABEL))
+    namespace = watches.namespaced(namespace)
+    by_label: kopf.Index[tuple[str, str], str] = kwargs["repositories_by_label"]
+    repository = watches.owner(by_label, namespace, labels.get(names.REPO_LABEL))
     await watches.child_event(context_of(memo), event, kwargs, KIND, namespace, repository, reconcile)
 
 
@@ -111,7 +112,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
         status = repository_status.cancel_sync(status, generation, now, spec.suspend)
         stuck = None
         why = "the repository was suspended" if spec.suspend else "the spec changed"
-        kopf.event(body, type="Normal", reason="SyncCancelled", message=f"Job {cancelled}: {why}")
+        events.post(body, type="Normal", reason="SyncCancelled", message=f"Job {cancelled}: {why}")
 
     reason = syncjob.sync_reason(spec, status, generation, now)
     if reason is not None:
@@ -141,7 +142,7 @@ async def _reconcile_locked(ctx: OperatorContext, namespace: str, name: str) -> 
             if not any(o.get("uid") == meta["uid"] for o in owners):
                 raise
         status = repository_status.start_sync(status, spec, job_name, generation, now)
-        kopf.event(
+        events.post(
             body,
             type="Normal",
             reason="SyncStarted",
@@ -169,7 +170,7 @@ def _sync_event(body: dict[str, Any], status: ModelRepositoryStatus) -> None:
     if last is None:
         return
     if last.result is SyncResult.FAILED:
-        kopf.event(
+        events.post(
             body,
             type="Warning",
             reason="SyncFailed",
@@ -177,7 +178,7 @@ def _sync_event(body: dict[str, Any], status: ModelRepositoryStatus) -> None:
             f"snapshot {status.snapshot.current} kept",
         )
     else:
-        kopf.event(
+        events.post(
             body,
             type="Normal",
             reason="Synced",

@@ -39,8 +39,18 @@ def _index_id(plural: str) -> str:
     return f"cached_{plural}"
 
 
-def _by_name(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(namespace, name): dict(body)}
+def namespaced(namespace: str | None) -> str:
+    """The namespace kopf passed a handler: kopf's handler types allow None (a cluster-scoped kind), and
+    every kind this operator watches is namespaced."""
+    if namespace is None:
+        raise kopf.PermanentError("a namespaced object came without its namespace")
+    return namespace
+
+
+def _by_name(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(namespaced(namespace), name): dict(body)}
 
 
 for _group, _version, _plural in OWNED.values():
@@ -51,27 +61,27 @@ for _plural in OURS.values():
 
 @kopf.index("v1", "pods", labels={names.ISVC_LABEL: kopf.PRESENT})
 def cached_server_pods(
-    namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(namespace, labels[names.ISVC_LABEL]): dict(body)}
+    return {(namespaced(namespace), labels[names.ISVC_LABEL]): dict(body)}
 
 
 @kopf.index("v1", "pods", labels={"job-name": kopf.PRESENT, names.REPO_LABEL: kopf.PRESENT})
 def cached_job_pods(
-    namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(namespace, labels["job-name"]): dict(body)}
+    return {(namespaced(namespace), labels["job-name"]): dict(body)}
 
 
 @kopf.index(GROUP, VERSION, "inferenceservices")
-def services_by_label(namespace: str, name: str, **_: Any) -> dict[tuple[str, str], str]:
+def services_by_label(namespace: str | None, name: str, **_: Any) -> dict[tuple[str, str], str]:
     """InferenceService names by the label value their children carry (a cut name for long ones)."""
-    return {(namespace, names.dns_name(name)): name}
+    return {(namespaced(namespace), names.dns_name(name)): name}
 
 
 @kopf.index(GROUP, VERSION, "modelrepositories")
-def repositories_by_label(namespace: str, name: str, **_: Any) -> dict[tuple[str, str], str]:
-    return {(namespace, names.dns_name(name)): name}
+def repositories_by_label(namespace: str | None, name: str, **_: Any) -> dict[tuple[str, str], str]:
+    return {(namespaced(namespace), names.dns_name(name)): name}
 
 
 def attach(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:

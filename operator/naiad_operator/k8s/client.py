@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client, config
@@ -33,7 +33,7 @@ JSON_PATCH = "application/json-patch+json"
 async def connect() -> client.ApiClient:
     """An API client from the pod's service account, or from ``$KUBECONFIG`` / ``~/.kube/config``."""
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]  # (kubernetes_asyncio has no hints)
     else:
         await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     return client.ApiClient()
@@ -168,7 +168,7 @@ class Kube:
         kind: str,
         namespace: str,
         name: str,
-        operations: list[dict[str, Any]],
+        operations: Sequence[dict[str, Any]],
         subresource: str = "",
     ) -> dict[str, Any]:
         """One JSON patch, not retried: its ``test`` operations make it conditional, and a failed

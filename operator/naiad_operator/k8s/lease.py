@@ -33,7 +33,7 @@ async def write_if_unchanged(
     kube: Kube, namespace: str, name: str, resource_version: str, spec: dict[str, Any]
 ) -> bool:
     """False when the Lease changed since it was read (another replica renewed or took it)."""
-    operations = [
+    operations: list[dict[str, Any]] = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
         {"op": "replace", "path": "/spec", "value": spec},
     ]

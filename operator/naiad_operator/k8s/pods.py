@@ -76,7 +76,7 @@ def gate_state(pod: dict[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     gated = any(g.get("conditionType") == GATE for g in spec.get("readinessGates") or [])
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    server = next((c for c in statuses if c.get("name") == "server"), {})
+    server: dict[str, Any] = next((c for c in statuses if c.get("name") == "server"), {})
     restarts = int(server.get("restartCount") or 0)
     containers = _condition(pod, "ContainersReady")
     if containers is not None:
@@ -117,6 +117,7 @@ async def set_gate(kube: Kube, pod: dict[str, Any], condition: dict[str, Any]) -
     decides again)."""
     meta = pod["metadata"]
     conditions = (pod.get("status") or {}).get("conditions")
+    operations: list[dict[str, Any]]
     if conditions is None:
         operations = [{"op": "add", "path": "/status/conditions", "value": [condition]}]
     else:

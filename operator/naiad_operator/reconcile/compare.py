@@ -17,7 +17,7 @@ from typing import Any
 
 from naiad_operator.reconcile.names import HASH_ANNOTATION
 
-_SUFFIXES = {
+_SUFFIXES: dict[str, Decimal | int] = {
     "": 1,
     "m": Decimal("0.001"),
     "k": 10**3,

@@ -142,11 +142,12 @@ def with_conditions(
     result = last.result if last is not None else None
     has_snapshot = status.snapshot.current is not None
     failed = result is SyncResult.FAILED
-    kind = (last.message or "").split(":", 1)[0] if failed and last is not None else ""
+    last_message = (last.message or "") if last is not None else ""
+    kind = last_message.split(":", 1)[0] if failed else ""
     if result is None:
         reachable = condition("SourceReachable", None, "NotSyncedYet", generation=generation)
     elif failed and kind in UNREACHABLE_KINDS:
-        reachable = condition("SourceReachable", False, "SourceUnreachable", last.message or "", generation)
+        reachable = condition("SourceReachable", False, "SourceUnreachable", last_message, generation)
     else:
         reachable = condition("SourceReachable", True, "Listed", generation=generation)
     if status.active_job and stuck is not None:

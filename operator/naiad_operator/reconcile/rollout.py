@@ -197,7 +197,21 @@ def plan_model(
     active_config = record.config_hash if record is not None else None
     old_default = record.default_version if record is not None and active else None
     strategy = spec.rollout.strategy or RolloutStrategy.BOTH
-    common = {"config": config, "active_config": active_config, "strategy": strategy}
+
+    def planned(change: Change, keep: tuple[int, ...], old: int | None, new: int | None) -> ModelPlan:
+        return ModelPlan(
+            spec.name,
+            change,
+            target,
+            active,
+            keep,
+            old,
+            new,
+            config=config,
+            active_config=active_config,
+            strategy=strategy,
+        )
+
     if (
         record is not None
         and record.blocked_hashes == target
@@ -205,13 +219,10 @@ def plan_model(
         and (active != target or active_config != config)
         and not retry.due(record, attempt or Attempt())
     ):
-        keep = tuple(sorted(active))
-        return ModelPlan(spec.name, Change.BLOCKED, target, active, keep, old_default, old_default, **common)
+        return planned(Change.BLOCKED, tuple(sorted(active)), old_default, old_default)
     if active == target and active_config == config:
-        steady = tuple(versions)
-        return ModelPlan(spec.name, Change.STEADY, target, active, steady, default, default, **common)
-    keep = tuple(sorted(set(active) | set(target)))
-    return ModelPlan(spec.name, Change.ROLLOUT, target, active, keep, old_default, default, **common)
+        return planned(Change.STEADY, tuple(versions), default, default)
+    return planned(Change.ROLLOUT, tuple(sorted(set(active) | set(target))), old_default, default)
 
 
 def plan(
