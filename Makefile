@@ -30,8 +30,7 @@ serve: $(VENV)/.serve
 lint: $(VENV)/.test
 	$(BIN)/ruff check server operator tests scripts benchmarks e2e conformance
 	$(BIN)/lint-imports
-	cd server && ../$(BIN)/python -m mypy
-	cd operator && ../$(BIN)/python -m mypy -p naiad_operator
+	$(BIN)/python -m mypy
 
 # Most tests wait on servers they started, not on the CPU: three processes share two cores well.
 # Bytecode is cached even where the environment asks Python not to (PYTHONDONTWRITEBYTECODE, set on
