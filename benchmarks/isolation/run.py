@@ -3,8 +3,9 @@ real Triton 2.51, side by side in one run.
 
 1. Start-up: a repository of 17 single-instance Python models (copies of the reference ``add_sub``):
    seconds from starting the server to ``/v2/health/ready`` answering 200, and the memory of the whole
-   process tree once ready: the sum of RSS (pages shared between processes counted in each) and of
-   PSS (shared pages split between the processes that share them: what the tree really holds).
+   process tree once ready: the sum of RSS (pages shared between processes counted in each), of PSS
+   (shared pages split between the processes that share them), and the pages the tree maps counted
+   once each (the union of its resident sets: what the tree really holds).
 2. Per core: HTTP ``add_sub`` (the reference JSON body) at 16 connections, with the CPU time the
    server's whole process tree spent (user + system, from ``/proc``) divided by the requests it
    answered: requests per CPU-second is the throughput of one core, and stays meaningful on a shared
@@ -66,8 +67,9 @@ def tree(pid: int) -> list[int]:
     return found
 
 
-def memory_mib(pid: int) -> tuple[float, float, int]:
-    """Summed RSS and PSS (MiB) of the process tree under ``pid``, and how many processes it has."""
+def memory_mib(pid: int) -> tuple[float, float, float | None, int]:
+    """Summed RSS and PSS (MiB) of the process tree under ``pid``, its resident pages each counted once
+    (:func:`distinct_mib`), and how many processes it has."""
     rss = pss = 0
     pids = tree(pid)
     for member in pids:
@@ -79,7 +81,42 @@ def memory_mib(pid: int) -> tuple[float, float, int]:
                     pss += int(line.split()[1])
         except OSError:
             continue
-    return rss / 1024, pss / 1024, len(pids)
+    return rss / 1024, pss / 1024, distinct_mib(pids), len(pids)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_PRESENT = np.uint64(1 << 63)
+_FRAME = np.uint64((1 << 55) - 1)
+
+
+def distinct_mib(pids: list[int]) -> float | None:
+    """The memory the processes hold, each physical page once however many of them map it (the union of
+    their resident sets, from the page frame numbers in ``/proc/<pid>/pagemap``): a page a forked
+    process shares with its parent counts in the RSS of both, here once, as the kernel holds it.
+    Pages of files that processes outside the tree also map (the C library) count whole, where PSS
+    splits them with those processes.  None where frame numbers are hidden (they need
+    CAP_SYS_ADMIN)."""
+    frames: list[np.ndarray] = []
+    for pid in pids:
+        try:
+            spans = []
+            for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+                fields = line.split()
+                if "-" in fields[0] and not fields[0].endswith(":"):
+                    start, end = (int(x, 16) for x in fields[0].split("-"))
+                elif fields[0] == "Rss:" and int(fields[1]) > 0:
+                    spans.append((start, end))
+            with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+                for start, end in spans:
+                    pagemap.seek(start // _PAGE * 8)
+                    entries = np.frombuffer(pagemap.read((end - start) // _PAGE * 8), dtype=np.uint64)
+                    frames.append(entries[(entries & _PRESENT) != 0] & _FRAME)
+        except OSError:
+            continue
+    found = np.unique(np.concatenate(frames)) if frames else np.empty(0, np.uint64)
+    if found.size and not found.any():
+        return None
+    return found.size * _PAGE / 2**20
 
 
 def pinned(server: Served, cpu: int) -> Served:
@@ -93,9 +130,11 @@ def startup(name: str, server: Served) -> None:
         ready = time.monotonic() - started
         time.sleep(1.0)  # let the last model processes settle
         assert server.process is not None
-        rss, pss, processes = memory_mib(server.process.pid)
+        rss, pss, distinct, processes = memory_mib(server.process.pid)
+    held = f"{distinct:7.1f} MiB" if distinct is not None else "    n/a    "
     print(
-        f"  {name:<22} ready {ready:6.2f} s   RSS {rss:7.1f} MiB   PSS {pss:7.1f} MiB   {processes} processes"
+        f"  {name:<22} ready {ready:6.2f} s   RSS {rss:7.1f} MiB   PSS {pss:7.1f} MiB   "
+        f"pages held once {held}   {processes} processes"
     )
 
 
