@@ -202,7 +202,7 @@ class ServerPod:
     attempted: float = field(default_factory=time.monotonic)
     ready_at: float | None = None
     gate_changed: float | None = None
-    """When the kubelet first saw the readiness gates disagree with the pod's Ready (for ``kubelet_lag``)."""
+    """When the kubelet first saw a closed readiness gate while the pod was Ready (for ``kubelet_lag``)."""
 
     @property
     def url(self) -> str:
@@ -246,8 +246,9 @@ class FakeCluster:
     projected: dict[Path, str] = field(default_factory=dict)
     """Folders that show a ConfigMap volume (host folder -> ConfigMap name), kept up to date."""
     kubelet_lag: float = 0.0
-    """Seconds before a changed readiness gate shows in the pod's Ready condition (a busy node's kubelet
-    syncs pod status late; the Service's endpoints follow Ready, not the gate)."""
+    """Seconds before a closed readiness gate shows in the pod's Ready condition (a busy node's kubelet
+    syncs pod status late; the Service's endpoints follow Ready, not the gate). An opened gate shows at
+    once: the operator waits for Ready before it goes on either way, so a lag there only costs time."""
 
     def start(self) -> FakeCluster:
         self.front = ApiFront(self.api, self._root / "api-front")
@@ -864,8 +865,8 @@ class FakeCluster:
         current = list((obj.get("status") or {}).get("conditions") or [])
         by_type = {c["type"]: c for c in current}
         ready = container_ready and all(by_type.get(g, {}).get("status") == "True" for g in gates)
-        if self.kubelet_lag and ready != pod.ready and container_ready == pod.container_ready:
-            now = time.monotonic()  # only a gate changed: the kubelet reports it ``kubelet_lag`` late
+        if self.kubelet_lag and pod.ready and not ready and container_ready == pod.container_ready:
+            now = time.monotonic()  # only a gate closed: the kubelet reports it ``kubelet_lag`` late
             pod.gate_changed = pod.gate_changed or now
             if now - pod.gate_changed < self.kubelet_lag:
                 ready = pod.ready
