@@ -1,9 +1,11 @@
 """Fault isolation: a model process that crashes, hangs or runs away costs only that model's requests.
 
-One server runs a copy of ``faulty`` per kind of fault (each copy keeps its own crash count), over
-HTTP and gRPC, while a load generator runs ``identity`` the whole time and must see no failure.
-``faulty`` answers ``INPUT0 = [action]`` with its process id, or misbehaves as ``action`` says.
-Afterwards no process of the server's tree and no shared-memory file of it is left.
+One server runs a copy of ``faulty`` per kind of fault (each copy keeps its own crash count), while a
+load generator runs ``identity`` the whole time and must see no failure.  ``faulty`` answers ``INPUT0 =
+[action]`` with its process id, or misbehaves as ``action`` says.  Each fault is tried over HTTP and
+gRPC, in both server modes (one process, and frontend workers in front of the engine, where the model
+processes hang off the engine and the error crosses to the worker that holds the client).  Afterwards
+no process of the server's tree and no shared-memory file of it is left.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support import modes
 from tests.support.models import write_identity, write_model
 from tests.support.processes import descendants
 from tests.support.server import ServerProcess
+
+frontend_workers = modes.frontend_workers
 
 SERVE, SEGFAULT, EXIT, HANG, BOMB = 0, 1, 2, 3, 4
 
@@ -163,9 +168,11 @@ def _grpc(server: ServerProcess, model: str, action: int) -> int:
     return int(output[0])
 
 
-def _fails(
-    call: Callable[[ServerProcess, str, int], int], server: ServerProcess, model: str, action: int
-) -> str:
+Call = Callable[[ServerProcess, str, int], int]
+TRANSPORTS = pytest.mark.parametrize("call", [_http, _grpc], ids=["http", "grpc"])
+
+
+def _fails(call: Call, server: ServerProcess, model: str, action: int) -> str:
     with pytest.raises(InferenceServerException) as caught:
         call(server, model, action)
     status = str(caught.value.status())
@@ -206,9 +213,10 @@ def _shm_files(pids: list[int]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, frontend_workers: int) -> Iterator[ServerProcess]:
     repo = _repository(tmp_path_factory.mktemp("isolation"))
-    with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=*"]) as served:
+    args = ["--model-control-mode=explicit", "--load-model=*"]
+    with ServerProcess([repo], args, frontend_workers=frontend_workers) as served:
         tree = descendants(served.process.pid) if served.process else []
         with LoadGenerator(served) as load:
             yield served
@@ -224,9 +232,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     assert _shm_files([served.process.pid, *tree] if served.process else tree) == []
 
 
-@pytest.mark.parametrize("call", [_http, _grpc], ids=["http", "grpc"])
+@TRANSPORTS
 def test_a_segfault_fails_only_its_request_and_the_process_restarts(
-    server: ServerProcess, call: Callable[[ServerProcess, str, int], int]
+    server: ServerProcess, call: Call
 ) -> None:
     pid = _http(server, "segv", SERVE)
     message = _fails(call, server, "segv", SEGFAULT)
@@ -237,36 +245,44 @@ def test_a_segfault_fails_only_its_request_and_the_process_restarts(
         assert ready.status == 200
 
 
-def test_os_exit_fails_its_request_with_the_exit_status(server: ServerProcess) -> None:
+@TRANSPORTS
+def test_os_exit_fails_its_request_with_the_exit_status(server: ServerProcess, call: Call) -> None:
     pid = _grpc(server, "exits", SERVE)
-    message = _fails(_grpc, server, "exits", EXIT)
+    message = _fails(call, server, "exits", EXIT)
     assert message.startswith(NOT_HEALTHY.format(model="exits")), message
     assert "exit status 7" in message
     _served_again(server, "exits", pid)
 
 
-def test_a_model_process_killed_from_outside_is_restarted_idle_or_busy(server: ServerProcess) -> None:
+@TRANSPORTS
+def test_a_model_process_killed_from_outside_is_restarted_idle_or_busy(
+    server: ServerProcess, call: Call
+) -> None:
     pid = _http(server, "killed", SERVE)
     os.kill(pid, signal.SIGKILL)  # idle: noticed at once, restarted without a request
     busy_pid = _served_again(server, "killed", pid)
     threading.Timer(0.3, os.kill, (busy_pid, signal.SIGKILL)).start()
-    message = _fails(_http, server, "killed", HANG)  # busy: its request fails
+    message = _fails(call, server, "killed", HANG)  # busy: its request fails
     assert "killed by signal 9 (SIGKILL)" in message
     _served_again(server, "killed", busy_pid)
 
 
-def test_a_hung_execution_fails_at_the_timeout_and_the_instance_restarts(server: ServerProcess) -> None:
+@TRANSPORTS
+def test_a_hung_execution_fails_at_the_timeout_and_the_instance_restarts(
+    server: ServerProcess, call: Call
+) -> None:
     pid = _http(server, "hangs", SERVE)
     started = time.monotonic()
-    message = _fails(_grpc, server, "hangs", HANG)
+    message = _fails(call, server, "hangs", HANG)
     assert 1.4 < time.monotonic() - started < 10
     assert "ran past the model's execution timeout (NAIAD_EXECUTION_TIMEOUT_SECONDS 1.5)" in message
     _served_again(server, "hangs", pid)
 
 
-def test_a_memory_bomb_is_killed_at_the_models_limit(server: ServerProcess) -> None:
+@TRANSPORTS
+def test_a_memory_bomb_is_killed_at_the_models_limit(server: ServerProcess, call: Call) -> None:
     pid = _http(server, "bomb", SERVE)
-    message = _fails(_http, server, "bomb", BOMB)
+    message = _fails(call, server, "bomb", BOMB)
     assert message.startswith(NOT_HEALTHY.format(model="bomb")), message
     assert "exceeded the model's memory limit (NAIAD_MEMORY_LIMIT_MIB 200)" in message
     _served_again(server, "bomb", pid)
@@ -381,7 +397,9 @@ def test_the_isolation_choice_shows_in_the_config_and_a_trusted_model_runs_in_th
     assert _http(server, "segv", SERVE) in descendants(server.process.pid)
 
 
-def test_a_template_process_killed_from_outside_takes_its_model_processes_which_restart(tmp_path: Path) -> None:
+def test_a_template_process_killed_from_outside_takes_its_model_processes_which_restart(
+    tmp_path: Path,
+) -> None:
     repo = tmp_path / "repo"
     write_model(repo, "segv", FAULTY_CONFIG.format(name="segv", extra=""), FAULTY_PY)
     with ServerProcess([repo]) as server:
