@@ -185,7 +185,12 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[s
         rows: dict[str, dict[str, str]] = {}
         deadline = time.monotonic() + 60
         while len(rows) < len(BROKEN) + 6 and time.monotonic() < deadline:
-            rows = {row["name"]: row for row in client.get_model_repository_index() if row.get("state")}
+            # every model once its load ended (a model still LOADING is not counted yet)
+            rows = {
+                row["name"]: row
+                for row in client.get_model_repository_index()
+                if row.get("state") not in (None, "", "LOADING")
+            }
             time.sleep(0.05)
         assert not client.is_server_ready()  # strict readiness: broken models hold it down
         a = np.array([1, 2, 3, 4], dtype=np.float32)
