@@ -33,7 +33,7 @@ JSON_PATCH = "application/json-patch+json"
 async def connect() -> client.ApiClient:
     """An API client from the pod's service account, or from ``$KUBECONFIG`` / ``~/.kube/config``."""
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()  # type: ignore[no-untyped-call]  # (kubernetes_asyncio has no hints)
+        config.load_incluster_config()
     else:
         await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     return client.ApiClient()
