@@ -4,6 +4,7 @@ token ever reaches the log."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -114,25 +115,49 @@ def test_key_file_changes_apply_without_restart(
         time.sleep(1.1)
 
 
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` anew in one step (a rename over it)."""
+    fresh = path.with_name(path.name + ".new")
+    fresh.write_text(text)
+    os.replace(fresh, path)
+
+
+def _logged(server: ServerProcess, fragment: str, count: int) -> None:
+    """Wait until the server's log holds ``fragment`` ``count`` times."""
+    deadline = time.monotonic() + 20
+    while server.log().count(fragment) < count:
+        assert time.monotonic() < deadline, f"{fragment!r} logged fewer than {count} times"
+        time.sleep(0.05)
+
+
 def test_tokens_never_reach_the_log(auth_server: ServerProcess) -> None:
     log = auth_server.log()
     for token, _scopes in KEYS.values():
         assert token not in log
 
 
-def test_a_good_file_counts_even_if_no_call_came_before_it_broke(auth_server: ServerProcess, key_file: Path) -> None:
+def test_a_good_file_counts_even_if_no_call_came_before_it_broke(
+    auth_server: ServerProcess, key_file: Path, frontend_workers: int
+) -> None:
     """The keys of the last good file apply, whether or not a call came while it was there: else a
     process (a frontend worker no connection reached) could keep a key that file revoked.  One protocol
     is enough: both check calls against the same keys."""
     protocol = "http"
     late = ("late-token-0123456789abc", "infer")
     keys = {name: value for name, value in KEYS.items() if name != "doomed"} | {"late": late}
+    watchers = max(frontend_workers, 1)  # each process that checks calls watches the file itself
     original = key_file.read_text()
     try:
-        key_file.write_text(key_file_text(keys))
-        time.sleep(1.5)  # no call: the file is looked at once a second all the same
-        key_file.write_text("this line is not a key\n")
-        time.sleep(1.1)
+        # No call: the file is looked at once a second all the same.  Each watcher logs what it took:
+        # the test waits for that (a fixed wait of 1.5 s failed once on a loaded machine).  The
+        # files are replaced whole, as Kubernetes updates a mounted Secret, so no watcher can read one
+        # half written.
+        log = auth_server.log()
+        taken, broken = log.count(" late)"), log.count("not reloaded, the previous keys stay")
+        _replace(key_file, key_file_text(keys))
+        _logged(auth_server, " late)", taken + watchers)
+        _replace(key_file, "this line is not a key\n")
+        _logged(auth_server, "not reloaded, the previous keys stay", broken + watchers)
         for _ in range(4):  # new connections: with frontend workers, each worker reads the file itself
             with client_for(protocol, auth_server) as client:
                 with _unauthenticated(protocol, "invalid bearer token"):
