@@ -152,12 +152,13 @@ def test_a_good_file_counts_even_if_no_call_came_before_it_broke(
         # the test waits for that (a fixed wait of 1.5 s failed once on a loaded machine).  The
         # files are replaced whole, as Kubernetes updates a mounted Secret, so no watcher can read one
         # half written.
+        taken, kept = " late)", "not reloaded, the previous keys stay"  # (the log lines of each)
         log = auth_server.log()
-        taken, broken = log.count(" late)"), log.count("not reloaded, the previous keys stay")
+        before = log.count(taken), log.count(kept)
         _replace(key_file, key_file_text(keys))
-        _logged(auth_server, " late)", taken + watchers)
+        _logged(auth_server, taken, before[0] + watchers)
         _replace(key_file, "this line is not a key\n")
-        _logged(auth_server, "not reloaded, the previous keys stay", broken + watchers)
+        _logged(auth_server, kept, before[1] + watchers)
         for _ in range(4):  # new connections: with frontend workers, each worker reads the file itself
             with client_for(protocol, auth_server) as client:
                 with _unauthenticated(protocol, "invalid bearer token"):
