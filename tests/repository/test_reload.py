@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import py_compile
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.repository.clients import RepositoryClient, error_of, rows
 from tests.repository.conftest import ServerFactory, connect
-from tests.repository.models import set_mark, write_marked
+from tests.repository.models import marked_py, set_mark, write_marked
 from tests.support.server import ServerProcess
 
 #: What a request may legitimately hear while its model is being unloaded: never a crash or a 500.
@@ -26,6 +29,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory, protocol: str) -> Path:
     write_marked(repo, "model", "old")
     write_marked(repo, "busy", "b", max_batch_size=0)
     write_marked(repo, "cycle", "c")
+    write_marked(repo, "edited", "old")
+    helped = write_marked(repo, "helped")
+    (helped / "1" / "model.py").write_text(marked_py("").replace("MARK = ''", "from helper import MARK"))
+    (helped / "1" / "helper.py").write_text("MARK = 'old'\n")
     return repo
 
 
@@ -79,6 +86,27 @@ def test_failed_reload_keeps_the_old_version_serving(client: RepositoryClient, r
     assert rows(client.index(), "model") == [{"version": "1", "state": "READY"}]
     assert client.server_ready()
     set_mark(repo / "model", 1, "old")
+
+
+@pytest.mark.parametrize(("name", "source"), [("edited", "model.py"), ("helped", "helper.py")])
+def test_a_reload_runs_the_edited_source_even_where_python_would_trust_its_bytecode_cache(
+    client: RepositoryClient, repo: Path, name: str, source: str
+) -> None:
+    """Python reuses ``__pycache__`` while the source's size and whole-second mtime match: a same-size
+    edit within the second of the last import must still be what the reload runs."""
+    path = repo / name / "1" / source
+    second = (int(time.time()) - 60) * 1_000_000_000
+    os.utime(path, ns=(second + 1_000, second + 1_000))
+    client.load(name)
+    assert client.mark(name) == "old:1"
+    py_compile.compile(str(path), cfile=importlib.util.cache_from_source(str(path)), doraise=True)
+    edited = path.read_text().replace("'old'", "'new'")
+    temp = path.with_name(f".{source}.tmp")
+    temp.write_text(edited)
+    os.utime(temp, ns=(second + 2_000, second + 2_000))
+    os.replace(temp, path)
+    client.load(name)
+    assert client.mark(name) == "new:1"
 
 
 def test_concurrent_load_unload_and_infer_never_crash_or_serve_half_loaded(

@@ -7,10 +7,16 @@ the model loads (import and ``initialize``): modules imported from it are then t
 ``sys.modules`` again, so that two models that each ship a ``helper.py`` get their own, and nothing of
 one model is visible to another.  The one difference a model can notice: a sibling module first
 imported inside ``execute`` (rather than at module level or in ``initialize``) is not found.
+
+Models' sources are compiled every time they load, never taken from a ``__pycache__``: Python trusts a
+cached file when the source's size and modification time in whole seconds match, so a ``model.py``
+edited to one of the same size within a second of its last import (a one-character fix, a changed
+constant) would run its old code after the reload that was meant to pick it up.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import itertools
 import os
@@ -20,7 +26,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 
 from naiad.backends.python import pb_utils
 
@@ -35,6 +41,23 @@ _serial = itertools.count(1)
 def unique_module_name(model_name: str) -> str:
     """A fresh module name that still says which model it is (it shows in tracebacks)."""
     return f"_naiad_model_{re.sub(r'[^0-9A-Za-z_]', '_', model_name)}_{next(_serial)}"
+
+
+class _SourceLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the source as it is now, and writes no bytecode into the model's folder."""
+
+    def get_code(self, fullname: str) -> CodeType:
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
+def _finder(folder: str) -> importlib.machinery.FileFinder:
+    """Imports from a model's folder, as the default finder makes them but with sources always compiled."""
+    return importlib.machinery.FileFinder(
+        folder,
+        (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+        (_SourceLoader, importlib.machinery.SOURCE_SUFFIXES),
+        (importlib.machinery.SourcelessFileLoader, importlib.machinery.BYTECODE_SUFFIXES),
+    )
 
 
 def _is_under(module: ModuleType, folder: str) -> bool:
@@ -60,12 +83,18 @@ def model_folder_importable(version_dir: Path, keep: str) -> Iterator[None]:
     folder = os.path.realpath(version_dir) + os.sep
     with _load_lock:
         before = set(sys.modules)
+        cached = sys.path_importer_cache.get(entry)
+        sys.path_importer_cache[entry] = _finder(entry)
         sys.path.append(entry)
         try:
             yield
         finally:
             if entry in sys.path:  # the last copy is the one appended above
                 del sys.path[len(sys.path) - 1 - sys.path[::-1].index(entry)]
+            if cached is None:
+                sys.path_importer_cache.pop(entry, None)
+            else:
+                sys.path_importer_cache[entry] = cached
             for name in set(sys.modules) - before:
                 module = sys.modules.get(name)
                 if name != keep and module is not None and _is_under(module, folder):
@@ -79,7 +108,8 @@ def import_model_file(model_file: Path, module_name: str) -> ModuleType:
     and ``typing`` look classes up in ``sys.modules`` by their ``__module__``.
     """
     sys.modules[PB_UTILS_MODULE] = pb_utils
-    spec = importlib.util.spec_from_file_location(module_name, model_file)
+    path = str(model_file)
+    spec = importlib.util.spec_from_file_location(module_name, path, loader=_SourceLoader(module_name, path))
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {model_file}")
     module = importlib.util.module_from_spec(spec)
