@@ -14,8 +14,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-#: Folders that are not part of a model: Python writes ``__pycache__`` beside ``model.py`` when it
-#: imports it, so counting them would make loading a Python model a change to it (POLL reloaded it).
+#: Folders that are not part of a model: Python writes ``__pycache__`` beside a module it imports (the
+#: user's tools, another server; ours compiles models' sources without it), and counting them would
+#: make that import a change to the model (POLL reloaded it).
 _NOT_MODEL = frozenset({"__pycache__"})
 
 
