@@ -98,6 +98,7 @@ async def serve(settings: ServerSettings) -> int:
     )
     loop = asyncio.get_running_loop()
     runtime.bls = BlsServer(dataplane, loop)
+    runtime.in_flight = dataplane.in_flight
     workers: FrontendWorkers | None = None
     if settings.frontend_workers > 0:
         # The engine serves only /metrics; the workers build their own listeners (each process its own)

@@ -380,6 +380,10 @@ class DataPlane:
         stats = version.scheduler.stats
         return await cache.answer(request, model.name, version.version, stats, version.submit)
 
+    def in_flight(self) -> int:
+        """Requests being answered now (streams included; BLS calls and mirror copies are not)."""
+        return self._inflight
+
     def _done(self) -> None:
         self._inflight -= 1
         if self._inflight == 0:

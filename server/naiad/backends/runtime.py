@@ -5,11 +5,12 @@ requests go).  The composition root (:mod:`naiad.app`) makes one runtime and han
 repository creates every backend through it, and each backend that needs the server is constructed
 with it, so nothing reaches the server through a module global and two servers in one process (as
 tests make) never share state.  The data plane, which BLS requests go through, exists only after the
-repository, so the root fills ``bls`` in once it has made it.
+repository, so the root fills ``bls`` and ``in_flight`` in once it has made it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from naiad.backends import registry
@@ -30,6 +31,10 @@ class Runtime:
         #: Where BLS requests go (``None`` until the server serves, or in a tool that only loads
         #: models: a model's BLS call then fails with the reason).
         self.bls: Server | None = None
+        #: How many requests the server is answering now (the data plane's count; none until it
+        #: serves): a model process's host watches for a lone execution's results only while that
+        #: execution is the server's only work, since the watch holds the event loop.
+        self.in_flight: Callable[[], int] = _nothing
         self._backends: dict[str, Backend] = {}
 
     def backend(self, name: str) -> Backend:
@@ -42,3 +47,7 @@ class Runtime:
     def loaded_backend(self, name: str) -> Backend | None:
         """The backend called ``name`` if a model has needed it already (never imports one)."""
         return self._backends.get(name)
+
+
+def _nothing() -> int:
+    return 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -81,6 +83,23 @@ def test_the_setting_is_microseconds_and_zero_or_nonsense_fall_back_sensibly(
     assert spin_seconds() == pytest.approx(DEFAULT_SPIN_US / 1e6)
 
 
+def test_a_process_bound_to_one_cpu_does_not_watch_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On one CPU the peer a watch waits for needs that CPU: no watch by default, the setting still wins."""
+    monkeypatch.delenv(SPIN_VARIABLE, raising=False)
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs a machine with two CPUs or more")
+    assert DEFAULT_SPIN_US > 0 and spin_seconds() == pytest.approx(DEFAULT_SPIN_US / 1e6)
+    command = [
+        sys.executable,
+        "-c",
+        "from naiad.backends.python.spec import spin_seconds; print(spin_seconds())",
+    ]
+    one_cpu = ["taskset", "-c", str(min(os.sched_getaffinity(0))), *command]
+    assert float(subprocess.run(one_cpu, capture_output=True, text=True, check=True).stdout) == 0.0
+    env = {**os.environ, SPIN_VARIABLE: "50"}
+    assert float(subprocess.run(one_cpu, capture_output=True, text=True, check=True, env=env).stdout) == 50e-6
+
+
 def _cpu_seconds(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -111,3 +130,27 @@ def test_an_idle_server_after_a_burst_of_requests_uses_almost_no_cpu(tmp_path: P
         before = _cpu_seconds(tree)
         time.sleep(2.0)
         assert _cpu_seconds(tree) - before <= 0.15
+
+
+def test_a_model_called_less_often_than_the_watch_lasts_stops_watching(tmp_path: Path) -> None:
+    """Each side watches only while its last wait was shorter than the watch: a model called every
+    15 ms with a 5 ms watch blocks at once after the first long wait, so 100 calls cost its process
+    a few milliseconds of CPU, not the 0.5 s that 100 watches ending in a block anyway would."""
+    repo = tmp_path / "repo"
+    write_identity(repo, "identity", "TYPE_FP32")
+    with ServerProcess([repo], env={SPIN_VARIABLE: "5000"}) as served:
+        assert served.process is not None
+        with httpclient.InferenceServerClient(served.http_url.removeprefix("http://")) as client:
+            data = np.arange(4, dtype=np.float32)
+            tensor = httpclient.InferInput("INPUT0", [4], "FP32")
+            tensor.set_data_from_numpy(data)
+            client.infer("identity", [tensor])
+            models = descendants(served.process.pid)  # the template and the model process
+            assert len(models) == 2
+            time.sleep(0.1)
+            before = _cpu_seconds(models)
+            for _ in range(100):
+                time.sleep(0.015)
+                result = client.infer("identity", [tensor])
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+            assert _cpu_seconds(models) - before <= 0.2

@@ -120,6 +120,31 @@ _HEADER = struct.Struct("!I")
 _READ_SIZE = 1 << 16
 
 
+class Watch:
+    """Whether to watch a socket for a moment before blocking on it (:meth:`Wire.arrives_within`).
+
+    A watch pays when the message comes within it (a model process answering a light execution; the
+    next execution of a client calling one request at a time) and only costs when it does not: a
+    model called a few hundred times a second, one of many on a busy server, would burn the whole
+    watch after every execution.  So a side watches only while its last wait was shorter than the
+    watch: the wait is timed whether it watched or blocked, so one short wait turns watching back on.
+    """
+
+    __slots__ = ("_last", "limit")
+
+    def __init__(self, limit: float) -> None:
+        #: Seconds a watch lasts at most; 0 never watches.
+        self.limit = limit
+        self._last = 0.0
+
+    def worth_it(self) -> bool:
+        return self._last < self.limit
+
+    def waited(self, seconds: float) -> None:
+        """The last wait, watched or blocked, took ``seconds``."""
+        self._last = seconds
+
+
 class Wire:
     """Pickled messages on a stream socket, in frames of a 4-byte length and a pickled list.
 

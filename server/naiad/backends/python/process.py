@@ -53,7 +53,7 @@ from naiad.backends.python import bls, shm
 from naiad.backends.python.custom_metrics import CustomMetrics
 from naiad.backends.python.instance import mentions_requests
 from naiad.backends.python.launcher import Launcher
-from naiad.backends.python.messages import bls_request, pack_answer, request_message, unpack_answer
+from naiad.backends.python.messages import Watch, bls_request, pack_answer, request_message, unpack_answer
 from naiad.backends.python.spec import (
     MEMORY_LIMIT_PARAMETER,
     TIMEOUT_PARAMETER,
@@ -194,8 +194,10 @@ class ProcessModelInstance:
         self._backlog: collections.deque[tuple[Sequence[InferRequest], _Done]] = collections.deque()
         self._free_slots = list(range(PIPELINE))
         self._flushing = False
-        #: How long the loop watches for the results of a lone execution (see ``spec.SPIN_VARIABLE``).
-        self._spin = spin_seconds()
+        #: Whether the loop watches for the results of a lone execution (see ``spec.SPIN_VARIABLE``),
+        #: and when the lone execution in flight was sent (0: none is, or several are).
+        self._results_watch = Watch(spin_seconds())
+        self._lone_since = 0.0
         #: A decoupled model's executions sent from the loop whose results the loop has not had yet.
         self._ahead = 0
         #: The model process whose socket the loop watches.
@@ -622,15 +624,23 @@ class ProcessModelInstance:
     def _flush(self, child: _Child) -> None:
         """Send what this loop iteration queued for ``child``, in one write.  A lone execution's
         results are then watched for a moment on the loop (they come in tens of microseconds for a
-        light model): taken at once, they spare the loop a wake-up; under load, with several in
-        flight, the loop goes on with its other work instead."""
+        light model): taken at once, they spare the loop a wake-up.  Only while nothing else is in
+        flight, here or anywhere in the server, and the last lone execution's results came within the
+        watch: the watch holds the loop, which under load has other requests to serve."""
         self._flushing = False
         conn = child.process.conn
         try:
             conn.flush()
         except OSError:  # it ended: its reader sees EOF and fails what was sent
             return
-        if self._spin and len(self._sent) == 1 and conn.arrives_within(self._spin):
+        watch = self._results_watch
+        if not watch.limit:
+            return
+        if len(self._sent) != 1:
+            self._lone_since = 0.0
+            return
+        self._lone_since = time.perf_counter()
+        if watch.worth_it() and self._runtime.in_flight() <= 1 and conn.arrives_within(watch.limit):
             self._readable(child)
 
     def _readable(self, child: _Child) -> None:
@@ -650,6 +660,9 @@ class ProcessModelInstance:
                 conn.send(self._running[message[1]][message[2]].cancelled)
                 continue
             _, key, slot, requests, done, fresh = self._sent.popleft()
+            if self._lone_since:
+                self._results_watch.waited(time.perf_counter() - self._lone_since)
+                self._lone_since = 0.0
             self._finish(key, False, fresh)
             self._free_slots.append(slot)
             try:

@@ -35,22 +35,32 @@ ENV_PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY_PLACEHOLDER = "$$TRITON_MODEL_DIRECTORY"
 #: Microseconds a model process that answered its executions, and the engine that sent a model
 #: process its only execution in flight, watch the socket for the next message before they block
-#: (environment variable, read by the engine and its model processes; 0, the default, blocks at
-#: once).  Off by default: on this project's 2-core VM a 100 us watch cost about 150 CPU-us per
-#: request at concurrency 1 and moved its p50 latency by less than the noise (370 -> 361 us;
-#: benchmarks/isolation, sixth session), so it is an opt-in for hosts where a wake-up from a
-#: blocking read costs more.  Bounded either way, yielding the core meanwhile
-#: (see ``Wire.arrives_within``).
+#: (environment variable, read by the engine and its model processes; 0 blocks at once).  A process
+#: woken from a blocking read costs both sides tens of microseconds of CPU and as much latency; a
+#: short watch spares that when the message is near.  Each side watches only while its last wait was
+#: shorter than the watch (``messages.Watch``), so a model whose next execution comes later (most
+#: models of a busy multi-model server, a slow client) does not pay for watches that end in a block
+#: anyway; the engine watches only while the execution is the server's only request, since its watch
+#: holds the event loop.  200 us: HTTP ``add_sub`` at concurrency 1 answered in 121 us instead of
+#: 237 (126 with the model in the engine), and at 16 connections +2% CPU per request, +3% requests/s
+#: (benchmarks/isolation, fifteenth session).  Bounded either way, yielding the core meanwhile (see
+#: ``Wire.arrives_within``).
 SPIN_VARIABLE = "NAIAD_PROCESS_SPIN_US"
-DEFAULT_SPIN_US = 0.0
+DEFAULT_SPIN_US = 200.0
 
 
 def spin_seconds() -> float:
-    """The watch of :data:`SPIN_VARIABLE` in seconds (the default if unset or not a number >= 0)."""
+    """The watch of :data:`SPIN_VARIABLE` in seconds (the default if unset or not a number >= 0).
+
+    The default is no watch for a process that may run on one CPU only (``taskset``, a Kubernetes
+    pod given whole CPUs by the static CPU manager): the peer it waits for needs that very CPU, and
+    on one core a watch measured worse than none (HTTP ``add_sub`` at concurrency 1: 258 us against
+    205)."""
+    default = DEFAULT_SPIN_US if len(os.sched_getaffinity(0)) > 1 else 0.0
     try:
-        value = float(os.environ.get(SPIN_VARIABLE, DEFAULT_SPIN_US))
+        value = float(os.environ.get(SPIN_VARIABLE, default))
     except ValueError:
-        value = DEFAULT_SPIN_US
+        value = default
     return max(value, 0.0) / 1e6
 
 

@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,14 @@ from naiad.backends.python import bls, logrelay, pb_utils, shm
 from naiad.backends.python.custom_metrics import Publisher
 from naiad.backends.python.host import auto_complete_config
 from naiad.backends.python.instance import PythonModelInstance
-from naiad.backends.python.messages import PackedAnswer, Wire, bls_message, pack_answer, unpack_answer
+from naiad.backends.python.messages import (
+    PackedAnswer,
+    Watch,
+    Wire,
+    bls_message,
+    pack_answer,
+    unpack_answer,
+)
 from naiad.backends.python.response import to_pb_response
 from naiad.backends.python.spec import spin_seconds
 from naiad.core.allocator import pin_thresholds
@@ -80,8 +88,8 @@ class _Channel:
         #: The streamed BLS calls whose final answer has not come, by number (see :class:`_Stream`).
         self._streams: dict[int, _Stream] = {}
         self._numbers = itertools.count(1)
-        #: How long to watch for the next execution before blocking (see ``spec.SPIN_VARIABLE``).
-        self._spin = spin_seconds()
+        #: Whether to watch for the next execution before blocking (see ``spec.SPIN_VARIABLE``).
+        self._watch = Watch(spin_seconds())
         if routed:
             self._work, self._replies = queue.SimpleQueue(), queue.SimpleQueue()
             threading.Thread(target=self._route, name="naiad-channel-reader", daemon=True).start()
@@ -197,10 +205,17 @@ class _Channel:
                 raise EOFError
             return work
         conn = self.conn
-        if wait and self._spin and not conn.has_message():
-            conn.arrives_within(self._spin)  # the next execution is often near: no wake-up then
+        watch = self._watch
+        waiting_since = 0.0
+        if wait and watch.limit and not conn.has_message():
+            waiting_since = time.perf_counter()
+            if watch.worth_it():
+                conn.arrives_within(watch.limit)  # the next execution is often near: no wake-up then
         while wait or conn.has_message():
             message: tuple[Any, ...] = conn.receive()
+            if waiting_since:
+                watch.waited(time.perf_counter() - waiting_since)
+                waiting_since = 0.0
             if message[0] == "stream":  # a streamed call's answer nobody was reading for
                 self._deliver(message)
                 continue
