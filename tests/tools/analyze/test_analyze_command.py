@@ -80,7 +80,8 @@ def _config(path: Path) -> model_config_pb2.ModelConfig:
 
 
 def _files(repository: Path) -> dict[Path, bytes]:
-    """The repository's files, but for the bytecode Python caches when a server imports ``model.py``."""
+    """The repository's files, but for bytecode caches (``__pycache__``: not part of a model, whoever
+    writes one)."""
     return {p: p.read_bytes() for p in repository.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
 
