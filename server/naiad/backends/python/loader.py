@@ -11,7 +11,8 @@ imported inside ``execute`` (rather than at module level or in ``initialize``) i
 Models' sources are compiled every time they load, never taken from a ``__pycache__``: Python trusts a
 cached file when the source's size and modification time in whole seconds match, so a ``model.py``
 edited to one of the same size within a second of its last import (a one-character fix, a changed
-constant) would run its old code after the reload that was meant to pick it up.
+constant) would run its old code after the reload that was meant to pick it up.  (Triton 2.51's stub
+imports through the cache, and its reload serves the old code in that case: checked side by side.)
 """
 
 from __future__ import annotations
