@@ -672,14 +672,25 @@ def write_seeded(repo: Path, name: str, data_file: str, seed: bytes, data_type: 
     path.write_bytes(seed)
 
 
+#: Long enough that no sequence of the interleaving tests is forgotten while a loaded machine stalls its
+#: client (Triton's default, 1 s, was crossed once with six test processes on two cores);
+#: ``forgetful`` tests the idle timeout itself.
+PATIENT_US = 30_000_000
+
+
 def write_sequences(repo: Path) -> None:
     direct = "direct { }"
     oldest = "oldest { max_candidate_sequences: 16 preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 2000 }"
-    write_model(repo, "accumulator", accumulator_config("accumulator", direct, "TYPE_UINT64"), ACCUMULATOR_PY)
+    write_model(
+        repo,
+        "accumulator",
+        accumulator_config("accumulator", direct, "TYPE_UINT64", idle_us=PATIENT_US),
+        ACCUMULATOR_PY,
+    )
     write_model(
         repo,
         "dyna_accumulator",
-        accumulator_config("dyna_accumulator", oldest, "TYPE_STRING", END_CONTROL),
+        accumulator_config("dyna_accumulator", oldest, "TYPE_STRING", END_CONTROL, idle_us=PATIENT_US),
         ACCUMULATOR_PY,
     )
     write_model(
