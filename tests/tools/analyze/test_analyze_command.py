@@ -70,6 +70,13 @@ def analyze(repo: Path, out: Path, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+def _said(done: subprocess.CompletedProcess[str], out: Path) -> str:
+    """What the command printed, and the end of its server's log (why a load failed is there)."""
+    log = out / "server.log"
+    tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no server log)"
+    return f"{done.stdout}{done.stderr}\n--- server.log ---\n{tail}"
+
+
 def _candidates(out: Path) -> list[dict[str, str]]:
     with (out / "candidates.csv").open() as handle:
         return list(csv.DictReader(handle))
@@ -89,7 +96,7 @@ def test_batching_wins_for_the_mlp_and_the_python_model(repository: Path, tmp_pa
     files_before = _files(repository)
     out = tmp_path / "out"
     done = analyze(repository, out, "mlp", "sleepy", "--concurrency", "8", "--latency-budget-ms", "2000", *FAST)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, _said(done, out)
     rows = _candidates(out)
     for model in ("mlp", "sleepy"):
         ranked = [r for r in rows if r["Model"] == model]
@@ -117,7 +124,7 @@ def test_nothing_over_the_latency_budget_wins(repository: Path, tmp_path: Path) 
     # every execution sleeps 10 ms: no candidate can answer within 2 ms
     done = analyze(repository, out, "sleepy", "--mode", "brute", "--concurrency", "1", "--latency-budget-ms", "2",
                    *FAST)
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 1, _said(done, out)
     assert "sleepy: no candidate met the constraints" in done.stdout
     assert not (out / "sleepy" / "config.pbtxt").exists()
     rows = _candidates(out)
