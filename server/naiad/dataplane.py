@@ -363,22 +363,19 @@ class DataPlane:
         """The model's answer, counted in flight (a drain waits for it), named as Triton names it."""
         self._inflight += 1
         self._idle.clear()
+        cache = self.response_cache
         try:
-            response = await self._answer(request, model, version)
+            if cache is None or not model.caches_responses or version.scheduler is None:
+                response = await version.submit(request)
+            else:  # from the response cache when the model uses it and has this one
+                stats = version.scheduler.stats
+                response = await cache.answer(request, model.name, version.version, stats, version.submit)
         finally:
             self._done()
         response.model_name = model.name
         response.model_version = str(version.version)
         response.id = request.id
         return response
-
-    async def _answer(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
-        """The model's answer: from the response cache when the model uses it and has this one."""
-        cache = self.response_cache
-        if cache is None or not model.caches_responses or version.scheduler is None:
-            return await version.submit(request)
-        stats = version.scheduler.stats
-        return await cache.answer(request, model.name, version.version, stats, version.submit)
 
     def in_flight(self) -> int:
         """Requests being answered now (streams included; BLS calls and mirror copies are not)."""
@@ -506,25 +503,27 @@ async def _mirrored(version: ModelVersion, request: InferRequest) -> None:
 
 
 def _streamed_outputs(request: InferRequest, produced: list[Tensor]) -> list[Tensor]:
-    """The requested outputs a streamed response carries (each response may carry some of them)."""
+    """The requested outputs a streamed response carries (each response may carry some of them), in
+    the order the model produced them."""
     if request.outputs is None:
         return produced
-    by_name = {t.name: t for t in produced}
-    return [by_name[output.name] for output in request.outputs if output.name in by_name]
+    wanted = {output.name for output in request.outputs}
+    return [tensor for tensor in produced if tensor.name in wanted]
 
 
 def _select_outputs(request: InferRequest, signature: ModelSignature, produced: list[Tensor]) -> list[Tensor]:
-    """The outputs the client asked for, in the order it asked (config order when it named none)."""
-    by_name = {t.name: t for t in produced}
+    """The outputs the client asked for (all of them when it named none), in the order the model
+    produced them, as Triton answers: its response carries a backend's outputs in the order the
+    backend made them, whatever order the request named them in (checked against Triton 2.51 with a
+    Python model returning its outputs out of config order, HTTP and gRPC)."""
     if request.outputs is None:
-        ordered = [by_name.pop(s.name) for s in signature.outputs if s.name in by_name]
-        return ordered + list(by_name.values())
-    selected: list[Tensor] = []
-    for output in request.outputs:
-        tensor = by_name.get(output.name)
-        if tensor is None:
-            raise InvalidArgumentError(
-                f"model '{signature.name}' did not produce the requested output '{output.name}'"
-            )
-        selected.append(tensor)
+        return produced
+    wanted = {output.name for output in request.outputs}
+    selected = [tensor for tensor in produced if tensor.name in wanted]
+    if len(selected) < len(wanted):
+        made = {tensor.name for tensor in selected}
+        missing = next(output.name for output in request.outputs if output.name not in made)
+        raise InvalidArgumentError(
+            f"model '{signature.name}' did not produce the requested output '{missing}'"
+        )
     return selected

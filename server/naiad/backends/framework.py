@@ -64,9 +64,12 @@ BindingT = TypeVar("BindingT", bound=TensorBinding)
 class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
     """A :class:`~naiad.backends.base.ModelInstance` that runs each group of requests as one model call.
 
-    ``inputs`` and ``outputs`` are the configured tensors by name, outputs in config order (the order of
-    a response that asks for every output).  ``ragged`` names the inputs fed flattened and joined end to
-    end (``allow_ragged_batch``): they do not constrain which requests batch together.
+    ``inputs`` and ``outputs`` are the configured tensors by name.  ``ragged`` names the inputs fed
+    flattened and joined end to end (``allow_ragged_batch``): they do not constrain which requests
+    batch together.  ``response_order`` is the order responses carry their outputs in, whatever order
+    the config or the request names them in, as Triton's backends answer: by name by default (its ONNX
+    Runtime and PyTorch backends keep a model's outputs in a ``std::map``), the engine's order for
+    TensorRT (its backend walks the engine's tensors).
     """
 
     #: Prefix of the INTERNAL error an unexpected exception of the model call becomes (Triton's wording).
@@ -79,6 +82,7 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
         inputs: dict[str, BindingT],
         outputs: dict[str, BindingT],
         ragged: frozenset[str] = frozenset(),
+        response_order: Sequence[str] | None = None,
     ) -> None:
         self.model_name = context.model_name
         self.model_version = str(context.model_version)
@@ -87,6 +91,8 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
         self._inputs = inputs
         self._outputs = outputs
         self._ragged = ragged
+        order = sorted(outputs) if response_order is None else [n for n in response_order if n in outputs]
+        self._response_order = tuple(order)
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
         """One result per request, in order, with one model call per group of batchable requests."""
@@ -193,9 +199,13 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
         return batching.split_batch(array, sizes)
 
     def _response(self, request: InferRequest, produced: dict[str, Array]) -> InferResponse:
-        """The request's outputs, in the order it asked for them (config order when it asked for all)."""
-        names = [o.name for o in request.outputs] if request.outputs else list(self._outputs)
-        outputs = [Tensor(n, self._outputs[n].datatype, produced[n]) for n in names if n in produced]
+        """The outputs the request asked for (all when it named none), in ``response_order``."""
+        wanted = {o.name for o in request.outputs} if request.outputs else None
+        outputs = [
+            Tensor(name, self._outputs[name].datatype, produced[name])
+            for name in self._response_order
+            if name in produced and (wanted is None or name in wanted)
+        ]
         return InferResponse(self.model_name, self.model_version, request.id, outputs)
 
 

@@ -198,3 +198,31 @@ def test_configless_model_without_its_file_is_unavailable(tmp_path: Path) -> Non
     config = parse_text('backend: "onnxruntime"')
     with pytest.raises(UnavailableError, match=r"unable to find .*model\.onnx' for model 'empty'"):
         get_backend("onnxruntime").auto_complete(config, tmp_path / "empty", tmp_path / "empty" / "1")
+
+
+@pytest.mark.parametrize("asked", [None, ["z", "a"], ["a", "z"], ["z"]])
+def test_responses_carry_outputs_by_name_whatever_order_the_config_or_request_gives(
+    tmp_path: Path, instances: LoadInstance, asked: list[str] | None
+) -> None:
+    """As Triton's ONNX Runtime backend answers: it keeps a model's outputs in a ``std::map``, so a
+    response lists them by name, not in the graph's, the config's or the request's order."""
+    model_dir = write_model(
+        tmp_path,
+        "two_heads",
+        [helper.make_node("Identity", ["x"], ["z"]), helper.make_node("Neg", ["x"], ["a"])],
+        [tensor_info("x", TensorProto.FLOAT, [2])],
+        [tensor_info("z", TensorProto.FLOAT, [2]), tensor_info("a", TensorProto.FLOAT, [2])],
+        """
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]
+        output [ { name: "z" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "a" data_type: TYPE_FP32 dims: [ 2 ] } ]
+        """,
+    )
+    x = np.array([1.5, -2.0], dtype=np.float32)
+    [result] = instances(model_dir).execute([request("two_heads", {"x": x}, asked)])
+    assert isinstance(result, InferResponse)
+    names = [tensor.name for tensor in result.outputs]
+    assert names == sorted(asked or ["z", "a"])
+    values = {tensor.name: tensor.data for tensor in result.outputs}
+    np.testing.assert_array_equal(values["z"], x)
+    if "a" in names:
+        np.testing.assert_array_equal(values["a"], -x)

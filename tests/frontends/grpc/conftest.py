@@ -1,8 +1,9 @@
 """Servers for the gRPC tests: real ``naiad serve`` processes over small Python-backend models.
 
 Every datatype gets an identity model (``identity_fp32``...), so what a client sends comes back
-byte for byte; ``add_sub`` is the example repository's; ``decoupled`` is a decoupled model (ModelInfer
-must refuse it before running anything).
+byte for byte; ``add_sub`` is the example repository's, and ``sub_add`` the same model returning its
+outputs in the other order (``OUTPUT1`` first); ``decoupled`` is a decoupled model (ModelInfer must
+refuse it before running anything).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import modes
+from tests.support.models import SUB_ADD_PY
 from tests.support.server import EXAMPLES, ServerProcess
 
 # Every test through a server taking frontend_workers runs in both server modes (tests.support.modes).
@@ -39,9 +41,9 @@ class TritonPythonModel:
 """
 
 
-def _model(root: Path, name: str, config: str) -> None:
+def _model(root: Path, name: str, config: str, source: str = _IDENTITY) -> None:
     (root / name / "1").mkdir(parents=True)
-    (root / name / "1" / "model.py").write_text(textwrap.dedent(_IDENTITY))
+    (root / name / "1" / "model.py").write_text(textwrap.dedent(source))
     (root / name / "config.pbtxt").write_text(textwrap.dedent(config))
 
 
@@ -53,6 +55,8 @@ def _config_type(datatype: str) -> str:
 def grpc_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("grpc_models")
     shutil.copytree(EXAMPLES / "add_sub", root / "add_sub")
+    config = (EXAMPLES / "add_sub" / "config.pbtxt").read_text().replace('"add_sub"', '"sub_add"')
+    _model(root, "sub_add", config, SUB_ADD_PY)
     for datatype in DATATYPES:
         _model(root, f"identity_{datatype.lower()}", f"""
             backend: "python"

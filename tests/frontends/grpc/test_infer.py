@@ -86,13 +86,23 @@ def test_add_sub_through_tritonclient(client: grpcclient.InferenceServerClient) 
     assert len(response.raw_output_contents) == 2
 
 
-def test_requested_outputs_come_in_the_order_asked(client: grpcclient.InferenceServerClient) -> None:
-    a, b = np.ones(4, dtype=np.float32), np.ones(4, dtype=np.float32)
-    outputs = [grpcclient.InferRequestedOutput("OUTPUT1"), grpcclient.InferRequestedOutput("OUTPUT0")]
-    response = client.infer("add_sub", _add_sub_inputs(a, b), outputs=outputs).get_response()
-    assert [o.name for o in response.outputs] == ["OUTPUT1", "OUTPUT0"]
-    only = client.infer("add_sub", _add_sub_inputs(a, b), outputs=outputs[:1]).get_response()
-    assert [o.name for o in only.outputs] == ["OUTPUT1"]
+@pytest.mark.parametrize("model", ["add_sub", "sub_add"])
+def test_outputs_come_in_the_order_the_model_made_them(
+    client: grpcclient.InferenceServerClient, model: str
+) -> None:
+    """As Triton 2.51 answers (checked side by side): the order a Python model returned its outputs
+    in, whether the request named them (in either order) or not; not the config's or the request's."""
+    made = ["OUTPUT0", "OUTPUT1"] if model == "add_sub" else ["OUTPUT1", "OUTPUT0"]
+    a, b = np.full(4, 3, dtype=np.float32), np.ones(4, dtype=np.float32)
+    for names in (None, ["OUTPUT1", "OUTPUT0"], ["OUTPUT0", "OUTPUT1"]):
+        outputs = None if names is None else [grpcclient.InferRequestedOutput(n) for n in names]
+        result = client.infer(model, _add_sub_inputs(a, b), outputs=outputs)
+        assert [o.name for o in result.get_response().outputs] == made
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    only = client.infer(model, _add_sub_inputs(a, b), outputs=[grpcclient.InferRequestedOutput("OUTPUT1")])
+    assert [o.name for o in only.get_response().outputs] == ["OUTPUT1"]
+    np.testing.assert_array_equal(only.as_numpy("OUTPUT1"), a - b)
 
 
 @pytest.mark.parametrize("datatype", DATATYPES)

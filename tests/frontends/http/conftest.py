@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import modes
 from tests.support.http import RawClient
-from tests.support.models import identity_config, write_identity, write_model
+from tests.support.models import SUB_ADD_PY, identity_config, write_identity, write_model
 from tests.support.server import ServerProcess
 
 # Every test through a server taking frontend_workers runs in both server modes (tests.support.modes).
@@ -96,6 +96,8 @@ def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository
     for name in ("add_sub", "simple_identity", "simple"):
         if (example_repository / name).exists():
             shutil.copytree(example_repository / name, repo / name)
+    config = (example_repository / "add_sub" / "config.pbtxt").read_text().replace('"add_sub"', '"sub_add"')
+    write_model(repo, "sub_add", config, SUB_ADD_PY)
     for dtype in DTYPES[:-1]:
         write_identity(repo, f"identity_{dtype.lower()}", _dtype_name(dtype))
     # as_numpy() refuses BF16 (DTYPES' last), as in Triton: that identity passes it through DLPack

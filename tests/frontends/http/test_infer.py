@@ -51,6 +51,23 @@ def test_no_outputs_requested_returns_all(client: httpclient.InferenceServerClie
     assert [o["name"] for o in result.get_response()["outputs"]] == ["OUTPUT0", "OUTPUT1"]
 
 
+@pytest.mark.parametrize("binary", [False, True])
+def test_outputs_come_in_the_order_the_model_made_them(
+    client: httpclient.InferenceServerClient, binary: bool
+) -> None:
+    """As Triton 2.51 answers (checked side by side): the order the Python model returned its outputs
+    in (``sub_add``: OUTPUT1 first), whether the request named them (in either order) or not."""
+    for names in (None, ["OUTPUT0", "OUTPUT1"], ["OUTPUT1", "OUTPUT0"]):
+        outputs = (
+            None if names is None else [httpclient.InferRequestedOutput(n, binary_data=binary) for n in names]
+        )
+        for model, made in (("add_sub", ["OUTPUT0", "OUTPUT1"]), ("sub_add", ["OUTPUT1", "OUTPUT0"])):
+            result = client.infer(model, _add_sub_inputs(binary), outputs=outputs)
+            assert [o["name"] for o in result.get_response()["outputs"]] == made
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [2.0, 3.0, 4.0, 5.0])
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), [1.0, 1.0, 2.0, 3.0])
+
+
 def test_requested_output_subset_and_order(client: httpclient.InferenceServerClient) -> None:
     outputs = [httpclient.InferRequestedOutput("OUTPUT1", binary_data=False)]
     result = client.infer("add_sub", _add_sub_inputs(False), outputs=outputs, model_version="1")

@@ -39,7 +39,8 @@ class TensorRTInstance(FrameworkInstance[Engine, Binding]):
         inputs: dict[str, Binding],
         outputs: dict[str, Binding],
     ) -> None:
-        super().__init__(context, engine, inputs, outputs)
+        engine_order = [t.name for t in described if not t.is_input]
+        super().__init__(context, engine, inputs, outputs, response_order=engine_order)
         self._device = torch.device("cuda", context.device_id)
         self._engine_inputs = [t for t in described if t.is_input]
         self._engine_outputs = [t for t in described if not t.is_input]
