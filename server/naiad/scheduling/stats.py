@@ -22,6 +22,7 @@ LATENCY_BUCKETS_NS: tuple[int, ...] = (
     500_000_000, 1_000_000_000, 2_500_000_000, 5_000_000_000, 10_000_000_000, 30_000_000_000,
     60_000_000_000,
 )  # fmt: skip
+_FIRST_BUCKET_NS = LATENCY_BUCKETS_NS[0]
 
 #: One successful request's durations for the latency summaries: (monotonic ns when recorded, request,
 #: queue, compute input, compute infer, compute output), all ns; the compute ones are :data:`NOT_COMPUTED`
@@ -175,10 +176,13 @@ class SchedulerStats:
         batch.compute_output_ns += output_ns
 
     def observe(self, request_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """Bucket one successful request's durations (a few C-level bisects and adds)."""
-        self.request_buckets[bisect_left(LATENCY_BUCKETS_NS, request_ns)] += 1
-        self.queue_buckets[bisect_left(LATENCY_BUCKETS_NS, queue_ns)] += 1
-        self.compute_buckets[bisect_left(LATENCY_BUCKETS_NS, input_ns + infer_ns + output_ns)] += 1
+        """Bucket one successful request's durations (a few C-level bisects and adds; none for a
+        duration in the first bucket, where a light model's requests and queue times all fall)."""
+        first = _FIRST_BUCKET_NS
+        compute_ns = input_ns + infer_ns + output_ns
+        self.request_buckets[0 if request_ns <= first else bisect_left(LATENCY_BUCKETS_NS, request_ns)] += 1
+        self.queue_buckets[0 if queue_ns <= first else bisect_left(LATENCY_BUCKETS_NS, queue_ns)] += 1
+        self.compute_buckets[0 if compute_ns <= first else bisect_left(LATENCY_BUCKETS_NS, compute_ns)] += 1
         samples = self.samples
         if samples is not None:
             samples.append((time.monotonic_ns(), request_ns, queue_ns, input_ns, infer_ns, output_ns))
