@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Container
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -444,7 +444,7 @@ class DataPlane:
                         answer.model_name = model.name
                         answer.model_version = str(version.version)
                         answer.id = request.id
-                        answer.outputs = _streamed_outputs(request, answer.outputs)
+                        answer.outputs = _select_outputs(request, signature, answer.outputs)
                     yield answer, final
         finally:
             self._done()
@@ -502,28 +502,18 @@ async def _mirrored(version: ModelVersion, request: InferRequest) -> None:
         _log.exception("mirror request to '%s' version %d failed", request.model_name, version.version)
 
 
-def _streamed_outputs(request: InferRequest, produced: list[Tensor]) -> list[Tensor]:
-    """The requested outputs a streamed response carries (each response may carry some of them), in
-    the order the model produced them."""
-    if request.outputs is None:
-        return produced
-    wanted = {output.name for output in request.outputs}
-    return [tensor for tensor in produced if tensor.name in wanted]
-
-
 def _select_outputs(request: InferRequest, signature: ModelSignature, produced: list[Tensor]) -> list[Tensor]:
-    """The outputs the client asked for (all of them when it named none), in the order the model
-    produced them, as Triton answers: its response carries a backend's outputs in the order the
-    backend made them, whatever order the request named them in (checked against Triton 2.51 with a
-    Python model returning its outputs out of config order, HTTP and gRPC)."""
+    """What a response carries of the outputs the model produced, as Triton answers (checked side by
+    side with Triton 2.51, HTTP and gRPC): those the request named, or the config's when it named none,
+    in the order the model produced them, whatever order the request named them in.  An output the
+    model produced outside its config is left out; one it did not produce is not in the answer, which
+    is no error (Triton's Python backend prunes a response to the requested names, which Triton fills
+    with the config's outputs when a request names none)."""
     if request.outputs is None:
-        return produced
-    wanted = {output.name for output in request.outputs}
-    selected = [tensor for tensor in produced if tensor.name in wanted]
-    if len(selected) < len(wanted):
-        made = {tensor.name for tensor in selected}
-        missing = next(output.name for output in request.outputs if output.name not in made)
-        raise InvalidArgumentError(
-            f"model '{signature.name}' did not produce the requested output '{missing}'"
-        )
-    return selected
+        wanted: Container[str] = signature.outputs_by_name
+    else:
+        wanted = {output.name for output in request.outputs}
+    for tensor in produced:
+        if tensor.name not in wanted:
+            return [tensor for tensor in produced if tensor.name in wanted]
+    return produced

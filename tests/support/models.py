@@ -19,6 +19,38 @@ class TritonPythonModel:
         return responses
 """
 
+#: ``add_sub`` (the example's config under another name) returning an output its config lacks
+#: (``EXTRA``) between the two it has.
+EXTRA_OUTPUT_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            outputs = [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("EXTRA", a * b), pb_utils.Tensor("OUTPUT1", a - b)]
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+
+#: ``add_sub`` (the example's config under another name) returning only ``OUTPUT1``.
+ONE_OUTPUT_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+
 #: ``add_sub`` (the example's config under another name) returning its outputs out of config order.
 SUB_ADD_PY = """
 import triton_python_backend_utils as pb_utils

@@ -8,6 +8,7 @@ their tests match on them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from naiad.core.errors import InvalidArgumentError, RankError
@@ -82,6 +83,10 @@ class ModelSignature:
 
     def output_spec(self, name: str) -> TensorSpec | None:
         return self._outputs.get(name)
+
+    @property
+    def outputs_by_name(self) -> Mapping[str, TensorSpec]:
+        return self._outputs
 
     def validate(self, request: InferRequest) -> int:
         """Check ``request`` against the signature; return its batch size (1 when not batching).

@@ -10,7 +10,14 @@ import pytest
 
 from tests.support import modes
 from tests.support.http import RawClient
-from tests.support.models import SUB_ADD_PY, identity_config, write_identity, write_model
+from tests.support.models import (
+    EXTRA_OUTPUT_PY,
+    ONE_OUTPUT_PY,
+    SUB_ADD_PY,
+    identity_config,
+    write_identity,
+    write_model,
+)
 from tests.support.server import ServerProcess
 
 # Every test through a server taking frontend_workers runs in both server modes (tests.support.modes).
@@ -96,8 +103,13 @@ def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository
     for name in ("add_sub", "simple_identity", "simple"):
         if (example_repository / name).exists():
             shutil.copytree(example_repository / name, repo / name)
-    config = (example_repository / "add_sub" / "config.pbtxt").read_text().replace('"add_sub"', '"sub_add"')
-    write_model(repo, "sub_add", config, SUB_ADD_PY)
+    add_sub_config = (example_repository / "add_sub" / "config.pbtxt").read_text()
+    for name, source in (
+        ("sub_add", SUB_ADD_PY),
+        ("extra_output", EXTRA_OUTPUT_PY),
+        ("one_output", ONE_OUTPUT_PY),
+    ):
+        write_model(repo, name, add_sub_config.replace('"add_sub"', f'"{name}"'), source)
     for dtype in DTYPES[:-1]:
         write_identity(repo, f"identity_{dtype.lower()}", _dtype_name(dtype))
     # as_numpy() refuses BF16 (DTYPES' last), as in Triton: that identity passes it through DLPack

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -66,6 +67,44 @@ def test_outputs_come_in_the_order_the_model_made_them(
             assert [o["name"] for o in result.get_response()["outputs"]] == made
             np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [2.0, 3.0, 4.0, 5.0])
             np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), [1.0, 1.0, 2.0, 3.0])
+
+
+def test_an_output_outside_the_config_is_left_out_and_a_missing_one_is_no_error(raw: RawClient) -> None:
+    """As Triton 2.51 answers (checked side by side): a response carries only outputs the request
+    named, or the config's when it named none; one the model did not make is simply absent."""
+    inputs = [
+        {"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]},
+        {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": [1, 1, 1, 1]},
+    ]
+
+    def answer(model: str, outputs: list[str] | None) -> tuple[int, dict[str, Any]]:
+        body: dict[str, Any] = {"inputs": inputs}
+        if outputs is not None:
+            body["outputs"] = [{"name": name} for name in outputs]
+        response = raw.post_json(f"/v2/models/{model}/infer", body)
+        return response.status, response.json()
+
+    status, body = answer("extra_output", None)
+    assert status == 200
+    assert [(o["name"], o["data"]) for o in body["outputs"]] == [
+        ("OUTPUT0", [2.0, 3.0, 4.0, 5.0]),
+        ("OUTPUT1", [0.0, 1.0, 2.0, 3.0]),
+    ]
+    assert answer("extra_output", ["EXTRA"]) == (
+        400,
+        {"error": "unexpected inference output 'EXTRA' for model 'extra_output'"},
+    )
+    status, body = answer("one_output", None)
+    assert (status, [o["name"] for o in body["outputs"]]) == (200, ["OUTPUT1"])
+    status, body = answer("one_output", ["OUTPUT0", "OUTPUT1"])
+    assert (status, [(o["name"], o["data"]) for o in body["outputs"]]) == (
+        200,
+        [("OUTPUT1", [0.0, 1.0, 2.0, 3.0])],
+    )
+    assert answer("one_output", ["OUTPUT0"]) == (
+        200,
+        {"model_name": "one_output", "model_version": "1", "outputs": []},
+    )
 
 
 def test_requested_output_subset_and_order(client: httpclient.InferenceServerClient) -> None:
