@@ -3,8 +3,9 @@
 ``run.py`` (1) reads the engine's CPU time under real load, which on a shared 2-core machine mixes
 the request path with wake-ups, context switches and tick-based CPU accounting.  This drives the
 same code with none of that: ``Infer`` frames, encoded as a worker encodes them (inputs in a real
-request arena), are handed to the engine's channel (:class:`naiad.ipc.channel.Channel`) in batches
-of ``--batch`` per read; the answers are encoded and written to a transport that drops them.  Per
+request arena; checked against the published catalog, so the engine does not check them again),
+are handed to the engine's channel (:class:`naiad.ipc.channel.Channel`) in batches of ``--batch``
+per read; the answers are encoded and written to a transport that drops them.  Per
 request it measures the process's CPU time (``time.process_time``) of:
 
 - **engine path**: channel decode, :class:`naiad.engine.link.WorkerLink`, the data plane, the
@@ -86,6 +87,8 @@ async def _measure(
     request_fd = arena.create("bench-requests", ARENA_SIZE)
     response_fd = arena.create("bench-responses", ARENA_SIZE)
     worker_side = Arena(request_fd, ARENA_SIZE, writable=True)
+    published = PublishedSignatures()
+    published.update(1, dataplane.registry.models())
     link = WorkerLink(
         0,
         dataplane,
@@ -93,12 +96,13 @@ async def _measure(
         Arena(response_fd, ARENA_SIZE, writable=True),
         _calls,
         lambda _: None,
-        PublishedSignatures(),
+        published,
     )
     channel: Channel[ToEngine] = Channel(ToEngine, link.on_message, link.on_lost)
     channel.connection_made(_Dropped())  # type: ignore[arg-type]
     link.bind(channel)
     message = tensors.request_message(request, worker_side, [])  # one input block, read by every request
+    message.validated = 1  # checked against the published catalog, as a worker checks it
     encoder = msgspec.msgpack.Encoder()
 
     def frame(request_id: int) -> bytes:

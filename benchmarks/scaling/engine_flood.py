@@ -1,0 +1,223 @@
+"""The engine saturated: its CPU per request when frontend workers send more than it can serve.
+
+``run.py`` (1) reads the engine's CPU under real load on this 2-core machine, where two frontend
+workers and the load generator share the cores with the engine: the engine is never busy for long,
+most of its wake-ups bring one or two requests, and each pays a wake-up of an idle CPU.  What bounds a
+pod on a large node (#15: "so one engine can feed 50k requests/s") is the engine's cost when it is
+the bottleneck.  This measures that, with the engine's real code on a real socket:
+
+- the **engine**: this process, pinned to one CPU, built as ``naiad serve`` builds it (a
+  :class:`~naiad.engine.link.WorkerLink` on a :class:`~naiad.ipc.channel.Channel` over one end of a
+  socketpair, the data plane, the scheduler, the model, Python models in the engine);
+- a **flood** process, pinned to the other CPU, that speaks the worker's side of the channel with the
+  least work a worker can do: ``Infer`` frames encoded once (inputs written once into the request
+  arena, the request checked against the published catalog as a worker checks it), kept ``--depth`` in
+  flight, answers counted by frame.
+
+Per request: the engine's CPU time (user + system of every thread of this process, ``getrusage``)
+over a timed window, the answers per second, and the engine's busy share of its CPU (1.0 when
+saturated).  Medians of ``--rounds``.  ``--model-processes`` runs the models in model processes
+instead (Naiad's default); they inherit the engine's CPU, so the engine then shares its core with them.
+
+usage: python benchmarks/scaling/engine_flood.py [--seconds 3] [--rounds 3] [--depth 64] [--model-processes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import signal
+import socket
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from naiad.backends.runtime import Runtime
+from naiad.core.allocator import pin_thresholds
+from naiad.dataplane import DataPlane
+from naiad.engine.link import PublishedSignatures, WorkerLink
+from naiad.ipc import arena, tensors
+from naiad.ipc.arena import Arena
+from naiad.ipc.channel import connect
+from naiad.ipc.messages import RESPONSE_ARENA, Answer, Infer, Release, ToEngine, ToWorker
+from naiad.repository.manager import ModelRepository
+from naiad.repository.registry import ModelRegistry
+
+from benchmarks.scaling.engine_path import ARENA_SIZE, _calls, _requests
+from benchmarks.scaling.run import repository, uptime
+
+_LENGTH = struct.Struct("<I")
+
+
+def _flood(sock: socket.socket, frames: list[bytes], depth: int, cpu: int, report: int) -> None:
+    """The worker's side: once told to go (one byte), ``depth`` requests in flight, a new one sent
+    for each answer, and the response-arena blocks of the answers released, as a worker releases
+    them (in one write per read); the running count of answers is kept in ``report`` (a memfd) for
+    the engine to read."""
+    os.sched_setaffinity(0, {cpu})
+    decoder = msgspec.msgpack.Decoder(ToWorker)
+    encoder = msgspec.msgpack.Encoder()
+    sock.recv(1)
+    count = len(frames)
+    sock.sendall(b"".join(frames[i % count] for i in range(depth)))
+    sent = depth
+    answered = 0
+    buffer = bytearray()
+    while True:
+        buffer += sock.recv(1 << 20)
+        start, end, frames_in = 0, len(buffer), 0
+        released: list[int] = []
+        while end - start >= 4:
+            (length,) = _LENGTH.unpack_from(buffer, start)
+            if end - start < 4 + length:
+                break
+            answer = decoder.decode(memoryview(buffer)[start + 4 : start + 4 + length])
+            if isinstance(answer, Answer) and answer.response is not None:
+                released += (ref.offset for ref in answer.response.outputs if ref.arena == RESPONSE_ARENA)
+            start += 4 + length
+            frames_in += 1
+        del buffer[:start]
+        answered += frames_in
+        os.pwrite(report, struct.pack("<Q", answered), 0)
+        out = [frames[(sent + i) % count] for i in range(frames_in)]
+        if released:
+            body = encoder.encode(Release(released))
+            out.append(_LENGTH.pack(len(body)) + body)
+        if out:
+            sock.sendall(b"".join(out))
+            sent += frames_in
+
+
+class Flood:
+    """One workload's flood process and the engine's end of its channel.  Forked before the engine
+    starts any thread (a fork copies only the forking thread)."""
+
+    def __init__(self, label: str, depth: int, cpu: int) -> None:
+        self.label = label
+        self.request_fd = arena.create("flood-requests", ARENA_SIZE)
+        self.response_fd = arena.create("flood-responses", ARENA_SIZE)
+        message = tensors.request_message(
+            _requests()[label], Arena(self.request_fd, ARENA_SIZE, writable=True), []
+        )
+        message.validated = 1  # checked against catalog 1 (published below), as a worker checks it
+        encoder = msgspec.msgpack.Encoder()
+        frames = []
+        for i in range(4096):  # ids cycle: never two in flight with one id (depth << 4096)
+            body = encoder.encode(Infer(i, message))
+            frames.append(_LENGTH.pack(len(body)) + body)
+        self.sock, flood_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.report = os.memfd_create("flood-count")
+        os.ftruncate(self.report, 8)
+        self.pid = os.fork()
+        if self.pid == 0:
+            self.sock.close()
+            try:
+                _flood(flood_end, frames, depth, cpu, self.report)
+            finally:
+                os._exit(0)
+        flood_end.close()
+
+    def answered(self) -> int:
+        return int(struct.unpack("<Q", os.pread(self.report, 8, 0))[0])
+
+    async def measure(self, dataplane: DataPlane, seconds: float, rounds: int) -> tuple[float, float, float]:
+        """(engine CPU us per request, requests/s, engine busy share): medians of ``rounds``."""
+        published = PublishedSignatures()
+        published.update(1, dataplane.registry.models())
+        link = WorkerLink(
+            0,
+            dataplane,
+            Arena(self.request_fd, ARENA_SIZE, writable=False),
+            Arena(self.response_fd, ARENA_SIZE, writable=True),
+            _calls,
+            lambda _: None,
+            published,
+        )
+        self.sock.send(b"g")
+        self.sock.setblocking(False)
+        await connect(self.sock, ToEngine, link.on_message, link.on_lost, link.bind)
+        rows = []
+        await asyncio.sleep(1.0)  # warm-up
+        for _ in range(rounds):
+            usage, wall, count = resource.getrusage(resource.RUSAGE_SELF), time.monotonic(), self.answered()
+            await asyncio.sleep(seconds)
+            after, elapsed = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - wall
+            cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+            served = self.answered() - count
+            rows.append((cpu / served * 1e6, served / elapsed, cpu / elapsed))
+        self.close()
+        assert link.channel is not None
+        link.channel.close()
+        return (
+            statistics.median(row[0] for row in rows),
+            statistics.median(row[1] for row in rows),
+            statistics.median(row[2] for row in rows),
+        )
+
+    def close(self) -> None:
+        if self.pid:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+            for fd in (self.report, self.request_fd, self.response_fd):
+                os.close(fd)
+
+
+async def _main(args: argparse.Namespace) -> None:
+    flood_cpu, engine_cpu = (int(c) for c in args.cpus.split(","))
+    os.sched_setaffinity(0, {engine_cpu})
+    floods = [Flood(label, args.depth, flood_cpu) for label in _requests()]
+    pin_thresholds()  # as ``naiad serve`` does (see naiad.core.allocator)
+    registry = ModelRegistry()
+    models = ModelRepository(
+        [repository(in_engine=not args.model_processes)], registry=registry, runtime=Runtime()
+    )
+    dataplane = DataPlane(registry, models)
+    try:
+        await models.start()
+        dataplane.started = True
+        where = "model processes (on the engine's CPU)" if args.model_processes else "the engine"
+        print(f"in flight: {args.depth}; Python models in {where}")
+        print("| workload | engine CPU per request | requests/s | engine busy |")
+        print("|---|---:|---:|---:|")
+        for flood in floods:
+            cpu, rate, busy = await flood.measure(dataplane, args.seconds, args.rounds)
+            print(f"| {flood.label} | {cpu:.1f} us | {rate:,.0f} | {busy:.0%} |", flush=True)
+    finally:
+        for flood in floods:
+            flood.close()
+        await models.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--depth", type=int, default=64, help="requests the flood keeps in flight")
+    parser.add_argument("--cpus", default="0,1", help="the flood's CPU, then the engine's")
+    parser.add_argument(
+        "--model-processes",
+        action="store_true",
+        help="run the models in model processes (Naiad's default), which share the engine's CPU",
+    )
+    args = parser.parse_args(argv)
+    print(f"uptime: {uptime()}", flush=True)
+    import uvloop
+
+    uvloop.run(_main(args))
+    print(f"uptime after: {uptime()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
