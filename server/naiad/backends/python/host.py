@@ -16,6 +16,7 @@ import contextvars
 import inspect
 import json
 import logging
+import traceback
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -43,6 +44,25 @@ MODEL_CLASS = "TritonPythonModel"
 def describe(exc: BaseException) -> str:
     """``Type: message``, how Triton shows a Python exception to clients."""
     return f"{type(exc).__name__}: {exc}"
+
+
+#: Frames of this package: not the model's, so never in the ``At:`` part of an error (see ``where``).
+_OWN_FILES = str(Path(__file__).resolve().parents[2]) + "/"
+
+
+def where(exc: BaseException) -> str:
+    """The model's frames an exception passed through, as Triton's stub appends them to the message of
+    a failed ``execute`` (pybind11's format: ``\n\nAt:\n``, then ``  file(line): function`` per frame,
+    the innermost first); "" when none of them is the model's.  Frames of this package (the code
+    calling the model, ``pb_utils``) are left out, as Triton's C++ has no Python frames."""
+    frames = [
+        (frame.f_code.co_filename, line, frame.f_code.co_name)
+        for frame, line in traceback.walk_tb(exc.__traceback__)
+        if not frame.f_code.co_filename.startswith(_OWN_FILES)
+    ]
+    if not frames:
+        return ""
+    return "\n\nAt:\n" + "".join(f"  {path}({line}): {name}\n" for path, line, name in reversed(frames))
 
 
 def _model_class(module: ModuleType, model_name: str, model_file: Path) -> type:

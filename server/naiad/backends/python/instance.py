@@ -9,18 +9,21 @@ imports no protobuf and no tritonclient, which a model process does not need.
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from naiad.backends.base import ExecuteResult
 from naiad.backends.python import bls, pb_utils
-from naiad.backends.python.host import ModelHost, describe
+from naiad.backends.python.host import ModelHost, describe, where
 from naiad.backends.python.request import ReceivedRequest
 from naiad.backends.python.response import to_results
 from naiad.backends.python.spec import ModelSpec
 from naiad.core.errors import InternalError
 from naiad.core.request import InferRequest, InferResponse
+
+log = logging.getLogger(__name__)
 
 _SERVICES = pb_utils.SERVICES
 
@@ -113,10 +116,12 @@ class PythonModelInstance:
         return [ReceivedRequest(request, outputs, decoupled) for request in requests]
 
     def _failed(self, exc: Exception, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
+        # Triton 2.51's wording (its stub's), the model's frames included (checked side by side)
         message = (
-            f"Failed to process the request(s) for model instance '{self._instance_name}', "
-            f"message: {describe(exc)}"
+            f"Failed to process the request(s) for model '{self._instance_name}', "
+            f"message: {describe(exc)}{where(exc)}"
         )
+        log.error("%s", message)  # as Triton's stub logs it
         return [InternalError(message) for _ in requests]
 
     def _results(
