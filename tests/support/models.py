@@ -19,9 +19,11 @@ class TritonPythonModel:
         return responses
 """
 
-#: ``add_sub`` (the example's config under another name) returning an output its config lacks
-#: (``EXTRA``) between the two it has.
-EXTRA_OUTPUT_PY = """
+
+def add_sub_returning(outputs: str) -> str:
+    """``model.py`` of a model with ``add_sub``'s inputs (``a`` and ``b`` in its code) whose responses
+    carry ``outputs``, a Python list of ``pb_utils.Tensor`` (for models run under ``add_sub``'s config)."""
+    return f"""
 import triton_python_backend_utils as pb_utils
 
 
@@ -31,41 +33,19 @@ class TritonPythonModel:
         for request in requests:
             a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            outputs = [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("EXTRA", a * b), pb_utils.Tensor("OUTPUT1", a - b)]
-            responses.append(pb_utils.InferenceResponse(outputs))
+            responses.append(pb_utils.InferenceResponse({outputs}))
         return responses
 """
 
-#: ``add_sub`` (the example's config under another name) returning only ``OUTPUT1``.
-ONE_OUTPUT_PY = """
-import triton_python_backend_utils as pb_utils
 
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
-
-#: ``add_sub`` (the example's config under another name) returning its outputs out of config order.
-SUB_ADD_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            outputs = [pb_utils.Tensor("OUTPUT1", a - b), pb_utils.Tensor("OUTPUT0", a + b)]
-            responses.append(pb_utils.InferenceResponse(outputs))
-        return responses
-"""
+#: Its outputs out of config order.
+SUB_ADD_PY = add_sub_returning('[pb_utils.Tensor("OUTPUT1", a - b), pb_utils.Tensor("OUTPUT0", a + b)]')
+#: An output its config lacks (``EXTRA``) between the two it has.
+EXTRA_OUTPUT_PY = add_sub_returning(
+    '[pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("EXTRA", a * b), pb_utils.Tensor("OUTPUT1", a - b)]'
+)
+#: Only ``OUTPUT1``.
+ONE_OUTPUT_PY = add_sub_returning('[pb_utils.Tensor("OUTPUT1", a - b)]')
 
 
 def write_model(repo: Path, name: str, config: str, model_py: str | None = None, version: int = 1) -> Path:
