@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from naiad.backends.python.instance import PythonModelInstance
-from naiad.core.errors import InferenceServerError
+from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferResponse
 
 from tests.backends.python.models import LoadInstance, instance_context, request, write_model
@@ -250,16 +250,8 @@ def test_async_execute_runs_on_one_loop_per_instance_from_the_instance_thread(
         ("import not_a_module_anywhere\n", "ModuleNotFoundError: No module named 'not_a_module_anywhere'"),
         ("class SomethingElse:\n    pass\n", "defines no class TritonPythonModel"),
         ("class TritonPythonModel:\n    pass\n", "has no execute() method"),
-        (
-            "class TritonPythonModel:\n"
-            "    def initialize(self, args):\n"
-            "        raise ValueError('weights missing')\n"
-            "    def execute(self, requests):\n"
-            "        return []\n",
-            "initialize() raised ValueError: weights missing",
-        ),
     ],
-    ids=["syntax-error", "import-error", "no-class", "no-execute", "initialize-raises"],
+    ids=["syntax-error", "import-error", "no-class", "no-execute"],
 )
 def test_a_model_that_cannot_load_fails_with_a_reason_naming_it(
     tmp_path: Path, model_py: str, expected: str
@@ -271,6 +263,30 @@ def test_a_model_that_cannot_load_fails_with_a_reason_naming_it(
         get_backend("python").create_instance(context)
     assert "model 'broken'" in caught.value.message
     assert expected in caught.value.message
+    assert not any(name.startswith("_naiad_model_broken") for name in sys.modules)
+
+
+def test_a_model_whose_initialize_raises_fails_with_triton_s_reason(tmp_path: Path) -> None:
+    """Triton 2.51's reason (checked side by side): its status, the exception and the model's frames,
+    the innermost first, as its stub reports them."""
+    model_dir = write_model(tmp_path, "broken", "class TritonPythonModel:\n    pass\n", FP32_IO)
+    context = instance_context(model_dir)
+    source = model_dir / "1" / "model.py"
+    source.write_text(
+        "def check(args):\n"
+        "    raise ValueError('weights missing')\n"
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        "        check(args)\n"
+        "    def execute(self, requests):\n"
+        "        return []\n"
+    )
+    with pytest.raises(InferenceServerError) as caught:
+        get_backend("python").create_instance(context)
+    assert (caught.value.code, caught.value.message) == (
+        ErrorCode.INTERNAL,
+        f"Internal: ValueError: weights missing\n\nAt:\n  {source}(2): check\n  {source}(5): initialize\n",
+    )
     assert not any(name.startswith("_naiad_model_broken") for name in sys.modules)
 
 

@@ -118,9 +118,8 @@ class ModelHost:
             return result
         except Exception as exc:
             log.exception("%s of model '%s' failed", what, self._model_name)
-            raise InternalError(
-                f"failed to load model '{self._model_name}': {what} raised {describe(exc)}"
-            ) from exc
+            # Triton 2.51's reason (checked side by side): its status, the exception, the model's frames
+            raise InternalError(f"Internal: {describe(exc)}{where(exc)}") from exc
 
     def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
         """Run ``coroutine`` to completion on this host's loop, or on a loop of its own when that one
