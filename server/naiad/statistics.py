@@ -1,7 +1,7 @@
 """The statistics extension's document, field for field as Triton's ``TRITONSERVER_ServerModelStatistics``.
 
 Every READY version is reported (models by name, versions in order) with Triton's counting:
-``queue`` and the ``compute_*`` durations count successful requests, ``inference_count`` batch
+``queue`` and the ``compute_*`` durations count successful requests, ``inference_count`` their batch
 elements, ``execution_count`` model executions, ``batch_stats`` one row per executed batch size.
 Requests answered by the response cache count in ``success``, ``queue`` and ``cache_hit``, not in the
 ``compute_*`` durations; ``cache_miss`` counts the lookups (and insertions) that found nothing, as in

@@ -39,6 +39,13 @@ class InferenceServerError(Exception):
         return f"{type(self).__name__}({self.code.name}: {self.message!r})"
 
 
+class ErrorResponse(InferenceServerError):
+    """An error a model gave as a request's response (a Python model's ``InferenceResponse(error=...)``)
+    rather than by failing: the client gets the error, and statistics and metrics count the request as
+    a success, as Triton counts it (its Python backend reports a request failed only when it could
+    send no response, e.g. ``execute`` raised; checked side by side with Triton 2.51)."""
+
+
 class InvalidArgumentError(InferenceServerError):
     code = ErrorCode.INVALID_ARG
 

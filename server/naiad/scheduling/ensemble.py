@@ -158,6 +158,7 @@ class EnsembleScheduler:
             raise
         elapsed = _MONOTONIC_NS() - start
         self.stats.success_count += 1
+        self.stats.inference_count += request.batch_size if self.batching else 1
         self.stats.success_ns += elapsed
         self.stats.compute_infer_ns += elapsed
         self.stats.observe(elapsed, 0, 0, elapsed, 0)

@@ -67,8 +67,9 @@ class SchedulerStats:
     * ``failure_count``, ``failure_ns``: failed requests and their summed time in the scheduler;
       ``failures`` splits the count by :class:`FailureReason` (every reason is always a key).
 
-    Executions: ``execution_count`` (model executions), ``inference_count`` (batch elements executed,
-    so a batch of a 1- and an 8-request counts 9), ``batches`` (batch size -> :class:`BatchStats`),
+    Executions: ``execution_count`` (model executions), ``inference_count`` (batch elements of the
+    successful requests, as Triton counts them: a batch of a 1- and an 8-request counts 9, a failed
+    request nothing; checked side by side with Triton 2.51), ``batches`` (batch size -> :class:`BatchStats`),
     ``last_inference_ms`` (wall-clock ms of the last execution's end, 0 if none).
 
     Gauge: ``pending`` (requests waiting for an instance to take them), computed when read.
@@ -164,9 +165,9 @@ class SchedulerStats:
         self.cache_miss_ns += duration_ns
 
     def execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """Count one model execution of ``batch_size`` elements."""
+        """Count one model execution of ``batch_size`` elements (``inference_count`` counts them as
+        their requests succeed)."""
         self.execution_count += 1
-        self.inference_count += batch_size
         batch = self.batches.get(batch_size)
         if batch is None:
             batch = self.batches[batch_size] = BatchStats()

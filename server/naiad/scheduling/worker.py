@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from naiad.backends.base import ExecuteResult, ModelInstance
-from naiad.core.errors import CancelledError, InferenceServerError, InternalError
+from naiad.core.errors import CancelledError, ErrorResponse, InferenceServerError, InternalError
 from naiad.core.request import InferResponse
 from naiad.scheduling.queue import QueuedRequest
 from naiad.scheduling.stats import FailureReason, SchedulerStats
@@ -92,13 +92,17 @@ class Execution:
             )
         if future.done():
             stats.fail(FailureReason.CANCELED, elapsed)
-        elif isinstance(result, InferResponse):
-            future.set_result(result)
+        elif isinstance(result, InferResponse | ErrorResponse):  # answered (an ErrorResponse: with an error)
+            if isinstance(result, InferResponse):
+                future.set_result(result)
+            else:
+                future.set_exception(result)
             queue_ns = self.dispatch_ns - entry.enqueue_ns
             input_ns = self.start_ns - self.dispatch_ns
             infer_ns = self.end_ns - self.start_ns
             output_ns = now - self.end_ns
             stats.success_count += 1
+            stats.inference_count += entry.size
             stats.success_ns += elapsed
             stats.queue_ns += queue_ns
             stats.compute_input_ns += input_ns

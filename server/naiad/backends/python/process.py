@@ -63,7 +63,7 @@ from naiad.backends.python.spec import (
 )
 from naiad.backends.python.zygote import ModelProcess, describe_status
 from naiad.backends.runtime import Runtime
-from naiad.core.errors import ErrorCode, InferenceServerError, InternalError
+from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError, InternalError
 from naiad.core.request import InferRequest, InferResponse, Tensor
 
 log = logging.getLogger(__name__)
@@ -774,8 +774,9 @@ class ProcessModelInstance:
     def _result(
         self, region: shm.Region | None, request: InferRequest, result: tuple[Any, ...]
     ) -> ExecuteResult:
-        if result[0] == "error":
-            return InferenceServerError(result[2], ErrorCode(result[1]))
+        if result[0] == "error":  # ``("error", code, message[, given as the response])``
+            error = ErrorResponse if len(result) > 3 and result[3] else InferenceServerError
+            return error(result[2], ErrorCode(result[1]))
         _, parameters, placements = result
         outputs = [Tensor(place[0], place[1], shm.copy(region, place)) for place in placements]
         return InferResponse(self._model_name, self._model_version, request.id, outputs, parameters)

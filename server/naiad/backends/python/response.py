@@ -15,7 +15,7 @@ import numpy as np
 
 from naiad.backends.base import ExecuteResult
 from naiad.backends.python import pb_utils
-from naiad.core.errors import ErrorCode, InferenceServerError, InternalError
+from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError, InternalError
 from naiad.core.request import InferRequest, InferResponse, Tensor
 
 #: ``TritonError`` code (the index) -> server error code.
@@ -55,10 +55,10 @@ def _to_bytes(item: Any) -> bytes:
     return str(item).encode("utf-8")
 
 
-def _response_error(error: pb_utils.TritonError) -> InferenceServerError:
+def _response_error(error: pb_utils.TritonError) -> ErrorResponse:
     code = error.code()
     mapped = _ERROR_CODES[code] if isinstance(code, int) and 0 <= code < len(_ERROR_CODES) else None
-    return InferenceServerError(error.message(), mapped or ErrorCode.UNKNOWN)
+    return ErrorResponse(error.message(), mapped or ErrorCode.UNKNOWN)
 
 
 def to_result(

@@ -42,7 +42,7 @@ from naiad.backends.python.messages import (
 from naiad.backends.python.response import to_pb_response
 from naiad.backends.python.spec import spin_seconds
 from naiad.core.allocator import pin_thresholds
-from naiad.core.errors import ErrorCode, InferenceServerError
+from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 
 #: What the reader thread hands on once the engine is gone.
@@ -418,7 +418,7 @@ class _Outputs:
                 packed.append(("ok", result.parameters, placements[start:end]))
                 start = end
             else:
-                packed.append(("error", result.code.value, result.message))
+                packed.append(("error", result.code.value, result.message, isinstance(result, ErrorResponse)))
         if fresh is None:
             return ("results", None, None, packed)
         return ("results", fresh.path, fresh.size, packed)
