@@ -1,7 +1,7 @@
 """Per-model-version metrics, read from each version's scheduler counters when ``/metrics`` is scraped.
 
 Triton's families keep Triton's names, types, help texts and labels (``model``, ``version``, and
-``reason`` on failures), with Triton's counting: requests for success and failure, batch elements
+``reason`` on failures), with Triton's counting: requests for success and failure, successes' batch elements
 for ``nv_inference_count``, model executions for ``nv_inference_exec_count``.  A version is reported
 while it holds instances (from READY until its unload finishes), as Triton does.  Beyond Triton:
 latency histograms (``*_histogram_ms``), the model state, load duration and loaded-memory gauges.
