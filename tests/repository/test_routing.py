@@ -31,14 +31,12 @@ from tests.support.server import ServerProcess
 #: Every version, so a load's routing parameters may name any of them.
 ALL_VERSIONS = "version_policy: { all { } }"
 
-#: A second version that fails every request (a bad shadow): the client must not notice it.
+#: A second version that fails every request (a bad shadow): the client must not notice it.  It raises:
+#: an error given as a response would count as a success, as in Triton.
 FAILING_PY = """
-import triton_python_backend_utils as pb_utils
-
-
 class TritonPythonModel:
     def execute(self, requests):
-        return [pb_utils.InferenceResponse(error=pb_utils.TritonError("shadow broke")) for _ in requests]
+        raise RuntimeError("shadow broke")
 """
 
 
