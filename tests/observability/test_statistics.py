@@ -117,6 +117,8 @@ def test_failures_are_counted_by_reason(
     assert value(text, "nv_inference_exec_count", model="bounded", version="1") == 4  # "left" never ran
     assert value(text, "nv_inference_count", model="bounded", version="1") == 3
     assert value(text, "nv_inference_request_success", model="bounded", version="1") == 3
+    # Naiad's own family: which of those successes were errors the model gave (a canary counts them)
+    assert value(text, "nv_inference_request_error_response", model="bounded", version="1") == 1
 
 
 def test_the_document_has_tritons_shape(server: ServerProcess, client: RawClient) -> None:

@@ -34,8 +34,10 @@ DEFAULT_VERSION_PARAMETER = "default_version"
 #: Load parameters of Naiad's weighted routing and mirroring (``naiad.repository.overrides``).
 VERSION_WEIGHTS_PARAMETER = "version_weights"
 MIRROR_PARAMETER = "mirror"
-#: The families the operator reads from ``/metrics`` (Triton's names, plus Naiad's histogram).
+#: The families the operator reads from ``/metrics`` (Triton's names, plus Naiad's histogram and its count
+#: of successes that were error responses, which a canary's analysis counts as errors).
 SUCCESS, FAILURE = "nv_inference_request_success", "nv_inference_request_failure"
+ERROR_RESPONSE = "nv_inference_request_error_response"
 HISTOGRAM = "nv_inference_request_histogram_ms"
 
 
@@ -176,7 +178,9 @@ def routing_parameters(weights: dict[int, int], mirror: tuple[int, int] | None) 
 
 
 def parse_counters(text: str) -> PodCounters:
-    """(model, version) -> counters from Prometheus text; failures of every reason are added up."""
+    """(model, version) -> counters from Prometheus text; failures of every reason are added up, and a
+    request a model answered with an error (a success to Triton's counters) moves from success to
+    failure."""
     found: dict[tuple[str, int], dict[str, Any]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -184,18 +188,22 @@ def parse_counters(text: str) -> PodCounters:
             if model is None or not version.isdigit():
                 continue
             entry = found.setdefault(
-                (model, int(version)), {"success": 0.0, "failure": 0.0, "sum": 0.0, "le": {}}
+                (model, int(version)), {"success": 0.0, "failure": 0.0, "errors": 0.0, "sum": 0.0, "le": {}}
             )
             if sample.name in (SUCCESS, f"{SUCCESS}_total"):
                 entry["success"] += sample.value
             elif sample.name in (FAILURE, f"{FAILURE}_total"):
                 entry["failure"] += sample.value
+            elif sample.name in (ERROR_RESPONSE, f"{ERROR_RESPONSE}_total"):
+                entry["errors"] += sample.value
             elif sample.name == f"{HISTOGRAM}_sum":
                 entry["sum"] += sample.value
             elif sample.name == f"{HISTOGRAM}_bucket":
                 bound = float(sample.labels["le"])
                 entry["le"][bound] = entry["le"].get(bound, 0.0) + sample.value
     return {
-        key: VersionCounters(e["success"], e["failure"], e["sum"], tuple(sorted(e["le"].items())))
+        key: VersionCounters(
+            e["success"] - e["errors"], e["failure"] + e["errors"], e["sum"], tuple(sorted(e["le"].items()))
+        )
         for key, e in found.items()
     }

@@ -198,6 +198,12 @@ class ModelMetrics(Collector):
                 for reason in FailureReason
             ],
         )
+        yield _lines(
+            "nv_inference_request_error_response",
+            "Number of successful inference requests whose response was an error the model gave (Naiad)",
+            "counter",
+            [(series.plain, stats.error_response_count) for series, _, stats in versions],
+        )
         for name, doc, read in _COUNTS:
             yield _lines(name, doc, "counter", [(series.plain, read(stats)) for series, _, stats in versions])
         if self._config.counter_latencies:

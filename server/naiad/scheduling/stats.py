@@ -65,7 +65,9 @@ class SchedulerStats:
     * ``compute_infer_ns``: summed time the backend's ``execute`` took for the request's batch;
     * ``compute_output_ns``: summed time from ``execute`` returning to the response being delivered;
     * ``failure_count``, ``failure_ns``: failed requests and their summed time in the scheduler;
-      ``failures`` splits the count by :class:`FailureReason` (every reason is always a key).
+      ``failures`` splits the count by :class:`FailureReason` (every reason is always a key);
+    * ``error_response_count``: successful requests whose response was an error the model gave
+      (:class:`~naiad.core.errors.ErrorResponse`; a success as Triton counts it, an error to a client).
 
     Executions: ``execution_count`` (model executions), ``inference_count`` (batch elements of the
     successful requests, as Triton counts them: a batch of a 1- and an 8-request counts 9, a failed
@@ -101,6 +103,7 @@ class SchedulerStats:
         "compute_infer_ns",
         "compute_input_ns",
         "compute_output_ns",
+        "error_response_count",
         "execution_count",
         "failure_count",
         "failure_ns",
@@ -126,6 +129,7 @@ class SchedulerStats:
         self.failure_count = 0
         self.failure_ns = 0
         self.failures: dict[FailureReason, int] = dict.fromkeys(FailureReason, 0)
+        self.error_response_count = 0
         self.execution_count = 0
         self.inference_count = 0
         self.batches: dict[int, BatchStats] = {}

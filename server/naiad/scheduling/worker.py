@@ -97,6 +97,7 @@ class Execution:
                 future.set_result(result)
             else:
                 future.set_exception(result)
+                stats.error_response_count += 1
             queue_ns = self.dispatch_ns - entry.enqueue_ns
             input_ns = self.start_ns - self.dispatch_ns
             infer_ns = self.end_ns - self.start_ns
