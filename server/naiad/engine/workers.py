@@ -88,9 +88,13 @@ class FrontendWorkers:
     async def _watch_catalog(self) -> None:
         while not self._stopping:
             await asyncio.sleep(CATALOG_CHECK_SECS)
-            models = self.dataplane.registry.models()
-            if catalog.digest(models, self.ready(), self.dataplane.started) != self._digest:
+            if self._catalog_changed():
                 await self.publish(wait=False)
+
+    def _catalog_changed(self) -> bool:
+        """Whether the catalog differs from the one published last."""
+        models = self.dataplane.registry.models()
+        return catalog.digest(models, self.ready(), self.dataplane.started) != self._digest
 
     async def _broadcast(self, message: Any, wait: bool) -> None:
         waiting = []
@@ -106,7 +110,19 @@ class FrontendWorkers:
     # ---- control calls from workers -------------------------------------------------------------
 
     async def call(self, method: str, args: list[msgspec.Raw]) -> Any:
-        """A worker's control-plane call, made on the engine's data plane (then broadcast)."""
+        """A worker's control-plane call, made on the engine's data plane (then broadcast).
+
+        A catalog that changed since the last one published goes out before the reply: the worker
+        applies it first (its channel keeps order), so a client that read, say, the repository index
+        on a worker is answered from at least that state by the same worker next (a model's
+        readiness), without waiting for the watcher's next look (``CATALOG_CHECK_SECS``)."""
+        try:
+            return await self._call(method, args)
+        finally:
+            if self._catalog_changed():
+                await self.publish(wait=False)
+
+    async def _call(self, method: str, args: list[msgspec.Raw]) -> Any:
         dp = self.dataplane
 
         def arg(i: int, kind: Any) -> Any:
