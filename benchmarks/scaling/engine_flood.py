@@ -51,8 +51,8 @@ from naiad.ipc.messages import RESPONSE_ARENA, Answer, Infer, Release, ToEngine,
 from naiad.repository.manager import ModelRepository
 from naiad.repository.registry import ModelRegistry
 
-from benchmarks.scaling.engine_path import ARENA_SIZE, _calls, _requests
-from benchmarks.scaling.run import repository, uptime
+from benchmarks.scaling.engine_path import ARENA_SIZE, _calls, _requests, run_between_uptimes
+from benchmarks.scaling.run import repository
 
 _LENGTH = struct.Struct("<I")
 
@@ -210,13 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the models in model processes (Naiad's default), which share the engine's CPU",
     )
-    args = parser.parse_args(argv)
-    print(f"uptime: {uptime()}", flush=True)
-    import uvloop
-
-    uvloop.run(_main(args))
-    print(f"uptime after: {uptime()}", flush=True)
-    return 0
+    return run_between_uptimes(_main(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import statistics
 import struct
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -166,11 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--batch", default="1,8")
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args(argv)
+    return run_between_uptimes(_main(parser.parse_args(argv)))
+
+
+def run_between_uptimes(main: Coroutine[Any, Any, None]) -> int:
+    """Run ``main`` on uvloop between two ``uptime`` lines: how loaded the machine was meanwhile."""
     print(f"uptime: {uptime()}", flush=True)
     import uvloop
 
-    uvloop.run(_main(args))
+    uvloop.run(main)
     print(f"uptime after: {uptime()}", flush=True)
     return 0
 

@@ -11,7 +11,7 @@ import shutil
 import textwrap
 from pathlib import Path
 
-from tests.support.models import write_model
+from tests.support.models import add_sub_returning, write_model
 from tests.support.server import EXAMPLES
 
 EXAMPLE_MODELS = ("add_sub", "mul", "add_sub_mul", "repeat_int32", "square_int32")
@@ -122,20 +122,9 @@ output [
 instance_group [{ kind: KIND_CPU }]
 """
 
-BATCHED_ADD_SUB_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
+BATCHED_ADD_SUB_PY = add_sub_returning(
+    '[pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]'
+)
 
 
 def write_diamond(repo: Path, delay: float) -> None:
