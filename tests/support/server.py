@@ -15,6 +15,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -27,10 +28,51 @@ TRITON_EXAMPLES = ROOT.parent / "shared" / "triton-examples" / "model_repository
 _handed_out: set[int] = set()
 
 
+def _own_ports() -> range | None:
+    """This test process's share of the ports below the kernel's ephemeral range (which ``bind(0)``
+    never hands out): the workers of one pytest run get disjoint shares, and a second run at the same
+    time most likely other ones, so a port one worker picked is not taken by another before its server
+    binds it (with ``bind(0)`` alone, a fake pod once found another worker's gRPC server on its HTTP
+    port).  None where the range leaves no room: ``free_port`` then falls back to ``bind(0)``."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    start, shares = 10000, 4 * 8  # 4 run slots x 8 workers
+    size = (low - start) // shares
+    if size < 200:
+        return None
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) % 8 if worker.isdigit() else 0
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
+    first = start + (zlib.crc32(run.encode()) % 4 * 8 + index) * size
+    return range(first, first + size)
+
+
+_OWN_PORTS = _own_ports()
+_next_own = 0
+
+
+def _listenable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
-    """A port nothing listens on now, and never one this process handed out before: the kernel may
-    give the same free port to consecutive binds, so a server's HTTP, gRPC and metrics ports picked
-    one after another could collide."""
+    """A port nothing listens on now, taken in turn from this process's share (see ``_own_ports``), so
+    consecutive calls (a server's HTTP, gRPC and metrics ports) never give the same one; outside such a
+    share, from ``bind(0)``, never one this process handed out before."""
+    global _next_own
+    if _OWN_PORTS is not None:
+        for _ in range(len(_OWN_PORTS)):
+            port = _OWN_PORTS[_next_own % len(_OWN_PORTS)]
+            _next_own += 1
+            if _listenable(port):
+                return port
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
