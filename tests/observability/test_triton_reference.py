@@ -7,6 +7,7 @@ it prepares in ``~/.cache/naiad-reference/triton``; without it the test is skipp
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,14 @@ def _exercise(http: str) -> RawClient:
     for _ in range(3):
         assert client.post_json("/v2/models/add_sub/infer", ADD_SUB).status == 200
     assert client.post_json("/v2/models/add_sub/infer", {"inputs": []}).status == 400  # not the model's
+    # Triton's Python backend reports a request's statistics after its response is sent (its
+    # PbMetricReporter), so a client can read them one request short for a moment: wait for all three
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        stats = client.request("GET", "/v2/models/add_sub/stats").json()["model_stats"][0]
+        if stats["inference_stats"]["success"]["count"] == 3:
+            break
+        time.sleep(0.05)
     return client
 
 
