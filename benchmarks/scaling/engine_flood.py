@@ -45,7 +45,7 @@ from naiad.core.allocator import pin_thresholds
 from naiad.dataplane import DataPlane
 from naiad.engine.link import PublishedSignatures, WorkerLink
 from naiad.ipc import arena, tensors
-from naiad.ipc.arena import Arena
+from naiad.ipc.arena import Arena, SharedArenas
 from naiad.ipc.channel import connect
 from naiad.ipc.messages import RESPONSE_ARENA, Answer, Infer, Release, ToEngine, ToWorker
 from naiad.repository.manager import ModelRepository
@@ -128,14 +128,19 @@ class Flood:
     def answered(self) -> int:
         return int(struct.unpack("<Q", os.pread(self.report, 8, 0))[0])
 
-    async def measure(self, dataplane: DataPlane, seconds: float, rounds: int) -> tuple[float, float, float]:
-        """(engine CPU us per request, requests/s, engine busy share): medians of ``rounds``."""
+    async def measure(
+        self, dataplane: DataPlane, lent: SharedArenas, seconds: float, rounds: int
+    ) -> tuple[float, float, float]:
+        """(engine CPU us per request, requests/s, engine busy share): medians of ``rounds``.  The
+        request arena is lent to the model processes, as ``FrontendWorkers`` lends a worker's."""
         published = PublishedSignatures()
         published.update(1, dataplane.registry.models())
+        requests = Arena(self.request_fd, ARENA_SIZE, writable=False)
+        key = lent.add(requests, os.dup(self.request_fd))
         link = WorkerLink(
             0,
             dataplane,
-            Arena(self.request_fd, ARENA_SIZE, writable=False),
+            requests,
             Arena(self.response_fd, ARENA_SIZE, writable=True),
             _calls,
             lambda _: None,
@@ -154,6 +159,7 @@ class Flood:
             served = self.answered() - count
             rows.append((cpu / served * 1e6, served / elapsed, cpu / elapsed))
         self.close()
+        lent.remove(key)
         assert link.channel is not None
         link.channel.close()
         return (
@@ -177,8 +183,9 @@ async def _main(args: argparse.Namespace) -> None:
     floods = [Flood(label, args.depth, flood_cpu) for label in _requests()]
     pin_thresholds()  # as ``naiad serve`` does (see naiad.core.allocator)
     registry = ModelRegistry()
+    runtime = Runtime()
     models = ModelRepository(
-        [repository(in_engine=not args.model_processes)], registry=registry, runtime=Runtime()
+        [repository(in_engine=not args.model_processes)], registry=registry, runtime=runtime
     )
     dataplane = DataPlane(registry, models)
     try:
@@ -189,7 +196,7 @@ async def _main(args: argparse.Namespace) -> None:
         print("| workload | engine CPU per request | requests/s | engine busy |")
         print("|---|---:|---:|---:|")
         for flood in floods:
-            cpu, rate, busy = await flood.measure(dataplane, args.seconds, args.rounds)
+            cpu, rate, busy = await flood.measure(dataplane, runtime.arenas, args.seconds, args.rounds)
             print(f"| {flood.label} | {cpu:.1f} us | {rate:,.0f} | {busy:.0%} |", flush=True)
     finally:
         for flood in floods:

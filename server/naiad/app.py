@@ -104,7 +104,7 @@ async def serve(settings: ServerSettings) -> int:
         # The engine serves only /metrics; the workers build their own listeners (each process its own)
         # and their own keyrings: the key file is watched where calls are checked.
         listeners = Listeners(dataplane, _metrics_only(settings), None, reuse_port=False)
-        workers = FrontendWorkers(settings.frontend_workers, settings, dataplane)
+        workers = FrontendWorkers(settings.frontend_workers, settings, dataplane, runtime.arenas)
     else:
         keyring = Keyring(settings.auth_key_file) if settings.auth_key_file is not None else None
         listeners = Listeners(dataplane, settings, keyring, reuse_port=False)

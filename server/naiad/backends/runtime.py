@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from naiad.backends import registry
 from naiad.backends.base import Backend
+from naiad.ipc.arena import SharedArenas
 
 if TYPE_CHECKING:
     from naiad.backends.python.bls import Server
@@ -35,6 +36,8 @@ class Runtime:
         #: serves): a model process's host watches for a lone execution's results only while that
         #: execution is the server's only work, since the watch holds the event loop.
         self.in_flight: Callable[[], int] = _nothing
+        #: The frontend workers' request arenas, lent to model processes (none without workers).
+        self.arenas = SharedArenas()
         self._backends: dict[str, Backend] = {}
 
     def backend(self, name: str) -> Backend:

@@ -29,7 +29,7 @@ from naiad.dataplane import DataPlane
 from naiad.engine import catalog
 from naiad.engine.link import PublishedSignatures, WorkerLink
 from naiad.ipc import arena
-from naiad.ipc.arena import Arena
+from naiad.ipc.arena import Arena, SharedArenas
 from naiad.ipc.channel import connect, write_frame
 from naiad.ipc.messages import LogChange, RegionChange, ToEngine, TraceChange, Welcome
 from naiad.settings import ServerSettings
@@ -51,10 +51,14 @@ def _encode_settings(settings: ServerSettings) -> bytes:
 class FrontendWorkers:
     """``count`` workers over ``dataplane``; ``await start()``, later ``await stop(deadline)``."""
 
-    def __init__(self, count: int, settings: ServerSettings, dataplane: DataPlane) -> None:
+    def __init__(
+        self, count: int, settings: ServerSettings, dataplane: DataPlane, lent: SharedArenas | None = None
+    ) -> None:
         self.count = count
         self.settings = settings
         self.dataplane = dataplane
+        #: Where the workers' request arenas are lent to model processes (see ``SharedArenas``).
+        self._lent = lent if lent is not None else SharedArenas()
         self.links: list[WorkerLink | None] = [None] * count
         self._processes: list[subprocess.Popen[bytes] | None] = [None] * count
         self._settings_json = _encode_settings(settings)
@@ -193,9 +197,10 @@ class FrontendWorkers:
         """Run worker ``index``, and start it again whenever it ends while the server runs."""
         while not self._stopping:
             started = time.monotonic()
-            link, process = await self._spawn(index)
+            link, process, lent = await self._spawn(index)
             await link.lost.wait()
             inflight = link.lost_inflight
+            self._lent.remove(lent)
             status = await asyncio.to_thread(process.wait)
             link.requests.close()
             link.responses.close()
@@ -215,7 +220,8 @@ class FrontendWorkers:
             if time.monotonic() - started < RESTART_PAUSE_SECS:
                 await asyncio.sleep(RESTART_PAUSE_SECS)
 
-    async def _spawn(self, index: int) -> tuple[WorkerLink, subprocess.Popen[bytes]]:
+    async def _spawn(self, index: int) -> tuple[WorkerLink, subprocess.Popen[bytes], int]:
+        """Start worker ``index``: its link, its process, and the key its request arena is lent by."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         request_fd = arena.create(f"naiad-requests-{index}", ARENA_SIZE)
         response_fd = arena.create(f"naiad-responses-{index}", ARENA_SIZE)
@@ -227,10 +233,13 @@ class FrontendWorkers:
             )
             requests = Arena(request_fd, ARENA_SIZE, writable=False)
             responses = Arena(response_fd, ARENA_SIZE, writable=True)
+        except BaseException:
+            os.close(request_fd)
+            raise
         finally:
             child.close()
-            os.close(request_fd)
             os.close(response_fd)
+        lent = self._lent.add(requests, request_fd)  # (which holds the descriptor from now on)
         self._processes[index] = process
         await asyncio.to_thread(write_frame, parent, Welcome(index, self._settings_json, ARENA_SIZE))
         parent.setblocking(False)
@@ -244,7 +253,7 @@ class FrontendWorkers:
             link.send(RegionChange(0, region.name, region.key, region.offset, region.byte_size))
         for change in self._replay:
             link.send(change)
-        return link, process
+        return link, process, lent
 
     def _on_serving(self, link: WorkerLink) -> None:
         log.info("frontend worker %d serving", link.index)

@@ -111,3 +111,52 @@ class Arena:
             self._map.close()
         except BufferError:  # a view still exported (a response being encoded): the GC unmaps it later
             pass
+
+
+class SharedArenas:
+    """The frontend workers' request arenas, as the engine lends them to its model processes.
+
+    A model process maps each read-only by its path under ``/proc`` (the engine holds the memfd open
+    while the arena lives), so a large input crosses to it with no copy in the engine, whatever its
+    size (the engine's per-request cost must not grow with tensors), and an output a model returns
+    from its inputs comes back the same way.  A model process could read every request in an arena
+    it maps; it runs as the server's user, which can read the engine's memory anyway, and it cannot
+    write there.  Keys are never reused, so a restarted worker's new arena is never mistaken for the
+    one it replaced.
+    """
+
+    def __init__(self) -> None:
+        self._next = 1
+        #: By key: the arena, its path for other processes, its descriptor.
+        self._arenas: dict[int, tuple[Arena, str, int]] = {}
+        #: By key: where each lies in this process, ``(start, end)`` (see ``shm.locate``).  Replaced
+        #: whole on each change, never changed in place: model instances' threads iterate it.
+        self.spans: dict[int, tuple[int, int]] = {}
+
+    def add(self, arena: Arena, fd: int) -> int:
+        """Lend ``arena`` (mapped from the memfd ``fd``, which now belongs to this table); its key."""
+        key = self._next
+        self._next += 1
+        self._arenas[key] = (arena, f"/proc/{os.getpid()}/fd/{fd}", fd)
+        self.spans = {**self.spans, key: (arena.base, arena.base + arena.size)}
+        return key
+
+    def remove(self, key: int) -> None:
+        """Stop lending arena ``key`` (its worker ended) and close its descriptor."""
+        self.spans = {k: span for k, span in self.spans.items() if k != key}
+        entry = self._arenas.pop(key, None)
+        if entry is not None:
+            os.close(entry[2])
+
+    def describe(self, key: int) -> tuple[str, int]:
+        """What a model process maps arena ``key`` by: its path and size."""
+        arena, path, _ = self._arenas[key]
+        return path, arena.size
+
+    def array(self, key: int, offset: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any] | None:
+        """A read-only view of a tensor at ``offset`` in arena ``key``; ``None`` once it is not lent."""
+        entry = self._arenas.get(key)
+        return None if entry is None else np.ndarray(shape, dtype, entry[0].view, offset)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._arenas

@@ -5,8 +5,11 @@ Like Triton's stub processes, each instance is a child interpreter (:mod:`naiad.
 forked from the template process of :mod:`naiad.backends.python.zygote`) that loads the model with
 the same :class:`~naiad.backends.python.instance.PythonModelInstance` the engine would use, so both
 behave the same way.  Per execution the engine writes the input tensors into a shared-memory region
-and sends their placement and the request fields through a socket; the model process answers with its
-outputs placed in a region of its own (see :mod:`naiad.backends.python.shm`).  ``is_cancelled()`` in
+(a large one that a frontend worker put in its request arena is not copied: the model process maps
+the arena and reads it there) and sends their placement and the request fields through a socket; the
+model process answers with its outputs placed in an output region of its own, which the engine reads
+in place (see :mod:`naiad.backends.python.shm`), so the engine's cost per execution does not grow
+with the tensors.  ``is_cancelled()`` in
 the model process asks the engine, which answers from the live request; a decoupled model's reads a
 flag there instead, which the engine sets by a message when the request is cancelled (such a model
 asks before every token it makes, and a question and its answer per token cost both processes more
@@ -93,8 +96,22 @@ _remove_orphans_once = functools.cache(_remove_orphans)
 
 #: Results go to this callback (on the loop).
 _Done = Callable[[list[ExecuteResult]], None]
-#: A decoupled model's execution sent from the loop: its key, its requests, its callback, its region.
-_Ahead = tuple[int, Sequence[InferRequest], _Done, shm.Region | None]
+#: A decoupled model's execution sent from the loop: its key, its requests, its callback, its memory.
+_Ahead = tuple[int, Sequence[InferRequest], _Done, "_Memory"]
+#: A model process's output regions: at most this many are kept while the engine's views of them live
+#: (see ``_Child.output``); past it an execution's outputs are copied out of a region kept for copying.
+OUTPUT_REGIONS = 32
+
+
+class _Memory:
+    """The shared memory of one execution: the input region made for it, if any (unlinked once the
+    model process answered), and the output region it was given (``_Child.output``)."""
+
+    __slots__ = ("fresh", "out")
+
+    def __init__(self, fresh: shm.Region | None, out: int) -> None:
+        self.fresh = fresh
+        self.out = out
 
 
 class _Child:
@@ -102,16 +119,20 @@ class _Child:
 
     __slots__ = (
         "ahead",
+        "arenas",
         "calls",
         "cause",
+        "copying",
         "executing",
         "inbox",
         "inputs",
         "lost",
+        "made",
         "open",
         "outputs",
         "process",
         "reader",
+        "spare",
     )
 
     def __init__(self, process: ModelProcess) -> None:
@@ -130,16 +151,46 @@ class _Child:
         self.lost = ""
         #: Its streamed BLS calls still running, by the call's number: the request and its streaming.
         self.calls: dict[int, tuple[InferRequest, Future[None]]] = {}
-        #: Input and output regions by slot: the engine may send up to PIPELINE executions ahead,
-        #: each with a slot of its own, so that one's tensors are never overwritten by the next.
+        #: Input regions by slot: the engine may send up to PIPELINE executions ahead, each with a
+        #: slot of its own, so that one's tensors are never overwritten by the next.
         self.inputs: dict[int, shm.Region] = {}
+        #: Output regions by number (the model process makes each when an execution first needs it),
+        #: those no execution in flight was given, and those whose outputs are copied out (``output``).
         self.outputs: dict[int, shm.Region] = {}
+        self.spare: list[int] = []
+        self.copying: set[int] = set()
+        self.made = 0
+        #: The shared arenas it was told of (``SharedArenas``), by key.
+        self.arenas: set[int] = set()
         #: Why the engine killed it ("" unless it did): the memory limit or the execution timeout.
         self.cause = ""
 
+    def output(self) -> int:
+        """The output region for the next execution (the caller holds the instance's lock).
 
-#: An execution sent from the loop: to whom, its key, its slot, its requests, its callback, its fresh region.
-_Sent = tuple[_Child, int, int, Sequence[InferRequest], _Done, shm.Region | None]
+        The engine reads a model process's outputs where they lie, without copying them out (see
+        ``_result``): a region is given to the next execution only once no array of the engine's
+        reads it any more (:meth:`shm.Region.leased`), and a new one is numbered when none is free.
+        Past :data:`OUTPUT_REGIONS` (views kept long, as a client slow to read its response keeps
+        them) new regions are made for copying: their outputs are copied out, as the model process
+        may overwrite them with the next execution's, so they are free as soon as read.
+        """
+        spare = self.spare
+        outputs = self.outputs
+        for index, out in enumerate(spare):
+            region = outputs.get(out)
+            if region is None or out in self.copying or not region.leased():
+                del spare[index]
+                return out
+        out = self.made
+        self.made += 1
+        if out - len(self.copying) >= OUTPUT_REGIONS:
+            self.copying.add(out)
+        return out
+
+
+#: An execution sent from the loop: to whom, its key, its slot, its requests, its callback, its memory.
+_Sent = tuple[_Child, int, int, Sequence[InferRequest], _Done, _Memory]
 #: Executions the loop sends a model process ahead of their turn: it runs them one at a time, in order,
 #: but finds the next one waiting (no wake-up) and answers several with one write under load.  16, not
 #: 8: at 16 connections none then waits for results to come back before it is sent, which cut the CPU
@@ -240,7 +291,7 @@ class ProcessModelInstance:
         # a decoupled model's threads may read a request's inputs after ``execute`` returned, while
         # later executions run: each execution gets input memory of its own (as a nested one does)
         slot = -1 if nested or self._decoupled else 0
-        key, message, fresh = self._prepare(child, requests, slot, nested)
+        key, message, memory = self._prepare(child, requests, slot, nested)
         try:
             if self._decoupled:
                 with self._lock:
@@ -255,8 +306,8 @@ class ProcessModelInstance:
             stopped = self._stopped(child, "while executing")
             return [InternalError(stopped) for _ in requests]
         finally:
-            self._finish(key, nested, fresh)
-        results = self._collect(child, slot, requests, reply)
+            self._finish(key, nested, memory)
+        results = self._collect(child, memory, requests, reply)
         if self._decoupled:
             self._close_failed(child, key, results)
         return results
@@ -364,8 +415,8 @@ class ProcessModelInstance:
             child.ahead.clear()
             for key, *_ in unanswered:
                 child.open.pop(key, None)
-        for key, _, _, fresh in unanswered:
-            self._finish(key, False, fresh)
+        for key, _, _, memory in unanswered:
+            self._finish(key, False, memory)
         with self._lock:
             orphaned = [
                 request
@@ -438,22 +489,26 @@ class ProcessModelInstance:
 
     def _prepare(
         self, child: _Child, requests: Sequence[InferRequest], slot: int, nested: bool = False
-    ) -> tuple[int, tuple[Any, ...], shm.Region | None]:
+    ) -> tuple[int, tuple[Any, ...], _Memory]:
         """Place the inputs in ``slot``'s region (a region of its own for slot -1: a nested
-        execution's, or a decoupled model's) and register the execution: its key, its message, and
-        the region made for it, if any (to unlink once the model process answered)."""
+        execution's, or a decoupled model's), or where they lie in a shared arena, and register the
+        execution: its key, its message, and its memory (the input region made for it, to unlink once
+        the model process answered, and the output region it is given)."""
         if len(requests) == 1:  # most executions: one request, no flattening
             tensors = requests[0].inputs
         else:
             tensors = [t for request in requests for t in request.inputs]
-        needed = shm.layout_size(tensors)
+        arenas = self._runtime.arenas
+        shared = shm.locate(arenas.spans, tensors)
+        told = self._tell_arenas(child, shared) if shared is not None else None
+        needed = shm.layout_size(tensors, shared)
         region = child.inputs.get(slot)
         fresh: shm.Region | None = None
         if needed and (slot < 0 or region is None or needed > region.size):
             fresh = region = shm.Region.create(needed)
             if slot >= 0:
                 child.inputs[slot] = fresh
-        placements = shm.place(region, tensors)
+        placements = shm.place(region, tensors, shared)
         if len(requests) == 1:
             messages = [request_message(requests[0], placements)]
         else:
@@ -469,31 +524,55 @@ class ProcessModelInstance:
             self._running[key] = requests
             if timeout and not nested and not self._deadline:
                 self._deadline = time.monotonic() + timeout
+            out = child.output()
         path, size = (fresh.path, fresh.size) if fresh is not None else (None, None)
-        return key, ("execute", key, nested, slot, path, size, messages), fresh
+        return key, ("execute", key, nested, slot, out, path, size, told, messages), _Memory(fresh, out)
 
-    def _finish(self, key: int, nested: bool, fresh: shm.Region | None) -> None:
+    def _tell_arenas(self, child: _Child, shared: list[shm.Shared]) -> tuple[Any, ...] | None:
+        """What ``child`` must learn of the shared arenas before it reads these inputs: ``(arenas to
+        map as (key, path, size), keys to forget)``, or ``None`` when it knows them all.  An arena it
+        was told of is forgotten once its worker is gone, when it is told of the next one."""
+        arenas = self._runtime.arenas
+        with self._lock:
+            new = {where[0] for where in shared if where is not None and where[0] not in child.arenas}
+            if not new:
+                return None
+            gone = [key for key in child.arenas if key not in arenas]
+            child.arenas.difference_update(gone)
+            child.arenas.update(new)
+        return ([(key, *arenas.describe(key)) for key in new], gone)
+
+    def _finish(self, key: int, nested: bool, memory: _Memory) -> None:
         with self._lock:
             del self._running[key]
             if not nested:
                 timeout = self._options.execution_timeout_s
                 # the next execution sent ahead starts now
                 self._deadline = time.monotonic() + timeout if timeout and self._running else 0.0
-        if fresh is not None:  # the model process has mapped it by now, or never will
-            fresh.unlink()
+        if memory.fresh is not None:  # the model process has mapped it by now, or never will
+            memory.fresh.unlink()
 
     def _collect(
-        self, child: _Child, slot: int, requests: Sequence[InferRequest], reply: tuple[Any, ...]
+        self, child: _Child, memory: _Memory, requests: Sequence[InferRequest], reply: tuple[Any, ...]
     ) -> list[ExecuteResult]:
+        """The results of an execution, its outputs read where the model process placed them; its
+        output region goes back to ``child``'s spares (given again once nothing reads it)."""
         _, path, size, results = reply
-        region = child.outputs.get(slot)
-        if path is not None:  # the model process reuses it for the next execution of this slot
+        out = memory.out
+        region = child.outputs.get(out)
+        if path is not None:  # the model process made it (or a larger one) for this execution
             region = shm.Region.attach(path, size)
             region.unlink()
-            child.outputs[slot] = region
-        return [
-            self._result(region, request, result) for request, result in zip(requests, results, strict=True)
-        ]
+            child.outputs[out] = region
+        copy = out in child.copying
+        try:
+            return [
+                self._result(region, request, result, copy)
+                for request, result in zip(requests, results, strict=True)
+            ]
+        finally:
+            with self._lock:
+                child.spare.append(out)
 
     # ---- driven from the event loop -------------------------------------------------------------
 
@@ -530,14 +609,14 @@ class ProcessModelInstance:
         if unhealthy:
             done([InternalError(unhealthy) for _ in requests])
             return
-        key, message, fresh = self._prepare(child, requests, -1)
+        key, message, memory = self._prepare(child, requests, -1)
         with self._lock:
             lost = child.lost
             if not lost:
                 child.open[key] = dict(enumerate(requests))
-                child.ahead.append((key, requests, done, fresh))
+                child.ahead.append((key, requests, done, memory))
         if lost:  # its reader saw the end before the watcher marked the instance unhealthy
-            self._finish(key, False, fresh)
+            self._finish(key, False, memory)
             done([InternalError(lost) for _ in requests])
             return
         self._ahead += 1
@@ -566,10 +645,10 @@ class ProcessModelInstance:
     def _answer_ahead(self, child: _Child, sent: _Ahead, reply: tuple[Any, ...]) -> None:
         """The results of an execution sent ahead came (on the reader thread): a request that failed
         gets no responses (its stream ends with the error); hand them to the loop."""
-        key, requests, done, fresh = sent
-        self._finish(key, False, fresh)
+        key, requests, done, memory = sent
+        self._finish(key, False, memory)
         try:
-            results = self._collect(child, -1, requests, reply)
+            results = self._collect(child, memory, requests, reply)
         except Exception as exc:  # e.g. its output region is gone: fail these requests, not the reader
             results = [InternalError(f"{type(exc).__name__}: {exc}") for _ in requests]
         self._close_failed(child, key, results)
@@ -602,8 +681,8 @@ class ProcessModelInstance:
                 self._backlog.appendleft((requests, done))
             return
         slot = self._free_slots.pop()
-        key, message, fresh = self._prepare(child, requests, slot)
-        self._sent.append((child, key, slot, requests, done, fresh))
+        key, message, memory = self._prepare(child, requests, slot)
+        self._sent.append((child, key, slot, requests, done, memory))
         child.process.conn.queue(message)
         # with whatever else this loop iteration sends it, in one write, even to an idle process:
         # under load an iteration starts several executions, and the process then wakes once for
@@ -659,14 +738,14 @@ class ProcessModelInstance:
             if message[0] == "is_cancelled":
                 conn.send(self._running[message[1]][message[2]].cancelled)
                 continue
-            _, key, slot, requests, done, fresh = self._sent.popleft()
+            _, key, slot, requests, done, memory = self._sent.popleft()
             if self._lone_since:
                 self._results_watch.waited(time.perf_counter() - self._lone_since)
                 self._lone_since = 0.0
-            self._finish(key, False, fresh)
+            self._finish(key, False, memory)
             self._free_slots.append(slot)
             try:
-                done(self._collect(child, slot, requests, message))
+                done(self._collect(child, memory, requests, message))
             except Exception:
                 log.exception("delivering the results of model '%s' failed", self._model_name)
         self._refill()
@@ -686,8 +765,8 @@ class ProcessModelInstance:
             message = self._stopped(child, "while executing")
             for sent in lost:
                 self._sent.remove(sent)
-                _, key, slot, requests, done, fresh = sent
-                self._finish(key, False, fresh)
+                _, key, slot, requests, done, memory = sent
+                self._finish(key, False, memory)
                 self._free_slots.append(slot)
                 done([InternalError(message) for _ in requests])
             self._refill()
@@ -772,14 +851,28 @@ class ProcessModelInstance:
                 return tuple(message)
 
     def _result(
-        self, region: shm.Region | None, request: InferRequest, result: tuple[Any, ...]
+        self, region: shm.Region | None, request: InferRequest, result: tuple[Any, ...], copy: bool
     ) -> ExecuteResult:
+        """One request's result; its outputs are read-only views of where they lie (``copy``: copies
+        out of a region kept for copying), as a model in the engine hands views of its outputs on."""
         if result[0] == "error":  # ``("error", code, message[, given as the response])``
             error = ErrorResponse if len(result) > 3 and result[3] else InferenceServerError
             return error(result[2], ErrorCode(result[1]))
         _, parameters, placements = result
-        outputs = [Tensor(place[0], place[1], shm.copy(region, place)) for place in placements]
+        try:
+            outputs = [Tensor(place[0], place[1], self._output(region, place, copy)) for place in placements]
+        except InternalError as error:
+            return error
         return InferResponse(self._model_name, self._model_version, request.id, outputs, parameters)
+
+    def _output(self, region: shm.Region | None, placement: shm.Placement, copy: bool) -> shm.Array:
+        _, _, shape, dtype, offset, where = placement
+        if isinstance(where, int):  # an input of its (or a view of one): where it lies in the arena
+            lent = self._runtime.arenas.array(where, offset, shape, dtype)
+            if lent is None:
+                raise InternalError("the frontend worker that sent the request has ended")
+            return lent
+        return shm.copy(region, placement) if copy else shm.view(region, placement)
 
     # ---- the watcher: death, memory, timeout, restarts -------------------------------------------
 

@@ -10,6 +10,13 @@ files are named after the process that created them, and :func:`remove_orphans` 
 process is gone.
 
 BYTES tensors (numpy object arrays) have no flat layout and travel pickled in the message instead.
+
+A large tensor that already lies in memory both processes map crosses with no copy at all: a frontend
+worker's request arena, which the engine lets its model processes map read-only (see
+:class:`naiad.ipc.arena.SharedArenas`), or, back from a model that returns an input or a view of one,
+the same arena.  Its placement names the arena by key (:data:`Spans`) instead of a region.  And the
+engine reads a model process's outputs where they lie (:meth:`Region.leased`): the region they are in
+is not given to another execution while the engine's views of it live.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,10 +34,15 @@ from naiad.core.request import Tensor
 
 Array = np.ndarray[Any, Any]
 
-#: Where one tensor is: ``(name, datatype, shape, dtype, offset, None)`` in a region, or
+#: Where one tensor is: ``(name, datatype, shape, dtype, offset, None)`` in a region,
+#: ``(name, datatype, shape, dtype, offset, key)`` in the shared arena ``key``, or
 #: ``(name, datatype, shape, None, -1, array)`` for an array that travels in the message (BYTES,
 #: and empty arrays, which need no room).
-Placement = tuple[str, str, tuple[int, ...], Any, int, Array | None]
+Placement = tuple[str, str, tuple[int, ...], Any, int, Array | int | None]
+#: The shared arenas a process maps, by key: where each lies in its address space, ``(start, end)``.
+Spans = dict[int, tuple[int, int]]
+#: Where a tensor already lies in a shared arena, ``(key, offset)``; ``None`` when it does not.
+Shared = tuple[int, int] | None
 
 _ALIGN = 64
 _MIN_SIZE = 1 << 20
@@ -52,6 +65,13 @@ class Region:
         self.buffer = buffer
         self.readonly = memoryview(buffer).toreadonly()
 
+    def leased(self) -> bool:
+        """Whether an array made over this region (:func:`view`) still lives: the region then must
+        not be written again.  Such an array holds the mapping, as does every view made of it, so
+        the mapping's references are counted: this region's own two (``buffer``, and ``readonly``'s)
+        and the call's one, and no more when none is left."""
+        return sys.getrefcount(self.buffer) > 3
+
     @classmethod
     def create(cls, needed: int) -> Region:
         """A new region of at least ``needed`` bytes (a power of two, 1 MiB or more)."""
@@ -65,14 +85,19 @@ class Region:
         return cls(path, size, buffer)
 
     @classmethod
-    def attach(cls, path: str, size: int) -> Region:
-        """Map the region another process created."""
-        fd = os.open(path, os.O_RDWR)
+    def attach(cls, path: str, size: int, *, readonly: bool = False) -> Region:
+        """Map the region another process created (read-only: a shared arena, see :func:`locate`)."""
+        fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
         try:
-            buffer = mmap.mmap(fd, size)
+            buffer = mmap.mmap(fd, size, prot=mmap.PROT_READ) if readonly else mmap.mmap(fd, size)
         finally:
             os.close(fd)
         return cls(path, size, buffer)
+
+    def span(self) -> tuple[int, int]:
+        """Where this mapping lies in this process's address space: ``(start, end)``."""
+        start = address(np.frombuffer(self.readonly, np.uint8, 1))
+        return start, start + self.size
 
     def unlink(self) -> None:
         """Remove the file; the mappings stay valid until both processes drop them."""
@@ -145,14 +170,42 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def layout_size(tensors: Iterable[Tensor]) -> int:
-    """Bytes a region needs to hold ``tensors`` (object arrays travel in the message instead)."""
+def layout_size(tensors: Iterable[Tensor], shared: Sequence[Shared] | None = None) -> int:
+    """Bytes a region needs to hold ``tensors`` (object arrays travel in the message instead, and
+    those ``shared`` locates in a shared arena by reference)."""
     needed = 0
-    for tensor in tensors:
+    for index, tensor in enumerate(tensors):
         array = tensor.data
-        if array.dtype.kind != "O":
+        if array.dtype.kind != "O" and (shared is None or shared[index] is None):
             needed += (array.nbytes + _ALIGN - 1) & ~(_ALIGN - 1)
     return needed
+
+
+def address(array: Array) -> int:
+    """Where ``array``'s data starts in this process's memory."""
+    return int(array.__array_interface__["data"][0])
+
+
+def locate(spans: Spans, tensors: Sequence[Tensor]) -> list[Shared] | None:
+    """Which of ``tensors`` lie whole in one of the shared arenas ``spans`` (each ``(key, offset)``,
+    else ``None``); ``None`` when none does.  Only tensors larger than :data:`_SMALL` are looked
+    for: a smaller one costs less to copy than to find (a microsecond for its address)."""
+    if not spans:
+        return None
+    found: list[Shared] | None = None
+    for index, tensor in enumerate(tensors):
+        array = tensor.data
+        if array.nbytes <= _SMALL or array.dtype.kind == "O" or not array.flags.c_contiguous:
+            continue
+        start = address(array)
+        end = start + array.nbytes
+        for key, (low, high) in spans.items():
+            if low <= start and end <= high:
+                if found is None:
+                    found = [None] * len(tensors)
+                found[index] = (key, start - low)
+                break
+    return found
 
 
 #: Arrays up to this size are copied into a region as bytes: a slice assignment costs a fraction of
@@ -161,16 +214,22 @@ def layout_size(tensors: Iterable[Tensor]) -> int:
 _SMALL = 1 << 16
 
 
-def place(region: Region | None, tensors: Iterable[Tensor]) -> list[Placement]:
-    """Copy ``tensors`` into ``region``; their placements, in order."""
+def place(
+    region: Region | None, tensors: Iterable[Tensor], shared: Sequence[Shared] | None = None
+) -> list[Placement]:
+    """Copy ``tensors`` into ``region`` (those ``shared`` locates in a shared arena are placed where
+    they lie, not copied); their placements, in order."""
     placements: list[Placement] = []
     offset = 0
-    for tensor in tensors:
+    for index, tensor in enumerate(tensors):
         array = tensor.data
         name = tensor.name
         datatype = tensor.datatype
         dtype = array.dtype
         size = array.nbytes
+        if shared is not None and (where := shared[index]) is not None:
+            placements.append((name, datatype, array.shape, _portable(dtype), where[1], where[0]))
+            continue
         if dtype.kind == "O" or not size:
             # (a shallow copy: the message is pickled when it is sent, after later executions may
             # have run and changed an array their model keeps)
@@ -194,15 +253,18 @@ def _portable(dtype: np.dtype[Any]) -> Any:
     return dtype.str if np.dtype(dtype.str) == dtype else dtype
 
 
-def view(region: Region | None, placement: Placement) -> Array:
-    """The array a placement describes, read-only: a view of ``region`` (no copy), or the array it
-    carries."""
+def view(region: Region | None, placement: Placement, arenas: dict[int, Region] | None = None) -> Array:
+    """The array a placement describes, read-only: a view of ``region`` or of the shared arena it
+    names in ``arenas`` (no copy), or the array it carries."""
     _, _, shape, dtype, offset, inline = placement
-    if inline is not None:
-        inline.flags.writeable = False
-        return inline
-    assert region is not None
-    return np.ndarray(shape, dtype, region.readonly, offset)
+    if inline is None:
+        assert region is not None
+        return np.ndarray(shape, dtype, region.readonly, offset)
+    if isinstance(inline, int):
+        assert arenas is not None
+        return np.ndarray(shape, dtype, arenas[inline].readonly, offset)
+    inline.flags.writeable = False
+    return inline
 
 
 def copy(region: Region | None, placement: Placement) -> Array:
@@ -210,6 +272,7 @@ def copy(region: Region | None, placement: Placement) -> Array:
     (which its writer reuses), or the array that came with the message (the reader's own already)."""
     _, _, shape, dtype, offset, inline = placement
     if inline is not None:
+        assert not isinstance(inline, int)  # (an array in a shared arena is never copied out)
         return inline
     assert region is not None
     return np.ndarray(shape, dtype, region.buffer, offset).copy()

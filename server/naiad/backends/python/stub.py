@@ -108,7 +108,7 @@ class _Channel:
                     continue
                 if kind == "execute":  # known before any cancel of its requests is read
                     with self._flags:
-                        self._open.update((message[1], index) for index in range(len(message[6])))
+                        self._open.update((message[1], index) for index in range(len(message[-1])))
                 if kind in ("execute", "close") and not (kind == "execute" and message[2]):  # not nested
                     self._work.put(message)
                 else:
@@ -315,11 +315,16 @@ class _RemoteRequest(InferRequest):
 
 
 def _request(
-    message: tuple[Any, ...], region: shm.Region | None, channel: _Channel, key: int, index: int
+    message: tuple[Any, ...],
+    region: shm.Region | None,
+    arenas: dict[int, shm.Region],
+    channel: _Channel,
+    key: int,
+    index: int,
 ) -> _RemoteRequest:
     model_name, request_id, parameters, outputs, timeout_us, sequence_id, start, end, placements = message
     # as in the engine, inputs are read-only views of the request
-    inputs = [Tensor(placement[0], placement[1], shm.view(region, placement)) for placement in placements]
+    inputs = [Tensor(p[0], p[1], shm.view(region, p, arenas)) for p in placements]
     request = _RemoteRequest(
         model_name,
         id=request_id,
@@ -392,24 +397,26 @@ class _RemoteRunner:
 
 
 class _Outputs:
-    """The region this process writes one slot's outputs into, replaced by a larger one when needed
-    (one per slot: the engine may still read a slot's outputs while the next slot's are written)."""
+    """An output region this process writes an execution's outputs into, replaced by a larger one when
+    needed.  The engine names the region each execution uses: one it reads no more."""
 
     def __init__(self) -> None:
         self.region: shm.Region | None = None
 
-    def pack(self, results: list[Any]) -> tuple[Any, ...]:
-        """``("results", path or None, size or None, results as the engine reads them)``."""
+    def pack(self, results: list[Any], spans: shm.Spans) -> tuple[Any, ...]:
+        """``("results", path or None, size or None, results as the engine reads them)``; an output
+        that lies in a shared arena (``spans``: an input returned, or a view of one) is not copied."""
         if len(results) == 1 and isinstance(results[0], InferResponse):  # most executions: one request
             tensors = results[0].outputs
         else:
             tensors = [t for result in results if isinstance(result, InferResponse) for t in result.outputs]
-        needed = shm.layout_size(tensors)
+        shared = shm.locate(spans, tensors)
+        needed = shm.layout_size(tensors, shared)
         region = self.region
         fresh = None
         if needed and (region is None or needed > region.size):
             fresh = region = self.region = shm.Region.create(needed)
-        placements = shm.place(region, tensors)
+        placements = shm.place(region, tensors, shared)
         packed: list[tuple[Any, ...]] = []
         start = 0
         for result in results:
@@ -435,27 +442,43 @@ class _Worker:
         self._channel = channel
         self._instance = instance
         self._decoupled = decoupled
-        #: Input regions and output regions by slot (see :class:`ProcessModelInstance`).
+        #: Input regions by slot, output regions by number (see :class:`ProcessModelInstance`).
         self._inputs: dict[int, shm.Region] = {}
         self._outputs: collections.defaultdict[int, _Outputs] = collections.defaultdict(_Outputs)
+        #: The shared arenas the engine lent (read-only), by key, and where they lie here.
+        self._arenas: dict[int, shm.Region] = {}
+        self._spans: shm.Spans = {}
         channel.execute = self.execute
+
+    def _learn(self, told: tuple[Any, ...]) -> None:
+        """Map the shared arenas the engine told of, and forget those whose workers are gone."""
+        new, gone = told
+        for key in gone:
+            self._arenas.pop(key, None)
+            self._spans.pop(key, None)
+        for key, path, size in new:
+            arena = self._arenas[key] = shm.Region.attach(path, size, readonly=True)
+            self._spans[key] = arena.span()
 
     def execute(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
         """The ``results`` message for an ``execute`` message."""
-        _, key, nested, slot, path, size, requests = message
+        _, key, nested, slot, out, path, size, told, requests = message
         channel = self._channel
         try:
+            if told is not None:
+                self._learn(told)
             region = self._inputs.get(slot)
             if path is not None:
                 region = shm.Region.attach(path, size)
                 if not nested:  # a nested execution's region is its own; the outer one's inputs live on
                     self._inputs[slot] = region
-            batch = [_request(request, region, channel, key, i) for i, request in enumerate(requests)]
+            arenas = self._arenas
+            batch = [_request(request, region, arenas, channel, key, i) for i, request in enumerate(requests)]
             if self._decoupled:
                 for index, request in enumerate(batch):
                     request.responses = functools.partial(channel.respond, key, index)
             results = self._instance.execute(batch)
-            reply = self._outputs[slot].pack(results)
+            reply = self._outputs[out].pack(results, self._spans)
         except Exception as exc:  # a failure here must cost this batch, not the instance
             error = ("error", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}")
             reply = ("results", None, None, [error] * len(requests))

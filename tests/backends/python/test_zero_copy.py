@@ -1,0 +1,327 @@
+"""Large tensors cross between the engine and a model process without the engine copying them.
+
+A frontend worker's request arena is lent to the model processes (read-only), so an input written
+there by the worker is read by the model where it lies; an output the model returns from its inputs
+comes back by reference too; and the engine reads the other outputs where the model process placed
+them, giving that output region to no other execution while anything reads it.  Checked on the
+server (both modes: with workers the model sees its input in the worker's memfd, in one process in
+a region of its own) and under concurrency, where a region given to the next execution too early
+would hand one client another's answer.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from naiad.backends.python import process, shm
+from naiad.core.request import Tensor
+
+from tests.engine.test_workers import workers
+from tests.scheduling.models import wait_for
+from tests.support import modes
+from tests.support.models import write_model
+from tests.support.server import ServerProcess
+
+frontend_workers = modes.frontend_workers
+
+#: A 1x3x224x224 FP32 image: 602 KB, far past the size below which tensors are copied as bytes.
+SHAPE = (1, 3, 224, 224)
+
+#: Returns its input (OUTPUT0), twice its input (OUTPUT1), the name of the mapping its input lies in
+#: and how many frontend workers' request arenas its process maps (by inode: a restarted worker's new
+#: arena has the old one's name).
+WHERE_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def mapping(address):
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            low, high = (int(part, 16) for part in fields[0].split("-"))
+            if low <= address < high:
+                return fields[5].strip() if len(fields) > 5 else "[anonymous]"
+    return "?"
+
+
+def arenas():
+    with open("/proc/self/maps") as maps:
+        return len({line.split()[4] for line in maps if "naiad-requests" in line})
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            image = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            where = mapping(image.__array_interface__["data"][0])
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", image),
+                pb_utils.Tensor("OUTPUT1", image * 2),
+                pb_utils.Tensor("MAPPING", np.array([where.encode()], dtype=np.object_)),
+                pb_utils.Tensor("ARENAS", np.array([arenas()], dtype=np.int32)),
+            ]))
+        return responses
+"""
+
+WHERE_CONFIG = """
+name: "where"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] },
+  { name: "MAPPING" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "ARENAS" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+"""
+
+
+#: ``OUT = IN * FACTOR + TERM`` for a batch of images.
+AFFINE_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import json
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.factor = float(parameters["FACTOR"]["string_value"])
+        self.term = float(parameters["TERM"]["string_value"])
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * self.factor + self.term)])
+            for r in requests]
+"""
+
+
+def _affine_config(name: str, factor: int, term: int, batching: str = "") -> str:
+    return f"""
+    name: "{name}"
+    backend: "python"
+    max_batch_size: 8
+    input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] }} ]
+    output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] }} ]
+    parameters [ {{ key: "FACTOR" value: {{ string_value: "{factor}" }} }},
+                 {{ key: "TERM" value: {{ string_value: "{term}" }} }} ]
+    {batching}
+    """
+
+
+#: ``twice`` answers at once; its outputs then wait 20 ms in ``plus_one``'s queue, read where
+#: ``twice``'s model process put them, while ``twice`` runs the other clients' executions.
+CHAIN_CONFIG = """
+name: "chain"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IMAGE" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
+output [ { name: "RESULT" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
+ensemble_scheduling { step [
+  { model_name: "twice" model_version: -1
+    input_map { key: "IN" value: "IMAGE" } output_map { key: "OUT" value: "doubled" } },
+  { model_name: "plus_one" model_version: -1
+    input_map { key: "IN" value: "doubled" } output_map { key: "OUT" value: "RESULT" } }
+] }
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, frontend_workers: int) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("zero_copy")
+    write_model(repo, "where", WHERE_CONFIG, WHERE_PY)
+    write_model(repo, "twice", _affine_config("twice", 2, 0), AFFINE_PY)
+    delay = "dynamic_batching { max_queue_delay_microseconds: 20000 }"
+    write_model(repo, "plus_one", _affine_config("plus_one", 1, 1, delay), AFFINE_PY)
+    write_model(repo, "chain", CHAIN_CONFIG)
+    with ServerProcess([repo], frontend_workers=frontend_workers) as served:
+        yield served
+
+
+NAMES = ("OUTPUT0", "OUTPUT1", "MAPPING", "ARENAS")
+
+
+def _image(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random(SHAPE, dtype=np.float32)
+
+
+def _http(server: ServerProcess, image: np.ndarray) -> dict[str, np.ndarray]:
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        tensor = httpclient.InferInput("INPUT0", list(SHAPE), "FP32")
+        tensor.set_data_from_numpy(image, binary_data=True)
+        outputs = [httpclient.InferRequestedOutput(name, binary_data=True) for name in NAMES]
+        result = client.infer("where", [tensor], outputs=outputs)
+        return {name: result.as_numpy(name) for name in NAMES}
+    finally:
+        client.close()
+
+
+def _grpc(server: ServerProcess, image: np.ndarray) -> dict[str, np.ndarray]:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        tensor = grpcclient.InferInput("INPUT0", list(SHAPE), "FP32")
+        tensor.set_data_from_numpy(image)
+        result = client.infer("where", [tensor])
+        return {name: result.as_numpy(name) for name in NAMES}
+    finally:
+        client.close()
+
+
+def test_the_model_reads_its_input_where_the_frontend_put_it(server: ServerProcess) -> None:
+    image = _image(0)
+    for call in (_http, _grpc):
+        answer = call(server, image)
+        np.testing.assert_array_equal(answer["OUTPUT0"], image)
+        np.testing.assert_array_equal(answer["OUTPUT1"], image * 2)
+        mapping = answer["MAPPING"][0].decode()
+        if server.frontend_workers:
+            # the worker's request arena, mapped by the model process: the engine copied nothing
+            assert mapping.startswith("/memfd:naiad-requests-"), mapping
+            assert 1 <= answer["ARENAS"][0] <= server.frontend_workers
+        else:
+            # the request is in the engine's memory: copied once into the model's input region
+            assert mapping.startswith("/dev/shm/naiad-"), mapping
+
+
+def test_concurrent_clients_each_get_their_own_answer(server: ServerProcess) -> None:
+    """Sixteen clients at once, each image different: an output region given to the next execution
+    while the engine still read the last one's outputs would mix answers."""
+
+    def run(seed: int) -> None:
+        image = _image(seed)
+        answer = (_http if seed % 2 else _grpc)(server, image)
+        np.testing.assert_array_equal(answer["OUTPUT0"], image)
+        np.testing.assert_array_equal(answer["OUTPUT1"], image * 2)
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        for future in [pool.submit(run, seed) for seed in range(1, 97)]:
+            future.result()
+
+
+def test_outputs_read_later_are_never_overwritten(server: ServerProcess) -> None:
+    """An ensemble whose second step reads the first step's outputs 20 ms later, from sixteen clients
+    at once: each gets ``2 x + 1`` of its own image, though the first step ran the others' meanwhile."""
+
+    def run(seed: int) -> None:
+        image = _image(seed)[0]
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        try:
+            tensor = grpcclient.InferInput("IMAGE", [1, *image.shape], "FP32")
+            tensor.set_data_from_numpy(image[None])
+            result = client.infer("chain", [tensor]).as_numpy("RESULT")
+        finally:
+            client.close()
+        np.testing.assert_array_equal(result[0], image * 2 + 1)
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        for future in [pool.submit(run, seed) for seed in range(1, 65)]:
+            future.result()
+
+
+def test_a_restarted_workers_new_arena_replaces_the_old_one(tmp_path: Path) -> None:
+    """A worker killed and started again has a new request arena: the model process maps it and lets
+    go of the old one, whose memory would otherwise stay held."""
+    write_model(tmp_path, "where", WHERE_CONFIG, WHERE_PY)
+    with ServerProcess([tmp_path], frontend_workers=1) as server:
+        wait_for(lambda: len(workers(server)) == 1)
+        image = _image(1)
+        assert _grpc(server, image)["ARENAS"][0] == 1
+        victim = workers(server)[0]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: len(workers(server)) == 1 and victim not in workers(server), timeout=30)
+        server._wait("/v2/health/ready", timeout=30)
+        answer = _grpc(server, image)
+        np.testing.assert_array_equal(answer["OUTPUT1"], image * 2)
+        assert answer["MAPPING"][0].decode().startswith("/memfd:naiad-requests-0")
+        assert answer["ARENAS"][0] == 1
+
+
+# ---- the pieces, on their own ----------------------------------------------------------------------
+
+
+def test_tensors_in_a_shared_arena_are_placed_by_reference_and_read_back() -> None:
+    arena = shm.Region.create(1 << 20)
+    try:
+        lent = shm.Region.attach(arena.path, arena.size, readonly=True)
+        large = np.ndarray((100, 200), np.float32, arena.buffer, 4096)  # 80 KB, in the arena
+        large[:] = np.arange(20_000, dtype=np.float32).reshape(100, 200)
+        small = np.ndarray((4,), np.float32, arena.buffer, 0)  # copied as bytes: not looked for
+        elsewhere = np.ones((100, 200), np.float32)
+        tensors = [
+            Tensor("LARGE", "FP32", large),
+            Tensor("SMALL", "FP32", small),
+            Tensor("OWN", "FP32", elsewhere),
+        ]
+        spans = {7: arena.span()}
+        shared = shm.locate(spans, tensors)
+        assert shared == [(7, 4096), None, None]
+        assert shm.locate(spans, tensors[1:]) is None
+        assert shm.locate(spans, [Tensor("T", "FP32", large.T)]) is None  # not contiguous: copied
+        assert shm.layout_size(tensors, shared) == 64 + 80_000  # only the other two take room
+        region = shm.Region.create(shm.layout_size(tensors, shared))
+        try:
+            placements = shm.place(region, tensors, shared)
+            assert placements[0][4:] == (4096, 7)
+            for placement, tensor in zip(placements, tensors, strict=True):
+                read = shm.view(region, placement, {7: lent})
+                np.testing.assert_array_equal(read, tensor.data)
+                assert not read.flags.writeable
+        finally:
+            region.unlink()
+    finally:
+        arena.unlink()
+
+
+def test_a_region_is_leased_while_any_view_of_it_lives() -> None:
+    made = shm.Region.create(1 << 16)
+    try:
+        region = shm.Region.attach(made.path, made.size)
+        placement: shm.Placement = ("X", "FP32", (2, 4), "<f4", 64, None)
+        assert not region.leased()
+        view = shm.view(region, placement)
+        derived = view.reshape(8)[2:]
+        assert region.leased()
+        del view
+        assert region.leased()  # a view of the view still reads the region
+        del derived
+        assert not region.leased()
+        shm.copy(region, placement)
+        assert not region.leased()  # a copy is its own
+    finally:
+        made.unlink()
+
+
+def test_an_output_region_is_given_again_only_once_nothing_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(process, "OUTPUT_REGIONS", 2)
+    child = process._Child(None)  # type: ignore[arg-type]  # (its process is not needed here)
+    made = []
+    for _ in range(2):
+        out = child.output()
+        made.append(shm.Region.create(1 << 16))
+        child.outputs[out] = shm.Region.attach(made[-1].path, made[-1].size)
+    try:
+        assert sorted(child.outputs) == [0, 1]
+        view = shm.view(child.outputs[0], ("X", "FP32", (4,), "<f4", 0, None))
+        child.spare.extend([0, 1])
+        assert child.output() == 1  # 0 is still read
+        # none is free, and two regions are read or in flight: the next ones are for copying
+        assert child.output() == 2 and 2 in child.copying
+        child.spare.append(2)
+        assert child.output() == 2  # a copying region is free as soon as it was read
+        del view
+        assert child.output() == 0
+    finally:
+        for region in made:
+            region.unlink()
