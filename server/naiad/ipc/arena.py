@@ -122,10 +122,13 @@ class SharedArenas:
     from its inputs comes back the same way.  A model process could read every request in an arena
     it maps; it runs as the server's user, which can read the engine's memory anyway, and it cannot
     write there.  Keys are never reused, so a restarted worker's new arena is never mistaken for the
-    one it replaced.
+    one it replaced.  A process the kernel made non-dumpable (it runs a binary with file capabilities,
+    or changed its credentials) lets no other process open its descriptors: it lends nothing, and its
+    model processes get copies as before.
     """
 
     def __init__(self) -> None:
+        self.lending = _dumpable()
         self._next = 1
         #: By key: the arena, its path for other processes, its descriptor.
         self._arenas: dict[int, tuple[Arena, str, int]] = {}
@@ -138,7 +141,8 @@ class SharedArenas:
         key = self._next
         self._next += 1
         self._arenas[key] = (arena, f"/proc/{os.getpid()}/fd/{fd}", fd)
-        self.spans = {**self.spans, key: (arena.base, arena.base + arena.size)}
+        if self.lending:
+            self.spans = {**self.spans, key: (arena.base, arena.base + arena.size)}
         return key
 
     def remove(self, key: int) -> None:
@@ -160,3 +164,16 @@ class SharedArenas:
 
     def __contains__(self, key: int) -> bool:
         return key in self._arenas
+
+
+def _dumpable() -> bool:
+    """Whether processes of the same user may open this process's ``/proc/<pid>/fd`` entries."""
+    import ctypes
+
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)) == 1
+    except (OSError, AttributeError):  # no prctl (not Linux): nothing is lent
+        return False
+
+
+_PR_GET_DUMPABLE = 3

@@ -14,6 +14,8 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -325,3 +327,24 @@ def test_an_output_region_is_given_again_only_once_nothing_reads_it(monkeypatch:
     finally:
         for region in made:
             region.unlink()
+
+
+def test_a_process_others_cannot_open_lends_nothing() -> None:
+    """A non-dumpable engine's descriptors cannot be opened through /proc by its model processes: it
+    lends no arena (its model processes then get copies), where a dumpable one lends each."""
+    script = """
+import ctypes, sys
+from naiad.ipc import arena
+from naiad.ipc.arena import Arena, SharedArenas
+if sys.argv[1] == "no":
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+lent = SharedArenas()
+fd = arena.create("probe", 1 << 20)
+lent.add(Arena(fd, 1 << 20, writable=False), fd)
+print(lent.lending, len(lent.spans))
+"""
+    for dumpable, expected in (("yes", "True 1"), ("no", "False 0")):
+        done = subprocess.run(
+            [sys.executable, "-c", script, dumpable], capture_output=True, text=True, check=True
+        )
+        assert done.stdout.strip() == expected, done.stderr
