@@ -68,9 +68,12 @@ class Region:
     def leased(self) -> bool:
         """Whether an array made over this region (:func:`view`) still lives: the region then must
         not be written again.  Such an array holds the mapping, as does every view made of it, so
-        the mapping's references are counted: this region's own two (``buffer``, and ``readonly``'s)
-        and the call's one, and no more when none is left."""
-        return sys.getrefcount(self.buffer) > 3
+        the mapping's references are counted against those of a region no array reads (its own:
+        ``buffer``, and ``readonly``'s; measured once, as interpreters count a call's differently)."""
+        return self._references() > _UNLEASED
+
+    def _references(self) -> int:
+        return sys.getrefcount(self.buffer)
 
     @classmethod
     def create(cls, needed: int) -> Region:
@@ -105,6 +108,10 @@ class Region:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+#: The references to a region's mapping while no array reads it.
+_UNLEASED = Region("", mmap.PAGESIZE, mmap.mmap(-1, mmap.PAGESIZE))._references()
 
 
 def _folder() -> str:
