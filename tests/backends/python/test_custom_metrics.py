@@ -108,7 +108,8 @@ def _until(server: ServerProcess, wanted: object, present: bool = True) -> str:
         text = _metrics(server)
         if (str(wanted) in text) == present:
             return text
-        assert time.monotonic() < deadline, text
+        # (the server's log in the message: a model process's stderr and the engine's warnings)
+        assert time.monotonic() < deadline, f"{text}\n--- server log ---\n{server.log()[-4000:]}"
         time.sleep(0.05)
 
 
