@@ -135,7 +135,7 @@ class Flood:
         request arena is lent to the model processes, as ``FrontendWorkers`` lends a worker's."""
         published = PublishedSignatures()
         published.update(1, dataplane.registry.models())
-        requests = Arena(self.request_fd, ARENA_SIZE, writable=False)
+        requests = Arena(self.request_fd, ARENA_SIZE, writable=True)  # (as the engine maps it)
         key = lent.add(requests, os.dup(self.request_fd))
         link = WorkerLink(
             0,

@@ -93,7 +93,7 @@ async def _measure(
     link = WorkerLink(
         0,
         dataplane,
-        Arena(request_fd, ARENA_SIZE, writable=False),
+        Arena(request_fd, ARENA_SIZE, writable=True),  # (as the engine maps it)
         Arena(response_fd, ARENA_SIZE, writable=True),
         _calls,
         lambda _: None,

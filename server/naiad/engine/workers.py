@@ -231,7 +231,9 @@ class FrontendWorkers:
                 [sys.executable, "-m", "naiad.workers", *(str(fd) for fd in fds)],
                 pass_fds=fds,
             )
-            requests = Arena(request_fd, ARENA_SIZE, writable=False)
+            # writable: a model in the engine may change its inputs in place, as Triton's models may
+            # (each request's block is its own; the worker does not read it again)
+            requests = Arena(request_fd, ARENA_SIZE, writable=True)
             responses = Arena(response_fd, ARENA_SIZE, writable=True)
         except BaseException:
             os.close(request_fd)

@@ -116,15 +116,16 @@ class Arena:
 class SharedArenas:
     """The frontend workers' request arenas, as the engine lends them to its model processes.
 
-    A model process maps each read-only by its path under ``/proc`` (the engine holds the memfd open
-    while the arena lives), so a large input crosses to it with no copy in the engine, whatever its
-    size (the engine's per-request cost must not grow with tensors), and an output a model returns
-    from its inputs comes back the same way.  A model process could read every request in an arena
-    it maps; it runs as the server's user, which can read the engine's memory anyway, and it cannot
-    write there.  Keys are never reused, so a restarted worker's new arena is never mistaken for the
-    one it replaced.  A process the kernel made non-dumpable (it runs a binary with file capabilities,
-    or changed its credentials) lets no other process open its descriptors: it lends nothing, and its
-    model processes get copies as before.
+    A model process maps each by its path under ``/proc`` (the engine holds the memfd open while the
+    arena lives), opened read-only and mapped copy-on-write, so a large input crosses to it with no
+    copy in the engine, whatever its size (the engine's per-request cost must not grow with
+    tensors), and an output a model returns from its inputs comes back the same way.  A model
+    process could read every request in an arena it maps; it runs as the server's user, which can
+    read the engine's memory anyway, and what it writes there stays its own.  Keys are never reused,
+    so a restarted worker's new arena is never mistaken for the one it replaced.  A process the
+    kernel made non-dumpable (it runs a binary with file capabilities, or changed its credentials)
+    lets no other process open its descriptors: it lends nothing, and its model processes get copies
+    as before.
     """
 
     def __init__(self) -> None:

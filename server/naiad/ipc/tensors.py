@@ -113,7 +113,7 @@ def response_from(
 
 
 def request_from(message: RequestMsg, arena: Arena) -> InferRequest:
-    """The request a message describes; its inputs are read-only views into the request arena (or into
+    """The request a message describes; its inputs are views into the request arena (or into
     the message, for small ones)."""
     outputs = message.outputs
     inputs = []

@@ -8,6 +8,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from naiad.backends.python.instance import PythonModelInstance
 from naiad.core.errors import ErrorCode, InferenceServerError
@@ -307,8 +308,13 @@ def test_a_model_py_without_auto_complete_config_that_cannot_import_fails_its_lo
     assert "SyntaxError" in caught.value.message
 
 
-def test_execute_sees_the_request_buffers_without_copies(tmp_path: Path, instances: LoadInstance) -> None:
-    """In the engine; a model process reads them in shared memory (tests/backends/python/test_shm.py)."""
+def test_execute_gets_writable_inputs_copied_only_when_the_request_is_read_only(
+    tmp_path: Path, instances: LoadInstance
+) -> None:
+    """As in Triton, a model may change its inputs in place (``x += 1``).  In the engine an input the
+    request holds writable (a worker's arena block, a decoded JSON array) is handed over as is; a
+    read-only one (a view of an HTTP body or a gRPC message) is copied by ``as_numpy``, and the
+    request's bytes stay as they were.  (A model process's inputs: tests/backends/python/test_zero_copy.py.)"""
     model_dir = write_model(
         tmp_path,
         "views",
@@ -321,18 +327,30 @@ def test_execute_sees_the_request_buffers_without_copies(tmp_path: Path, instanc
                 responses = []
                 for request in requests:
                     array = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-                    seen = [array.ctypes.data, int(array.flags.writeable)]
+                    array += 1
+                    seen = [array.ctypes.data, int(array.flags.writeable), *array.astype(np.int64)]
                     responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array(seen))]))
                 return responses
         """,
         """
         backend: "python"
         input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
-        output [{ name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 2 ] }]
+        output [{ name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 6 ] }]
         """
         + IN_THE_ENGINE,
     )
-    inputs = request("m", INPUT0=[1, 2, 3, 4])
-    (result,) = instances(model_dir).execute([inputs])
+    instance = instances(model_dir)
+    read_only = request("m", INPUT0=[1, 2, 3, 4])
+    assert not read_only.inputs[0].data.flags.writeable
+    (result,) = instance.execute([read_only])
     assert isinstance(result, InferResponse)
-    assert result.outputs[0].data.tolist() == [inputs.inputs[0].data.ctypes.data, 0]
+    address, writable, *values = result.outputs[0].data.tolist()
+    assert (writable, values) == (1, [2, 3, 4, 5])
+    assert address != read_only.inputs[0].data.ctypes.data  # a copy of the model's own
+    assert read_only.inputs[0].data.tolist() == [1, 2, 3, 4]
+    own = request("m", INPUT0=[1, 2, 3, 4])
+    own.inputs[0].data = np.array([1, 2, 3, 4], np.float32)
+    (result,) = instance.execute([own])
+    assert isinstance(result, InferResponse)
+    address, writable, *values = result.outputs[0].data.tolist()
+    assert (address, writable, values) == (own.inputs[0].data.ctypes.data, 1, [2, 3, 4, 5])  # no copy

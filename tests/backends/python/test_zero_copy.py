@@ -6,12 +6,15 @@ comes back by reference too; and the engine reads the other outputs where the mo
 them, giving that output region to no other execution while anything reads it.  Checked on the
 server (both modes: with workers the model sees its input in the worker's memfd, in one process in
 a region of its own) and under concurrency, where a region given to the next execution too early
-would hand one client another's answer.
+would hand one client another's answer.  As in Triton, a model may change its inputs in place (the
+arena is mapped copy-on-write, and what the model wrote is dropped after its execution): the
+answers carry its changes, and later requests over the same memory never see them.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import mmap
 import os
 import signal
 import subprocess
@@ -64,8 +67,10 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            image = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            where = mapping(image.__array_interface__["data"][0])
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            # (through DLPack: the tensor's memory as it is; ``as_numpy`` copies a read-only one)
+            where = mapping(np.from_dlpack(tensor).__array_interface__["data"][0])
+            image = tensor.as_numpy()
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("OUTPUT0", image),
                 pb_utils.Tensor("OUTPUT1", image * 2),
@@ -139,6 +144,56 @@ ensemble_scheduling { step [
 """
 
 
+#: Adds 1 to its input in place and returns it, as Triton's models may.
+IN_PLACE_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            image = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            image += 1
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", image)]))
+        return responses
+"""
+
+
+#: What Triton 2.51 answers (checked side by side): the input is writable, and ``x += 1`` works.
+WRITABLE_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            writable = bool(x.flags.writeable)
+            x += 1
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", x), pb_utils.Tensor("WRITABLE", np.array([writable]))]))
+        return responses
+"""
+
+
+def _writable_config(name: str, extra: str = "") -> str:
+    return f"""
+    name: "{name}"
+    backend: "python"
+    max_batch_size: 0
+    input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+    output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }},
+             {{ name: "WRITABLE" data_type: TYPE_BOOL dims: [ 1 ] }} ]
+    {extra}
+    """
+
+
+IN_THE_ENGINE = 'parameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_value: "false" } }'
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, frontend_workers: int) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("zero_copy")
@@ -147,6 +202,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, frontend_workers: int) -> I
     delay = "dynamic_batching { max_queue_delay_microseconds: 20000 }"
     write_model(repo, "plus_one", _affine_config("plus_one", 1, 1, delay), AFFINE_PY)
     write_model(repo, "chain", CHAIN_CONFIG)
+    write_model(repo, "writable", _writable_config("writable"), WRITABLE_PY)
+    write_model(
+        repo, "writable_in_engine", _writable_config("writable_in_engine", IN_THE_ENGINE), WRITABLE_PY
+    )
+    in_place = _affine_config("in_place", 1, 0).replace("max_batch_size: 8", "max_batch_size: 0")
+    write_model(
+        repo, "in_place", in_place.replace("dims: [ 3, 224, 224 ]", "dims: [ 1, 3, 224, 224 ]"), IN_PLACE_PY
+    )
     with ServerProcess([repo], frontend_workers=frontend_workers) as served:
         yield served
 
@@ -195,6 +258,45 @@ def test_the_model_reads_its_input_where_the_frontend_put_it(server: ServerProce
         else:
             # the request is in the engine's memory: copied once into the model's input region
             assert mapping.startswith("/dev/shm/naiad-"), mapping
+
+
+@pytest.mark.parametrize("model", ["writable", "writable_in_engine"])
+def test_inputs_are_writable_as_in_triton_whatever_the_wire(server: ServerProcess, model: str) -> None:
+    """Triton 2.51 hands a Python model writable inputs (``x += 1`` on ``as_numpy()`` works): over
+    JSON, binary HTTP and gRPC, in a model process and in the engine, Naiad does too."""
+    values = np.array([1, 2, 3], np.float32)
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        for binary in (False, True):
+            tensor = httpclient.InferInput("INPUT0", [3], "FP32")
+            tensor.set_data_from_numpy(values, binary_data=binary)
+            result = client.infer(model, [tensor])
+            assert result.as_numpy("OUTPUT0").tolist() == [2, 3, 4]
+            assert result.as_numpy("WRITABLE").tolist() == [True]
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        tensor = grpcclient.InferInput("INPUT0", [3], "FP32")
+        tensor.set_data_from_numpy(values)
+        result = client.infer(model, [tensor])
+        assert result.as_numpy("OUTPUT0").tolist() == [2, 3, 4]
+        assert result.as_numpy("WRITABLE").tolist() == [True]
+    finally:
+        client.close()
+
+
+def test_a_model_changes_its_inputs_in_place_and_only_its_own(server: ServerProcess) -> None:
+    """``x += 1`` on an input works, as in Triton (its answer is the changed array, not the worker's
+    bytes it lay over), and changes nothing later requests read: 120 images one after another, so
+    that the worker's arena comes round to the same memory again, each come back plus one."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        for seed in range(120):
+            image = _image(seed % 3)  # the same three images: stale pages would show as +2
+            tensor = grpcclient.InferInput("IN", list(SHAPE), "FP32")
+            tensor.set_data_from_numpy(image)
+            answer = client.infer("in_place", [tensor]).as_numpy("OUT")
+            np.testing.assert_array_equal(answer, image + 1)
+    finally:
+        client.close()
 
 
 def test_concurrent_clients_each_get_their_own_answer(server: ServerProcess) -> None:
@@ -256,7 +358,7 @@ def test_a_restarted_workers_new_arena_replaces_the_old_one(tmp_path: Path) -> N
 def test_tensors_in_a_shared_arena_are_placed_by_reference_and_read_back() -> None:
     arena = shm.Region.create(1 << 20)
     try:
-        lent = shm.Region.attach(arena.path, arena.size, readonly=True)
+        lent = shm.Region.attach(arena.path, arena.size, private=True)
         large = np.ndarray((100, 200), np.float32, arena.buffer, 4096)  # 80 KB, in the arena
         large[:] = np.arange(20_000, dtype=np.float32).reshape(100, 200)
         small = np.ndarray((4,), np.float32, arena.buffer, 0)  # copied as bytes: not looked for
@@ -284,6 +386,28 @@ def test_tensors_in_a_shared_arena_are_placed_by_reference_and_read_back() -> No
             region.unlink()
     finally:
         arena.unlink()
+
+
+def test_what_a_process_writes_in_a_shared_arena_stays_its_own_until_undone() -> None:
+    made = shm.Region.create(1 << 20)
+    try:
+        mapped = shm.Region.attach(made.path, made.size, private=True)
+        base = mapped.span()[0]
+        written = shm.Written()
+        offset = 3 * mmap.PAGESIZE + 64
+        made.buffer[offset : offset + 8] = b"worker-1"
+        placement: shm.Placement = ("X", "UINT8", (8,), "|u1", offset, 7)
+        data = shm.view(None, placement, {7: mapped}, writable=True)
+        assert bytes(data) == b"worker-1" and not written.any(base + offset, 8)
+        data[:] = np.frombuffer(b"model-01", np.uint8)  # the model writes its input in place
+        assert written.any(base + offset, 8) and not written.any(base, mmap.PAGESIZE)
+        made.buffer[offset : offset + 8] = b"worker-2"  # the worker's next request, same memory
+        assert bytes(made.buffer[offset : offset + 8]) == b"worker-2"  # never saw the model's write
+        assert bytes(data) == b"model-01"  # this process still sees its own page
+        written.undo(mapped, base, offset, 8)
+        assert bytes(data) == b"worker-2" and not written.any(base + offset, 8)
+    finally:
+        made.unlink()
 
 
 def test_a_region_is_leased_while_any_view_of_it_lives() -> None:

@@ -124,28 +124,35 @@ class _Capsule:
 class Tensor:
     """A named tensor backed by a numpy array (``np.object_`` of ``bytes`` for BYTES)."""
 
-    __slots__ = ("_array", "_datatype", "_name")
+    __slots__ = ("_array", "_borrowed", "_datatype", "_name")
 
     def __init__(self, name: str, data: Any) -> None:
         array = data if isinstance(data, np.ndarray) else np.asarray(data)
         self._name = name
         self._array = array
         self._datatype = _datatype_of(array.dtype)
+        self._borrowed = False
 
     @classmethod
     def _wrap(cls, name: str, datatype: str, array: np.ndarray[Any, Any]) -> Tensor:
-        """A tensor over a request's input, without re-deriving what the request already says."""
+        """A tensor over the server's memory (a request's input, a BLS call's output), without
+        re-deriving what the request already says."""
         tensor = cls.__new__(cls)
         tensor._name = name
         tensor._array = array
         tensor._datatype = datatype
+        tensor._borrowed = True
         return tensor
 
     def name(self) -> str:
         return self._name
 
     def as_numpy(self) -> np.ndarray[Any, Any]:
-        """The array itself (inputs are read-only views of the request's buffer).
+        """The array itself.  The server's (a request's inputs, a BLS call's outputs) is writable, as in
+        Triton, where a model may work on its inputs in place (``x /= 255``): a view where the model
+        may write (a model process's input region, or its copy-on-write mapping of a worker's arena;
+        the arena itself, in the engine), copied here, once, where it may not (an HTTP body, a gRPC
+        message, a decoupled model's inputs in an arena, another model's outputs).
 
         BF16 raises, as in Triton (models test for it): numpy has no bfloat16, so such tensors go
         through ``to_dlpack``/``from_dlpack``, which carry the ml_dtypes array held here.
@@ -155,7 +162,10 @@ class Tensor:
                 "Tensor dtype is BF16 and cannot be converted to NumPy. "
                 "Use to_dlpack() and from_dlpack() instead."
             )
-        return self._array
+        array = self._array
+        if self._borrowed and not array.flags.writeable:
+            array = self._array = array.copy()
+        return array
 
     def shape(self) -> list[int]:
         return list(self._array.shape)

@@ -12,16 +12,19 @@ process is gone.
 BYTES tensors (numpy object arrays) have no flat layout and travel pickled in the message instead.
 
 A large tensor that already lies in memory both processes map crosses with no copy at all: a frontend
-worker's request arena, which the engine lets its model processes map read-only (see
-:class:`naiad.ipc.arena.SharedArenas`), or, back from a model that returns an input or a view of one,
-the same arena.  Its placement names the arena by key (:data:`Spans`) instead of a region.  And the
-engine reads a model process's outputs where they lie (:meth:`Region.leased`): the region they are in
-is not given to another execution while the engine's views of it live.
+worker's request arena, which the engine lends its model processes (see
+:class:`naiad.ipc.arena.SharedArenas`; mapped copy-on-write, so that a model may change its inputs in
+place, as in Triton, without the worker's memory changing: :class:`Written`), or, back from a model
+that returns an input or a view of one, the same arena.  Its placement names the arena by key
+(:data:`Spans`) instead of a region.  And the engine reads a model process's outputs where they lie
+(:meth:`Region.leased`): the region they are in is not given to another execution while the engine's
+views of it live.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import mmap
 import os
 import sys
@@ -88,11 +91,15 @@ class Region:
         return cls(path, size, buffer)
 
     @classmethod
-    def attach(cls, path: str, size: int, *, readonly: bool = False) -> Region:
-        """Map the region another process created (read-only: a shared arena, see :func:`locate`)."""
-        fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
+    def attach(cls, path: str, size: int, *, private: bool = False) -> Region:
+        """Map the region another process created.  ``private``: a shared arena, opened read-only and
+        mapped copy-on-write: what this process writes there stays its own (:class:`Written`)."""
+        fd = os.open(path, os.O_RDONLY if private else os.O_RDWR)
         try:
-            buffer = mmap.mmap(fd, size, prot=mmap.PROT_READ) if readonly else mmap.mmap(fd, size)
+            if private:
+                buffer = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            else:
+                buffer = mmap.mmap(fd, size)
         finally:
             os.close(fd)
         return cls(path, size, buffer)
@@ -152,7 +159,7 @@ def remove_orphans(folder: str | None = None) -> list[str]:
         if not (name.startswith(_PREFIX) and name.endswith(".shm")):
             continue
         pid = name[len(_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or running(int(pid)):
             continue
         try:
             os.unlink(entry.path)
@@ -162,7 +169,7 @@ def remove_orphans(folder: str | None = None) -> list[str]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, which has ended but is not reaped yet, does not)."""
     try:
         os.kill(pid, 0)
@@ -260,18 +267,86 @@ def _portable(dtype: np.dtype[Any]) -> Any:
     return dtype.str if np.dtype(dtype.str) == dtype else dtype
 
 
-def view(region: Region | None, placement: Placement, arenas: dict[int, Region] | None = None) -> Array:
-    """The array a placement describes, read-only: a view of ``region`` or of the shared arena it
-    names in ``arenas`` (no copy), or the array it carries."""
+def view(
+    region: Region | None,
+    placement: Placement,
+    arenas: dict[int, Region] | None = None,
+    *,
+    writable: bool = False,
+) -> Array:
+    """The array a placement describes: a view of ``region`` or of the shared arena it names in
+    ``arenas`` (no copy), or the array it carries.  Read-only unless ``writable``: a model process's
+    inputs, which a model may change in place as in Triton, in its own region or in its copy-on-write
+    mapping of a shared arena (:class:`Written` undoes what it wrote there)."""
     _, _, shape, dtype, offset, inline = placement
     if inline is None:
         assert region is not None
-        return np.ndarray(shape, dtype, region.readonly, offset)
+        return np.ndarray(shape, dtype, region.buffer if writable else region.readonly, offset)
     if isinstance(inline, int):
         assert arenas is not None
-        return np.ndarray(shape, dtype, arenas[inline].readonly, offset)
+        arena = arenas[inline]
+        return np.ndarray(shape, dtype, arena.buffer if writable else arena.readonly, offset)
+    if writable:  # (an array unpickled from the message's bytes may be read-only: a copy of its own)
+        return inline if inline.flags.writeable else inline.copy()
     inline.flags.writeable = False
     return inline
+
+
+def extent(placement: Placement) -> int:
+    """The bytes a placed tensor takes (one in a region or a shared arena)."""
+    _, _, shape, dtype, _, _ = placement
+    return int(np.dtype(dtype).itemsize * math.prod(shape))
+
+
+class Written:
+    """The pages of shared arenas this process has written, through their copy-on-write mappings.
+
+    A model may change an input in place.  In a shared arena mapped privately the pages it writes
+    become this process's own copies (the worker's memory never changes), but they would hide what
+    the worker writes there later: so after each execution the pages of its inputs that this process
+    wrote are dropped (``MADV_DONTNEED``: the next read maps the worker's page again), and an output
+    that lies on such a page is not sent by reference.  Which pages were written is read from
+    ``/proc/self/pagemap`` (present and not file-backed: a private copy); where that cannot be read,
+    every page of an input counts as written.
+    """
+
+    def __init__(self) -> None:
+        self._pagemap: int | None = None
+        self._readable = True
+
+    def any(self, address: int, nbytes: int) -> bool:
+        """Whether this process wrote a page of ``[address, address + nbytes)`` (True if unknown)."""
+        if nbytes <= 0:
+            return False
+        first, last = address // mmap.PAGESIZE, (address + nbytes - 1) // mmap.PAGESIZE
+        entries = self._entries(first, last - first + 1)
+        if entries is None:
+            return True
+        private = (entries >> np.uint64(63)) & ~(entries >> np.uint64(61)) & np.uint64(1)
+        return bool(private.any())
+
+    def undo(self, arena: Region, base: int, offset: int, nbytes: int) -> None:
+        """Drop the pages of ``[offset, offset + nbytes)`` in ``arena`` (mapped at ``base``) this
+        process wrote, if any."""
+        if not self.any(base + offset, nbytes):
+            return
+        low = offset - offset % mmap.PAGESIZE
+        high = min(arena.size, -(-(offset + nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
+        arena.buffer.madvise(mmap.MADV_DONTNEED, low, high - low)
+
+    def _entries(self, first: int, count: int) -> np.ndarray[Any, np.dtype[np.uint64]] | None:
+        if self._pagemap is None and self._readable:
+            try:  # (opened here, in the model process: "self" is fixed when the file is opened)
+                self._pagemap = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self._readable = False
+        if self._pagemap is None:
+            return None
+        try:
+            data = os.pread(self._pagemap, count * 8, first * 8)
+        except OSError:
+            return None
+        return np.frombuffer(data, np.uint64) if len(data) == count * 8 else None
 
 
 def copy(region: Region | None, placement: Placement) -> Array:

@@ -318,13 +318,20 @@ def _request(
     message: tuple[Any, ...],
     region: shm.Region | None,
     arenas: dict[int, shm.Region],
+    in_place: bool,
     channel: _Channel,
     key: int,
     index: int,
 ) -> _RemoteRequest:
+    """Inputs in this process's own region are writable views: a model may change them in place, as
+    in Triton.  So are those in a shared arena when ``in_place`` (see :class:`shm.Written`); not for
+    a decoupled model, whose threads may still read an input after ``execute`` returned, when what
+    it wrote there is undone: those are read-only, and ``as_numpy`` copies them."""
     model_name, request_id, parameters, outputs, timeout_us, sequence_id, start, end, placements = message
-    # as in the engine, inputs are read-only views of the request
-    inputs = [Tensor(p[0], p[1], shm.view(region, p, arenas)) for p in placements]
+    inputs = [
+        Tensor(p[0], p[1], shm.view(region, p, arenas, writable=in_place or type(p[5]) is not int))
+        for p in placements
+    ]
     request = _RemoteRequest(
         model_name,
         id=request_id,
@@ -403,14 +410,21 @@ class _Outputs:
     def __init__(self) -> None:
         self.region: shm.Region | None = None
 
-    def pack(self, results: list[Any], spans: shm.Spans) -> tuple[Any, ...]:
+    def pack(self, results: list[Any], spans: shm.Spans, written: shm.Written) -> tuple[Any, ...]:
         """``("results", path or None, size or None, results as the engine reads them)``; an output
-        that lies in a shared arena (``spans``: an input returned, or a view of one) is not copied."""
+        that lies in a shared arena (``spans``: an input returned, or a view of one) is not copied,
+        unless the model wrote there (the worker's memory does not have what it wrote)."""
         if len(results) == 1 and isinstance(results[0], InferResponse):  # most executions: one request
             tensors = results[0].outputs
         else:
             tensors = [t for result in results if isinstance(result, InferResponse) for t in result.outputs]
         shared = shm.locate(spans, tensors)
+        if shared is not None:
+            for index, where in enumerate(shared):
+                if where is not None and written.any(
+                    spans[where[0]][0] + where[1], tensors[index].data.nbytes
+                ):
+                    shared[index] = None
         needed = shm.layout_size(tensors, shared)
         region = self.region
         fresh = None
@@ -445,9 +459,11 @@ class _Worker:
         #: Input regions by slot, output regions by number (see :class:`ProcessModelInstance`).
         self._inputs: dict[int, shm.Region] = {}
         self._outputs: collections.defaultdict[int, _Outputs] = collections.defaultdict(_Outputs)
-        #: The shared arenas the engine lent (read-only), by key, and where they lie here.
+        #: The shared arenas the engine lent (mapped copy-on-write), by key, where they lie here, and
+        #: what the model wrote there.
         self._arenas: dict[int, shm.Region] = {}
         self._spans: shm.Spans = {}
+        self._written = shm.Written()
         channel.execute = self.execute
 
     def _learn(self, told: tuple[Any, ...]) -> None:
@@ -457,8 +473,18 @@ class _Worker:
             self._arenas.pop(key, None)
             self._spans.pop(key, None)
         for key, path, size in new:
-            arena = self._arenas[key] = shm.Region.attach(path, size, readonly=True)
+            arena = self._arenas[key] = shm.Region.attach(path, size, private=True)
             self._spans[key] = arena.span()
+
+    def _undo(self, requests: list[tuple[Any, ...]]) -> None:
+        """Drop what the model wrote over its inputs in shared arenas (see :class:`shm.Written`)."""
+        for request in requests:
+            for placement in request[-1]:
+                where = placement[5]
+                if type(where) is int:
+                    self._written.undo(
+                        self._arenas[where], self._spans[where][0], placement[4], shm.extent(placement)
+                    )
 
     def execute(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
         """The ``results`` message for an ``execute`` message."""
@@ -472,13 +498,20 @@ class _Worker:
                 region = shm.Region.attach(path, size)
                 if not nested:  # a nested execution's region is its own; the outer one's inputs live on
                     self._inputs[slot] = region
-            arenas = self._arenas
-            batch = [_request(request, region, arenas, channel, key, i) for i, request in enumerate(requests)]
+            arenas, in_place = self._arenas, not self._decoupled
+            batch = [
+                _request(request, region, arenas, in_place, channel, key, i)
+                for i, request in enumerate(requests)
+            ]
             if self._decoupled:
                 for index, request in enumerate(batch):
                     request.responses = functools.partial(channel.respond, key, index)
-            results = self._instance.execute(batch)
-            reply = self._outputs[out].pack(results, self._spans)
+            try:
+                results = self._instance.execute(batch)
+                reply = self._outputs[out].pack(results, self._spans, self._written)
+            finally:
+                if in_place and arenas:
+                    self._undo(requests)
         except Exception as exc:  # a failure here must cost this batch, not the instance
             error = ("error", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}")
             reply = ("results", None, None, [error] * len(requests))

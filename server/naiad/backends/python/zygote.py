@@ -312,11 +312,13 @@ def _leave(statuses: dict[int, int], engine: int) -> None:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
-    deadline = time.monotonic() + 10.0
-    while os.getppid() == engine and time.monotonic() < deadline:  # until the engine has exited
-        time.sleep(0.01)
     from naiad.backends.python import shm
 
+    # until the engine has exited: this process is handed to another parent while the engine's exit
+    # is still under way, and until it has ended (a zombie at least) its files count as its own
+    deadline = time.monotonic() + 10.0
+    while (os.getppid() == engine or shm.running(engine)) and time.monotonic() < deadline:
+        time.sleep(0.01)
     shm.remove_orphans()
 
 
