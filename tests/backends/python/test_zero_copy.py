@@ -410,6 +410,33 @@ def test_what_a_process_writes_in_a_shared_arena_stays_its_own_until_undone() ->
         made.unlink()
 
 
+def test_without_a_readable_pagemap_every_page_counts_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where ``/proc/self/pagemap`` cannot be read (a sandbox), what the model may have written is
+    dropped all the same: every page of an input counts as written."""
+    real_open = os.open
+
+    def refuse(path: str, *args: int) -> int:
+        if path == "/proc/self/pagemap":
+            raise PermissionError(path)
+        return real_open(path, *args)
+
+    monkeypatch.setattr(os, "open", refuse)
+    made = shm.Region.create(1 << 20)
+    try:
+        mapped = shm.Region.attach(made.path, made.size, private=True)
+        base = mapped.span()[0]
+        written = shm.Written()
+        made.buffer[0:8] = b"worker-1"
+        data = shm.view(None, ("X", "UINT8", (8,), "|u1", 0, 7), {7: mapped}, writable=True)
+        assert written.any(base, 8)  # unknown: counted as written
+        data[:] = np.frombuffer(b"model-01", np.uint8)
+        made.buffer[0:8] = b"worker-2"
+        written.undo(mapped, base, 0, 8)
+        assert bytes(data) == b"worker-2"
+    finally:
+        made.unlink()
+
+
 def test_a_region_is_leased_while_any_view_of_it_lives() -> None:
     made = shm.Region.create(1 << 16)
     try:
