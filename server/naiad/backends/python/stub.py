@@ -324,9 +324,9 @@ def _request(
     index: int,
 ) -> _RemoteRequest:
     """Inputs in this process's own region are writable views: a model may change them in place, as
-    in Triton.  So are those in a shared arena when ``in_place`` (see :class:`shm.Written`); not for
-    a decoupled model, whose threads may still read an input after ``execute`` returned, when what
-    it wrote there is undone: those are read-only, and ``as_numpy`` copies them."""
+    in Triton.  So are those in a shared arena when ``in_place`` (see :class:`shm.Written`), which a
+    decoupled model's are not: its threads may read an input after ``execute`` returned, past the
+    undo of what it wrote, so its arena inputs are read-only and ``as_numpy`` copies them."""
     model_name, request_id, parameters, outputs, timeout_us, sequence_id, start, end, placements = message
     inputs = [
         Tensor(p[0], p[1], shm.view(region, p, arenas, writable=in_place or type(p[5]) is not int))
