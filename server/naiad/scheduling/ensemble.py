@@ -38,6 +38,8 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import numpy as np
+
 from naiad.core.errors import InferenceServerError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, ResponseSink, Tensor
 from naiad.scheduling.answers import answers
@@ -212,12 +214,15 @@ class EnsembleScheduler:
         raise UnavailableError(f"ensemble '{self.name}' cannot run steps {names}")
 
     def _step_request(self, step: Step, request: InferRequest, tensors: dict[str, Tensor]) -> InferRequest:
+        """A step's request.  Its inputs are read-only views of the ensemble's tensors, which other
+        steps (and the ensemble's answer) may read too: a model that changes an input in place, as
+        Triton's Python models may, works on a copy of its own (``pb_utils`` makes it)."""
         return InferRequest(
             model_name=step.model_name,
             model_version=step.model_version,
             id=request.id,
             inputs=[
-                Tensor(model_input, tensors[name].datatype, tensors[name].data)
+                Tensor(model_input, tensors[name].datatype, _read_only(tensors[name].data))
                 for model_input, name in step.inputs
             ],
             outputs=[RequestedOutput(model_output) for model_output, _ in step.outputs],
@@ -376,3 +381,11 @@ class _Run:
             self.last = response
         else:
             self.sink(response, False)
+
+
+def _read_only(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    if not array.flags.writeable:
+        return array
+    view = array.view()
+    view.flags.writeable = False
+    return view

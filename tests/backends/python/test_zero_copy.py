@@ -193,6 +193,33 @@ def _writable_config(name: str, extra: str = "") -> str:
 
 IN_THE_ENGINE = 'parameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_value: "false" } }'
 
+#: ``bump`` adds 1 to IMAGE in place; ``keep`` runs after it (it also takes ``bump``'s output) and
+#: returns IMAGE as it got it.  Both in the engine, where steps share the ensemble's tensors.
+FAN_OUT_CONFIG = """
+name: "fan_out"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IMAGE" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "BUMPED" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "KEPT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "bump" model_version: -1
+    input_map { key: "INPUT0" value: "IMAGE" } output_map { key: "OUTPUT0" value: "BUMPED" } },
+  { model_name: "keep" model_version: -1
+    input_map { key: "INPUT0" value: "IMAGE" } input_map { key: "AFTER" value: "BUMPED" }
+    output_map { key: "OUTPUT0" value: "KEPT" } }
+] }
+"""
+
+KEEP_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, frontend_workers: int) -> Iterator[ServerProcess]:
@@ -203,6 +230,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, frontend_workers: int) -> I
     write_model(repo, "plus_one", _affine_config("plus_one", 1, 1, delay), AFFINE_PY)
     write_model(repo, "chain", CHAIN_CONFIG)
     write_model(repo, "writable", _writable_config("writable"), WRITABLE_PY)
+    write_model(repo, "bump", _writable_config("bump", IN_THE_ENGINE), WRITABLE_PY)
+    keep = _writable_config("keep", IN_THE_ENGINE).replace(
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]',
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }, '
+        '{ name: "AFTER" data_type: TYPE_FP32 dims: [ -1 ] } ]',
+    )
+    write_model(repo, "keep", keep, KEEP_PY)
+    write_model(repo, "fan_out", FAN_OUT_CONFIG)
     write_model(
         repo, "writable_in_engine", _writable_config("writable_in_engine", IN_THE_ENGINE), WRITABLE_PY
     )
@@ -281,6 +316,20 @@ def test_inputs_are_writable_as_in_triton_whatever_the_wire(server: ServerProces
         assert result.as_numpy("WRITABLE").tolist() == [True]
     finally:
         client.close()
+
+
+def test_a_step_that_changes_its_input_in_place_changes_no_other_step(server: ServerProcess) -> None:
+    """In Triton each step's Python model works on inputs of its own: ``bump``'s ``x += 1`` on the
+    ensemble's IMAGE must not reach ``keep``, which reads IMAGE after it (a 400-KB image, so that with
+    workers it lies in the worker's arena, and JSON, where it is a writable array)."""
+    image = np.arange(100_000, dtype=np.float32)
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        for binary in (True, False):
+            tensor = httpclient.InferInput("IMAGE", list(image.shape), "FP32")
+            tensor.set_data_from_numpy(image, binary_data=binary)
+            result = client.infer("fan_out", [tensor])
+            np.testing.assert_array_equal(result.as_numpy("BUMPED"), image + 1)
+            np.testing.assert_array_equal(result.as_numpy("KEPT"), image)
 
 
 def test_a_model_changes_its_inputs_in_place_and_only_its_own(server: ServerProcess) -> None:
