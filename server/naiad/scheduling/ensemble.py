@@ -32,6 +32,7 @@ sent, for a decoupled ensemble); steps still running are cancelled (queued ones 
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import aclosing
@@ -140,6 +141,12 @@ class EnsembleScheduler:
         self._run_step = run_step
         self._decoupled = len(stages) > 1
         self.stats = SchedulerStats(lambda: 0)
+        #: The tensors more than one reader takes (steps, or a step and the ensemble's answer): a
+        #: step gets those read-only (see ``_step_request``); one it alone reads, as they are.
+        steps = [step for stage in stages for step in (*stage.steps, stage.producer) if step is not None]
+        readers = collections.Counter(name for step in steps for _, name in step.inputs)
+        readers.update(outputs)
+        self._shared = frozenset(name for name, count in readers.items() if count > 1)
 
     async def submit(self, request: InferRequest) -> InferResponse:
         """Run every step as soon as its inputs exist; the ensemble's tensors, or the first error.
@@ -214,15 +221,20 @@ class EnsembleScheduler:
         raise UnavailableError(f"ensemble '{self.name}' cannot run steps {names}")
 
     def _step_request(self, step: Step, request: InferRequest, tensors: dict[str, Tensor]) -> InferRequest:
-        """A step's request.  Its inputs are read-only views of the ensemble's tensors, which other
-        steps (and the ensemble's answer) may read too: a model that changes an input in place, as
-        Triton's Python models may, works on a copy of its own (``pb_utils`` makes it)."""
+        """A step's request.  An input that other steps (or the ensemble's answer) read too is a
+        read-only view: a model that changes an input in place, as Triton's Python models may, then
+        works on a copy of its own (``pb_utils`` makes it), and the others never see its change."""
+        shared = self._shared
         return InferRequest(
             model_name=step.model_name,
             model_version=step.model_version,
             id=request.id,
             inputs=[
-                Tensor(model_input, tensors[name].datatype, _read_only(tensors[name].data))
+                Tensor(
+                    model_input,
+                    tensors[name].datatype,
+                    _read_only(tensors[name].data) if name in shared else tensors[name].data,
+                )
                 for model_input, name in step.inputs
             ],
             outputs=[RequestedOutput(model_output) for model_output, _ in step.outputs],
