@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Protocol, cast
 
 from naiad.backends.base import ExecuteResult
 from naiad.core.errors import InternalError, UnavailableError
@@ -43,6 +44,20 @@ _INLINE_LIMIT_NS = 50_000
 _INLINE_WARMUP_NS = 1_000_000_000
 
 log = logging.getLogger("naiad.scheduling")
+
+
+class _LoopDriven(Protocol):
+    """An instance the loop drives (``loop_driven``: a model process's, see ``_start_on_loop``)."""
+
+    @property
+    def outstanding(self) -> int: ...
+
+    @property
+    def healthy(self) -> bool: ...
+
+    def start_on_loop(
+        self, requests: Sequence[InferRequest], done: Callable[[list[ExecuteResult]], None]
+    ) -> None: ...
 
 
 class DynamicBatchScheduler(LoopScheduler):
@@ -70,18 +85,15 @@ class DynamicBatchScheduler(LoopScheduler):
             and len(self._workers) == 1
             and bool(getattr(self._workers[0].instance, "inline_safe", False))
         )
-        # A single instance whose model runs in a model process that can be driven from the loop
-        # (see ``_start_on_loop``) takes executions without its thread: fewer hops per request.
-        # Not under the rate limiter, whose gate the instance's thread waits for.
-        self._on_loop = (
-            self._direct
-            and len(self._workers) == 1
-            and self._workers[0].gate is None
-            and bool(getattr(self._workers[0].instance, "loop_driven", False))
+        # Instances whose model runs in model processes that can be driven from the loop (see
+        # ``_start_on_loop``) take executions without their threads: no hand-off per request, and
+        # under load several executions per write and per wake-up of each process.  Not under the
+        # rate limiter, whose gate an instance's thread waits for.
+        self._on_loop = self._direct and all(
+            worker.gate is None and bool(getattr(worker.instance, "loop_driven", False))
+            for worker in self._workers
         )
         self._infer_average_ns = _INLINE_WARMUP_NS
-        #: When the last execution of a loop-driven instance ended (see ``_start_on_loop``).
-        self._previous_end_ns = 0
         self._idle = len(self._workers)
         self._running = 0
         self._handed = 0
@@ -185,8 +197,26 @@ class DynamicBatchScheduler(LoopScheduler):
     def _start_on_loop(self, execution: Execution) -> None:
         """Hand ``execution`` to a loop-driven instance (a model process the loop talks to directly):
         the instance sends it at once, or after the executions before it, and calls back on this
-        loop with the results; no thread hand-off on either side."""
-        worker = self._workers[0]
+        loop with the results; no thread hand-off on either side.
+
+        Of several instances, the one with the fewest executions outstanding takes it (the first
+        of those: a lone client keeps one process warm), passing over those whose process is
+        restarting while another serves: a crash then fails only the requests its process held.
+        (Triton 2.51 goes on giving every other request to an instance whose stub died, which
+        fails it with "Stub process '...' is not healthy.": 10 of 20, checked side by side.)
+        """
+        workers = self._workers
+        worker = workers[0]
+        instance = cast(_LoopDriven, worker.instance)
+        if len(workers) > 1:
+            fewest = -1
+            for candidate in workers:
+                driven = cast(_LoopDriven, candidate.instance)
+                if not driven.healthy:
+                    continue
+                outstanding = driven.outstanding
+                if fewest < 0 or outstanding < fewest:
+                    worker, instance, fewest = candidate, driven, outstanding
         entries = execution.entries
         worker.started += len(entries)
         execution.start_ns = _MONOTONIC_NS()
@@ -204,13 +234,13 @@ class DynamicBatchScheduler(LoopScheduler):
             # The instance runs the executions it was sent one after another: one sent ahead starts
             # when the one before it ended, and waited for the instance until then (queue time, as
             # for a request queued here), so compute times stay those of the execution alone.
-            if self._previous_end_ns > execution.start_ns:
-                execution.dispatch_ns = max(execution.dispatch_ns, self._previous_end_ns)
-                execution.start_ns = self._previous_end_ns
-            self._previous_end_ns = execution.end_ns
+            if worker.last_end_ns > execution.start_ns:
+                execution.dispatch_ns = max(execution.dispatch_ns, worker.last_end_ns)
+                execution.start_ns = worker.last_end_ns
+            worker.last_end_ns = execution.end_ns
             self._finished(execution)
 
-        worker.instance.start_on_loop([entry.request for entry in entries], done)  # type: ignore[attr-defined]
+        instance.start_on_loop([entry.request for entry in entries], done)
 
     def _run_inline(self, entry: QueuedRequest, now: int) -> None:
         """Execute on the event loop thread and settle ``entry`` at once.

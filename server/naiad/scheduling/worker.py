@@ -146,6 +146,9 @@ class InstanceWorker:
         self.started = 0
         #: The rate limiter's gate for this instance (``None``: it runs whenever it is free).
         self.gate: Gate | None = None
+        #: When its last execution ended, for an instance the event loop drives (see
+        #: ``DynamicBatchScheduler._start_on_loop``): the next one sent ahead starts then.
+        self.last_end_ns = 0
         self._thread: threading.Thread | None = None
 
     def start(self, jobs: Jobs, finished: Callable[[Execution], None]) -> None:

@@ -150,6 +150,34 @@ def test_a_worker_process_that_dies_fails_its_request_and_is_restarted(tmp_path:
         assert "restarted the model process of model 'crashy' instance 'crashy_0_" in log
 
 
+def _until_logged(server: ServerProcess, line: str, count: int = 1) -> None:
+    deadline = time.monotonic() + 20
+    while server.log().count(line) < count:
+        assert time.monotonic() < deadline, server.log()[-4000:]
+        time.sleep(0.01)
+
+
+def test_requests_go_to_the_instance_that_serves_while_the_other_restarts(tmp_path: Path) -> None:
+    """Of two instances, one whose process is restarting (here: cannot load its model yet) is
+    passed over while the other serves: the crash fails only the request the process held, and
+    every request meanwhile is answered (Triton 2.51 fails every other one with "Stub process
+    'crashy_0_0' is not healthy.", checked side by side)."""
+    repo, work = _repository(tmp_path, count=2)
+    with ServerProcess([repo]) as server:
+        pids = {pid for _, _, pid in _meet(server, 1)}
+        assert len(pids) == 2
+        (work / "refuse").touch()
+        assert STOPPED in _failure(server, CRASH)
+        _until_logged(server, "restarting failed")  # its process is down, and stays down for now
+        served = {_infer(server, SERVE)[2] for _ in range(10)}
+        assert len(served) == 1 and served < pids, (served, pids)
+        (work / "refuse").unlink()  # a later attempt loads (0.2, then 0.4 s after the failed one)
+        _until_logged(server, "restarted the model process of model 'crashy'")
+        after = _meet(server, 2)  # both instances serve again: each runs one of two that meet
+        assert len({pid for _, _, pid in after} - pids) == 1
+        assert server.stop() == 0
+
+
 def test_a_restart_that_cannot_load_reports_why_until_a_later_attempt_loads(tmp_path: Path) -> None:
     repo, work = _repository(tmp_path, count=1)
     with ServerProcess([repo]) as server:

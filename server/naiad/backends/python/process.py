@@ -276,6 +276,17 @@ class ProcessModelInstance:
         ahead, without a thread hand-off, and take their results when they come."""
         return self._loop_driven
 
+    @property
+    def outstanding(self) -> int:
+        """Executions the loop gave this instance and has not had back (sent, or waiting to be):
+        the scheduler gives the next one to the instance with the fewest."""
+        return self._in_flight() + len(self._backlog)
+
+    @property
+    def healthy(self) -> bool:
+        """Whether a model process serves it now (not while it restarts, or after it failed to)."""
+        return not self._unhealthy
+
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
         """Run ``requests`` in the model process, on the calling thread.
 
