@@ -17,15 +17,20 @@ the bottleneck.  This measures that, with the engine's real code on a real socke
 Per request: the engine's CPU time (user + system of every thread of this process, ``getrusage``)
 over a timed window, the answers per second, and the engine's busy share of its CPU (1.0 when
 saturated).  Medians of ``--rounds``.  ``--model-processes`` runs the models in model processes
-instead (Naiad's default); they inherit the engine's CPU, so the engine then shares its core with them.
+instead (Naiad's default); they inherit the engine's CPU, so the engine then shares its core with
+them, unless ``--model-cpu flood`` moves them to the flood's CPU (as on a large node, where they
+run on cores of their own; one instance then bounds the rate before the engine does).
+``--instances N`` gives each model N instances (``instance_group`` count).
 
-usage: python benchmarks/scaling/engine_flood.py [--seconds 3] [--rounds 3] [--depth 64] [--model-processes]
+usage: python benchmarks/scaling/engine_flood.py [--seconds 3] [--rounds 3] [--depth 64]
+       [--model-processes [--model-cpu engine|flood]] [--instances 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import resource
 import signal
@@ -177,6 +182,28 @@ class Flood:
                 os.close(fd)
 
 
+def _instances(root: Path, count: int) -> None:
+    """``count`` instances of each model in ``root`` (Triton's ``instance_group`` count)."""
+    one = "instance_group [{ kind: KIND_CPU }]"
+    for config in root.glob("*/config.pbtxt"):
+        text = config.read_text()
+        assert one in text, config
+        config.write_text(text.replace(one, f"instance_group [{{ count: {count} kind: KIND_CPU }}]"))
+
+
+def _move_descendants(cpu: int) -> None:
+    """Every thread of every process this one started (the floods, the model processes' template,
+    the model processes) onto ``cpu``."""
+    pending = [os.getpid()]
+    while pending:
+        pid = pending.pop()
+        for task in Path(f"/proc/{pid}/task").iterdir():  # (a child is listed by the thread that forked it)
+            for child in map(int, (task / "children").read_text().split()):
+                for thread in os.listdir(f"/proc/{child}/task"):
+                    os.sched_setaffinity(int(thread), {cpu})
+                pending.append(child)
+
+
 async def _main(args: argparse.Namespace) -> None:
     flood_cpu, engine_cpu = (int(c) for c in args.cpus.split(","))
     os.sched_setaffinity(0, {engine_cpu})
@@ -184,15 +211,21 @@ async def _main(args: argparse.Namespace) -> None:
     pin_thresholds()  # as ``naiad serve`` does (see naiad.core.allocator)
     registry = ModelRegistry()
     runtime = Runtime()
-    models = ModelRepository(
-        [repository(in_engine=not args.model_processes)], registry=registry, runtime=runtime
-    )
+    root = repository(in_engine=not args.model_processes)
+    _instances(root, args.instances)
+    models = ModelRepository([root], registry=registry, runtime=runtime)
     dataplane = DataPlane(registry, models)
+    runtime.in_flight = dataplane.in_flight  # as ``naiad serve`` wires it (see naiad.app)
     try:
         await models.start()
         dataplane.started = True
-        where = "model processes (on the engine's CPU)" if args.model_processes else "the engine"
-        print(f"in flight: {args.depth}; Python models in {where}")
+        gc.freeze()  # as ``naiad serve`` does once its models are loaded (see naiad.app)
+        where = "the engine"
+        if args.model_processes:
+            where = f"model processes (on the {args.model_cpu}'s CPU)"
+            if args.model_cpu == "flood":
+                _move_descendants(flood_cpu)
+        print(f"in flight: {args.depth}; instances of each model: {args.instances}; Python models in {where}")
         print("| workload | engine CPU per request | requests/s | engine busy |")
         print("|---|---:|---:|---:|")
         for flood in floods:
@@ -217,6 +250,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the models in model processes (Naiad's default), which share the engine's CPU",
     )
+    parser.add_argument(
+        "--model-cpu",
+        choices=("engine", "flood"),
+        default="engine",
+        help="with --model-processes: the CPU the model processes run on",
+    )
+    parser.add_argument("--instances", type=int, default=1, help="instances of each model")
     return run_between_uptimes(_main(parser.parse_args(argv)))
 
 
