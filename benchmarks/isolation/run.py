@@ -11,9 +11,10 @@ real Triton 2.51, side by side in one run.
    answered: requests per CPU-second is the throughput of one core, and stays meaningful on a shared
    machine, where a pinned core also runs other people's work.  Then one connection: p50 latency.
    With ``--pin`` each server (and its model processes) is also pinned to one core with ``taskset``
-   and wrk to another.  Interleaved rounds; medians and ratios.
+   and wrk to another; with ``--instances N`` the model has N instances (``instance_group`` count)
+   in every server.  Interleaved rounds; medians and ratios.
 
-usage: python benchmarks/isolation/run.py [--duration 8] [--rounds 3] [--skip-startup] [--pin]
+usage: python benchmarks/isolation/run.py [--duration 8] [--rounds 3] [--skip-startup] [--pin] [--instances 1]
 """
 
 from __future__ import annotations
@@ -40,14 +41,19 @@ MODELS = 17
 IN_THE_ENGINE = 'parameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_value: "false" } }\n'
 
 
-def repository(count: int, in_engine: bool) -> Path:
-    """``count`` copies of the reference ``add_sub`` (the first keeps its name)."""
+def repository(count: int, in_engine: bool, instances: int = 1) -> Path:
+    """``count`` copies of the reference ``add_sub`` (the first keeps its name), ``instances`` instances
+    of each."""
     folder = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
     for index in range(count):
         name = "add_sub" if index == 0 else f"add_sub_{index}"
         target = folder / name
         shutil.copytree(SHARED / "models" / "add_sub", target)
         config = (target / "config.pbtxt").read_text().replace('name: "add_sub"', f'name: "{name}"')
+        if instances != 1:
+            one = "instance_group [{ kind: KIND_CPU }]"
+            assert one in config
+            config = config.replace(one, f"instance_group [{{ count: {instances} kind: KIND_CPU }}]")
         (target / "config.pbtxt").write_text(config + (IN_THE_ENGINE if in_engine else ""))
     return folder
 
@@ -206,6 +212,7 @@ def main() -> None:
     parser.add_argument(
         "--pin", action="store_true", help="pin each server to --server-cpu, wrk to --client-cpu"
     )
+    parser.add_argument("--instances", type=int, default=1, help="instances of add_sub in the load part")
     parser.add_argument("--server-cpu", type=int, default=1)
     parser.add_argument("--client-cpu", type=int, default=0)
     args = parser.parse_args()
@@ -218,9 +225,9 @@ def main() -> None:
         startup("triton 2.51", triton(repository(MODELS, False)))
 
     servers = {
-        "naiad model processes": naiad(repository(1, False)),
-        "naiad in the engine": naiad(repository(1, True)),
-        "triton 2.51": triton(repository(1, False)),
+        "naiad model processes": naiad(repository(1, False, args.instances)),
+        "naiad in the engine": naiad(repository(1, True, args.instances)),
+        "triton 2.51": triton(repository(1, False, args.instances)),
     }
     client_cpu = args.client_cpu if args.pin else None
     if args.pin:
@@ -243,7 +250,8 @@ def main() -> None:
     where = (
         f"servers pinned to cpu {args.server_cpu}, wrk to cpu {args.client_cpu}" if args.pin else "unpinned"
     )
-    print(f"HTTP add_sub ({where}), medians of {args.rounds} rounds:")
+    instances = f", {args.instances} instances" if args.instances != 1 else ""
+    print(f"HTTP add_sub ({where}{instances}), medians of {args.rounds} rounds:")
     medians = {
         name: [statistics.median(row[i] for row in rows) for i in range(4)] for name, rows in results.items()
     }
