@@ -69,6 +69,7 @@ model_transaction_policy {{ decoupled: true }}
 {extra}
 """
 TIMEOUT = 'parameters { key: "NAIAD_EXECUTION_TIMEOUT_SECONDS" value: { string_value: "1.5" } }'
+PAIR = "instance_group [{ kind: KIND_CPU count: 2 }]"
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("ahead")
     write_model(repo, "ahead", CONFIG.format(name="ahead", extra=""), AHEAD_PY)
     write_model(repo, "ahead_hangs", CONFIG.format(name="ahead_hangs", extra=TIMEOUT), AHEAD_PY)
+    write_model(repo, "ahead_pair", CONFIG.format(name="ahead_pair", extra=PAIR), AHEAD_PY)
     with ServerProcess([repo]) as served:
         yield served
 
@@ -142,6 +144,13 @@ def test_the_next_request_reaches_the_model_process_while_the_execution_before_i
     # the results of the one before (the last one had nothing after it to wait for)
     assert [_seen(answer) for answer in answers] == [1, 1, 0]
     assert _count(server, "success", before + 3) == before + 3
+
+
+def test_each_of_two_instances_gets_the_next_execution_while_its_own_runs(server: ServerProcess) -> None:
+    # the least busy instance takes each execution: the first two run at once, one in each process,
+    # and the next two are each sent ahead to the process of one of them while it still runs
+    answers = _burst(server, [WAIT, WAIT, ANSWER, ANSWER], "ahead_pair")
+    assert [_seen(answer) for answer in answers] == [1, 1, 0, 0]
 
 
 def test_executions_sent_ahead_count_only_their_own_compute_time(server: ServerProcess) -> None:
