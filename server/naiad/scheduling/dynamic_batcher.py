@@ -86,10 +86,12 @@ class DynamicBatchScheduler(LoopScheduler):
             and bool(getattr(self._workers[0].instance, "inline_safe", False))
         )
         # Instances whose model runs in model processes that can be driven from the loop (see
-        # ``_start_on_loop``) take executions without their threads: no hand-off per request, and
-        # under load several executions per write and per wake-up of each process.  Not under the
-        # rate limiter, whose gate an instance's thread waits for.
-        self._on_loop = self._direct and all(
+        # ``_start_on_loop``) take executions without their threads: no hand-off per execution,
+        # and without batching (where requests are not queued here) several executions sent ahead
+        # per write and per wake-up of each process.  With batching or queue policies a batch is
+        # still formed only when an instance is free.  Not under the rate limiter, whose gate an
+        # instance's thread waits for.
+        self._on_loop = all(
             worker.gate is None and bool(getattr(worker.instance, "loop_driven", False))
             for worker in self._workers
         )
@@ -197,7 +199,9 @@ class DynamicBatchScheduler(LoopScheduler):
     def _start_on_loop(self, execution: Execution) -> None:
         """Hand ``execution`` to a loop-driven instance (a model process the loop talks to directly):
         the instance sends it at once, or after the executions before it, and calls back on this
-        loop with the results; no thread hand-off on either side.
+        loop with the results; no thread hand-off on either side.  Without batching executions are
+        sent ahead (up to ``PIPELINE`` per instance); with it, one comes only when an instance is
+        free (``_dispatch_due``), so that a batch grows while every instance is busy.
 
         Of several instances, the one with the fewest executions outstanding takes it (the first
         of those: a lone client keeps one process warm), passing over those whose process is
@@ -219,9 +223,18 @@ class DynamicBatchScheduler(LoopScheduler):
                     worker, instance, fewest = candidate, driven, outstanding
         entries = execution.entries
         worker.started += len(entries)
+        loop = self._loop
+        assert loop is not None
+        if any(entry.request.cancelled for entry in entries):  # as an instance's thread skips them
+            execution.skipped = [entry for entry in entries if entry.request.cancelled]
+            entries = execution.entries = [entry for entry in entries if not entry.request.cancelled]
+            if not entries:
+                loop.call_soon(self._finished, execution)
+                return
         execution.start_ns = _MONOTONIC_NS()
         if log.isEnabledFor(logging.DEBUG):
             log_executing(entries, worker.name)
+        started = False
 
         def done(results: list[ExecuteResult]) -> None:
             if log.isEnabledFor(logging.DEBUG):
@@ -238,9 +251,14 @@ class DynamicBatchScheduler(LoopScheduler):
                 execution.dispatch_ns = max(execution.dispatch_ns, worker.last_end_ns)
                 execution.start_ns = worker.last_end_ns
             worker.last_end_ns = execution.end_ns
-            self._finished(execution)
+            if started:
+                self._finished(execution)
+            else:  # failed at once (its process is restarting): not from within this call, where the
+                # next batch of a long queue would fail at once too, and so on down the stack
+                loop.call_soon(self._finished, execution)
 
         instance.start_on_loop([entry.request for entry in entries], done)
+        started = True
 
     def _run_inline(self, entry: QueuedRequest, now: int) -> None:
         """Execute on the event loop thread and settle ``entry`` at once.
