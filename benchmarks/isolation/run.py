@@ -12,9 +12,11 @@ real Triton 2.51, side by side in one run.
    machine, where a pinned core also runs other people's work.  Then one connection: p50 latency.
    With ``--pin`` each server (and its model processes) is also pinned to one core with ``taskset``
    and wrk to another; with ``--instances N`` the model has N instances (``instance_group`` count)
-   in every server.  Interleaved rounds; medians and ratios.
+   in every server, and with ``--batching`` ``max_batch_size: 8`` and ``dynamic_batching`` (requests
+   of one row, ``[1, 4]``).  Interleaved rounds; medians and ratios.
 
-usage: python benchmarks/isolation/run.py [--duration 8] [--rounds 3] [--skip-startup] [--pin] [--instances 1]
+usage: python benchmarks/isolation/run.py [--duration 8] [--rounds 3] [--skip-startup] [--pin]
+       [--instances 1] [--batching]
 """
 
 from __future__ import annotations
@@ -39,11 +41,17 @@ from benchmarks.common.wrk import ADD_SUB_SCRIPT, wrk
 
 MODELS = 17
 IN_THE_ENGINE = 'parameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_value: "false" } }\n'
+BATCHING = "max_batch_size: 8\ndynamic_batching { }\n"
+#: ``--batching``'s request: the reference body with a batch dimension.
+BATCHED_BODY = (
+    '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]},'
+    '{"name":"INPUT1","datatype":"FP32","shape":[1,4],"data":[1,1,1,1]}]}'
+)
 
 
-def repository(count: int, in_engine: bool, instances: int = 1) -> Path:
+def repository(count: int, in_engine: bool, instances: int = 1, batching: bool = False) -> Path:
     """``count`` copies of the reference ``add_sub`` (the first keeps its name), ``instances`` instances
-    of each."""
+    of each, batched dynamically with ``batching``."""
     folder = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
     for index in range(count):
         name = "add_sub" if index == 0 else f"add_sub_{index}"
@@ -54,7 +62,8 @@ def repository(count: int, in_engine: bool, instances: int = 1) -> Path:
             one = "instance_group [{ kind: KIND_CPU }]"
             assert one in config
             config = config.replace(one, f"instance_group [{{ count: {instances} kind: KIND_CPU }}]")
-        (target / "config.pbtxt").write_text(config + (IN_THE_ENGINE if in_engine else ""))
+        config += (BATCHING if batching else "") + (IN_THE_ENGINE if in_engine else "")
+        (target / "config.pbtxt").write_text(config)
     return folder
 
 
@@ -159,24 +168,26 @@ def cpu_seconds(pid: int) -> float:
     return total / _TICK
 
 
-def load(server: Served, duration: int, client_cpu: int | None) -> tuple[float, float, float, float]:
+def load(
+    server: Served, duration: int, client_cpu: int | None, script: Path, shape: list[int]
+) -> tuple[float, float, float, float]:
     """(req/s at 16 connections, CPU µs per request meanwhile, p50 ms at 1 connection, gRPC p50 ms
-    of one client calling in a loop)."""
+    of one client calling in a loop); wrk sends ``script``'s body, gRPC inputs of ``shape``."""
     url = f"{server.http_url}/v2/models/add_sub/infer"
     assert server.process is not None
     before = cpu_seconds(server.process.pid)
-    busy = _wrk_on(client_cpu, url, duration, 16)
+    busy = _wrk_on(client_cpu, url, duration, 16, script)
     spent = cpu_seconds(server.process.pid) - before
-    idle = _wrk_on(client_cpu, url, duration, 1)
-    return busy["rps"], spent / (busy["rps"] * duration) * 1e6, idle["p50"], grpc_p50(server, duration)
+    idle = _wrk_on(client_cpu, url, duration, 1, script)
+    return busy["rps"], spent / (busy["rps"] * duration) * 1e6, idle["p50"], grpc_p50(server, duration, shape)
 
 
-def grpc_p50(server: Served, duration: int) -> float:
+def grpc_p50(server: Served, duration: int, shape: list[int]) -> float:
     """p50 (ms) of sequential gRPC ``add_sub`` calls with tritonclient for ``duration`` seconds."""
     inputs = []
     for name in ("INPUT0", "INPUT1"):
-        tensor = grpcclient.InferInput(name, [4], "FP32")
-        tensor.set_data_from_numpy(np.arange(4, dtype=np.float32))
+        tensor = grpcclient.InferInput(name, shape, "FP32")
+        tensor.set_data_from_numpy(np.arange(4, dtype=np.float32).reshape(shape))
         inputs.append(tensor)
     times = []
     with grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}") as client:
@@ -190,12 +201,12 @@ def grpc_p50(server: Served, duration: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def _wrk_on(cpu: int | None, url: str, duration: int, connections: int) -> dict[str, float]:
+def _wrk_on(cpu: int | None, url: str, duration: int, connections: int, script: Path) -> dict[str, float]:
     if cpu is None:
-        return wrk(url, ADD_SUB_SCRIPT, duration, connections)
+        return wrk(url, script, duration, connections)
     os.sched_setaffinity(0, {cpu})  # wrk inherits it
     try:
-        return wrk(url, ADD_SUB_SCRIPT, duration, connections)
+        return wrk(url, script, duration, connections)
     finally:
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
 
@@ -213,6 +224,7 @@ def main() -> None:
         "--pin", action="store_true", help="pin each server to --server-cpu, wrk to --client-cpu"
     )
     parser.add_argument("--instances", type=int, default=1, help="instances of add_sub in the load part")
+    parser.add_argument("--batching", action="store_true", help="add_sub batched dynamically (load part)")
     parser.add_argument("--server-cpu", type=int, default=1)
     parser.add_argument("--client-cpu", type=int, default=0)
     args = parser.parse_args()
@@ -225,10 +237,15 @@ def main() -> None:
         startup("triton 2.51", triton(repository(MODELS, False)))
 
     servers = {
-        "naiad model processes": naiad(repository(1, False, args.instances)),
-        "naiad in the engine": naiad(repository(1, True, args.instances)),
-        "triton 2.51": triton(repository(1, False, args.instances)),
+        "naiad model processes": naiad(repository(1, False, args.instances, args.batching)),
+        "naiad in the engine": naiad(repository(1, True, args.instances, args.batching)),
+        "triton 2.51": triton(repository(1, False, args.instances, args.batching)),
     }
+    script, shape = ADD_SUB_SCRIPT, [4]
+    if args.batching:
+        script, shape = Path(tempfile.mkdtemp(prefix="bench-isolation-")) / "batched.lua", [1, 4]
+        headers = 'wrk.headers["Content-Type"] = "application/json"'
+        script.write_text(f"wrk.method = \"POST\"\n{headers}\nwrk.body = '{BATCHED_BODY}'\n")
     client_cpu = args.client_cpu if args.pin else None
     if args.pin:
         for server in servers.values():
@@ -239,10 +256,10 @@ def main() -> None:
         for server in servers.values():
             started.append(server.__enter__())
         for server in started:  # warm-up
-            _wrk_on(client_cpu, f"{server.http_url}/v2/models/add_sub/infer", 2, 16)
+            _wrk_on(client_cpu, f"{server.http_url}/v2/models/add_sub/infer", 2, 16, script)
         for _ in range(args.rounds):
             for name, server in servers.items():
-                results[name].append(load(server, args.duration, client_cpu))
+                results[name].append(load(server, args.duration, client_cpu, script, shape))
     finally:
         for server in started:
             server.__exit__(None, None, None)
@@ -251,6 +268,7 @@ def main() -> None:
         f"servers pinned to cpu {args.server_cpu}, wrk to cpu {args.client_cpu}" if args.pin else "unpinned"
     )
     instances = f", {args.instances} instances" if args.instances != 1 else ""
+    instances += ", dynamic batching" if args.batching else ""
     print(f"HTTP add_sub ({where}{instances}), medians of {args.rounds} rounds:")
     medians = {
         name: [statistics.median(row[i] for row in rows) for i in range(4)] for name, rows in results.items()
