@@ -16,48 +16,24 @@ or a queue timeout.  So there are no locks, and counting for :class:`SchedulerSt
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
-from typing import Protocol, cast
+from collections.abc import Hashable, Sequence
+from typing import cast
 
-from naiad.backends.base import ExecuteResult
-from naiad.core.errors import InternalError, UnavailableError
+from naiad.core.errors import UnavailableError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.scheduling.batcher import next_batch
-from naiad.scheduling.loop_scheduler import LoopScheduler
+from naiad.scheduling.loop_scheduler import LoopDriven, LoopScheduler, loop_driven
 from naiad.scheduling.policy import QueuePolicy, SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest, RequestQueue
 from naiad.scheduling.stats import FailureReason, SchedulerStats
-from naiad.scheduling.worker import (
-    Execution,
-    InstanceWorker,
-    Jobs,
-    log_executing,
-    log_released,
-)
+from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
 
 _MONOTONIC_NS = time.monotonic_ns
 #: Inline execution (``_run_inline``) only while executions average less than this.
 _INLINE_LIMIT_NS = 50_000
 #: Where the running average starts: about 70 executions on the thread before any runs inline.
 _INLINE_WARMUP_NS = 1_000_000_000
-
-log = logging.getLogger("naiad.scheduling")
-
-
-class _LoopDriven(Protocol):
-    """An instance the loop drives (``loop_driven``: a model process's, see ``_start_on_loop``)."""
-
-    @property
-    def outstanding(self) -> int: ...
-
-    @property
-    def healthy(self) -> bool: ...
-
-    def start_on_loop(
-        self, requests: Sequence[InferRequest], done: Callable[[list[ExecuteResult]], None]
-    ) -> None: ...
 
 
 class DynamicBatchScheduler(LoopScheduler):
@@ -91,10 +67,7 @@ class DynamicBatchScheduler(LoopScheduler):
         # per write and per wake-up of each process.  With batching or queue policies a batch is
         # still formed only when an instance is free.  Not under the rate limiter, whose gate an
         # instance's thread waits for.
-        self._on_loop = all(
-            worker.gate is None and bool(getattr(worker.instance, "loop_driven", False))
-            for worker in self._workers
-        )
+        self._on_loop = all(loop_driven(worker) for worker in self._workers)
         self._infer_average_ns = _INLINE_WARMUP_NS
         self._idle = len(self._workers)
         self._running = 0
@@ -197,11 +170,10 @@ class DynamicBatchScheduler(LoopScheduler):
             self._jobs.put(execution)
 
     def _start_on_loop(self, execution: Execution) -> None:
-        """Hand ``execution`` to a loop-driven instance (a model process the loop talks to directly):
-        the instance sends it at once, or after the executions before it, and calls back on this
-        loop with the results; no thread hand-off on either side.  Without batching executions are
-        sent ahead (up to ``PIPELINE`` per instance); with it, one comes only when an instance is
-        free (``_dispatch_due``), so that a batch grows while every instance is busy.
+        """Hand ``execution`` to a loop-driven instance (``LoopScheduler._start_on``).  Without
+        batching executions are sent ahead (up to ``PIPELINE`` per instance); with it, one comes only
+        when an instance is free (``_dispatch_due``), so that a batch grows while every instance is
+        busy.
 
         Of several instances, the one with the fewest executions outstanding takes it (the first
         of those: a lone client keeps one process warm), passing over those whose process is
@@ -211,54 +183,16 @@ class DynamicBatchScheduler(LoopScheduler):
         """
         workers = self._workers
         worker = workers[0]
-        instance = cast(_LoopDriven, worker.instance)
         if len(workers) > 1:
             fewest = -1
             for candidate in workers:
-                driven = cast(_LoopDriven, candidate.instance)
-                if not driven.healthy:
+                instance = cast(LoopDriven, candidate.instance)
+                if not instance.healthy:
                     continue
-                outstanding = driven.outstanding
+                outstanding = instance.outstanding
                 if fewest < 0 or outstanding < fewest:
-                    worker, instance, fewest = candidate, driven, outstanding
-        entries = execution.entries
-        worker.started += len(entries)
-        loop = self._loop
-        assert loop is not None
-        if any(entry.request.cancelled for entry in entries):  # as an instance's thread skips them
-            execution.skipped = [entry for entry in entries if entry.request.cancelled]
-            entries = execution.entries = [entry for entry in entries if not entry.request.cancelled]
-            if not entries:
-                loop.call_soon(self._finished, execution)
-                return
-        execution.start_ns = _MONOTONIC_NS()
-        if log.isEnabledFor(logging.DEBUG):
-            log_executing(entries, worker.name)
-        started = False
-
-        def done(results: list[ExecuteResult]) -> None:
-            if log.isEnabledFor(logging.DEBUG):
-                log_released(len(entries), worker.name)
-            if len(results) != len(entries):
-                message = f"backend returned {len(results)} responses for {len(entries)} requests"
-                results = [InternalError(message) for _ in entries]
-            execution.results = results
-            execution.end_ns = _MONOTONIC_NS()
-            # The instance runs the executions it was sent one after another: one sent ahead starts
-            # when the one before it ended, and waited for the instance until then (queue time, as
-            # for a request queued here), so compute times stay those of the execution alone.
-            if worker.last_end_ns > execution.start_ns:
-                execution.dispatch_ns = max(execution.dispatch_ns, worker.last_end_ns)
-                execution.start_ns = worker.last_end_ns
-            worker.last_end_ns = execution.end_ns
-            if started:
-                self._finished(execution)
-            else:  # failed at once (its process is restarting): not from within this call, where the
-                # next batch of a long queue would fail at once too, and so on down the stack
-                loop.call_soon(self._finished, execution)
-
-        instance.start_on_loop([entry.request for entry in entries], done)
-        started = True
+                    worker, fewest = candidate, outstanding
+        self._start_on(worker, execution)
 
     def _run_inline(self, entry: QueuedRequest, now: int) -> None:
         """Execute on the event loop thread and settle ``entry`` at once.

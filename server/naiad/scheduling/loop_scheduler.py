@@ -1,28 +1,56 @@
 """What the dynamic and the sequence batcher share: a scheduler whose state lives on the event loop.
 
 Both keep their queues on the loop thread and take no locks: instance threads hand finished executions
-back with ``call_soon_threadsafe``, one timer wakes the scheduler for a batch delay, a queue timeout or
-an idle sequence, and closing (from the repository's pool, off the loop) asks the loop to run what is
-queued before the instances are released, or answers it with UNAVAILABLE when that takes too long.
-Those mechanics are written once here; each scheduler says what its queue is (the hooks below).
+back with ``call_soon_threadsafe``, an instance the loop drives (a model process's) calls back on the
+loop itself, one timer wakes the scheduler for a batch delay, a queue timeout or an idle sequence, and
+closing (from the repository's pool, off the loop) asks the loop to run what is queued before the
+instances are released, or answers it with UNAVAILABLE when that takes too long.  Those mechanics are
+written once here; each scheduler says what its queue is (the hooks below).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, cast
 
-from naiad.core.errors import UnavailableError
+from naiad.backends.base import ExecuteResult
+from naiad.core.errors import InternalError, UnavailableError
+from naiad.core.request import InferRequest
 from naiad.scheduling.queue import QueuedRequest
 from naiad.scheduling.stats import FailureReason, SchedulerStats
-from naiad.scheduling.worker import Execution
+from naiad.scheduling.worker import Execution, InstanceWorker, log_executing, log_released
 
 _MONOTONIC_NS = time.monotonic_ns
 #: Event-loop timers have millisecond granularity; shorter waits poll on each loop iteration.
 _TIMER_RESOLUTION_NS = 1_000_000
+
+
+log = logging.getLogger("naiad.scheduling")
+
+
+class LoopDriven(Protocol):
+    """An instance the loop drives (``loop_driven``: a model process's, ``ProcessModelInstance``)."""
+
+    @property
+    def outstanding(self) -> int: ...
+
+    @property
+    def healthy(self) -> bool: ...
+
+    def start_on_loop(
+        self, requests: Sequence[InferRequest], done: Callable[[list[ExecuteResult]], None]
+    ) -> None: ...
+
+
+def loop_driven(worker: InstanceWorker) -> bool:
+    """Whether ``worker``'s instance runs its executions from the loop (see ``_start_on``): a model
+    process's that makes no BLS calls, not under the rate limiter, whose gate its thread waits for."""
+    return worker.gate is None and bool(getattr(worker.instance, "loop_driven", False))
 
 
 class LoopScheduler(ABC):
@@ -83,6 +111,53 @@ class LoopScheduler(ABC):
         self._dispatch_due(_MONOTONIC_NS())
         if self._drained is not None:
             self._check_drained()
+
+    # ---- instances the loop drives ----------------------------------------------------------------
+
+    def _start_on(self, worker: InstanceWorker, execution: Execution) -> None:
+        """Run ``execution`` on ``worker``'s loop-driven instance and call ``_finished`` on the loop:
+        the instance sends it to its model process at once, or after those sent before it, and
+        calls back when the results come, with no thread hand-off on either side (an instance's
+        thread would cost two per execution).  As an instance's thread does, it counts the requests
+        taken and skips those flagged cancelled (unless the batch keeps them in place)."""
+        loop = self._loop
+        assert loop is not None
+        entries = execution.entries
+        worker.started += len(entries)
+        if not execution.keep_cancelled and any(entry.request.cancelled for entry in entries):
+            execution.skipped = [entry for entry in entries if entry.request.cancelled]
+            entries = execution.entries = [entry for entry in entries if not entry.request.cancelled]
+            if not entries:
+                loop.call_soon(self._finished, execution)
+                return
+        execution.start_ns = _MONOTONIC_NS()
+        if log.isEnabledFor(logging.DEBUG):
+            log_executing(entries, worker.name)
+        started = False
+
+        def done(results: list[ExecuteResult]) -> None:
+            if log.isEnabledFor(logging.DEBUG):
+                log_released(len(entries), worker.name)
+            if len(results) != len(entries):
+                message = f"backend returned {len(results)} responses for {len(entries)} requests"
+                results = [InternalError(message) for _ in entries]
+            execution.results = results
+            execution.end_ns = _MONOTONIC_NS()
+            # The instance runs the executions it was sent one after another: one sent ahead starts
+            # when the one before it ended, and waited for the instance until then (queue time, as
+            # for a request queued here), so compute times stay those of the execution alone.
+            if worker.last_end_ns > execution.start_ns:
+                execution.dispatch_ns = max(execution.dispatch_ns, worker.last_end_ns)
+                execution.start_ns = worker.last_end_ns
+            worker.last_end_ns = execution.end_ns
+            if started:
+                self._finished(execution)
+            else:  # failed at once (its process is restarting): not from within this call, where the
+                # next batch of a long queue would fail at once too, and so on down the stack
+                loop.call_soon(self._finished, execution)
+
+        cast(LoopDriven, worker.instance).start_on_loop([entry.request for entry in entries], done)
+        started = True
 
     # ---- results --------------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ from naiad.backends.base import ExecuteResult
 from naiad.core.errors import InvalidArgumentError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 from naiad.scheduling.batcher import next_batch
-from naiad.scheduling.loop_scheduler import LoopScheduler
+from naiad.scheduling.loop_scheduler import LoopScheduler, loop_driven
 from naiad.scheduling.policy import SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest
 from naiad.scheduling.sequence_settings import Array, SequenceSettings
@@ -84,13 +84,15 @@ class _Sequence:
 class _Instance:
     """An instance's worker, job queue and slots (the sequence holding each, ``None`` when free)."""
 
-    __slots__ = ("busy", "jobs", "slots", "worker")
+    __slots__ = ("busy", "jobs", "on_loop", "slots", "worker")
 
     def __init__(self, worker: InstanceWorker, slots: int) -> None:
         self.worker = worker
         self.jobs: Jobs = Jobs()
         self.slots: list[_Sequence | None] = [None] * slots
         self.busy = False
+        #: Whether the loop runs its executions (a model process's: ``LoopScheduler._start_on``).
+        self.on_loop = loop_driven(worker)
 
     def members(self) -> list[_Sequence]:
         """The sequences holding a slot, in slot order."""
@@ -256,7 +258,10 @@ class SequenceBatchScheduler(LoopScheduler):
         execution = Execution(entries, now, next(self._serial), keep_cancelled=not settings.oldest)
         self._running[execution] = (instance, batch)
         instance.busy = True
-        instance.jobs.put(execution)
+        if instance.on_loop:
+            self._start_on(instance.worker, execution)
+        else:
+            instance.jobs.put(execution)
 
     def _direct_batch(self, instance: _Instance, ready: list[_Sequence], now: int) -> list[_Position]:
         """Position i holds the next request of the sequence in slot i, or a null request, up to the
