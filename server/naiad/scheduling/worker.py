@@ -147,7 +147,7 @@ class InstanceWorker:
         #: The rate limiter's gate for this instance (``None``: it runs whenever it is free).
         self.gate: Gate | None = None
         #: When its last execution ended, for an instance the event loop drives (see
-        #: ``DynamicBatchScheduler._start_on_loop``): the next one sent ahead starts then.
+        #: ``LoopScheduler._start_on``): the next one sent ahead starts then.
         self.last_end_ns = 0
         self._thread: threading.Thread | None = None
 
