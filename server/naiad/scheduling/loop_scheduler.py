@@ -122,14 +122,11 @@ class LoopScheduler(ABC):
         taken and skips those flagged cancelled (unless the batch keeps them in place)."""
         loop = self._loop
         assert loop is not None
-        entries = execution.entries
-        worker.started += len(entries)
-        if not execution.keep_cancelled and any(entry.request.cancelled for entry in entries):
-            execution.skipped = [entry for entry in entries if entry.request.cancelled]
-            entries = execution.entries = [entry for entry in entries if not entry.request.cancelled]
-            if not entries:
-                loop.call_soon(self._finished, execution)
-                return
+        worker.started += len(execution.entries)
+        entries = execution.skip_cancelled()
+        if not entries:
+            loop.call_soon(self._finished, execution)
+            return
         execution.start_ns = _MONOTONIC_NS()
         if log.isEnabledFor(logging.DEBUG):
             log_executing(entries, worker.name)

@@ -66,6 +66,15 @@ class Execution:
         self.start_ns = 0
         self.end_ns = 0
 
+    def skip_cancelled(self) -> list[QueuedRequest]:
+        """Set aside the requests flagged cancelled before the execution starts (unless the batch
+        keeps them in place); the entries left to run."""
+        entries = self.entries
+        if not self.keep_cancelled and any(entry.request.cancelled for entry in entries):
+            self.skipped = [entry for entry in entries if entry.request.cancelled]
+            entries = self.entries = [entry for entry in entries if not entry.request.cancelled]
+        return entries
+
     def drop_skipped(self, now: int, stats: SchedulerStats) -> None:
         """Count the requests skipped as cancelled, and answer those someone still waits for (a
         request cancelled through its flag, as a BLS caller cancels its call, not by its caller
@@ -166,11 +175,8 @@ class InstanceWorker:
                 execution = jobs.get()
                 if execution is None:
                     return
-                entries = execution.entries
-                self.started += len(entries)
-                if not execution.keep_cancelled and any(entry.request.cancelled for entry in entries):
-                    execution.skipped = [entry for entry in entries if entry.request.cancelled]
-                    entries = execution.entries = [e for e in entries if not e.request.cancelled]
+                self.started += len(execution.entries)
+                entries = execution.skip_cancelled()
                 gate = self.gate
                 if gate is not None and entries:
                     gate.acquire()  # the rate limiter: wait until this instance's resources are free
