@@ -20,10 +20,14 @@ saturated).  Medians of ``--rounds``.  ``--model-processes`` runs the models in 
 instead (Naiad's default); they inherit the engine's CPU, so the engine then shares its core with
 them, unless ``--model-cpu flood`` moves them to the flood's CPU (as on a large node, where they
 run on cores of their own; one instance then bounds the rate before the engine does).
-``--instances N`` gives each model N instances (``instance_group`` count).
+``--instances N`` gives each model N instances (``instance_group`` count).  ``--backend onnxruntime``
+serves the same two models as ONNX graphs (``Add``/``Sub``, ``Identity``) in ONNX Runtime, which runs
+in the engine whatever the mode: the GPU node's own case (an ONNX, TensorRT or PyTorch model, with no
+Python model code); the engine's CPU then includes ONNX Runtime's (the identity's copy of its 588 KiB
+included), and the event loop's thread's share is shown apart.
 
 usage: python benchmarks/scaling/engine_flood.py [--seconds 3] [--rounds 3] [--depth 64]
-       [--model-processes [--model-cpu engine|flood]] [--instances 1]
+       [--model-processes [--model-cpu engine|flood]] [--instances 1] [--backend python|onnxruntime]
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import socket
 import statistics
 import struct
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,6 +65,61 @@ from benchmarks.scaling.engine_path import ARENA_SIZE, _calls, _requests, run_be
 from benchmarks.scaling.run import repository
 
 _LENGTH = struct.Struct("<I")
+
+_ONNX_ADD_SUB = """\
+platform: "onnxruntime_onnx"
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+instance_group [{ kind: KIND_CPU }]
+"""
+_ONNX_IDENTITY = """\
+platform: "onnxruntime_onnx"
+input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
+output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
+instance_group [{ kind: KIND_CPU }]
+"""
+
+
+def onnx_repository() -> Path:
+    """``add_sub`` and ``identity_large`` as ONNX graphs (the workloads' names, shapes and answers)."""
+    from onnx import TensorProto, helper
+
+    from scripts.build_examples import make_model, save
+
+    root = Path(tempfile.mkdtemp(prefix="bench-scaling-onnx-"))
+
+    def tensor(name: str, shape: list[int]) -> object:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    add_sub = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
+        "add_sub",
+        [tensor("INPUT0", [4]), tensor("INPUT1", [4])],
+        [tensor("OUTPUT0", [4]), tensor("OUTPUT1", [4])],
+    )
+    image = [1, 3, 224, 224]
+    identity = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        "identity_large",
+        [tensor("INPUT0", image)],
+        [tensor("OUTPUT0", image)],
+    )
+    for name, graph, config in (
+        ("add_sub", add_sub, _ONNX_ADD_SUB),
+        ("identity_large", identity, _ONNX_IDENTITY),
+    ):
+        save(make_model(graph), root / name / "1" / "model.onnx")
+        (root / name / "config.pbtxt").write_text(config)
+    return root
 
 
 def _flood(sock: socket.socket, frames: list[bytes], depth: int, cpu: int, report: int) -> None:
@@ -135,8 +195,9 @@ class Flood:
 
     async def measure(
         self, dataplane: DataPlane, lent: SharedArenas, seconds: float, rounds: int
-    ) -> tuple[float, float, float]:
-        """(engine CPU us per request, requests/s, engine busy share): medians of ``rounds``.  The
+    ) -> tuple[float, float, float, float]:
+        """(engine CPU us per request, of it on the event loop's thread, requests/s, engine busy
+        share): medians of ``rounds``.  The
         request arena is lent to the model processes, as ``FrontendWorkers`` lends a worker's."""
         published = PublishedSignatures()
         published.update(1, dataplane.registry.models())
@@ -158,20 +219,19 @@ class Flood:
         await asyncio.sleep(1.0)  # warm-up
         for _ in range(rounds):
             usage, wall, count = resource.getrusage(resource.RUSAGE_SELF), time.monotonic(), self.answered()
+            loop_cpu = time.thread_time()
             await asyncio.sleep(seconds)
             after, elapsed = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - wall
+            loop_cpu = time.thread_time() - loop_cpu
             cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
             served = self.answered() - count
-            rows.append((cpu / served * 1e6, served / elapsed, cpu / elapsed))
+            rows.append((cpu / served * 1e6, loop_cpu / served * 1e6, served / elapsed, cpu / elapsed))
         self.close()
         lent.remove(key)
         assert link.channel is not None
         link.channel.close()
-        return (
-            statistics.median(row[0] for row in rows),
-            statistics.median(row[1] for row in rows),
-            statistics.median(row[2] for row in rows),
-        )
+        medians = [statistics.median(row[i] for row in rows) for i in range(4)]
+        return medians[0], medians[1], medians[2], medians[3]
 
     def close(self) -> None:
         if self.pid:
@@ -211,7 +271,9 @@ async def _main(args: argparse.Namespace) -> None:
     pin_thresholds()  # as ``naiad serve`` does (see naiad.core.allocator)
     registry = ModelRegistry()
     runtime = Runtime()
-    root = repository(in_engine=not args.model_processes)
+    root = (
+        onnx_repository() if args.backend == "onnxruntime" else repository(in_engine=not args.model_processes)
+    )
     _instances(root, args.instances)
     models = ModelRepository([root], registry=registry, runtime=runtime)
     dataplane = DataPlane(registry, models)
@@ -225,12 +287,20 @@ async def _main(args: argparse.Namespace) -> None:
             where = f"model processes (on the {args.model_cpu}'s CPU)"
             if args.model_cpu == "flood":
                 _move_descendants(flood_cpu)
-        print(f"in flight: {args.depth}; instances of each model: {args.instances}; Python models in {where}")
-        print("| workload | engine CPU per request | requests/s | engine busy |")
-        print("|---|---:|---:|---:|")
+        if args.backend == "onnxruntime":
+            where = "the engine (ONNX Runtime)"
+        else:
+            where = f"Python models in {where}"
+        print(f"in flight: {args.depth}; instances of each model: {args.instances}; {where}")
+        print("| workload | engine CPU per request | of it on the event loop | requests/s | engine busy |")
+        print("|---|---:|---:|---:|---:|")
         for flood in floods:
-            cpu, rate, busy = await flood.measure(dataplane, runtime.arenas, args.seconds, args.rounds)
-            print(f"| {flood.label} | {cpu:.1f} us | {rate:,.0f} | {busy:.0%} |", flush=True)
+            cpu, loop_cpu, rate, busy = await flood.measure(
+                dataplane, runtime.arenas, args.seconds, args.rounds
+            )
+            print(
+                f"| {flood.label} | {cpu:.1f} us | {loop_cpu:.1f} us | {rate:,.0f} | {busy:.0%} |", flush=True
+            )
     finally:
         for flood in floods:
             flood.close()
@@ -257,6 +327,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --model-processes: the CPU the model processes run on",
     )
     parser.add_argument("--instances", type=int, default=1, help="instances of each model")
+    parser.add_argument(
+        "--backend",
+        choices=("python", "onnxruntime"),
+        default="python",
+        help="the models' backend: Python (the reference add_sub), or the same two as ONNX graphs",
+    )
     return run_between_uptimes(_main(parser.parse_args(argv)))
 
 

@@ -1,4 +1,5 @@
-"""The engine's end of a worker's channel, driven in process: which requests the engine checks itself."""
+"""The engine's end of a worker's channel, driven in process: which requests the engine checks itself,
+and where a framework model's outputs go."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ from typing import Any
 import msgspec
 import numpy as np
 from naiad.backends.runtime import Runtime
-from naiad.core.request import InferRequest, Tensor
+from naiad.core.request import InferRequest, RequestedOutput, Tensor
 from naiad.dataplane import DataPlane
 from naiad.engine.link import PublishedSignatures, WorkerLink
 from naiad.ipc import arena, tensors
 from naiad.ipc.arena import Arena
 from naiad.ipc.channel import Channel
-from naiad.ipc.messages import Answer, Infer, ToEngine, ToWorker
+from naiad.ipc.messages import INLINE, RESPONSE_ARENA, Answer, Infer, ToEngine, ToWorker
 from naiad.repository.manager import ModelRepository
 from naiad.repository.registry import ModelRegistry
+from onnx import TensorProto, helper
 
+from tests.backends.onnxruntime.models import tensor_info
+from tests.backends.onnxruntime.models import write_model as write_onnx_model
 from tests.support.models import IDENTITY_PY, write_model
 
 CONFIG = """
@@ -106,3 +110,106 @@ def test_the_engine_checks_a_request_unless_the_worker_did_under_the_current_cat
         assert refused.error is not None and refused.done
         assert refused.error.code == "INVALID_ARG"
         assert "unexpected shape for input 'INPUT0' for model 'fixed'" in refused.error.message
+
+
+ONNX_CONFIG = """
+platform: "onnxruntime_onnx"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2048 ] } ]
+output [
+  { name: "DOUBLED" data_type: TYPE_FP32 dims: [ 2048 ] },
+  { name: "NEGATED" data_type: TYPE_FP32 dims: [ 2048 ] }
+]
+"""
+
+
+async def _onnx_answers(
+    repo: Path, asked: list[list[RequestedOutput] | None]
+) -> tuple[list[Answer], Arena, int]:
+    """One request per entry of ``asked`` (the outputs it names) to the ONNX model ``big``, answered by
+    a real engine; the answers, the response arena, and its blocks in use once all were answered."""
+    registry = ModelRegistry()
+    models = ModelRepository([repo], registry=registry, runtime=Runtime())
+    dataplane = DataPlane(registry, models)
+    await models.start()
+    dataplane.started = True
+    requests_fd, responses_fd = arena.create("requests", SIZE), arena.create("responses", SIZE)
+    worker_arena = Arena(requests_fd, SIZE, writable=True)
+    responses = Arena(responses_fd, SIZE, writable=True)
+    link = WorkerLink(
+        0,
+        dataplane,
+        Arena(requests_fd, SIZE, writable=False),
+        responses,
+        _calls,
+        lambda _: None,
+        PublishedSignatures(),
+    )
+    transport = _Answers()
+    channel: Channel[ToEngine] = Channel(ToEngine, link.on_message, link.on_lost)
+    channel.connection_made(transport)  # type: ignore[arg-type]
+    link.bind(channel)
+    try:
+        for request_id, outputs in enumerate(asked, 1):
+            data = np.arange(2048, dtype=np.float32) * request_id
+            request = InferRequest("big", inputs=[Tensor("INPUT0", "FP32", data)], outputs=outputs)
+            body = msgspec.msgpack.encode(
+                Infer(request_id, tensors.request_message(request, worker_arena, []))
+            )
+            channel.data_received(struct.pack("<I", len(body)) + body)
+            while len(transport.answers) < request_id:
+                await asyncio.sleep(0.001)
+        in_use = responses.in_use
+    finally:
+        await models.close()
+    return transport.answers, responses, in_use
+
+
+def test_a_framework_models_outputs_go_to_the_response_arena_and_every_block_comes_back(
+    tmp_path: Path,
+) -> None:
+    """ONNX Runtime's outputs are copied where the worker reads them by the instance's thread: the
+    answers name those blocks, and a block placed for an output the answer does not carry (turned
+    into class labels) is freed by the engine, so the arena holds exactly what the worker will
+    release."""
+    write_onnx_model(
+        tmp_path,
+        "big",
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT0"], ["DOUBLED"]),
+            helper.make_node("Neg", ["INPUT0"], ["NEGATED"]),
+        ],
+        [tensor_info("INPUT0", TensorProto.FLOAT, [2048])],
+        [
+            tensor_info("DOUBLED", TensorProto.FLOAT, [2048]),
+            tensor_info("NEGATED", TensorProto.FLOAT, [2048]),
+        ],
+        ONNX_CONFIG,
+    )
+    asked: list[list[RequestedOutput] | None] = [
+        None,
+        [RequestedOutput("NEGATED")],
+        [RequestedOutput("DOUBLED", {"classification": 2}), RequestedOutput("NEGATED")],
+    ]
+    answers, responses, in_use = asyncio.run(asyncio.wait_for(_onnx_answers(tmp_path, asked), 60))
+
+    named = []
+    for request_id, answer in enumerate(answers, 1):
+        assert answer.error is None and answer.response is not None, answer.error
+        source = np.arange(2048, dtype=np.float32) * request_id
+        for ref in answer.response.outputs:
+            if ref.datatype == "BYTES":  # the classification: the two largest, as "value:index"
+                assert (ref.name, ref.arena) == ("DOUBLED", INLINE)
+                continue
+            assert ref.arena == RESPONSE_ARENA
+            named.append(ref.offset)
+            values = responses.array(ref.offset, ref.nbytes, np.float32)
+            np.testing.assert_array_equal(values, source * 2 if ref.name == "DOUBLED" else -source)
+    assert [[ref.name for ref in a.response.outputs] for a in answers if a.response is not None] == [
+        ["DOUBLED", "NEGATED"],
+        ["NEGATED"],
+        ["DOUBLED", "NEGATED"],
+    ]
+    assert in_use == len(named) == 4  # nothing but the named blocks: the classified output's was freed
+    for offset in named:  # the worker's Release
+        responses.free(offset)
+    assert responses.in_use == 0

@@ -19,7 +19,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from onnx import TensorProto, helper
 
+from tests.backends.onnxruntime.models import tensor_info
+from tests.backends.onnxruntime.models import write_model as write_onnx_model
 from tests.scheduling.models import wait_for
 from tests.support.models import write_model
 from tests.support.server import EXAMPLES, ServerProcess
@@ -44,15 +47,33 @@ class TritonPythonModel:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("workers")
-    write_model(root, "sleep", """
+    write_model(
+        root,
+        "sleep",
+        """
         backend: "python"
         input [{ name: "SECONDS" data_type: TYPE_FP32 dims: [ 1 ] }]
         output [{ name: "SLEPT" data_type: TYPE_FP32 dims: [ 1 ] }]
         instance_group [{ count: 4 kind: KIND_CPU }]
-        """, SLEEP_PY)
+        """,
+        SLEEP_PY,
+    )
     import shutil
 
     shutil.copytree(EXAMPLES / "add_sub", root / "add_sub")
+    image = [1, 3, 224, 224]
+    write_onnx_model(
+        root,
+        "double",
+        [helper.make_node("Add", ["IMAGE", "IMAGE"], ["DOUBLED"])],
+        [tensor_info("IMAGE", TensorProto.FLOAT, image)],
+        [tensor_info("DOUBLED", TensorProto.FLOAT, image)],
+        """
+        platform: "onnxruntime_onnx"
+        input [{ name: "IMAGE" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
+        output [{ name: "DOUBLED" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
+        """,
+    )
     return root
 
 
@@ -131,7 +152,9 @@ def connections_on_each_worker(server: ServerProcess) -> dict[int, http.client.H
     return chosen
 
 
-def sleep_request(connection: http.client.HTTPConnection, seconds: float, results: dict[int, object], key: int) -> None:
+def sleep_request(
+    connection: http.client.HTTPConnection, seconds: float, results: dict[int, object], key: int
+) -> None:
     body = json.dumps({"inputs": [{"name": "SECONDS", "datatype": "FP32", "shape": [1], "data": [seconds]}]})
     try:
         connection.request("POST", "/v2/models/sleep/infer", body, {"content-type": "application/json"})
@@ -182,8 +205,11 @@ def test_a_killed_worker_is_restarted_and_only_its_requests_fail(server: ServerP
     assert isinstance(results[victim], (ConnectionError, http.client.HTTPException, OSError))
     assert results[survivor] == (
         200,
-        {"model_name": "sleep", "model_version": "1", "outputs": [
-            {"name": "SLEPT", "datatype": "FP32", "shape": [1], "data": [1.5]}]},
+        {
+            "model_name": "sleep",
+            "model_version": "1",
+            "outputs": [{"name": "SLEPT", "datatype": "FP32", "shape": [1], "data": [1.5]}],
+        },
     )
     wait_for(lambda: len(workers(server)) == 2 and victim not in workers(server), timeout=30)
     assert not alive(victim)
@@ -256,18 +282,25 @@ def _post(connection: http.client.HTTPConnection, path: str, document: object) -
     return response.status, response.read()
 
 
-def test_a_region_registered_through_one_worker_serves_requests_through_another(server: ServerProcess) -> None:
+def test_a_region_registered_through_one_worker_serves_requests_through_another(
+    server: ServerProcess,
+) -> None:
     key = f"workers-test-{os.getpid()}-{time.monotonic_ns()}"
     path = Path("/dev/shm") / key
-    path.write_bytes(np.concatenate([np.arange(4, dtype=np.float32), np.ones(4, dtype=np.float32)]).tobytes()
-                     + bytes(16))
+    path.write_bytes(
+        np.concatenate([np.arange(4, dtype=np.float32), np.ones(4, dtype=np.float32)]).tobytes() + bytes(16)
+    )
     first, second = connections_on_each_worker(server).values()
     try:
         register = {"key": key, "offset": 0, "byte_size": 48}
         assert _post(first, "/v2/systemsharedmemory/region/inputs/register", register) == (200, b"")
 
         def placed(offset: int) -> dict[str, object]:
-            return {"shared_memory_region": "inputs", "shared_memory_byte_size": 16, "shared_memory_offset": offset}
+            return {
+                "shared_memory_region": "inputs",
+                "shared_memory_byte_size": 16,
+                "shared_memory_offset": offset,
+            }
 
         request = {
             "inputs": [
@@ -286,3 +319,27 @@ def test_a_region_registered_through_one_worker_serves_requests_through_another(
         first.close()
         second.close()
         path.unlink()
+
+
+def test_large_outputs_of_a_framework_model_reach_http_and_grpc_clients(server: ServerProcess) -> None:
+    """An ONNX model's 588-KiB outputs, copied to the worker's response arena by the model's instance
+    thread: right for every request, through both protocols, over many more bytes than the arena
+    holds (its blocks come back as the workers release them)."""
+    rng = np.random.default_rng(0)
+    http_client = httpclient.InferenceServerClient(server.http_url)
+    grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        for _ in range(40):  # 2 x 40 x 588 KiB: well past the 32-MiB response arena of each worker
+            image = rng.random((1, 3, 224, 224), dtype=np.float32)
+            by_http = httpclient.InferInput("IMAGE", [1, 3, 224, 224], "FP32")
+            by_http.set_data_from_numpy(image, binary_data=True)
+            answer = http_client.infer("double", [by_http])
+            np.testing.assert_array_equal(answer.as_numpy("DOUBLED"), image * 2)
+            by_grpc = grpcclient.InferInput("IMAGE", [1, 3, 224, 224], "FP32")
+            by_grpc.set_data_from_numpy(image * 2)
+            np.testing.assert_array_equal(
+                grpc_client.infer("double", [by_grpc]).as_numpy("DOUBLED"), image * 4
+            )
+    finally:
+        http_client.close()
+        grpc_client.close()

@@ -199,13 +199,18 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
         return batching.split_batch(array, sizes)
 
     def _response(self, request: InferRequest, produced: dict[str, Array]) -> InferResponse:
-        """The outputs the request asked for (all when it named none), in ``response_order``."""
+        """The outputs the request asked for (all when it named none), in ``response_order``; each
+        copied to where its response goes when the request offers that (``output_memory``): here,
+        on the instance's thread, rather than on the engine's event loop."""
         wanted = {o.name for o in request.outputs} if request.outputs else None
-        outputs = [
-            Tensor(name, self._outputs[name].datatype, produced[name])
-            for name in self._response_order
-            if name in produced and (wanted is None or name in wanted)
-        ]
+        memory = request.output_memory
+        outputs = []
+        for name in self._response_order:
+            if name in produced and (wanted is None or name in wanted):
+                datatype = self._outputs[name].datatype
+                array = produced[name]
+                placed = memory.place(datatype, array) if memory is not None else None
+                outputs.append(Tensor(name, datatype, array if placed is None else placed))
         return InferResponse(self.model_name, self.model_version, request.id, outputs)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,6 +32,21 @@ class Tensor:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.data.shape)
+
+
+class OutputMemory(Protocol):
+    """Where a request's outputs are going, offered to the backend that computes them (the role of
+    Triton's response allocator).  A frontend worker's request gets one: the worker reads its
+    response's tensors from shared memory, and an output the engine's event loop had to copy there
+    would cost the loop time in proportion to its size, for every request of every model; a
+    backend that computes on a thread of its own (ONNX Runtime, PyTorch, TensorRT) copies it there
+    itself, without the GIL.  Safe to call from any thread."""
+
+    def place(self, datatype: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+        """``array`` copied to where the response goes, to answer with instead of ``array``; ``None``
+        where it is not worth it or not possible (a small or BYTES tensor, no room now, or the
+        request is already answered): the caller keeps ``array``."""
+        ...
 
 
 @dataclass(slots=True)
@@ -58,6 +73,7 @@ class InferRequest:
     responses, then the final flag) instead of through ``execute``'s return value.
     ``timestamps`` is a list only for a request being traced (``--trace-config``): the data plane and
     the scheduler append Triton's trace points to it as ``(name, time.monotonic_ns())``.
+    ``output_memory``, when set, is where the response's outputs are going (:class:`OutputMemory`).
     """
 
     model_name: str
@@ -76,6 +92,7 @@ class InferRequest:
     responses: ResponseSink | None = None
     on_cancel: Callable[[], None] | None = None
     timestamps: list[tuple[str, int]] | None = None
+    output_memory: OutputMemory | None = None
 
     def cancel(self) -> None:
         """The client gave up on the request: mark it, and tell the backend that asked to know."""

@@ -199,14 +199,16 @@ class WorkerLink:
     async def _infer(self, message: Infer) -> None:
         request_id = message.id
         trace = self._sample(message.request) if message.request.traced else 0
+        placer = tensors.OutputPlacer(self.responses)
         try:
             request = tensors.request_from(message.request, self.requests)
+            request.output_memory = placer
             if trace == NOT_SAMPLED:
                 request.timestamps = None
             validated = message.request.validated
             signature = self._published.get(validated, request.model_name) if validated else None
             response = await self.dataplane.infer(request, signature)
-            outputs = tensors.response_message(response, self.requests, self.responses)
+            outputs = tensors.response_message(response, self.requests, self.responses, placer)
             self.send(Answer(request_id, True, outputs, None, False, True, request.timestamps, trace))
         except BaseException as error:  # every request gets its final answer, whatever happened
             self.send(Answer(request_id, True, error=error_message(error), done=True, trace=trace))
@@ -215,6 +217,7 @@ class WorkerLink:
             if not isinstance(error, Exception | asyncio.CancelledError):
                 raise
         finally:
+            placer.close()
             self._tasks.pop(request_id, None)
 
     async def _stream(self, message: Stream) -> None:

@@ -5,6 +5,9 @@ lies between the newest block's end and the oldest live block, so allocation and
 Python operations, whatever the number of blocks in flight.  A block that cannot fit (the ring is full
 of live blocks, or the tensor is larger than the arena) gets ``None``: the caller sends it inline.
 
+The engine's response arenas are also written from model instances' threads (outputs placed where
+their response goes, :class:`naiad.ipc.tensors.OutputPlacer`), so allocating and freeing take a lock.
+
 An arena is created by the engine with ``memfd_create``: it has no name under ``/dev/shm``, so a
 process killed at any moment leaves nothing behind; its memory goes with the last descriptor.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from collections import deque
 from typing import Any
 
@@ -43,39 +47,42 @@ class Arena:
         self._order: deque[int] = deque()  # live offsets, oldest first
         self._head = 0  # start of the oldest live block
         self._tail = 0  # end of the newest block
+        self._lock = threading.Lock()
 
     # ---- writer side ------------------------------------------------------------------------------
 
     def allocate(self, nbytes: int) -> int | None:
         """The offset of a new block of at least ``nbytes``, or ``None`` when none fits now."""
         size = max(ALIGN, (nbytes + ALIGN - 1) & ~(ALIGN - 1))
-        if not self._live:
-            self._head = self._tail = 0
-        head, tail = self._head, self._tail
-        if tail >= head:
-            if tail + size <= self.size:
+        with self._lock:
+            if not self._live:
+                self._head = self._tail = 0
+            head, tail = self._head, self._tail
+            if tail >= head:
+                if tail + size <= self.size:
+                    offset = tail
+                elif size < head:
+                    offset = 0  # wrap: [tail, size) stays unused until the head passes it
+                else:
+                    return None
+            elif tail + size < head:
                 offset = tail
-            elif size < head:
-                offset = 0  # wrap: [tail, size) stays unused until the head passes it
             else:
                 return None
-        elif tail + size < head:
-            offset = tail
-        else:
-            return None
-        self._tail = offset + size
-        self._live[offset] = offset + size
-        self._order.append(offset)
-        return offset
+            self._tail = offset + size
+            self._live[offset] = offset + size
+            self._order.append(offset)
+            return offset
 
     def free(self, offset: int) -> None:
         """Give a block back (any order); unknown offsets are ignored (a block is freed once)."""
-        if self._live.pop(offset, None) is None:
-            return
-        order = self._order
-        while order and order[0] not in self._live:
-            order.popleft()
-        self._head = order[0] if order else self._tail
+        with self._lock:
+            if self._live.pop(offset, None) is None:
+                return
+            order = self._order
+            while order and order[0] not in self._live:
+                order.popleft()
+            self._head = order[0] if order else self._tail
 
     @property
     def in_use(self) -> int:

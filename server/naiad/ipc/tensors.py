@@ -9,11 +9,17 @@ by the reader.
 Small tensors (up to :data:`INLINE_MAX` bytes) travel inside the message instead: copying a few KiB
 costs less than allocating a block, and a response block would cost its reader a ``Release`` message
 back, which under light load is a wake-up of the engine of its own.
+
+An output a backend computed into memory of its own would be copied into the response arena by the
+engine's event loop, which every request of every model waits on: an :class:`OutputPlacer` lets the
+backend's own thread copy it there instead (measured with a 1x3x224x224 FP32 ONNX identity, about a
+third of the loop's time per request), and the response then names the block it was copied into.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -112,6 +118,60 @@ def response_from(
 # ---- engine: requests in, responses out -----------------------------------------------------------------
 
 
+class OutputPlacer:
+    """A worker's request's :class:`~naiad.core.request.OutputMemory`: blocks of the worker's response
+    arena, written by the backend's thread and named by the response (:func:`response_message`).
+
+    A block placed but not named by the response (an output the request did not ask for, a failed
+    or cancelled request) is freed by :meth:`close`, which the engine calls once the request is
+    answered; a placement after that gets ``None``.  Copying happens under the placer's lock, so
+    :meth:`close` never frees a block that is still being written."""
+
+    __slots__ = ("_arena", "_closed", "_lock", "_placed")
+
+    def __init__(self, arena: Arena) -> None:
+        self._arena = arena
+        self._lock = threading.Lock()
+        self._placed: dict[int, int] = {}  # offset -> address of its data
+        self._closed = False
+
+    def place(self, datatype: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+        nbytes = array.nbytes
+        if nbytes <= INLINE_MAX or datatype == "BYTES" or array.dtype != datatypes.WIRE_DTYPE.get(datatype):
+            return None
+        with self._lock:
+            if self._closed:
+                return None
+            offset = self._arena.allocate(nbytes)
+            if offset is None:
+                return None
+            target = self._arena.array(offset, nbytes, array.dtype).reshape(array.shape)
+            np.copyto(target, array)  # (without the GIL, for tensors this large)
+            self._placed[offset] = int(target.ctypes.data)
+        return target
+
+    def take(self, data: np.ndarray[Any, Any]) -> int | None:
+        """The offset of the block ``data`` was placed in (the response names it from now on: the
+        worker frees it), or ``None`` if it is not one of this placer's."""
+        if not self._placed:
+            return None
+        address = int(data.ctypes.data)
+        with self._lock:
+            for offset, start in self._placed.items():
+                if start == address and data.flags.c_contiguous:
+                    del self._placed[offset]
+                    return offset
+        return None
+
+    def close(self) -> None:
+        """The request is answered: free what was placed and not named, and place nothing more."""
+        with self._lock:
+            self._closed = True
+            placed, self._placed = self._placed, {}
+        for offset in placed:
+            self._arena.free(offset)
+
+
 def request_from(message: RequestMsg, arena: Arena) -> InferRequest:
     """The request a message describes; its inputs are views into the request arena (or into
     the message, for small ones)."""
@@ -136,9 +196,12 @@ def request_from(message: RequestMsg, arena: Arena) -> InferRequest:
     )
 
 
-def response_message(response: InferResponse, requests: Arena, responses: Arena) -> ResponseMsg:
-    """``response`` as a message: outputs that are views into the request arena by reference, the
-    others written into the response arena (the worker releases those blocks)."""
+def response_message(
+    response: InferResponse, requests: Arena, responses: Arena, placer: OutputPlacer | None = None
+) -> ResponseMsg:
+    """``response`` as a message: outputs that are views into the request arena by reference, those
+    ``placer`` placed in the response arena by their block, the others written into the response
+    arena here (the worker releases the response arena's blocks)."""
     blocks: list[int] = []
     outputs: list[TensorRef] = []
     for tensor in response.outputs:
@@ -148,14 +211,16 @@ def response_message(response: InferResponse, requests: Arena, responses: Arena)
             and tensor.datatype != "BYTES"
             and data.dtype == datatypes.WIRE_DTYPE.get(tensor.datatype)
         ):
-            offset = requests.contains(data)
+            which, offset = REQUEST_ARENA, requests.contains(data)
+            if offset is None and placer is not None:
+                which, offset = RESPONSE_ARENA, placer.take(data)
             if offset is not None:
                 outputs.append(
                     TensorRef(
                         tensor.name,
                         tensor.datatype,
                         list(data.shape),
-                        REQUEST_ARENA,
+                        which,
                         offset,
                         data.nbytes,
                         None,

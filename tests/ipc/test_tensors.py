@@ -1,0 +1,152 @@
+"""Outputs a backend places where its response goes (:class:`naiad.ipc.tensors.OutputPlacer`).
+
+A frontend worker reads a response's tensors from its response arena; a backend computing on a thread
+of its own copies its outputs there itself, and the response then names those blocks.  What matters
+is that nothing is copied twice, that every block ends up either named by the response (the worker
+frees it) or freed by the engine, and that a block is never freed while it is being written.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from naiad.core.request import InferResponse, Tensor
+from naiad.ipc import arena, tensors
+from naiad.ipc.arena import Arena
+from naiad.ipc.messages import INLINE, REQUEST_ARENA, RESPONSE_ARENA
+
+SIZE = 1 << 20
+
+
+@pytest.fixture
+def arenas() -> Iterator[tuple[Arena, Arena]]:
+    """(the request arena as the engine maps it, the response arena the engine writes)."""
+    requests = Arena(arena.create("requests", SIZE), SIZE, writable=True)
+    responses = Arena(arena.create("responses", SIZE), SIZE, writable=True)
+    yield requests, responses
+    requests.close()
+    responses.close()
+
+
+def response(*outputs: Tensor) -> InferResponse:
+    return InferResponse("model", "1", "request-1", list(outputs))
+
+
+def test_a_placed_output_is_named_by_the_response_and_not_copied_again(arenas: tuple[Arena, Arena]) -> None:
+    requests, responses = arenas
+    placer = tensors.OutputPlacer(responses)
+    computed = np.arange(2048, dtype=np.float32).reshape(2, 1024)
+    placed = placer.place("FP32", computed)
+    assert placed is not None and placed.shape == (2, 1024)
+    assert responses.contains(placed) is not None
+    np.testing.assert_array_equal(placed, computed)
+    assert responses.in_use == 1
+
+    message = tensors.response_message(
+        response(Tensor("OUTPUT0", "FP32", placed)), requests, responses, placer
+    )
+    placer.close()
+    [ref] = message.outputs
+    assert (ref.arena, ref.offset, ref.nbytes, ref.shape) == (
+        RESPONSE_ARENA,
+        responses.contains(placed),
+        8192,
+        [2, 1024],
+    )
+    assert responses.in_use == 1  # the block placed, named as it is: no second block, no copy
+    np.testing.assert_array_equal(
+        responses.array(ref.offset, ref.nbytes, np.float32).reshape(2, 1024), computed
+    )
+    responses.free(ref.offset)  # the worker's Release
+    assert responses.in_use == 0
+
+
+def test_what_was_placed_and_not_named_is_freed_once_the_request_is_answered(
+    arenas: tuple[Arena, Arena],
+) -> None:
+    requests, responses = arenas
+    placer = tensors.OutputPlacer(responses)
+    kept = placer.place("FP32", np.ones(4096, dtype=np.float32))
+    dropped = placer.place("FP32", np.zeros(4096, dtype=np.float32))  # e.g. turned into class labels
+    assert kept is not None and dropped is not None and responses.in_use == 2
+
+    labels = Tensor("OUTPUT1", "BYTES", np.array([b"0.0:0"], dtype=np.object_))
+    message = tensors.response_message(
+        response(Tensor("OUTPUT0", "FP32", kept), labels), requests, responses, placer
+    )
+    placer.close()
+    assert [ref.arena for ref in message.outputs] == [RESPONSE_ARENA, INLINE]
+    assert responses.in_use == 1  # the named one, until the worker releases it
+    assert placer.place("FP32", np.ones(4096, dtype=np.float32)) is None  # answered: nothing more
+    assert responses.in_use == 1
+
+
+def test_a_failed_request_leaves_nothing_behind(arenas: tuple[Arena, Arena]) -> None:
+    _, responses = arenas
+    placer = tensors.OutputPlacer(responses)
+    assert placer.place("INT64", np.arange(10_000, dtype=np.int64)) is not None
+    placer.close()  # answered with an error: no response names the block
+    assert responses.in_use == 0
+
+
+def test_small_bytes_and_mistyped_outputs_stay_where_they_are(arenas: tuple[Arena, Arena]) -> None:
+    requests, responses = arenas
+    placer = tensors.OutputPlacer(responses)
+    assert placer.place("FP32", np.ones(1024, dtype=np.float32)) is None  # 4 KiB: inside the message
+    assert placer.place("BYTES", np.array([b"x" * 8192], dtype=np.object_)) is None
+    assert placer.place("FP32", np.ones(4096, dtype=np.float64)) is None  # not the wire's dtype
+    assert responses.in_use == 0
+
+    # an output already in the request arena (a view of an input) is named there, not placed
+    offset = requests.allocate(16384)
+    assert offset is not None
+    view = requests.array(offset, 16384, np.float32)
+    message = tensors.response_message(response(Tensor("OUTPUT0", "FP32", view)), requests, responses, placer)
+    assert [(ref.arena, ref.offset) for ref in message.outputs] == [(REQUEST_ARENA, offset)]
+    placer.close()
+    assert responses.in_use == 0
+
+
+def test_no_room_in_the_arena_leaves_the_output_to_the_engine(arenas: tuple[Arena, Arena]) -> None:
+    requests, responses = arenas
+    placer = tensors.OutputPlacer(responses)
+    too_large = np.zeros(SIZE // 4 + 1, dtype=np.float32)
+    assert placer.place("FP32", too_large) is None
+    message = tensors.response_message(
+        response(Tensor("OUTPUT0", "FP32", too_large)), requests, responses, placer
+    )
+    placer.close()
+    assert message.outputs[0].arena == INLINE  # as before: larger than the arena goes inline
+    assert responses.in_use == 0
+
+
+def test_answering_while_a_thread_places_never_leaks_a_block(arenas: tuple[Arena, Arena]) -> None:
+    """The engine answers (a timeout, a cancellation) while the backend's thread is still copying:
+    whichever comes first, the block is freed exactly once and no placement outlives the answer."""
+    _, responses = arenas
+    computed = np.arange(SIZE // 8, dtype=np.float32)  # 512 KiB: a copy long enough to overlap
+    outcomes = {"placed": 0, "refused": 0}
+    for _ in range(200):
+        placer = tensors.OutputPlacer(responses)
+        start = threading.Barrier(2)
+        results: list[np.ndarray | None] = []
+
+        def backend(
+            placer: tensors.OutputPlacer = placer,
+            start: threading.Barrier = start,
+            results: list[np.ndarray | None] = results,
+        ) -> None:
+            start.wait()
+            results.append(placer.place("FP32", computed))
+
+        thread = threading.Thread(target=backend)
+        thread.start()
+        start.wait()
+        placer.close()
+        thread.join()
+        outcomes["placed" if results[0] is not None else "refused"] += 1
+        assert responses.in_use == 0
+    assert sum(outcomes.values()) == 200
