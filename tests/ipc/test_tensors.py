@@ -37,7 +37,7 @@ def response(*outputs: Tensor) -> InferResponse:
 
 def test_a_placed_output_is_named_by_the_response_and_not_copied_again(arenas: tuple[Arena, Arena]) -> None:
     requests, responses = arenas
-    placer = tensors.OutputPlacer(responses)
+    placer = tensors.OutputPlacer(responses, threading.Lock())
     computed = np.arange(2048, dtype=np.float32).reshape(2, 1024)
     placed = placer.place("FP32", computed)
     assert placed is not None and placed.shape == (2, 1024)
@@ -68,7 +68,7 @@ def test_what_was_placed_and_not_named_is_freed_once_the_request_is_answered(
     arenas: tuple[Arena, Arena],
 ) -> None:
     requests, responses = arenas
-    placer = tensors.OutputPlacer(responses)
+    placer = tensors.OutputPlacer(responses, threading.Lock())
     kept = placer.place("FP32", np.ones(4096, dtype=np.float32))
     dropped = placer.place("FP32", np.zeros(4096, dtype=np.float32))  # e.g. turned into class labels
     assert kept is not None and dropped is not None and responses.in_use == 2
@@ -86,7 +86,7 @@ def test_what_was_placed_and_not_named_is_freed_once_the_request_is_answered(
 
 def test_a_failed_request_leaves_nothing_behind(arenas: tuple[Arena, Arena]) -> None:
     _, responses = arenas
-    placer = tensors.OutputPlacer(responses)
+    placer = tensors.OutputPlacer(responses, threading.Lock())
     assert placer.place("INT64", np.arange(10_000, dtype=np.int64)) is not None
     placer.close()  # answered with an error: no response names the block
     assert responses.in_use == 0
@@ -94,7 +94,7 @@ def test_a_failed_request_leaves_nothing_behind(arenas: tuple[Arena, Arena]) -> 
 
 def test_small_bytes_and_mistyped_outputs_stay_where_they_are(arenas: tuple[Arena, Arena]) -> None:
     requests, responses = arenas
-    placer = tensors.OutputPlacer(responses)
+    placer = tensors.OutputPlacer(responses, threading.Lock())
     assert placer.place("FP32", np.ones(1024, dtype=np.float32)) is None  # 4 KiB: inside the message
     assert placer.place("BYTES", np.array([b"x" * 8192], dtype=np.object_)) is None
     assert placer.place("FP32", np.ones(4096, dtype=np.float64)) is None  # not the wire's dtype
@@ -112,7 +112,7 @@ def test_small_bytes_and_mistyped_outputs_stay_where_they_are(arenas: tuple[Aren
 
 def test_no_room_in_the_arena_leaves_the_output_to_the_engine(arenas: tuple[Arena, Arena]) -> None:
     requests, responses = arenas
-    placer = tensors.OutputPlacer(responses)
+    placer = tensors.OutputPlacer(responses, threading.Lock())
     too_large = np.zeros(SIZE // 4 + 1, dtype=np.float32)
     assert placer.place("FP32", too_large) is None
     message = tensors.response_message(
@@ -130,7 +130,7 @@ def test_answering_while_a_thread_places_never_leaks_a_block(arenas: tuple[Arena
     computed = np.arange(SIZE // 8, dtype=np.float32)  # 512 KiB: a copy long enough to overlap
     outcomes = {"placed": 0, "refused": 0}
     for _ in range(200):
-        placer = tensors.OutputPlacer(responses)
+        placer = tensors.OutputPlacer(responses, threading.Lock())
         start = threading.Barrier(2)
         results: list[np.ndarray | None] = []
 

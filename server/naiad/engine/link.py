@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import aclosing
 from typing import Any
@@ -108,6 +109,8 @@ class WorkerLink:
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._loop = asyncio.get_running_loop()
         self._published = published
+        #: Guards the bookkeeping of every request's output placements (``tensors.OutputPlacer``).
+        self._placing = threading.Lock()
 
     @property
     def inflight(self) -> int:
@@ -199,7 +202,7 @@ class WorkerLink:
     async def _infer(self, message: Infer) -> None:
         request_id = message.id
         trace = self._sample(message.request) if message.request.traced else 0
-        placer = tensors.OutputPlacer(self.responses)
+        placer = tensors.OutputPlacer(self.responses, self._placing)
         try:
             request = tensors.request_from(message.request, self.requests)
             request.output_memory = placer

@@ -124,52 +124,69 @@ class OutputPlacer:
 
     A block placed but not named by the response (an output the request did not ask for, a failed
     or cancelled request) is freed by :meth:`close`, which the engine calls once the request is
-    answered; a placement after that gets ``None``.  Copying happens under the placer's lock, so
-    :meth:`close` never frees a block that is still being written."""
+    answered; a placement after that gets ``None``.  A block still being written when the request is
+    answered (a timeout, a cancellation) is freed by the placement itself once its copy ends, never
+    under it.  ``lock`` (one per worker: a placer is made for every request, and most never place
+    anything) guards the bookkeeping, not the copies, so two instances copy at once."""
 
     __slots__ = ("_arena", "_closed", "_lock", "_placed")
 
-    def __init__(self, arena: Arena) -> None:
+    def __init__(self, arena: Arena, lock: threading.Lock) -> None:
         self._arena = arena
-        self._lock = threading.Lock()
-        self._placed: dict[int, int] = {}  # offset -> address of its data
+        self._lock = lock
+        #: Offset -> address of the block's data, or 0 while it is being written; ``None`` until the
+        #: first placement.
+        self._placed: dict[int, int] | None = None
         self._closed = False
 
     def place(self, datatype: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
         nbytes = array.nbytes
         if nbytes <= INLINE_MAX or datatype == "BYTES" or array.dtype != datatypes.WIRE_DTYPE.get(datatype):
             return None
+        arena = self._arena
         with self._lock:
             if self._closed:
                 return None
-            offset = self._arena.allocate(nbytes)
+            offset = arena.allocate(nbytes)
             if offset is None:
                 return None
-            target = self._arena.array(offset, nbytes, array.dtype).reshape(array.shape)
-            np.copyto(target, array)  # (without the GIL, for tensors this large)
+            if self._placed is None:
+                self._placed = {}
+            self._placed[offset] = 0
+        target = arena.array(offset, nbytes, array.dtype).reshape(array.shape)
+        np.copyto(target, array)  # (without the GIL, for tensors this large)
+        with self._lock:
+            if self._closed:  # answered meanwhile: nobody will name or free it but us
+                del self._placed[offset]
+                arena.free(offset)
+                return None
             self._placed[offset] = int(target.ctypes.data)
         return target
 
     def take(self, data: np.ndarray[Any, Any]) -> int | None:
         """The offset of the block ``data`` was placed in (the response names it from now on: the
         worker frees it), or ``None`` if it is not one of this placer's."""
-        if not self._placed:
+        if not self._placed or not data.flags.c_contiguous:
             return None
         address = int(data.ctypes.data)
         with self._lock:
             for offset, start in self._placed.items():
-                if start == address and data.flags.c_contiguous:
+                if start == address:
                     del self._placed[offset]
                     return offset
         return None
 
     def close(self) -> None:
         """The request is answered: free what was placed and not named, and place nothing more."""
+        if self._placed is None:  # nothing placed yet: a placement starting now sees ``_closed``
+            self._closed = True
+            return
         with self._lock:
             self._closed = True
-            placed, self._placed = self._placed, {}
-        for offset in placed:
-            self._arena.free(offset)
+            done = [offset for offset, address in self._placed.items() if address]
+            for offset in done:
+                del self._placed[offset]
+                self._arena.free(offset)
 
 
 def request_from(message: RequestMsg, arena: Arena) -> InferRequest:
