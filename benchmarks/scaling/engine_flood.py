@@ -20,7 +20,10 @@ saturated).  Medians of ``--rounds``.  ``--model-processes`` runs the models in 
 instead (Naiad's default); they inherit the engine's CPU, so the engine then shares its core with
 them, unless ``--model-cpu flood`` moves them to the flood's CPU (as on a large node, where they
 run on cores of their own; one instance then bounds the rate before the engine does).
-``--instances N`` gives each model N instances (``instance_group`` count).  ``--backend onnxruntime``
+``--instances N`` gives each model N instances (``instance_group`` count).  With Python models a third
+workload returns a new 1x3x224x224 output (``x * 2``) rather than its input: a model process writes it
+into the response arena itself, in the block the engine reserved (the request and response arenas are
+lent to model processes as ``FrontendWorkers`` lends a worker's).  ``--backend onnxruntime``
 serves the same two models as ONNX graphs (``Add``/``Sub``, ``Identity``) in ONNX Runtime, which runs
 in the engine whatever the mode: the GPU node's own case (an ONNX, TensorRT or PyTorch model, with no
 Python model code); the engine's CPU then includes ONNX Runtime's (the identity's copy of its 588 KiB
@@ -43,6 +46,7 @@ import statistics
 import struct
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -52,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from naiad.backends.runtime import Runtime
 from naiad.core.allocator import pin_thresholds
+from naiad.core.request import InferRequest
 from naiad.dataplane import DataPlane
 from naiad.engine.link import PublishedSignatures, WorkerLink
 from naiad.ipc import arena, tensors
@@ -62,7 +67,7 @@ from naiad.repository.manager import ModelRepository
 from naiad.repository.registry import ModelRegistry
 
 from benchmarks.scaling.engine_path import ARENA_SIZE, _calls, _requests, run_between_uptimes
-from benchmarks.scaling.run import repository
+from benchmarks.scaling.run import IDENTITY_CONFIG, IDENTITY_PY, IN_ENGINE, repository
 
 _LENGTH = struct.Struct("<I")
 
@@ -122,6 +127,32 @@ def onnx_repository() -> Path:
     return root
 
 
+#: A Python model whose output is new memory (not its input's): ``x * 2``.
+DOUBLE_PY = IDENTITY_PY.replace(".as_numpy())]", ".as_numpy() * 2)]")
+DOUBLED = "doubled 1x3x224x224 FP32 (Python, a new output)"
+
+
+def _workloads(backend: str) -> dict[str, InferRequest]:
+    """The requests flooded, by label: ``engine_path``'s two, and for Python models a third whose
+    output the model makes (the ONNX identity's already is)."""
+    requests = _requests()
+    if backend == "python":
+        image = requests["identity 1x3x224x224 FP32"].inputs[0]
+        requests[DOUBLED] = InferRequest("double_large", inputs=[image])
+    return requests
+
+
+def python_repository(in_engine: bool) -> Path:
+    """``run.py``'s repository, and ``double_large`` (:data:`DOUBLE_PY`)."""
+    root = repository(in_engine)
+    assert "* 2" in DOUBLE_PY
+    (root / "double_large" / "1").mkdir(parents=True)
+    config = textwrap.dedent(IDENTITY_CONFIG) + (IN_ENGINE if in_engine else "")
+    (root / "double_large" / "config.pbtxt").write_text(config)
+    (root / "double_large" / "1" / "model.py").write_text(textwrap.dedent(DOUBLE_PY))
+    return root
+
+
 def _flood(sock: socket.socket, frames: list[bytes], depth: int, cpu: int, report: int) -> None:
     """The worker's side: once told to go (one byte), ``depth`` requests in flight, a new one sent
     for each answer, and the response-arena blocks of the answers released, as a worker releases
@@ -165,12 +196,12 @@ class Flood:
     """One workload's flood process and the engine's end of its channel.  Forked before the engine
     starts any thread (a fork copies only the forking thread)."""
 
-    def __init__(self, label: str, depth: int, cpu: int) -> None:
+    def __init__(self, label: str, workloads: dict[str, InferRequest], depth: int, cpu: int) -> None:
         self.label = label
         self.request_fd = arena.create("flood-requests", ARENA_SIZE)
         self.response_fd = arena.create("flood-responses", ARENA_SIZE)
         message = tensors.request_message(
-            _requests()[label], Arena(self.request_fd, ARENA_SIZE, writable=True), []
+            workloads[label], Arena(self.request_fd, ARENA_SIZE, writable=True), []
         )
         message.validated = 1  # checked against catalog 1 (published below), as a worker checks it
         encoder = msgspec.msgpack.Encoder()
@@ -202,15 +233,18 @@ class Flood:
         published = PublishedSignatures()
         published.update(1, dataplane.registry.models())
         requests = Arena(self.request_fd, ARENA_SIZE, writable=True)  # (as the engine maps it)
+        responses = Arena(self.response_fd, ARENA_SIZE, writable=True)
         key = lent.add(requests, os.dup(self.request_fd))
+        response_key = lent.add(responses, os.dup(self.response_fd), shared=True)
         link = WorkerLink(
             0,
             dataplane,
             requests,
-            Arena(self.response_fd, ARENA_SIZE, writable=True),
+            responses,
             _calls,
             lambda _: None,
             published,
+            response_key=response_key,
         )
         self.sock.send(b"g")
         self.sock.setblocking(False)
@@ -228,6 +262,7 @@ class Flood:
             rows.append((cpu / served * 1e6, loop_cpu / served * 1e6, served / elapsed, cpu / elapsed))
         self.close()
         lent.remove(key)
+        lent.remove(response_key)
         assert link.channel is not None
         link.channel.close()
         medians = [statistics.median(row[i] for row in rows) for i in range(4)]
@@ -267,13 +302,12 @@ def _move_descendants(cpu: int) -> None:
 async def _main(args: argparse.Namespace) -> None:
     flood_cpu, engine_cpu = (int(c) for c in args.cpus.split(","))
     os.sched_setaffinity(0, {engine_cpu})
-    floods = [Flood(label, args.depth, flood_cpu) for label in _requests()]
+    workloads = _workloads(args.backend)
+    floods = [Flood(label, workloads, args.depth, flood_cpu) for label in workloads]
     pin_thresholds()  # as ``naiad serve`` does (see naiad.core.allocator)
     registry = ModelRegistry()
     runtime = Runtime()
-    root = (
-        onnx_repository() if args.backend == "onnxruntime" else repository(in_engine=not args.model_processes)
-    )
+    root = onnx_repository() if args.backend == "onnxruntime" else python_repository(not args.model_processes)
     _instances(root, args.instances)
     models = ModelRepository([root], registry=registry, runtime=runtime)
     dataplane = DataPlane(registry, models)

@@ -17,7 +17,16 @@ from naiad.engine.link import PublishedSignatures, WorkerLink
 from naiad.ipc import arena, tensors
 from naiad.ipc.arena import Arena
 from naiad.ipc.channel import Channel
-from naiad.ipc.messages import INLINE, RESPONSE_ARENA, Answer, Infer, ToEngine, ToWorker
+from naiad.ipc.messages import (
+    INLINE,
+    REQUEST_ARENA,
+    RESPONSE_ARENA,
+    Answer,
+    Cancel,
+    Infer,
+    ToEngine,
+    ToWorker,
+)
 from naiad.repository.manager import ModelRepository
 from naiad.repository.registry import ModelRegistry
 from onnx import TensorProto, helper
@@ -213,3 +222,179 @@ def test_a_framework_models_outputs_go_to_the_response_arena_and_every_block_com
     for offset in named:  # the worker's Release
         responses.free(offset)
     assert responses.in_use == 0
+
+
+#: 128 KiB: large enough for a model process to send its input back by reference (``shm.locate``).
+ELEMENTS = 32768
+SCALE_CONFIG = """
+name: "scale"
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 32768 ] } ]
+output [
+  { name: "DOUBLED" data_type: TYPE_FP32 dims: [ 32768 ] },
+  { name: "SAME" data_type: TYPE_FP32 dims: [ 32768 ] },
+  { name: "ANY" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+"""
+#: In its own model process (the default): a new array, its input returned as it is, an output of a
+#: size the config leaves open, and as long a pause as the request's ``sleep`` parameter asks.
+SCALE_PY = """
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            time.sleep(float(json.loads(request.parameters()).get("sleep", 0)))
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("DOUBLED", x * 2),
+                pb_utils.Tensor("SAME", x),
+                pb_utils.Tensor("ANY", np.concatenate([x, x])),
+            ]))
+        return responses
+"""
+
+
+class _Engine:
+    """A real engine (data plane, repository, model processes) with one worker's link on real arenas,
+    both lent to model processes as ``FrontendWorkers`` lends a worker's."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+
+    async def __aenter__(self) -> _Engine:
+        self.runtime = Runtime()
+        registry = ModelRegistry()
+        self.models = ModelRepository([self.repo], registry=registry, runtime=self.runtime)
+        dataplane = DataPlane(registry, self.models)
+        await self.models.start()
+        dataplane.started = True
+        requests_fd, responses_fd = arena.create("requests", SIZE), arena.create("responses", SIZE)
+        self.worker_arena = Arena(requests_fd, SIZE, writable=True)
+        requests = Arena(requests_fd, SIZE, writable=True)
+        self.responses = Arena(responses_fd, SIZE, writable=True)
+        lent = self.runtime.arenas
+        self.keys = (lent.add(requests, requests_fd), lent.add(self.responses, responses_fd, shared=True))
+        published = PublishedSignatures()
+        self.link = WorkerLink(
+            0,
+            dataplane,
+            requests,
+            self.responses,
+            _calls,
+            lambda _: None,
+            published,
+            response_key=self.keys[1],
+        )
+        self.transport = _Answers()
+        self.channel: Channel[ToEngine] = Channel(ToEngine, self.link.on_message, self.link.on_lost)
+        self.channel.connection_made(self.transport)  # type: ignore[arg-type]
+        self.link.bind(self.channel)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.models.close()
+        self.runtime.close()
+        for key in self.keys:
+            self.runtime.arenas.remove(key)
+
+    def send(self, message: Infer | Cancel) -> None:
+        body = msgspec.msgpack.encode(message)
+        self.channel.data_received(struct.pack("<I", len(body)) + body)
+
+    def infer(self, request_id: int, data: np.ndarray, **parameters: Any) -> None:
+        request = InferRequest("scale", inputs=[Tensor("INPUT0", "FP32", data)], parameters=parameters)
+        self.send(Infer(request_id, tensors.request_message(request, self.worker_arena, [])))
+
+    async def answer(self, count: int) -> list[Answer]:
+        while len(self.transport.answers) < count:
+            await asyncio.sleep(0.001)
+        return self.transport.answers
+
+
+def test_a_model_process_writes_its_outputs_where_the_worker_reads_them(tmp_path: Path) -> None:
+    """An output of a size the config fixes is written by the model process straight into a block of
+    the worker's response arena the engine reserved (held while the execution runs, named by the
+    answer); an input returned as it is goes back by reference, and an output of open size through the
+    engine as before.  Every block is the worker's to release: none is left behind."""
+    write_model(tmp_path, "scale", SCALE_CONFIG, SCALE_PY)
+
+    async def scenario() -> tuple[list[Answer], list[int], int, int]:
+        async with _Engine(tmp_path) as engine:
+            engine.infer(1, np.arange(ELEMENTS, dtype=np.float32), sleep=0.5)
+            await asyncio.sleep(0.3)
+            during = engine.responses.in_use  # DOUBLED's and SAME's blocks, reserved while it runs
+            answers = await engine.answer(1)
+            engine.infer(2, np.arange(ELEMENTS, dtype=np.float32) + 1)  # SAME now known as an input
+            answers = await engine.answer(2)
+            in_use = engine.responses.in_use
+            named = [
+                ref.offset
+                for answer in answers
+                if answer.response is not None
+                for ref in answer.response.outputs
+                if ref.arena == RESPONSE_ARENA
+            ]
+            for ref in [r for a in answers if a.response is not None for r in a.response.outputs]:
+                if ref.arena == RESPONSE_ARENA:
+                    source = engine.responses.array(ref.offset, ref.nbytes, np.float32)
+                else:
+                    source = engine.worker_arena.array(ref.offset, ref.nbytes, np.float32)
+                ref_values[ref.name].append(np.array(source))
+            for offset in named:  # the worker's Release
+                engine.responses.free(offset)
+            return answers, named, during, in_use - len(named) + engine.responses.in_use
+
+    ref_values: dict[str, list[np.ndarray]] = {"DOUBLED": [], "SAME": [], "ANY": []}
+    answers, named, during, leftover = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert [a.error for a in answers] == [None, None]
+    assert during == 2
+    first, second = (a.response for a in answers)
+    assert first is not None and second is not None
+    assert [(r.name, r.arena) for r in first.outputs] == [
+        ("DOUBLED", RESPONSE_ARENA),
+        ("SAME", REQUEST_ARENA),  # the input itself: by reference, the reserved block freed
+        ("ANY", RESPONSE_ARENA),  # copied by the engine (no size to reserve for)
+    ]
+    assert [(r.name, r.arena) for r in second.outputs] == [
+        ("DOUBLED", RESPONSE_ARENA),
+        ("SAME", REQUEST_ARENA),
+        ("ANY", RESPONSE_ARENA),
+    ]
+    for index, request_id in enumerate((1, 2)):
+        x = np.arange(ELEMENTS, dtype=np.float32) + (request_id - 1)
+        np.testing.assert_array_equal(ref_values["DOUBLED"][index], x * 2)
+        np.testing.assert_array_equal(ref_values["SAME"][index], x)
+        np.testing.assert_array_equal(ref_values["ANY"][index], np.concatenate([x, x]))
+    assert len(named) == 4 and leftover == 0
+
+
+def test_a_block_reserved_for_a_running_execution_outlives_the_requests_answer(tmp_path: Path) -> None:
+    """The worker's client goes away while the model process runs: the request is answered at once,
+    but the blocks reserved for its outputs stay reserved until the execution ends (the process may
+    still write them), and are freed then."""
+    write_model(tmp_path, "scale", SCALE_CONFIG, SCALE_PY)
+
+    async def scenario() -> tuple[Answer, int, int]:
+        async with _Engine(tmp_path) as engine:
+            engine.infer(1, np.arange(ELEMENTS, dtype=np.float32), sleep=1.0)
+            await asyncio.sleep(0.3)
+            engine.send(Cancel(1))
+            [answer] = await engine.answer(1)
+            held = engine.responses.in_use
+            for _ in range(300):  # until the execution ended
+                if engine.responses.in_use == 0:
+                    break
+                await asyncio.sleep(0.01)
+            return answer, held, engine.responses.in_use
+
+    answer, held, after = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert answer.error is not None and answer.error.code == "CANCELLED"
+    assert held == 2  # answered, the model process still running: DOUBLED's and SAME's blocks held
+    assert after == 0

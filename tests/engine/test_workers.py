@@ -44,6 +44,23 @@ class TritonPythonModel:
 """
 
 
+#: A new array of the size the config fixes: its model process writes it into the worker's response
+#: arena, in the block the engine reserved for it.
+DOUBLE_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("DOUBLED", pb_utils.get_input_tensor_by_name(r, "IMAGE").as_numpy() * 2)]
+            )
+            for r in requests
+        ]
+"""
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("workers")
@@ -73,6 +90,16 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         input [{ name: "IMAGE" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
         output [{ name: "DOUBLED" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
         """,
+    )
+    write_model(
+        root,
+        "double_py",
+        """
+        backend: "python"
+        input [{ name: "IMAGE" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
+        output [{ name: "DOUBLED" data_type: TYPE_FP32 dims: [ 1, 3, 224, 224 ] }]
+        """,
+        DOUBLE_PY,
     )
     return root
 
@@ -321,10 +348,12 @@ def test_a_region_registered_through_one_worker_serves_requests_through_another(
         path.unlink()
 
 
-def test_large_outputs_of_a_framework_model_reach_http_and_grpc_clients(server: ServerProcess) -> None:
-    """An ONNX model's 588-KiB outputs, copied to the worker's response arena by the model's instance
-    thread: right for every request, through both protocols, over many more bytes than the arena
-    holds (its blocks come back as the workers release them)."""
+@pytest.mark.parametrize("model", ["double", "double_py"])
+def test_large_new_outputs_reach_http_and_grpc_clients(server: ServerProcess, model: str) -> None:
+    """588-KiB outputs that are no input's memory, written to the worker's response arena where they
+    are made (an ONNX model's by its instance's thread, a Python model's by its model process): right
+    for every request, through both protocols, over many more bytes than the arena holds (its blocks
+    come back as the workers release them)."""
     rng = np.random.default_rng(0)
     http_client = httpclient.InferenceServerClient(server.http_url)
     grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
@@ -333,13 +362,11 @@ def test_large_outputs_of_a_framework_model_reach_http_and_grpc_clients(server: 
             image = rng.random((1, 3, 224, 224), dtype=np.float32)
             by_http = httpclient.InferInput("IMAGE", [1, 3, 224, 224], "FP32")
             by_http.set_data_from_numpy(image, binary_data=True)
-            answer = http_client.infer("double", [by_http])
+            answer = http_client.infer(model, [by_http])
             np.testing.assert_array_equal(answer.as_numpy("DOUBLED"), image * 2)
             by_grpc = grpcclient.InferInput("IMAGE", [1, 3, 224, 224], "FP32")
             by_grpc.set_data_from_numpy(image * 2)
-            np.testing.assert_array_equal(
-                grpc_client.infer("double", [by_grpc]).as_numpy("DOUBLED"), image * 4
-            )
+            np.testing.assert_array_equal(grpc_client.infer(model, [by_grpc]).as_numpy("DOUBLED"), image * 4)
     finally:
         http_client.close()
         grpc_client.close()

@@ -182,4 +182,3 @@ class Model:
         if any(mv.state is ModelState.LOADING for mv in self.versions.values()):
             return ModelState.LOADING
         return ModelState.UNAVAILABLE
-
