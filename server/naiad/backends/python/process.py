@@ -229,8 +229,10 @@ class ProcessModelInstance:
             # (smaller ones travel inside the answer)
             if nbytes * max(1, spec.max_batch_size) > INLINE_MAX
         )
-        #: Outputs the model returned as its inputs' memory last time: none reserved (``_learn_aliases``).
+        #: Outputs the model returned as its inputs' memory last time (``_learn_aliases``), and those
+        #: of ``_output_bytes`` that are not: the ones reserved.
         self._aliased: set[str] = set()
+        self._reservable = self._output_bytes
         self._options = options
         self._launcher = launcher
         self._runtime = runtime
@@ -537,7 +539,7 @@ class ProcessModelInstance:
         placements = shm.place(region, tensors, shared)
         reserved: list[tuple[OutputMemory, list[int]]] | None = None
         destinations: list[dict[str, tuple[int, int, int]] | None] = [None] * len(requests)
-        if self._output_bytes and not nested:
+        if self._reservable and not nested:
             reserved, told = self._reserve(child, requests, destinations, told)
         if len(requests) == 1:
             messages = [request_message(requests[0], placements, destinations[0])]
@@ -587,8 +589,8 @@ class ProcessModelInstance:
             batch = request.batch_size if batched else 1
             chosen: dict[str, tuple[int, int, int]] = {}
             offsets: list[int] = []
-            for name, per_item in self._output_bytes:
-                if (wanted is not None and name not in wanted) or name in self._aliased:
+            for name, per_item in self._reservable:
+                if wanted is not None and name not in wanted:
                     continue
                 nbytes = per_item * batch
                 offset = memory.reserve(nbytes)
@@ -952,12 +954,18 @@ class ProcessModelInstance:
         """Which outputs the model last returned as its inputs' memory (an identity's), which it needs
         no block reserved for (``_reserve``), and which from its own memory, which it does."""
         aliased = self._aliased
+        changed = False
         for placement in placements:
-            where = placement[5]
+            name, where = placement[0], placement[5]
             if where is None:
-                aliased.discard(placement[0])
-            elif type(where) is int and where != reserved_in:
-                aliased.add(placement[0])
+                if name in aliased:
+                    aliased.discard(name)
+                    changed = True
+            elif type(where) is int and where != reserved_in and name not in aliased:
+                aliased.add(name)
+                changed = True
+        if changed:
+            self._reservable = tuple(item for item in self._output_bytes if item[0] not in aliased)
 
     def _output(self, region: shm.Region | None, placement: shm.Placement, copy: bool) -> shm.Array:
         _, _, shape, dtype, offset, where = placement
