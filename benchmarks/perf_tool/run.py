@@ -67,28 +67,10 @@ def h2load(port: int, body: Path, requests: int, connections: int, cpu: str) -> 
     """req/s and the client's CPU microseconds per request."""
     spent = _children_cpu()
     out = subprocess.run(
-        pinned(
-            cpu,
-            [
-                "h2load",
-                "-n",
-                str(requests),
-                "-c",
-                str(connections),
-                "-m",
-                "1",
-                "-d",
-                str(body),
-                "-H",
-                "content-type: application/grpc",
-                "-H",
-                "te: trailers",
-                f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer",
-            ],
-        ),
-        capture_output=True,
-        text=True,
-        check=True,
+        pinned(cpu, ["h2load", "-n", str(requests), "-c", str(connections), "-m", "1", "-d", str(body),
+                     "-H", "content-type: application/grpc", "-H", "te: trailers",
+                     f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer"]),
+        capture_output=True, text=True, check=True,
     ).stdout
     done = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", out)
     if done is None or int(done.group(1)) != requests:
@@ -101,23 +83,8 @@ def h2load(port: int, body: Path, requests: int, connections: int, cpu: str) -> 
 
 def naiad_perf(url: str, protocol: str, seconds: int, connections: int, cpu: str) -> tuple[float, float]:
     """Inferences/s and the load generator's CPU microseconds per request (its ``-v`` figure)."""
-    args = [
-        "-m",
-        "add_sub",
-        "-i",
-        protocol,
-        "-u",
-        url,
-        "--concurrency-range",
-        str(connections),
-        "-p",
-        str(seconds * 1000 // 3),
-        "-r",
-        "3",
-        "-s",
-        "100",
-        "-v",
-    ]
+    args = ["-m", "add_sub", "-i", protocol, "-u", url, "--concurrency-range", str(connections),
+            "-p", str(seconds * 1000 // 3), "-r", "3", "-s", "100", "-v"]
     if protocol == "http":
         args += ["--input-tensor-format", "json", "--output-tensor-format", "json"]
     done = subprocess.run(pinned(cpu, [NAIAD, "perf", *args]), capture_output=True, text=True)
@@ -144,17 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     repository = reference_add_sub_repository()
     http, grpc_port, metrics = free_port(), free_port(), free_port()
-    command = pinned(
-        "0",
-        [
-            NAIAD,
-            "serve",
-            f"--model-repository={repository}",
-            f"--http-port={http}",
-            f"--grpc-port={grpc_port}",
-            f"--metrics-port={metrics}",
-        ],
-    )
+    command = pinned("0", [NAIAD, "serve", f"--model-repository={repository}", f"--http-port={http}",
+                           f"--grpc-port={grpc_port}", f"--metrics-port={metrics}"])
     figures: dict[str, list[float]] = {"wrk": [], "perf http": [], "h2load": [], "perf grpc": []}
     cpu: dict[str, list[float]] = {key: [] for key in figures}
     with tempfile.TemporaryDirectory() as scratch, Served("naiad", command, http, grpc_port):
@@ -172,25 +130,18 @@ def main(argv: list[str] | None = None) -> int:
                 figures[key].append(rate)
                 cpu[key].append(spent)
             wrk_rps, perf_http, h2_rps, perf_grpc = (results[k][0] for k in figures)
-            print(
-                f"round {round_}: wrk {wrk_rps:,.0f}  naiad perf http {perf_http:,.0f}  "
-                f"h2load {h2_rps:,.0f}  naiad perf grpc {perf_grpc:,.0f} req/s",
-                flush=True,
-            )
+            print(f"round {round_}: wrk {wrk_rps:,.0f}  naiad perf http {perf_http:,.0f}  "
+                  f"h2load {h2_rps:,.0f}  naiad perf grpc {perf_grpc:,.0f} req/s", flush=True)
     median = {key: statistics.median(values) for key, values in figures.items()}
     us = {key: statistics.median(values) for key, values in cpu.items()}
     print()
-    print(
-        "| protocol | reference | reference req/s | naiad perf req/s | naiad perf / reference | "
-        "client CPU us/request: reference, naiad perf |"
-    )
+    print("| protocol | reference | reference req/s | naiad perf req/s | naiad perf / reference | "
+          "client CPU us/request: reference, naiad perf |")
     print("|---|---|---:|---:|---:|---:|")
     for label, ref, ours in (("HTTP/JSON", "wrk", "perf http"), ("gRPC", "h2load", "perf grpc")):
         ratio = median[ours] / median[ref]
-        print(
-            f"| {label} | {ref} | {median[ref]:,.0f} | {median[ours]:,.0f} | {ratio:.2f}x | "
-            f"{us[ref]:.0f}, {us[ours]:.0f} |"
-        )
+        print(f"| {label} | {ref} | {median[ref]:,.0f} | {median[ours]:,.0f} | {ratio:.2f}x | "
+              f"{us[ref]:.0f}, {us[ours]:.0f} |")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     return 0
 
@@ -200,9 +151,7 @@ def wrk_pinned(url: str, seconds: int, connections: int) -> tuple[float, float]:
     spent = _children_cpu()
     out = subprocess.run(
         pinned("1", ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(ADD_SUB_SCRIPT), url]),
-        capture_output=True,
-        text=True,
-        check=True,
+        capture_output=True, text=True, check=True,
     ).stdout
     if re.search(r"Non-2xx or 3xx responses: (\d+)", out):
         raise RuntimeError(f"wrk: failed responses:\n{out}")

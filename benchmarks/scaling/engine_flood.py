@@ -21,9 +21,8 @@ instead (Naiad's default); they inherit the engine's CPU, so the engine then sha
 them, unless ``--model-cpu flood`` moves them to the flood's CPU (as on a large node, where they
 run on cores of their own; one instance then bounds the rate before the engine does).
 ``--instances N`` gives each model N instances (``instance_group`` count).  With Python models a third
-workload returns a new 1x3x224x224 output (``x * 2``) rather than its input: a model process writes it
-into the response arena itself, in the block the engine reserved (the request and response arenas are
-lent to model processes as ``FrontendWorkers`` lends a worker's).  ``--backend onnxruntime``
+workload returns a new 1x3x224x224 output (``x * 2``) rather than its input, which the engine's loop
+copies into the response arena (an input returned goes back by reference).  ``--backend onnxruntime``
 serves the same two models as ONNX graphs (``Add``/``Sub``, ``Identity``) in ONNX Runtime, which runs
 in the engine whatever the mode: the GPU node's own case (an ONNX, TensorRT or PyTorch model, with no
 Python model code); the engine's CPU then includes ONNX Runtime's (the identity's copy of its 588 KiB
@@ -228,24 +227,14 @@ class Flood:
         self, dataplane: DataPlane, lent: SharedArenas, seconds: float, rounds: int
     ) -> tuple[float, float, float, float]:
         """(engine CPU us per request, of it on the event loop's thread, requests/s, engine busy
-        share): medians of ``rounds``.  The
-        request arena is lent to the model processes, as ``FrontendWorkers`` lends a worker's."""
+        share): medians of ``rounds``.  The request arena is lent to the model processes, as
+        ``FrontendWorkers`` lends a worker's."""
         published = PublishedSignatures()
         published.update(1, dataplane.registry.models())
         requests = Arena(self.request_fd, ARENA_SIZE, writable=True)  # (as the engine maps it)
         responses = Arena(self.response_fd, ARENA_SIZE, writable=True)
         key = lent.add(requests, os.dup(self.request_fd))
-        response_key = lent.add(responses, os.dup(self.response_fd), shared=True)
-        link = WorkerLink(
-            0,
-            dataplane,
-            requests,
-            responses,
-            _calls,
-            lambda _: None,
-            published,
-            response_key=response_key,
-        )
+        link = WorkerLink(0, dataplane, requests, responses, _calls, lambda _: None, published)
         self.sock.send(b"g")
         self.sock.setblocking(False)
         await connect(self.sock, ToEngine, link.on_message, link.on_lost, link.bind)
@@ -262,7 +251,6 @@ class Flood:
             rows.append((cpu / served * 1e6, loop_cpu / served * 1e6, served / elapsed, cpu / elapsed))
         self.close()
         lent.remove(key)
-        lent.remove(response_key)
         assert link.channel is not None
         link.channel.close()
         medians = [statistics.median(row[i] for row in rows) for i in range(4)]

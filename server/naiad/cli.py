@@ -139,25 +139,16 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="model repository: a folder, s3://... or gs://... (repeatable)",
     )
     p.add_argument("--repository-poll-secs", type=_positive, default=d.repository_poll_secs)
-    p.add_argument(
-        "--repository-cache-dir",
-        type=Path,
-        default=d.repository_cache_dir,
-        metavar="PATH",
-        help="where cloud repositories are mirrored (Naiad extension)",
-    )
+    p.add_argument("--repository-cache-dir", type=Path, default=d.repository_cache_dir, metavar="PATH",
+                   help="where cloud repositories are mirrored (Naiad extension)")
     p.add_argument("--http-port", type=_port, default=d.http_port)
     p.add_argument("--grpc-port", type=_port, default=d.grpc_port)
     p.add_argument("--metrics-port", type=_port, default=d.metrics_port)
     p.add_argument("--http-address", default=d.http_address)
     p.add_argument("--grpc-address", default=d.grpc_address)
     p.add_argument("--metrics-address", default=d.metrics_address)
-    p.add_argument(
-        "--openai-port",
-        type=_port,
-        default=d.openai_port,
-        help="serve the OpenAI-compatible API on this port (off by default; Triton's uses 9000)",
-    )
+    p.add_argument("--openai-port", type=_port, default=d.openai_port,
+                   help="serve the OpenAI-compatible API on this port (off by default; Triton's uses 9000)")
     p.add_argument("--openai-address", default=d.openai_address)
     p.add_argument("--allow-http", type=_bool, default=d.allow_http, metavar="BOOL")
     p.add_argument("--allow-grpc", type=_bool, default=d.allow_grpc, metavar="BOOL")
@@ -176,42 +167,25 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--http-max-input-size", type=_positive, default=d.http_max_input_size)
     p.add_argument("--model-load-thread-count", type=_positive, default=d.model_load_thread_count)
     p.add_argument("--grpc-max-message-size", type=_message_size, default=d.grpc_max_message_size)
-    p.add_argument(
-        "--grpc-infer-response-compression-level",
-        type=str.lower,
-        default=d.grpc_infer_response_compression_level,
-        choices=["none", "low", "medium", "high"],
-    )
+    p.add_argument("--grpc-infer-response-compression-level", type=str.lower,
+                   default=d.grpc_infer_response_compression_level, choices=["none", "low", "medium", "high"])
     p.add_argument("--grpc-keepalive-time", type=_non_negative, default=d.grpc_keepalive_time)
     p.add_argument("--grpc-keepalive-timeout", type=_non_negative, default=d.grpc_keepalive_timeout)
-    p.add_argument(
-        "--grpc-keepalive-permit-without-calls",
-        type=_bool,
-        default=d.grpc_keepalive_permit_without_calls,
-        metavar="BOOL",
-    )
-    p.add_argument(
-        "--grpc-http2-max-pings-without-data", type=_non_negative, default=d.grpc_http2_max_pings_without_data
-    )
-    p.add_argument(
-        "--grpc-http2-min-recv-ping-interval-without-data",
-        type=_non_negative,
-        default=d.grpc_http2_min_recv_ping_interval_without_data,
-    )
+    p.add_argument("--grpc-keepalive-permit-without-calls", type=_bool,
+                   default=d.grpc_keepalive_permit_without_calls, metavar="BOOL")
+    p.add_argument("--grpc-http2-max-pings-without-data", type=_non_negative,
+                   default=d.grpc_http2_max_pings_without_data)
+    p.add_argument("--grpc-http2-min-recv-ping-interval-without-data", type=_non_negative,
+                   default=d.grpc_http2_min_recv_ping_interval_without_data)
     p.add_argument("--grpc-http2-max-ping-strikes", type=_non_negative, default=d.grpc_http2_max_ping_strikes)
     p.add_argument("--grpc-max-connection-age", type=_non_negative, default=d.grpc_max_connection_age)
-    p.add_argument(
-        "--grpc-max-connection-age-grace", type=_non_negative, default=d.grpc_max_connection_age_grace
-    )
+    p.add_argument("--grpc-max-connection-age-grace", type=_non_negative,
+                   default=d.grpc_max_connection_age_grace)
     p.add_argument("--reuse-grpc-port", type=_bool, default=d.reuse_grpc_port, metavar="BOOL")
-    p.add_argument(
-        "--frontend-workers",
-        type=_workers,
-        metavar="N|auto",
-        default=os.environ.get("NAIAD_FRONTEND_WORKERS", "auto"),
-        help="frontend worker processes over one engine (0: one process; auto: 0 with at most "
-        "2 cores, else half the cores, at most 16); env NAIAD_FRONTEND_WORKERS",
-    )
+    p.add_argument("--frontend-workers", type=_workers, metavar="N|auto",
+                   default=os.environ.get("NAIAD_FRONTEND_WORKERS", "auto"),
+                   help="frontend worker processes over one engine (0: one process; auto: 0 with at most "
+                   "2 cores, else half the cores, at most 16); env NAIAD_FRONTEND_WORKERS")
     _density_flags(p, d)
     _extension_flags(p, d)
     _observability_flags(p, d)
@@ -220,51 +194,25 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _density_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
     """More models than memory (Naiad): on-demand loading, the memory budget and eviction; each flag also
     an environment variable ``NAIAD_<UPPER_SNAKE>`` (what the operator sets)."""
-    p.add_argument(
-        "--model-memory-budget",
-        type=_size,
-        default=_env("--model-memory-budget", None),
-        metavar="SIZE",
-        help="host memory loaded models may hold (6Gi, 500Mi, 2GB, bytes)",
-    )
-    p.add_argument(
-        "--model-gpu-memory-budget",
-        type=_size,
-        metavar="SIZE",
-        default=_env("--model-gpu-memory-budget", None),
-        help="the same per GPU",
-    )
+    p.add_argument("--model-memory-budget", type=_size, default=_env("--model-memory-budget", None),
+                   metavar="SIZE", help="host memory loaded models may hold (6Gi, 500Mi, 2GB, bytes)")
+    p.add_argument("--model-gpu-memory-budget", type=_size, metavar="SIZE",
+                   default=_env("--model-gpu-memory-budget", None), help="the same per GPU")
     patterns = os.environ.get("NAIAD_LOAD_ON_DEMAND", "")
-    p.add_argument(
-        "--load-on-demand",
-        action="append",
-        metavar="PATTERN",
-        default=[text for text in patterns.split(",") if text.strip()],
-        help="models (fnmatch glob, * = all) that their first request loads (repeatable)",
-    )
-    p.add_argument(
-        "--on-demand-load-timeout-secs",
-        type=_seconds,
-        default=_env("--on-demand-load-timeout-secs", d.on_demand_load_timeout_secs),
-    )
-    p.add_argument(
-        "--min-residency-secs", type=_seconds, default=_env("--min-residency-secs", d.min_residency_secs)
-    )
-    p.add_argument(
-        "--eviction-policy",
-        choices=POLICIES,
-        default=_env("--eviction-policy", d.eviction_policy),
-        help="which models a load past the budget evicts first: lru (least recently used) or "
-        "gdsf (fewest requests x load seconds per MiB held since loading, aged)",
-    )
-    p.add_argument(
-        "--peers-file",
-        type=Path,
-        default=_env("--peers-file", None),
-        metavar="PATH",
-        help="JSON naming the peer servers that hold each model: requests for a model not "
-        "served here are forwarded to them (written by the operator)",
-    )
+    p.add_argument("--load-on-demand", action="append", metavar="PATTERN",
+                   default=[text for text in patterns.split(",") if text.strip()],
+                   help="models (fnmatch glob, * = all) that their first request loads (repeatable)")
+    p.add_argument("--on-demand-load-timeout-secs", type=_seconds,
+                   default=_env("--on-demand-load-timeout-secs", d.on_demand_load_timeout_secs))
+    p.add_argument("--min-residency-secs", type=_seconds,
+                   default=_env("--min-residency-secs", d.min_residency_secs))
+    p.add_argument("--eviction-policy", choices=POLICIES,
+                   default=_env("--eviction-policy", d.eviction_policy),
+                   help="which models a load past the budget evicts first: lru (least recently used) or "
+                   "gdsf (fewest requests x load seconds per MiB held since loading, aged)")
+    p.add_argument("--peers-file", type=Path, default=_env("--peers-file", None), metavar="PATH",
+                   help="JSON naming the peer servers that hold each model: requests for a model not "
+                   "served here are forwarded to them (written by the operator)")
 
 
 def _observability_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
@@ -272,25 +220,15 @@ def _observability_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
     p.add_argument("--allow-cpu-metrics", type=_bool, default=d.allow_cpu_metrics, metavar="BOOL")
     p.add_argument("--allow-gpu-metrics", type=_bool, default=d.allow_gpu_metrics, metavar="BOOL")
     p.add_argument("--metrics-interval-ms", type=_positive, default=d.metrics_interval_ms)
-    p.add_argument(
-        "--metrics-config",
-        action="append",
-        default=[],
-        metavar="SETTING=VALUE",
-        help="counter_latencies, histogram_latencies, summary_latencies, summary_quantiles",
-    )
+    p.add_argument("--metrics-config", action="append", default=[], metavar="SETTING=VALUE",
+                   help="counter_latencies, histogram_latencies, summary_latencies, summary_quantiles")
     p.add_argument("--log-info", type=_bool, default=d.log_info, metavar="BOOL")
     p.add_argument("--log-warning", type=_bool, default=d.log_warning, metavar="BOOL")
     p.add_argument("--log-error", type=_bool, default=d.log_error, metavar="BOOL")
     p.add_argument("--log-format", default=d.log_format, choices=list(log_settings.FORMATS))
     p.add_argument("--log-file", type=Path, default=d.log_file, metavar="PATH")
-    p.add_argument(
-        "--trace-config",
-        action="append",
-        default=[],
-        metavar="[MODE,]SETTING=VALUE",
-        help="level, rate, count, mode; triton,file= and log-frequency=; opentelemetry,url= ...",
-    )
+    p.add_argument("--trace-config", action="append", default=[], metavar="[MODE,]SETTING=VALUE",
+                   help="level, rate, count, mode; triton,file= and log-frequency=; opentelemetry,url= ...")
 
 
 def _observability_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -321,34 +259,14 @@ def _extension_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
     p.add_argument("--allow-client-shm", type=_bool, default=d.allow_client_shm, metavar="BOOL")
     p.add_argument("--cache-config", action="append", default=[], metavar="local,size=BYTES")
     p.add_argument("--rate-limit", type=str.lower, default=d.rate_limit, choices=["off", "execution_count"])
-    p.add_argument(
-        "--rate-limit-resource",
-        dest="rate_limit_resources",
-        action="append",
-        default=[],
-        metavar="NAME:COUNT[:DEVICE]",
-    )
-    p.add_argument(
-        "--http-restricted-api",
-        dest="http_restricted_apis",
-        action="append",
-        default=[],
-        metavar="APIS:HEADER=VALUE",
-    )
-    p.add_argument(
-        "--grpc-restricted-protocol",
-        dest="grpc_restricted_protocols",
-        action="append",
-        default=[],
-        metavar="APIS:HEADER=VALUE",
-    )
-    p.add_argument(
-        "--auth-key-file",
-        type=Path,
-        default=d.auth_key_file,
-        metavar="PATH",
-        help="bearer keys with scopes, one '<name> <token> <scopes>' a line (Naiad extension)",
-    )
+    p.add_argument("--rate-limit-resource", dest="rate_limit_resources", action="append", default=[],
+                   metavar="NAME:COUNT[:DEVICE]")
+    p.add_argument("--http-restricted-api", dest="http_restricted_apis", action="append", default=[],
+                   metavar="APIS:HEADER=VALUE")
+    p.add_argument("--grpc-restricted-protocol", dest="grpc_restricted_protocols", action="append",
+                   default=[], metavar="APIS:HEADER=VALUE")
+    p.add_argument("--auth-key-file", type=Path, default=d.auth_key_file, metavar="PATH",
+                   help="bearer keys with scopes, one '<name> <token> <scopes>' a line (Naiad extension)")
     p.add_argument("--http-header-forward-pattern", default=d.http_header_forward_pattern, metavar="REGEX")
     p.add_argument("--grpc-header-forward-pattern", default=d.grpc_header_forward_pattern, metavar="REGEX")
     for proto in ("http", "grpc"):
@@ -383,22 +301,11 @@ def _extension_settings(parser: argparse.ArgumentParser, args: argparse.Namespac
             check()
         except (ValueError, re.error) as exc:
             parser.error(f"{flag}: {exc}")
-    names = [
-        "allow_client_shm",
-        "cache_config",
-        "rate_limit",
-        "rate_limit_resources",
-        "http_restricted_apis",
-        "grpc_restricted_protocols",
-        "auth_key_file",
-        "http_header_forward_pattern",
-        "grpc_header_forward_pattern",
-    ]
-    names += [
-        f"{proto}_{name}"
-        for proto in ("http", "grpc")
-        for name in ("use_ssl", "use_ssl_mutual", "server_cert", "server_key", "root_cert")
-    ]
+    names = ["allow_client_shm", "cache_config", "rate_limit", "rate_limit_resources", "http_restricted_apis",
+             "grpc_restricted_protocols", "auth_key_file", "http_header_forward_pattern",
+             "grpc_header_forward_pattern"]
+    names += [f"{proto}_{name}" for proto in ("http", "grpc")
+              for name in ("use_ssl", "use_ssl_mutual", "server_cert", "server_key", "root_cert")]
     return {name: getattr(args, name) for name in names}
 
 
@@ -438,34 +345,18 @@ def _repo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "done, 1 error, 3 credentials refused, 4 bucket or prefix not found, 5 an object changed or "
         "vanished mid-sync, 6 not a valid Triton layout, 7 another sync holds DEST.",
     )
-    p.add_argument(
-        "source",
-        metavar="SOURCE",
-        help="s3://[http[s]://host:port/]bucket/prefix, gs://bucket/prefix or a folder",
-    )
+    p.add_argument("source", metavar="SOURCE",
+                   help="s3://[http[s]://host:port/]bucket/prefix, gs://bucket/prefix or a folder")
     p.add_argument("dest", metavar="DEST", type=Path, help="destination folder (e.g. a mounted volume)")
-    p.add_argument(
-        "--keep",
-        type=_non_negative,
-        default=3,
-        metavar="N",
-        help="snapshots to keep, current included (0: keep all; default 3)",
-    )
-    p.add_argument(
-        "--verify", choices=["sha256"], help="re-hash stored objects instead of trusting ETag/size"
-    )
-    p.add_argument(
-        "--parallel", type=_positive, default=16, metavar="N", help="concurrent downloads (default 16)"
-    )
-    p.add_argument(
-        "--protect",
-        type=_snapshot_id,
-        action="append",
-        default=[],
-        metavar="ID",
-        help="a snapshot GC must keep whatever --keep says (sha256:HEX or HEX; repeatable): "
-        "one a server is pinned to",
-    )
+    p.add_argument("--keep", type=_non_negative, default=3, metavar="N",
+                   help="snapshots to keep, current included (0: keep all; default 3)")
+    p.add_argument("--verify", choices=["sha256"],
+                   help="re-hash stored objects instead of trusting ETag/size")
+    p.add_argument("--parallel", type=_positive, default=16, metavar="N",
+                   help="concurrent downloads (default 16)")
+    p.add_argument("--protect", type=_snapshot_id, action="append", default=[], metavar="ID",
+                   help="a snapshot GC must keep whatever --keep says (sha256:HEX or HEX; repeatable): "
+                   "one a server is pinned to")
     p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
 
 
@@ -537,13 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         from naiad.repository.sync.command import run as sync
 
         return sync(
-            args.source,
-            args.dest,
-            keep=args.keep,
-            verify=args.verify == "sha256",
-            parallel=args.parallel,
-            as_json=args.json,
-            protect=set(args.protect),
+            args.source, args.dest, keep=args.keep, verify=args.verify == "sha256",
+            parallel=args.parallel, as_json=args.json, protect=set(args.protect),
         )
     if args.command == "perf":
         from naiad.tools.perf.command import run as perf

@@ -78,7 +78,9 @@ class Region:
                 f"value ({_SIZE_MAX}) for region '{self.name}'"
             )
         if byte_size < 0 or offset + byte_size > self.byte_size:
-            raise InvalidArgumentError(f"Invalid offset + byte size for shared memory region: '{self.name}'")
+            raise InvalidArgumentError(
+                f"Invalid offset + byte size for shared memory region: '{self.name}'"
+            )
 
     def read(self, offset: int, byte_size: int) -> bytearray:
         """A copy of ``byte_size`` bytes at ``offset`` in the region (bounds checked first)."""

@@ -200,8 +200,7 @@ class FrontendWorkers:
             link, process, lent = await self._spawn(index)
             await link.lost.wait()
             inflight = link.lost_inflight
-            for key in lent:
-                self._lent.remove(key)
+            self._lent.remove(lent)
             status = await asyncio.to_thread(process.wait)
             link.requests.close()
             link.responses.close()
@@ -221,9 +220,8 @@ class FrontendWorkers:
             if time.monotonic() - started < RESTART_PAUSE_SECS:
                 await asyncio.sleep(RESTART_PAUSE_SECS)
 
-    async def _spawn(self, index: int) -> tuple[WorkerLink, subprocess.Popen[bytes], tuple[int, int]]:
-        """Start worker ``index``: its link, its process, and the keys its request and response
-        arenas are lent to model processes by."""
+    async def _spawn(self, index: int) -> tuple[WorkerLink, subprocess.Popen[bytes], int]:
+        """Start worker ``index``: its link, its process, and the key its request arena is lent by."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         request_fd = arena.create(f"naiad-requests-{index}", ARENA_SIZE)
         response_fd = arena.create(f"naiad-responses-{index}", ARENA_SIZE)
@@ -239,24 +237,16 @@ class FrontendWorkers:
             responses = Arena(response_fd, ARENA_SIZE, writable=True)
         except BaseException:
             os.close(request_fd)
-            os.close(response_fd)
             raise
         finally:
             child.close()
-        # (the table holds the descriptors from now on)
-        lent = (self._lent.add(requests, request_fd), self._lent.add(responses, response_fd, shared=True))
+            os.close(response_fd)
+        lent = self._lent.add(requests, request_fd)  # (which holds the descriptor from now on)
         self._processes[index] = process
         await asyncio.to_thread(write_frame, parent, Welcome(index, self._settings_json, ARENA_SIZE))
         parent.setblocking(False)
         link = WorkerLink(
-            index,
-            self.dataplane,
-            requests,
-            responses,
-            self.call,
-            self._on_serving,
-            self.published,
-            response_key=lent[1],
+            index, self.dataplane, requests, responses, self.call, self._on_serving, self.published
         )
         await connect(parent, ToEngine, link.on_message, link.on_lost, link.bind)
         self.links[index] = link

@@ -121,9 +121,7 @@ class Arena:
 
 
 class SharedArenas:
-    """The frontend workers' request arenas, as the engine lends them to its model processes (and their
-    response arenas, which a model process maps shared and writable: it writes an output straight
-    into the block the engine reserved for it, see ``naiad.ipc.tensors.OutputPlacer.reserve``).
+    """The frontend workers' request arenas, as the engine lends them to its model processes.
 
     A model process maps each by its path under ``/proc`` (the engine holds the memfd open while the
     arena lives), opened read-only and mapped copy-on-write, so a large input crosses to it with no
@@ -140,19 +138,17 @@ class SharedArenas:
     def __init__(self) -> None:
         self.lending = _dumpable()
         self._next = 1
-        #: By key: the arena, its path for other processes, its descriptor, whether model processes
-        #: map it shared and writable (a response arena) rather than copy-on-write.
-        self._arenas: dict[int, tuple[Arena, str, int, bool]] = {}
+        #: By key: the arena, its path for other processes, its descriptor.
+        self._arenas: dict[int, tuple[Arena, str, int]] = {}
         #: By key: where each lies in this process, ``(start, end)`` (see ``shm.locate``).  Replaced
         #: whole on each change, never changed in place: model instances' threads iterate it.
         self.spans: dict[int, tuple[int, int]] = {}
 
-    def add(self, arena: Arena, fd: int, *, shared: bool = False) -> int:
-        """Lend ``arena`` (mapped from the memfd ``fd``, which now belongs to this table); its key.
-        ``shared``: model processes map it shared and writable."""
+    def add(self, arena: Arena, fd: int) -> int:
+        """Lend ``arena`` (mapped from the memfd ``fd``, which now belongs to this table); its key."""
         key = self._next
         self._next += 1
-        self._arenas[key] = (arena, f"/proc/{os.getpid()}/fd/{fd}", fd, shared)
+        self._arenas[key] = (arena, f"/proc/{os.getpid()}/fd/{fd}", fd)
         if self.lending:
             self.spans = {**self.spans, key: (arena.base, arena.base + arena.size)}
         return key
@@ -164,10 +160,10 @@ class SharedArenas:
         if entry is not None:
             os.close(entry[2])
 
-    def describe(self, key: int) -> tuple[str, int, bool]:
-        """What a model process maps arena ``key`` by: its path, its size, and whether shared."""
-        arena, path, _, shared = self._arenas[key]
-        return path, arena.size, shared
+    def describe(self, key: int) -> tuple[str, int]:
+        """What a model process maps arena ``key`` by: its path and size."""
+        arena, path, _ = self._arenas[key]
+        return path, arena.size
 
     def array(self, key: int, offset: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any] | None:
         """A read-only view of a tensor at ``offset`` in arena ``key``; ``None`` once it is not lent."""

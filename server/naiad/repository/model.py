@@ -182,3 +182,4 @@ class Model:
         if any(mv.state is ModelState.LOADING for mv in self.versions.values()):
             return ModelState.LOADING
         return ModelState.UNAVAILABLE
+

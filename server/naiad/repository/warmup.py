@@ -54,7 +54,9 @@ def warmup_samples(config: mc.ModelConfig, model_dir: Path) -> list[WarmupSample
             _tensor(name, spec, config.max_batch_size > 0, model_dir, rng)
             for name, spec in sorted(setting.inputs.items())
         ]
-        requests = [InferRequest(config.name, inputs=list(inputs)) for _ in range(batch)]
+        requests = [
+            InferRequest(config.name, inputs=list(inputs)) for _ in range(batch)
+        ]
         if batch > max(config.max_batch_size, 1):
             # batch_size requests of batch 1 run as one execution, which the backend refuses (Triton's
             # words, once per request) on the first instance it warms up, after the data is made

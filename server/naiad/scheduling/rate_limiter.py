@@ -151,3 +151,4 @@ def _instance_groups(config: mc.ModelConfig) -> Iterator[tuple[mc.ModelInstanceG
         for device in devices:
             for _ in range(group.count):
                 yield group, device
+

@@ -314,7 +314,7 @@ def _model_section(model: str, results: list[CandidateResult], objectives: Objec
             f"<td>{f'{best.throughput:,.0f}' if best else '-'}</td>"
             f"<td>{f'{latency_ms(best, metric):.2f}' if best else '-'}</td><td>{result.memory_mb:,.0f}</td>"
             f"<td>{_gpu_mib(result) or '-'}</td>"
-            f"<td>{len(result.points)}</td>"
+            f'<td>{len(result.points)}</td>'
             f'<td class="reason">{html.escape(result.reason() or "ok")}</td></tr>'
         )
     parts.append("</table>")

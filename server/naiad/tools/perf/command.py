@@ -88,12 +88,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--sequence-length", type=_positive, default=None)
     p.add_argument("--sequence-length-variation", type=float, default=20.0)
     p.add_argument("--sequence-id-range", default="1:2147483648", metavar="START:END")
-    p.add_argument(
-        "--grpc-client",
-        choices=["auto", "grpcio"],
-        default="auto",
-        help="unary gRPC over a bare HTTP/2 client where possible (auto), or always grpcio",
-    )
+    p.add_argument("--grpc-client", choices=["auto", "grpcio"], default="auto",
+                   help="unary gRPC over a bare HTTP/2 client where possible (auto), or always grpcio")
     p.add_argument("-v", dest="verbose", action="store_true", help="also print the client's CPU overhead")
     p.add_argument(
         "--workers",

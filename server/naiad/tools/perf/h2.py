@@ -42,25 +42,16 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
 
 def request_headers(authority: str, path: str) -> bytes:
     """The HPACK block of every request: literals never indexed, so no table state on either side."""
-    fields = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", path),
-        (":authority", authority),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]
+    fields = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", authority),
+              ("content-type", "application/grpc"), ("te", "trailers")]
     return bytes(hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple(n, v) for n, v in fields]))
 
 
 def preface() -> bytes:
     """Client preface, our SETTINGS (push off, huge stream window) and a huge connection window."""
     settings = struct.pack(">HIHI", 0x2, 0, 0x4, _BIG_WINDOW)
-    return (
-        PREFACE
-        + _frame(_SETTINGS, 0, 0, settings)
-        + _frame(_WINDOW, 0, 0, (_BIG_WINDOW - 65535).to_bytes(4, "big"))
-    )
+    return (PREFACE + _frame(_SETTINGS, 0, 0, settings)
+            + _frame(_WINDOW, 0, 0, (_BIG_WINDOW - 65535).to_bytes(4, "big")))
 
 
 class GrpcH2Slot(asyncio.Protocol):
@@ -102,9 +93,8 @@ class GrpcH2Slot(asyncio.Protocol):
         self.status, self.got_headers = "", False
         self.start = _now()
         data = b"\x00" + len(message).to_bytes(4, "big") + message
-        frames = _frame(_HEADERS, _END_HEADERS, self.stream, self.worker.h2_headers) + _frame(
-            _DATA, _END_STREAM, self.stream, data
-        )
+        frames = (_frame(_HEADERS, _END_HEADERS, self.stream, self.worker.h2_headers)
+                  + _frame(_DATA, _END_STREAM, self.stream, data))
         if len(data) > self.send_window:
             self.pending = frames  # sent when the server's WINDOW_UPDATE makes room
             self.pending_size = len(data)

@@ -68,10 +68,8 @@ def level_text(
     if info.decoupled:
         lines.append(f"    Response Throughput: {m.response_throughput:g} infer/sec")
     if verbose:
-        lines.append(
-            f"    Avg client overhead: {m.client_overhead_pct:.2f}% of a core "
-            f"({m.client_cpu_us_per_request:.1f} usec CPU per request)"
-        )
+        lines.append(f"    Avg client overhead: {m.client_overhead_pct:.2f}% of a core "
+                     f"({m.client_cpu_us_per_request:.1f} usec CPU per request)")
     if m.percentile is None:
         lines.append(
             f"    Avg latency: {_us(m.avg_latency_us)} usec (standard deviation {_us(m.std_latency_us)} usec)"

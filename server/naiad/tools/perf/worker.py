@@ -204,10 +204,7 @@ class HttpWorker:
     """Slots of :class:`HttpSlot`: a fixed set for concurrency, an idle pool for a request rate."""
 
     def __init__(
-        self,
-        plan: WorkerPlan,
-        requests: Requests,
-        loop: asyncio.AbstractEventLoop,
+        self, plan: WorkerPlan, requests: Requests, loop: asyncio.AbstractEventLoop,
         slot: Callable[[HttpWorker, Source], Slot] | None = None,
     ) -> None:
         self.slot: Callable[[HttpWorker, Source], Slot] = slot or HttpSlot
