@@ -59,46 +59,65 @@ async def _calls(method: str, args: list[msgspec.Raw]) -> Any:
     raise AssertionError(f"no control call expected, got {method}")
 
 
+class _Engine:
+    """A real engine (repository, data plane) serving one worker's link over real arenas; what the
+    engine writes back is decoded as the worker decodes it (``transport.answers``)."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+
+    async def __aenter__(self) -> _Engine:
+        registry = ModelRegistry()
+        self.models = ModelRepository([self.repo], registry=registry, runtime=Runtime())
+        dataplane = DataPlane(registry, self.models)
+        await self.models.start()
+        dataplane.started = True
+        requests_fd, responses_fd = arena.create("requests", SIZE), arena.create("responses", SIZE)
+        self.worker_arena = Arena(requests_fd, SIZE, writable=True)
+        self.responses = Arena(responses_fd, SIZE, writable=True)
+        published = PublishedSignatures()
+        published.update(1, registry.models())
+        link = WorkerLink(
+            0,
+            dataplane,
+            Arena(requests_fd, SIZE, writable=False),
+            self.responses,
+            _calls,
+            lambda _: None,
+            published,
+        )
+        self.transport = _Answers()
+        self.channel: Channel[ToEngine] = Channel(ToEngine, link.on_message, link.on_lost)
+        self.channel.connection_made(self.transport)  # type: ignore[arg-type]
+        link.bind(self.channel)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.models.close()
+
+    async def answer(self, request_id: int, request: InferRequest, validated: int = 0) -> Answer:
+        """Send ``request`` as the worker would (vouched for under catalog ``validated``, 0: not) and
+        wait for its answer."""
+        message = tensors.request_message(request, self.worker_arena, [])
+        message.validated = validated
+        body = msgspec.msgpack.encode(Infer(request_id, message))
+        self.channel.data_received(struct.pack("<I", len(body)) + body)
+        while len(self.transport.answers) < request_id:
+            await asyncio.sleep(0.001)
+        return self.transport.answers[request_id - 1]
+
+
 async def _answers(repo: Path, sends: list[tuple[int, int]]) -> list[Answer]:
     """Each ``(shape, validated)``: one request with an FP32 input of that many elements, vouched for
     by the worker under catalog ``validated`` (0: not), answered by a real engine whose last
     published catalog is 1."""
-    registry = ModelRegistry()
-    models = ModelRepository([repo], registry=registry, runtime=Runtime())
-    dataplane = DataPlane(registry, models)
-    await models.start()
-    dataplane.started = True
-    requests_fd, responses_fd = arena.create("requests", SIZE), arena.create("responses", SIZE)
-    worker_arena = Arena(requests_fd, SIZE, writable=True)
-    published = PublishedSignatures()
-    published.update(1, registry.models())
-    link = WorkerLink(
-        0,
-        dataplane,
-        Arena(requests_fd, SIZE, writable=False),
-        Arena(responses_fd, SIZE, writable=True),
-        _calls,
-        lambda _: None,
-        published,
-    )
-    transport = _Answers()
-    channel: Channel[ToEngine] = Channel(ToEngine, link.on_message, link.on_lost)
-    channel.connection_made(transport)  # type: ignore[arg-type]
-    link.bind(channel)
-    try:
+    async with _Engine(repo) as engine:
         for request_id, (elements, validated) in enumerate(sends, 1):
             data = np.arange(elements, dtype=np.float32)
-            message = tensors.request_message(
-                InferRequest("fixed", inputs=[Tensor("INPUT0", "FP32", data)]), worker_arena, []
+            await engine.answer(
+                request_id, InferRequest("fixed", inputs=[Tensor("INPUT0", "FP32", data)]), validated
             )
-            message.validated = validated
-            body = msgspec.msgpack.encode(Infer(request_id, message))
-            channel.data_received(struct.pack("<I", len(body)) + body)
-            while len(transport.answers) < request_id:
-                await asyncio.sleep(0.001)
-    finally:
-        await models.close()
-    return transport.answers
+    return engine.transport.answers
 
 
 def test_the_engine_checks_a_request_unless_the_worker_did_under_the_current_catalog(tmp_path: Path) -> None:
@@ -127,41 +146,14 @@ async def _onnx_answers(
 ) -> tuple[list[Answer], Arena, int]:
     """One request per entry of ``asked`` (the outputs it names) to the ONNX model ``big``, answered by
     a real engine; the answers, the response arena, and its blocks in use once all were answered."""
-    registry = ModelRegistry()
-    models = ModelRepository([repo], registry=registry, runtime=Runtime())
-    dataplane = DataPlane(registry, models)
-    await models.start()
-    dataplane.started = True
-    requests_fd, responses_fd = arena.create("requests", SIZE), arena.create("responses", SIZE)
-    worker_arena = Arena(requests_fd, SIZE, writable=True)
-    responses = Arena(responses_fd, SIZE, writable=True)
-    link = WorkerLink(
-        0,
-        dataplane,
-        Arena(requests_fd, SIZE, writable=False),
-        responses,
-        _calls,
-        lambda _: None,
-        PublishedSignatures(),
-    )
-    transport = _Answers()
-    channel: Channel[ToEngine] = Channel(ToEngine, link.on_message, link.on_lost)
-    channel.connection_made(transport)  # type: ignore[arg-type]
-    link.bind(channel)
-    try:
+    async with _Engine(repo) as engine:
         for request_id, outputs in enumerate(asked, 1):
             data = np.arange(2048, dtype=np.float32) * request_id
-            request = InferRequest("big", inputs=[Tensor("INPUT0", "FP32", data)], outputs=outputs)
-            body = msgspec.msgpack.encode(
-                Infer(request_id, tensors.request_message(request, worker_arena, []))
+            await engine.answer(
+                request_id, InferRequest("big", inputs=[Tensor("INPUT0", "FP32", data)], outputs=outputs)
             )
-            channel.data_received(struct.pack("<I", len(body)) + body)
-            while len(transport.answers) < request_id:
-                await asyncio.sleep(0.001)
-        in_use = responses.in_use
-    finally:
-        await models.close()
-    return transport.answers, responses, in_use
+        in_use = engine.responses.in_use
+    return engine.transport.answers, engine.responses, in_use
 
 
 def test_a_framework_models_outputs_go_to_the_response_arena_and_every_block_comes_back(
