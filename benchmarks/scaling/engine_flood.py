@@ -21,8 +21,9 @@ instead (Naiad's default); they inherit the engine's CPU, so the engine then sha
 them, unless ``--model-cpu flood`` moves them to the flood's CPU (as on a large node, where they
 run on cores of their own; one instance then bounds the rate before the engine does).
 ``--instances N`` gives each model N instances (``instance_group`` count).  With Python models a third
-workload returns a new 1x3x224x224 output (``x * 2``) rather than its input, which the engine's loop
-copies into the response arena (an input returned goes back by reference).  ``--backend onnxruntime``
+workload returns a new 1x3x224x224 output (``x * 2``) rather than its input: a model process writes it
+into the response arena itself, in the block the engine reserved (the request and response arenas are
+lent to model processes as ``FrontendWorkers`` lends a worker's).  ``--backend onnxruntime``
 serves the same two models as ONNX graphs (``Add``/``Sub``, ``Identity``) in ONNX Runtime, which runs
 in the engine whatever the mode: the GPU node's own case (an ONNX, TensorRT or PyTorch model, with no
 Python model code); the engine's CPU then includes ONNX Runtime's (the identity's copy of its 588 KiB
@@ -58,6 +59,7 @@ from naiad.core.allocator import pin_thresholds
 from naiad.core.request import InferRequest
 from naiad.dataplane import DataPlane
 from naiad.engine.link import PublishedSignatures, WorkerLink
+from naiad.engine.workers import LASTING_SIZE
 from naiad.ipc import arena, tensors
 from naiad.ipc.arena import Arena, SharedArenas
 from naiad.ipc.channel import connect
@@ -198,7 +200,7 @@ class Flood:
     def __init__(self, label: str, workloads: dict[str, InferRequest], depth: int, cpu: int) -> None:
         self.label = label
         self.request_fd = arena.create("flood-requests", ARENA_SIZE)
-        self.response_fd = arena.create("flood-responses", ARENA_SIZE)
+        self.response_fd = arena.create("flood-responses", ARENA_SIZE + LASTING_SIZE)
         message = tensors.request_message(
             workloads[label], Arena(self.request_fd, ARENA_SIZE, writable=True), []
         )
@@ -227,14 +229,24 @@ class Flood:
         self, dataplane: DataPlane, lent: SharedArenas, seconds: float, rounds: int
     ) -> tuple[float, float, float, float]:
         """(engine CPU us per request, of it on the event loop's thread, requests/s, engine busy
-        share): medians of ``rounds``.  The request arena is lent to the model processes, as
+        share): medians of ``rounds``.  Both arenas are lent to the model processes, as
         ``FrontendWorkers`` lends a worker's."""
         published = PublishedSignatures()
         published.update(1, dataplane.registry.models())
         requests = Arena(self.request_fd, ARENA_SIZE, writable=True)  # (as the engine maps it)
-        responses = Arena(self.response_fd, ARENA_SIZE, writable=True)
+        responses = Arena(self.response_fd, ARENA_SIZE + LASTING_SIZE, writable=True, lasting=LASTING_SIZE)
         key = lent.add(requests, os.dup(self.request_fd))
-        link = WorkerLink(0, dataplane, requests, responses, _calls, lambda _: None, published)
+        response_key = lent.add(responses, os.dup(self.response_fd), shared=True)
+        link = WorkerLink(
+            0,
+            dataplane,
+            requests,
+            responses,
+            _calls,
+            lambda _: None,
+            published,
+            response_key=response_key,
+        )
         self.sock.send(b"g")
         self.sock.setblocking(False)
         await connect(self.sock, ToEngine, link.on_message, link.on_lost, link.bind)
@@ -251,6 +263,7 @@ class Flood:
             rows.append((cpu / served * 1e6, loop_cpu / served * 1e6, served / elapsed, cpu / elapsed))
         self.close()
         lent.remove(key)
+        lent.remove(response_key)
         assert link.channel is not None
         link.channel.close()
         medians = [statistics.median(row[i] for row in rows) for i in range(4)]

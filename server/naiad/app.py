@@ -162,6 +162,7 @@ async def serve(settings: ServerSettings) -> int:
         loader.cancel()
         await asyncio.gather(loader, return_exceptions=True)
     await repository.close()
+    runtime.close()
     shared_memory.close()
     tracer.close()
     if metrics is not None:

@@ -1,5 +1,5 @@
 """The engine's end of a worker's channel, driven in process: which requests the engine checks itself,
-and where a framework model's outputs go."""
+and where a framework model's and a model process's outputs go."""
 
 from __future__ import annotations
 
@@ -17,7 +17,16 @@ from naiad.engine.link import PublishedSignatures, WorkerLink
 from naiad.ipc import arena, tensors
 from naiad.ipc.arena import Arena
 from naiad.ipc.channel import Channel
-from naiad.ipc.messages import INLINE, RESPONSE_ARENA, Answer, Infer, ToEngine, ToWorker
+from naiad.ipc.messages import (
+    INLINE,
+    REQUEST_ARENA,
+    RESPONSE_ARENA,
+    Answer,
+    Cancel,
+    Infer,
+    ToEngine,
+    ToWorker,
+)
 from naiad.repository.manager import ModelRepository
 from naiad.repository.registry import ModelRegistry
 from onnx import TensorProto, helper
@@ -34,6 +43,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 parameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_value: "false" } }
 """
 SIZE = 1 << 20
+LASTING = 1 << 20
 
 
 class _Answers:
@@ -61,30 +71,42 @@ async def _calls(method: str, args: list[msgspec.Raw]) -> Any:
 
 class _Engine:
     """A real engine (repository, data plane) serving one worker's link over real arenas; what the
-    engine writes back is decoded as the worker decodes it (``transport.answers``)."""
+    engine writes back is decoded as the worker decodes it (``transport.answers``).  ``lend``: both
+    arenas are lent to model processes as ``FrontendWorkers`` lends a worker's, the response arena
+    with a part for reserved blocks (``LASTING`` bytes past ``SIZE``)."""
 
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, repo: Path, *, lend: bool = False) -> None:
         self.repo = repo
+        self.lend = lend
+        self.keys: tuple[int, ...] = ()
 
     async def __aenter__(self) -> _Engine:
+        self.runtime = Runtime()
         registry = ModelRegistry()
-        self.models = ModelRepository([self.repo], registry=registry, runtime=Runtime())
+        self.models = ModelRepository([self.repo], registry=registry, runtime=self.runtime)
         dataplane = DataPlane(registry, self.models)
         await self.models.start()
         dataplane.started = True
-        requests_fd, responses_fd = arena.create("requests", SIZE), arena.create("responses", SIZE)
+        lasting = LASTING if self.lend else 0
+        requests_fd = arena.create("requests", SIZE)
+        responses_fd = arena.create("responses", SIZE + lasting)
         self.worker_arena = Arena(requests_fd, SIZE, writable=True)
-        self.responses = Arena(responses_fd, SIZE, writable=True)
+        requests = Arena(requests_fd, SIZE, writable=self.lend)
+        self.responses = Arena(responses_fd, SIZE + lasting, writable=True, lasting=lasting)
+        if self.lend:
+            lent = self.runtime.arenas
+            self.keys = (lent.add(requests, requests_fd), lent.add(self.responses, responses_fd, shared=True))
         published = PublishedSignatures()
         published.update(1, registry.models())
         link = WorkerLink(
             0,
             dataplane,
-            Arena(requests_fd, SIZE, writable=False),
+            requests,
             self.responses,
             _calls,
             lambda _: None,
             published,
+            response_key=self.keys[1] if self.keys else 0,
         )
         self.transport = _Answers()
         self.channel: Channel[ToEngine] = Channel(ToEngine, link.on_message, link.on_lost)
@@ -94,17 +116,27 @@ class _Engine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.models.close()
+        self.runtime.close()
+        for key in self.keys:
+            self.runtime.arenas.remove(key)
+
+    def send(self, message: Infer | Cancel) -> None:
+        body = msgspec.msgpack.encode(message)
+        self.channel.data_received(struct.pack("<I", len(body)) + body)
 
     async def answer(self, request_id: int, request: InferRequest, validated: int = 0) -> Answer:
         """Send ``request`` as the worker would (vouched for under catalog ``validated``, 0: not) and
         wait for its answer."""
         message = tensors.request_message(request, self.worker_arena, [])
         message.validated = validated
-        body = msgspec.msgpack.encode(Infer(request_id, message))
-        self.channel.data_received(struct.pack("<I", len(body)) + body)
-        while len(self.transport.answers) < request_id:
+        self.send(Infer(request_id, message))
+        return await self.answered(request_id)
+
+    async def answered(self, count: int) -> Answer:
+        """The ``count``-th answer, once the engine wrote it."""
+        while len(self.transport.answers) < count:
             await asyncio.sleep(0.001)
-        return self.transport.answers[request_id - 1]
+        return self.transport.answers[count - 1]
 
 
 async def _answers(repo: Path, sends: list[tuple[int, int]]) -> list[Answer]:
@@ -205,3 +237,115 @@ def test_a_framework_models_outputs_go_to_the_response_arena_and_every_block_com
     for offset in named:  # the worker's Release
         responses.free(offset)
     assert responses.in_use == 0
+
+
+#: 128 KiB: large enough for a model process to send its input back by reference (``shm.locate``).
+ELEMENTS = 32768
+SCALE_CONFIG = """
+name: "scale"
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 32768 ] } ]
+output [
+  { name: "DOUBLED" data_type: TYPE_FP32 dims: [ 32768 ] },
+  { name: "SAME" data_type: TYPE_FP32 dims: [ 32768 ] },
+  { name: "ANY" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+"""
+#: In its own model process (the default): a new array, its input returned as it is, an output of a
+#: size the config leaves open, and as long a pause as the request's ``sleep`` parameter asks.
+SCALE_PY = """
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            time.sleep(float(json.loads(request.parameters()).get("sleep", 0)))
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("DOUBLED", x * 2),
+                pb_utils.Tensor("SAME", x),
+                pb_utils.Tensor("ANY", np.concatenate([x, x])),
+            ]))
+        return responses
+"""
+
+
+def _scale(request_id: int, **parameters: Any) -> InferRequest:
+    data = np.arange(ELEMENTS, dtype=np.float32) + (request_id - 1)
+    return InferRequest("scale", inputs=[Tensor("INPUT0", "FP32", data)], parameters=parameters)
+
+
+def test_a_model_process_writes_its_outputs_where_the_worker_reads_them(tmp_path: Path) -> None:
+    """An output of a size the config fixes is written by the model process straight into a block the
+    engine reserved in the worker's response arena, in its part for such blocks (held while the
+    execution runs, named by the answer); an input returned as it is goes back by reference, and an
+    output of open size is copied by the engine into the arena's ring for responses.  Every block is
+    the worker's to release: none is left behind."""
+    write_model(tmp_path, "scale", SCALE_CONFIG, SCALE_PY)
+
+    async def scenario() -> tuple[list[Answer], dict[str, list[np.ndarray]], int, int]:
+        async with _Engine(tmp_path, lend=True) as engine:
+            message = tensors.request_message(_scale(1, sleep=0.5), engine.worker_arena, [])
+            engine.send(Infer(1, message))
+            await asyncio.sleep(0.3)
+            during = engine.responses.in_use  # DOUBLED's and SAME's blocks, reserved while it runs
+            await engine.answered(1)
+            await engine.answer(2, _scale(2))  # SAME now known as an input: nothing reserved for it
+            answers = engine.transport.answers
+            values: dict[str, list[np.ndarray]] = {"DOUBLED": [], "SAME": [], "ANY": []}
+            for ref in [r for a in answers if a.response is not None for r in a.response.outputs]:
+                where = engine.responses if ref.arena == RESPONSE_ARENA else engine.worker_arena
+                values[ref.name].append(np.array(where.array(ref.offset, ref.nbytes, np.float32)))
+            in_use = engine.responses.in_use
+            for ref in [r for a in answers if a.response is not None for r in a.response.outputs]:
+                if ref.arena == RESPONSE_ARENA:  # the worker's Release
+                    engine.responses.free(ref.offset)
+            return answers, values, during, in_use - 4 + engine.responses.in_use
+
+    answers, values, during, leftover = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert [a.error for a in answers] == [None, None]
+    assert during == 2
+    for answer in answers:
+        assert answer.response is not None
+        refs = {ref.name: ref for ref in answer.response.outputs}
+        assert [ref.name for ref in answer.response.outputs] == ["DOUBLED", "SAME", "ANY"]
+        assert refs["DOUBLED"].arena == RESPONSE_ARENA and refs["DOUBLED"].offset >= SIZE  # reserved
+        assert refs["SAME"].arena == REQUEST_ARENA  # the input itself: by reference
+        assert refs["ANY"].arena == RESPONSE_ARENA and refs["ANY"].offset < SIZE  # copied by the engine
+    for index, request_id in enumerate((1, 2)):
+        x = np.arange(ELEMENTS, dtype=np.float32) + (request_id - 1)
+        np.testing.assert_array_equal(values["DOUBLED"][index], x * 2)
+        np.testing.assert_array_equal(values["SAME"][index], x)
+        np.testing.assert_array_equal(values["ANY"][index], np.concatenate([x, x]))
+    assert leftover == 0
+
+
+def test_a_block_reserved_for_a_running_execution_outlives_the_requests_answer(tmp_path: Path) -> None:
+    """The worker's client goes away while the model process runs: the request is answered at once,
+    but the blocks reserved for its outputs stay reserved until the execution ends (the process may
+    still write them), and are freed then."""
+    write_model(tmp_path, "scale", SCALE_CONFIG, SCALE_PY)
+
+    async def scenario() -> tuple[Answer, int, int]:
+        async with _Engine(tmp_path, lend=True) as engine:
+            engine.send(Infer(1, tensors.request_message(_scale(1, sleep=1.0), engine.worker_arena, [])))
+            await asyncio.sleep(0.3)
+            engine.send(Cancel(1))
+            answer = await engine.answered(1)
+            held = engine.responses.in_use
+            for _ in range(300):  # until the execution ended
+                if engine.responses.in_use == 0:
+                    break
+                await asyncio.sleep(0.01)
+            return answer, held, engine.responses.in_use
+
+    answer, held, after = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert answer.error is not None and answer.error.code == "CANCELLED"
+    assert held == 2  # answered, the model process still running: DOUBLED's and SAME's blocks held
+    assert after == 0

@@ -44,7 +44,8 @@ class TritonPythonModel:
 """
 
 
-#: A Python model whose output is new memory, not a view of its input.
+#: A new array of the size the config fixes: its model process writes it into the worker's response
+#: arena, in the block the engine reserved for it.
 DOUBLE_PY = """
 import triton_python_backend_utils as pb_utils
 
@@ -349,10 +350,10 @@ def test_a_region_registered_through_one_worker_serves_requests_through_another(
 
 @pytest.mark.parametrize("model", ["double", "double_py"])
 def test_large_new_outputs_reach_http_and_grpc_clients(server: ServerProcess, model: str) -> None:
-    """588-KiB outputs that are no input's memory (an ONNX model's, copied to the worker's response
-    arena by its instance's thread; a Python model's, from its model process's region by the engine):
-    right for every request, through both protocols, over many more bytes than the arena holds (its
-    blocks come back as the workers release them)."""
+    """588-KiB outputs that are no input's memory, written to the worker's response arena where they
+    are made (an ONNX model's by its instance's thread, a Python model's by its model process): right
+    for every request, through both protocols, over many more bytes than the arena holds (its blocks
+    come back as the workers release them)."""
     rng = np.random.default_rng(0)
     http_client = httpclient.InferenceServerClient(server.http_url)
     grpc_client = grpcclient.InferenceServerClient(server.grpc_url)

@@ -11,7 +11,7 @@ repository, so the root fills ``bls`` and ``in_flight`` in once it has made it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from naiad.backends import registry
 from naiad.backends.base import Backend
@@ -50,6 +50,18 @@ class Runtime:
     def loaded_backend(self, name: str) -> Backend | None:
         """The backend called ``name`` if a model has needed it already (never imports one)."""
         return self._backends.get(name)
+
+    def close(self) -> None:
+        """Release what backends hold beyond their models (the Python backend's model process
+        template), once the repository closed every model."""
+        for backend in self._backends.values():
+            if isinstance(backend, _Closes):
+                backend.close()
+
+
+@runtime_checkable
+class _Closes(Protocol):
+    def close(self) -> None: ...
 
 
 def _nothing() -> int:

@@ -42,10 +42,23 @@ class OutputMemory(Protocol):
     backend that computes on a thread of its own (ONNX Runtime, PyTorch, TensorRT) copies it there
     itself, without the GIL.  Safe to call from any thread."""
 
+    #: The key model processes know this memory by (``naiad.ipc.arena.SharedArenas``; 0: not lent to
+    #: them): a model process writes its outputs there itself (``reserve``).
+    key: int
+
     def place(self, datatype: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
         """``array`` copied to where the response goes, to answer with instead of ``array``; ``None``
         where it is not worth it or not possible (a small or BYTES tensor, no room now, or the
         request is already answered): the caller keeps ``array``."""
+        ...
+
+    def reserve(self, nbytes: int) -> int | None:
+        """The offset of a block of ``nbytes`` a model process may write an output into, held until
+        :meth:`release`; ``None`` where not worth it or not possible."""
+        ...
+
+    def release(self, offsets: list[int]) -> None:
+        """The execution that could write the reserved ``offsets`` ended."""
         ...
 
 

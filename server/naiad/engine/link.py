@@ -94,6 +94,8 @@ class WorkerLink:
         calls: CallHandler,
         on_serving: Callable[[WorkerLink], None],
         published: PublishedSignatures,
+        *,
+        response_key: int = 0,
     ) -> None:
         self.index = index
         self.dataplane = dataplane
@@ -109,8 +111,10 @@ class WorkerLink:
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._loop = asyncio.get_running_loop()
         self._published = published
-        #: Guards the bookkeeping of every request's output placements (``tensors.OutputPlacer``).
+        #: Guards the bookkeeping of every request's output placements (``tensors.OutputPlacer``), and
+        #: the key the response arena is lent to model processes by (0: not lent).
         self._placing = threading.Lock()
+        self._response_key = response_key
 
     @property
     def inflight(self) -> int:
@@ -202,7 +206,7 @@ class WorkerLink:
     async def _infer(self, message: Infer) -> None:
         request_id = message.id
         trace = self._sample(message.request) if message.request.traced else 0
-        placer = tensors.OutputPlacer(self.responses, self._placing)
+        placer = tensors.OutputPlacer(self.responses, self._placing, self._response_key)
         try:
             request = tensors.request_from(message.request, self.requests)
             request.output_memory = placer

@@ -38,6 +38,12 @@ log = logging.getLogger("naiad.engine")
 
 #: Bytes of each arena (request and response, per worker); pages are only used when touched.
 ARENA_SIZE = 32 * 1024 * 1024
+#: The part of a response arena beyond ``ARENA_SIZE`` kept for blocks reserved for a model process's
+#: outputs when its execution is sent (``naiad.ipc.tensors.OutputPlacer.reserve``): they live until
+#: the worker releases the answer, far longer than a response's block, and in the same ring would
+#: hold back the reuse of every block allocated after them.  As large as the ring for responses: at 64
+#: requests in flight of a model returning 588 KiB, 16 MiB held three blocks in eight, 32 MiB three in four.
+LASTING_SIZE = 32 * 1024 * 1024
 #: How often the engine checks whether its catalog changed (POLL reloads, readiness).
 CATALOG_CHECK_SECS = 0.05
 #: A worker that dies this soon after it started is restarted only after this pause.
@@ -200,7 +206,8 @@ class FrontendWorkers:
             link, process, lent = await self._spawn(index)
             await link.lost.wait()
             inflight = link.lost_inflight
-            self._lent.remove(lent)
+            for key in lent:
+                self._lent.remove(key)
             status = await asyncio.to_thread(process.wait)
             link.requests.close()
             link.responses.close()
@@ -220,11 +227,12 @@ class FrontendWorkers:
             if time.monotonic() - started < RESTART_PAUSE_SECS:
                 await asyncio.sleep(RESTART_PAUSE_SECS)
 
-    async def _spawn(self, index: int) -> tuple[WorkerLink, subprocess.Popen[bytes], int]:
-        """Start worker ``index``: its link, its process, and the key its request arena is lent by."""
+    async def _spawn(self, index: int) -> tuple[WorkerLink, subprocess.Popen[bytes], tuple[int, int]]:
+        """Start worker ``index``: its link, its process, and the keys its request and response
+        arenas are lent to model processes by."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         request_fd = arena.create(f"naiad-requests-{index}", ARENA_SIZE)
-        response_fd = arena.create(f"naiad-responses-{index}", ARENA_SIZE)
+        response_fd = arena.create(f"naiad-responses-{index}", ARENA_SIZE + LASTING_SIZE)
         fds = (child.fileno(), request_fd, response_fd)
         try:
             process = subprocess.Popen(
@@ -234,19 +242,27 @@ class FrontendWorkers:
             # writable: a model in the engine may change its inputs in place, as Triton's models may
             # (each request's block is its own; the worker does not read it again)
             requests = Arena(request_fd, ARENA_SIZE, writable=True)
-            responses = Arena(response_fd, ARENA_SIZE, writable=True)
+            responses = Arena(response_fd, ARENA_SIZE + LASTING_SIZE, writable=True, lasting=LASTING_SIZE)
         except BaseException:
             os.close(request_fd)
+            os.close(response_fd)
             raise
         finally:
             child.close()
-            os.close(response_fd)
-        lent = self._lent.add(requests, request_fd)  # (which holds the descriptor from now on)
+        # (the table holds the descriptors from now on)
+        lent = (self._lent.add(requests, request_fd), self._lent.add(responses, response_fd, shared=True))
         self._processes[index] = process
         await asyncio.to_thread(write_frame, parent, Welcome(index, self._settings_json, ARENA_SIZE))
         parent.setblocking(False)
         link = WorkerLink(
-            index, self.dataplane, requests, responses, self.call, self._on_serving, self.published
+            index,
+            self.dataplane,
+            requests,
+            responses,
+            self.call,
+            self._on_serving,
+            self.published,
+            response_key=lent[1],
         )
         await connect(parent, ToEngine, link.on_message, link.on_lost, link.bind)
         self.links[index] = link

@@ -33,20 +33,70 @@ def create(name: str, size: int) -> int:
     return fd
 
 
-class Arena:
-    """``size`` bytes of the memfd ``fd``, mapped writable or read-only."""
+class _Ring:
+    """Blocks of ``[start, end)`` allocated in ring order and freed in any order (the caller locks)."""
 
-    def __init__(self, fd: int, size: int, *, writable: bool) -> None:
+    __slots__ = ("_end", "_head", "_live", "_order", "_start", "_tail")
+
+    def __init__(self, start: int, end: int) -> None:
+        self._start = start
+        self._end = end
+        self._live: dict[int, int] = {}  # offset -> end
+        self._order: deque[int] = deque()  # live offsets, oldest first
+        self._head = start  # start of the oldest live block
+        self._tail = start  # end of the newest block
+
+    def allocate(self, size: int) -> int | None:
+        if not self._live:
+            self._head = self._tail = self._start
+        head, tail = self._head, self._tail
+        if tail >= head:
+            if tail + size <= self._end:
+                offset = tail
+            elif self._start + size < head:
+                offset = self._start  # wrap: [tail, end) stays unused until the head passes it
+            else:
+                return None
+        elif tail + size < head:
+            offset = tail
+        else:
+            return None
+        self._tail = offset + size
+        self._live[offset] = offset + size
+        self._order.append(offset)
+        return offset
+
+    def free(self, offset: int) -> None:
+        if self._live.pop(offset, None) is None:
+            return
+        order = self._order
+        while order and order[0] not in self._live:
+            order.popleft()
+        self._head = order[0] if order else self._tail
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+
+class Arena:
+    """``size`` bytes of the memfd ``fd``, mapped writable or read-only.
+
+    The writer allocates in one ring, or in two: the last ``lasting`` bytes are a ring of their own
+    for blocks that live much longer than the others (an output's block reserved when its execution
+    is sent, see :meth:`reserve`); in a shared ring such a block would hold back the reuse of every
+    block allocated after it, however soon those were freed.
+    """
+
+    def __init__(self, fd: int, size: int, *, writable: bool, lasting: int = 0) -> None:
         self.size = size
         self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
         self.view = memoryview(self._map)
         self.writable = writable
         #: The mapping's address: an array whose data lies in [base, base + size) is in this arena.
         self.base = int(np.frombuffer(self._map, np.uint8, 1).ctypes.data)
-        self._live: dict[int, int] = {}  # offset -> end
-        self._order: deque[int] = deque()  # live offsets, oldest first
-        self._head = 0  # start of the oldest live block
-        self._tail = 0  # end of the newest block
+        self._split = size - lasting
+        self._ring = _Ring(0, self._split)
+        self._lasting = _Ring(self._split, size) if lasting else None
         self._lock = threading.Lock()
 
     # ---- writer side ------------------------------------------------------------------------------
@@ -55,38 +105,28 @@ class Arena:
         """The offset of a new block of at least ``nbytes``, or ``None`` when none fits now."""
         size = max(ALIGN, (nbytes + ALIGN - 1) & ~(ALIGN - 1))
         with self._lock:
-            if not self._live:
-                self._head = self._tail = 0
-            head, tail = self._head, self._tail
-            if tail >= head:
-                if tail + size <= self.size:
-                    offset = tail
-                elif size < head:
-                    offset = 0  # wrap: [tail, size) stays unused until the head passes it
-                else:
-                    return None
-            elif tail + size < head:
-                offset = tail
-            else:
-                return None
-            self._tail = offset + size
-            self._live[offset] = offset + size
-            self._order.append(offset)
-            return offset
+            return self._ring.allocate(size)
+
+    def reserve(self, nbytes: int) -> int | None:
+        """As :meth:`allocate`, in the ring for long-lived blocks; ``None`` also when there is none."""
+        ring = self._lasting
+        if ring is None:
+            return None
+        size = max(ALIGN, (nbytes + ALIGN - 1) & ~(ALIGN - 1))
+        with self._lock:
+            return ring.allocate(size)
 
     def free(self, offset: int) -> None:
         """Give a block back (any order); unknown offsets are ignored (a block is freed once)."""
         with self._lock:
-            if self._live.pop(offset, None) is None:
-                return
-            order = self._order
-            while order and order[0] not in self._live:
-                order.popleft()
-            self._head = order[0] if order else self._tail
+            if offset < self._split:
+                self._ring.free(offset)
+            elif self._lasting is not None:
+                self._lasting.free(offset)
 
     @property
     def in_use(self) -> int:
-        return len(self._live)
+        return len(self._ring) + (len(self._lasting) if self._lasting is not None else 0)
 
     def write(self, offset: int, data: Any) -> None:
         """Copy a buffer (bytes, memoryview, contiguous array) into the block at ``offset``."""
@@ -121,7 +161,9 @@ class Arena:
 
 
 class SharedArenas:
-    """The frontend workers' request arenas, as the engine lends them to its model processes.
+    """The frontend workers' request arenas, as the engine lends them to its model processes (and their
+    response arenas, which a model process maps shared and writable: it writes an output straight
+    into the block the engine reserved for it, see ``naiad.ipc.tensors.OutputPlacer.reserve``).
 
     A model process maps each by its path under ``/proc`` (the engine holds the memfd open while the
     arena lives), opened read-only and mapped copy-on-write, so a large input crosses to it with no
@@ -138,17 +180,19 @@ class SharedArenas:
     def __init__(self) -> None:
         self.lending = _dumpable()
         self._next = 1
-        #: By key: the arena, its path for other processes, its descriptor.
-        self._arenas: dict[int, tuple[Arena, str, int]] = {}
+        #: By key: the arena, its path for other processes, its descriptor, whether model processes
+        #: map it shared and writable (a response arena) rather than copy-on-write.
+        self._arenas: dict[int, tuple[Arena, str, int, bool]] = {}
         #: By key: where each lies in this process, ``(start, end)`` (see ``shm.locate``).  Replaced
         #: whole on each change, never changed in place: model instances' threads iterate it.
         self.spans: dict[int, tuple[int, int]] = {}
 
-    def add(self, arena: Arena, fd: int) -> int:
-        """Lend ``arena`` (mapped from the memfd ``fd``, which now belongs to this table); its key."""
+    def add(self, arena: Arena, fd: int, *, shared: bool = False) -> int:
+        """Lend ``arena`` (mapped from the memfd ``fd``, which now belongs to this table); its key.
+        ``shared``: model processes map it shared and writable."""
         key = self._next
         self._next += 1
-        self._arenas[key] = (arena, f"/proc/{os.getpid()}/fd/{fd}", fd)
+        self._arenas[key] = (arena, f"/proc/{os.getpid()}/fd/{fd}", fd, shared)
         if self.lending:
             self.spans = {**self.spans, key: (arena.base, arena.base + arena.size)}
         return key
@@ -160,10 +204,10 @@ class SharedArenas:
         if entry is not None:
             os.close(entry[2])
 
-    def describe(self, key: int) -> tuple[str, int]:
-        """What a model process maps arena ``key`` by: its path and size."""
-        arena, path, _ = self._arenas[key]
-        return path, arena.size
+    def describe(self, key: int) -> tuple[str, int, bool]:
+        """What a model process maps arena ``key`` by: its path, its size, and whether shared."""
+        arena, path, _, shared = self._arenas[key]
+        return path, arena.size, shared
 
     def array(self, key: int, offset: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any] | None:
         """A read-only view of a tensor at ``offset`` in arena ``key``; ``None`` once it is not lent."""

@@ -127,17 +127,53 @@ class OutputPlacer:
     answered; a placement after that gets ``None``.  A block still being written when the request is
     answered (a timeout, a cancellation) is freed by the placement itself once its copy ends, never
     under it.  ``lock`` (one per worker: a placer is made for every request, and most never place
-    anything) guards the bookkeeping, not the copies, so two instances copy at once."""
+    anything) guards the bookkeeping, not the copies, so two instances copy at once.  A model process
+    writes into blocks :meth:`reserve` took for it, in the arena's ring for long-lived blocks, which
+    :meth:`release` hands to the response (or frees) once its execution ended."""
 
-    __slots__ = ("_arena", "_closed", "_lock", "_placed")
+    __slots__ = ("_arena", "_closed", "_lock", "_placed", "key")
 
-    def __init__(self, arena: Arena, lock: threading.Lock) -> None:
+    def __init__(self, arena: Arena, lock: threading.Lock, key: int = 0) -> None:
         self._arena = arena
         self._lock = lock
+        #: The key the arena is lent to model processes by (``SharedArenas``; 0: not lent).
+        self.key = key
         #: Offset -> address of the block's data, or 0 while it is being written; ``None`` until the
         #: first placement.
         self._placed: dict[int, int] | None = None
         self._closed = False
+
+    def reserve(self, nbytes: int) -> int | None:
+        """A block of ``nbytes`` that a model process may write an output into (see ``release``), in
+        the arena's ring for long-lived blocks (see ``naiad.ipc.arena.Arena``); its offset, or ``None``
+        (small enough to travel inside the message, answered already, or no room)."""
+        if nbytes <= INLINE_MAX:
+            return None
+        with self._lock:
+            if self._closed:
+                return None
+            offset = self._arena.reserve(nbytes)
+            if offset is None:
+                return None
+            if self._placed is None:
+                self._placed = {}
+            self._placed[offset] = 0
+        return offset
+
+    def release(self, offsets: list[int]) -> None:
+        """The execution that could write these reserved blocks ended (answered, failed, or its process
+        died): the response may name them now, or, if the request was answered meanwhile, they are
+        freed.  Until then no answer frees them, since the model process may still be writing."""
+        arena = self._arena
+        with self._lock:
+            placed = self._placed
+            assert placed is not None
+            for offset in offsets:
+                if self._closed:
+                    del placed[offset]
+                    arena.free(offset)
+                else:
+                    placed[offset] = arena.base + offset
 
     def place(self, datatype: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
         nbytes = array.nbytes

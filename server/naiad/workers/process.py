@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
+import os
 import signal
 import socket
 import time
@@ -68,7 +69,8 @@ def main(argv: list[str]) -> int:
     log_settings.configure_server(settings)
     pin_thresholds()
     requests = Arena(request_fd, welcome.arena_size, writable=True)
-    responses = Arena(response_fd, welcome.arena_size, writable=False)
+    # (its size: the engine's part for reserved blocks is past ``arena_size``)
+    responses = Arena(response_fd, os.fstat(response_fd).st_size, writable=False)
     import uvloop
 
     return int(uvloop.run(_serve(welcome.index, settings, sock, requests, responses)))

@@ -12,6 +12,7 @@ turns server requests into ``pb_utils`` requests and the model's responses back 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from naiad.backends.python.process import ProcessModelInstance
 from naiad.backends.python.spec import PROCESSES_PARAMETER, ModelSpec, ProcessOptions
 from naiad.backends.runtime import Runtime
 from naiad.codecs.model_config_json import config_to_dict
+from naiad.core.datatypes import WIRE_DTYPE
 from naiad.core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -69,6 +71,12 @@ def model_spec(context: InstanceContext) -> ModelSpec:
         args=args,
         outputs=tuple(spec.name for spec in context.signature.outputs),
         decoupled=bool(context.config.model_transaction_policy.decoupled),
+        output_bytes=tuple(
+            (spec.name, WIRE_DTYPE[spec.datatype].itemsize * math.prod(spec.dims))
+            for spec in context.signature.outputs
+            if spec.datatype in WIRE_DTYPE and all(dim >= 0 for dim in spec.dims)
+        ),
+        max_batch_size=context.signature.max_batch_size,
     )
 
 
@@ -87,6 +95,10 @@ class PythonBackend:
         #: What models in the engine reach through ``pb_utils``: this store, and the runtime's BLS
         #: server for their BLS calls (a model process binds its own).
         self._services = pb_utils.ModelServices(self.custom_metrics.local, bls.Runner(runtime))
+
+    def close(self) -> None:
+        """Stop the model process template, once every model is closed (see ``Runtime.close``)."""
+        self._launcher.close()
 
     def auto_complete(self, config: mc.ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """Let ``TritonPythonModel.auto_complete_config`` fill the config, as Triton does, in a

@@ -29,6 +29,10 @@ class Launcher:
         self._zygote = Zygote()
         self._environments = Environments()
 
+    def close(self) -> None:
+        """Stop the template model processes are forked from (see ``Zygote.close``)."""
+        self._zygote.close()
+
     def _start(self, options: ProcessOptions) -> ModelProcess:
         if options.environment is None:
             return self._zygote.start()

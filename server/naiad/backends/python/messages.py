@@ -23,8 +23,14 @@ from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 
 
-def request_message(request: InferRequest, placements: list[shm.Placement]) -> tuple[Any, ...]:
-    """The fields of ``request`` a Python model can read, with its inputs' placements."""
+def request_message(
+    request: InferRequest,
+    placements: list[shm.Placement],
+    destinations: dict[str, tuple[int, int, int]] | None = None,
+) -> tuple[Any, ...]:
+    """The fields of ``request`` a Python model can read, where its outputs may go (output name ->
+    ``(lent arena key, offset, bytes)``, see ``ProcessModelInstance._reserve``), and its inputs'
+    placements (last)."""
     outputs = None if request.outputs is None else [output.name for output in request.outputs]
     return (
         request.model_name,
@@ -35,6 +41,7 @@ def request_message(request: InferRequest, placements: list[shm.Placement]) -> t
         request.sequence_id,
         request.sequence_start,
         request.sequence_end,
+        destinations,
         placements,
     )
 

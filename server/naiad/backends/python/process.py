@@ -67,7 +67,8 @@ from naiad.backends.python.spec import (
 from naiad.backends.python.zygote import ModelProcess, describe_status
 from naiad.backends.runtime import Runtime
 from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError, InternalError
-from naiad.core.request import InferRequest, InferResponse, Tensor
+from naiad.core.request import InferRequest, InferResponse, OutputMemory, Tensor
+from naiad.ipc.tensors import INLINE_MAX
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +106,17 @@ OUTPUT_REGIONS = 32
 
 class _Memory:
     """The shared memory of one execution: the input region made for it, if any (unlinked once the
-    model process answered), and the output region it was given (``_Child.output``)."""
+    model process answered), the output region it was given (``_Child.output``), and the blocks
+    reserved for its outputs where their responses go (released when it ends, see ``_reserve``)."""
 
-    __slots__ = ("fresh", "out")
+    __slots__ = ("fresh", "out", "reserved")
 
-    def __init__(self, fresh: shm.Region | None, out: int) -> None:
+    def __init__(
+        self, fresh: shm.Region | None, out: int, reserved: list[tuple[OutputMemory, list[int]]] | None
+    ) -> None:
         self.fresh = fresh
         self.out = out
+        self.reserved = reserved
 
 
 class _Child:
@@ -216,6 +221,18 @@ class ProcessModelInstance:
         ``metrics`` while the instance lives."""
         _remove_orphans_once()
         self._spec = spec
+        #: Outputs of a size the config fixes, reserved where responses go (``_reserve``); none for a
+        #: decoupled model, whose responses come while later executions run.
+        self._output_bytes = tuple(
+            (name, nbytes)
+            for name, nbytes in (() if spec.decoupled else spec.output_bytes)
+            # (smaller ones travel inside the answer)
+            if nbytes * max(1, spec.max_batch_size) > INLINE_MAX
+        )
+        #: Outputs the model returned as its inputs' memory last time (``_learn_aliases``), and those
+        #: of ``_output_bytes`` that are not: the ones reserved.
+        self._aliased: set[str] = set()
+        self._reservable = self._output_bytes
         self._options = options
         self._launcher = launcher
         self._runtime = runtime
@@ -520,14 +537,20 @@ class ProcessModelInstance:
             if slot >= 0:
                 child.inputs[slot] = fresh
         placements = shm.place(region, tensors, shared)
+        reserved: list[tuple[OutputMemory, list[int]]] | None = None
+        destinations: list[dict[str, tuple[int, int, int]] | None] | None = None
+        if self._reservable and not nested:
+            destinations = [None] * len(requests)
+            reserved, told = self._reserve(child, requests, destinations, told)
         if len(requests) == 1:
-            messages = [request_message(requests[0], placements)]
+            messages = [request_message(requests[0], placements, destinations[0] if destinations else None)]
         else:
             messages = []
             start = 0
-            for request in requests:
+            for index, request in enumerate(requests):
                 end = start + len(request.inputs)
-                messages.append(request_message(request, placements[start:end]))
+                chosen = destinations[index] if destinations else None
+                messages.append(request_message(request, placements[start:end], chosen))
                 start = end
         key = next(self._serial)
         timeout = self._options.execution_timeout_s
@@ -537,7 +560,55 @@ class ProcessModelInstance:
                 self._deadline = time.monotonic() + timeout
             out = child.output()
         path, size = (fresh.path, fresh.size) if fresh is not None else (None, None)
-        return key, ("execute", key, nested, slot, out, path, size, told, messages), _Memory(fresh, out)
+        message = ("execute", key, nested, slot, out, path, size, told, messages)
+        return key, message, _Memory(fresh, out, reserved)
+
+    def _reserve(
+        self,
+        child: _Child,
+        requests: Sequence[InferRequest],
+        destinations: list[dict[str, tuple[int, int, int]] | None],
+        told: tuple[Any, ...] | None,
+    ) -> tuple[list[tuple[OutputMemory, list[int]]] | None, tuple[Any, ...] | None]:
+        """Reserve, where each request's response goes (a frontend worker's response arena, lent to
+        model processes), a block for each output it asks for whose size the config fixes; the model
+        process writes a matching output there itself, so the engine's loop copies nothing (it would
+        copy the output from this process's region otherwise, for each request, whatever its size).
+        Fills ``destinations`` (per request: output name -> ``(arena key, offset, bytes)``); returns
+        what was reserved, to release when the execution ends, and what ``child`` must now learn of
+        the lent arenas (``told``, with the response arenas it does not know yet)."""
+        arenas = self._runtime.arenas
+        if not arenas.lending:
+            return None, told
+        reserved: list[tuple[OutputMemory, list[int]]] = []
+        keys: list[shm.Shared] = []
+        batched = self._spec.max_batch_size > 0
+        for index, request in enumerate(requests):
+            memory = request.output_memory
+            if memory is None or not memory.key or memory.key not in arenas:
+                continue
+            wanted = None if request.outputs is None else {output.name for output in request.outputs}
+            batch = request.batch_size if batched else 1
+            chosen: dict[str, tuple[int, int, int]] = {}
+            offsets: list[int] = []
+            for name, per_item in self._reservable:
+                if wanted is not None and name not in wanted:
+                    continue
+                nbytes = per_item * batch
+                offset = memory.reserve(nbytes)
+                if offset is not None:
+                    chosen[name] = (memory.key, offset, nbytes)
+                    offsets.append(offset)
+            if offsets:
+                destinations[index] = chosen
+                reserved.append((memory, offsets))
+                keys.append((memory.key, 0))
+        if not reserved:
+            return None, told
+        more = self._tell_arenas(child, keys)
+        if more is not None:
+            told = more if told is None else (told[0] + more[0], told[1] + more[1])
+        return reserved, told
 
     def _tell_arenas(self, child: _Child, shared: list[shm.Shared]) -> tuple[Any, ...] | None:
         """What ``child`` must learn of the shared arenas before it reads these inputs: ``(arenas to
@@ -554,6 +625,9 @@ class ProcessModelInstance:
         return ([(key, *arenas.describe(key)) for key in new], gone)
 
     def _finish(self, key: int, nested: bool, memory: _Memory) -> None:
+        if memory.reserved is not None:  # the model process writes none of them any more
+            for output_memory, offsets in memory.reserved:
+                output_memory.release(offsets)
         with self._lock:
             del self._running[key]
             if not nested:
@@ -870,11 +944,30 @@ class ProcessModelInstance:
             error = ErrorResponse if len(result) > 3 and result[3] else InferenceServerError
             return error(result[2], ErrorCode(result[1]))
         _, parameters, placements = result
+        if self._output_bytes and request.output_memory is not None:
+            self._learn_aliases(placements, request.output_memory.key)
         try:
             outputs = [Tensor(place[0], place[1], self._output(region, place, copy)) for place in placements]
         except InternalError as error:
             return error
         return InferResponse(self._model_name, self._model_version, request.id, outputs, parameters)
+
+    def _learn_aliases(self, placements: list[shm.Placement], reserved_in: int) -> None:
+        """Which outputs the model last returned as its inputs' memory (an identity's), which it needs
+        no block reserved for (``_reserve``), and which from its own memory, which it does."""
+        aliased = self._aliased
+        changed = False
+        for placement in placements:
+            name, where = placement[0], placement[5]
+            if where is None:
+                if name in aliased:
+                    aliased.discard(name)
+                    changed = True
+            elif type(where) is int and where != reserved_in and name not in aliased:
+                aliased.add(name)
+                changed = True
+        if changed:
+            self._reservable = tuple(item for item in self._output_bytes if item[0] not in aliased)
 
     def _output(self, region: shm.Region | None, placement: shm.Placement, copy: bool) -> shm.Array:
         _, _, shape, dtype, offset, where = placement

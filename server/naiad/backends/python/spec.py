@@ -76,6 +76,11 @@ class ModelSpec:
     args: dict[str, str]
     outputs: tuple[str, ...]
     decoupled: bool
+    #: Bytes per batch item (per request when the model does not batch) of each output whose size the
+    #: config fixes (no -1 dim, not BYTES): the engine reserves that much where a frontend worker's
+    #: request's response goes, and the model process writes a matching output there directly.
+    output_bytes: tuple[tuple[str, int], ...] = ()
+    max_batch_size: int = 0
 
 
 @dataclass(frozen=True, slots=True)

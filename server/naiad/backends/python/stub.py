@@ -24,8 +24,10 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from naiad.backends.python import bls, logrelay, pb_utils, shm
 from naiad.backends.python.custom_metrics import Publisher
@@ -42,6 +44,7 @@ from naiad.backends.python.messages import (
 from naiad.backends.python.response import to_pb_response
 from naiad.backends.python.spec import spin_seconds
 from naiad.core.allocator import pin_thresholds
+from naiad.core.datatypes import WIRE_DTYPE
 from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 
@@ -327,7 +330,7 @@ def _request(
     in Triton.  So are those in a shared arena when ``in_place`` (see :class:`shm.Written`), which a
     decoupled model's are not: its threads may read an input after ``execute`` returned, past the
     undo of what it wrote, so its arena inputs are read-only and ``as_numpy`` copies them."""
-    model_name, request_id, parameters, outputs, timeout_us, sequence_id, start, end, placements = message
+    model_name, request_id, parameters, outputs, timeout_us, sequence_id, start, end, _, placements = message
     inputs = [
         Tensor(p[0], p[1], shm.view(region, p, arenas, writable=in_place or type(p[5]) is not int))
         for p in placements
@@ -410,10 +413,19 @@ class _Outputs:
     def __init__(self) -> None:
         self.region: shm.Region | None = None
 
-    def pack(self, results: list[Any], spans: shm.Spans, written: shm.Written) -> tuple[Any, ...]:
+    def pack(
+        self,
+        results: list[Any],
+        spans: shm.Spans,
+        written: shm.Written,
+        destinations: Sequence[dict[str, tuple[int, int, int]] | None] = (),
+        arenas: dict[int, shm.Region] | None = None,
+    ) -> tuple[Any, ...]:
         """``("results", path or None, size or None, results as the engine reads them)``; an output
         that lies in a shared arena (``spans``: an input returned, or a view of one) is not copied,
-        unless the model wrote there (the worker's memory does not have what it wrote)."""
+        unless the model wrote there (the worker's memory does not have what it wrote).  An output
+        the engine reserved a block for where its response goes (``destinations``, per request) is
+        written there, when it has that size, and goes back by reference too."""
         if len(results) == 1 and isinstance(results[0], InferResponse):  # most executions: one request
             tensors = results[0].outputs
         else:
@@ -425,6 +437,8 @@ class _Outputs:
                     spans[where[0]][0] + where[1], tensors[index].data.nbytes
                 ):
                     shared[index] = None
+        if arenas and any(destinations):
+            shared = _write_to_destinations(results, tensors, shared, destinations, arenas)
         needed = shm.layout_size(tensors, shared)
         region = self.region
         fresh = None
@@ -443,6 +457,39 @@ class _Outputs:
         if fresh is None:
             return ("results", None, None, packed)
         return ("results", fresh.path, fresh.size, packed)
+
+
+def _write_to_destinations(
+    results: list[Any],
+    tensors: list[Tensor],
+    shared: list[shm.Shared] | None,
+    destinations: Sequence[dict[str, tuple[int, int, int]] | None],
+    arenas: dict[int, shm.Region],
+) -> list[shm.Shared] | None:
+    """Copy each output that does not lie in a shared arena already and has a destination of its
+    exact size and type (the response arena of the frontend worker its request came from, mapped
+    shared) there; ``shared`` with those outputs located there."""
+    index = 0
+    for result, chosen in zip(results, destinations, strict=True):
+        if not isinstance(result, InferResponse):
+            continue
+        for tensor in result.outputs:
+            where = chosen.get(tensor.name) if chosen else None
+            data = tensor.data
+            if (
+                where is not None
+                and (shared is None or shared[index] is None)
+                and data.nbytes == where[2]
+                and data.dtype == WIRE_DTYPE.get(tensor.datatype)
+                and (arena := arenas.get(where[0])) is not None
+            ):
+                target: np.ndarray[Any, Any] = np.ndarray(data.shape, data.dtype, arena.buffer, where[1])
+                np.copyto(target, data)
+                if shared is None:
+                    shared = [None] * len(tensors)
+                shared[index] = (where[0], where[1])
+            index += 1
+    return shared
 
 
 class _Worker:
@@ -472,8 +519,8 @@ class _Worker:
         for key in gone:
             self._arenas.pop(key, None)
             self._spans.pop(key, None)
-        for key, path, size in new:
-            arena = self._arenas[key] = shm.Region.attach(path, size, private=True)
+        for key, path, size, shared in new:
+            arena = self._arenas[key] = shm.Region.attach(path, size, private=not shared)
             self._spans[key] = arena.span()
 
     def _undo(self, requests: list[tuple[Any, ...]]) -> None:
@@ -508,7 +555,8 @@ class _Worker:
                     request.responses = functools.partial(channel.respond, key, index)
             try:
                 results = self._instance.execute(batch)
-                reply = self._outputs[out].pack(results, self._spans, self._written)
+                destinations = [request[8] for request in requests]
+                reply = self._outputs[out].pack(results, self._spans, self._written, destinations, arenas)
             finally:
                 if in_place and arenas:
                     self._undo(requests)

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 SOURCE_ROOT = str(Path(__file__).resolve().parents[3])
 _PR_SET_PDEATHSIG = 1
 _STATUS = struct.Struct("i")
+#: What the engine sends, with no descriptors, to have the template leave now (``Zygote.close``).
+_CLOSE = b"\0\0\0\0"
 #: The exit status recorded when the template went away before reporting the process's own (no
 #: real status is this low: signals are -1..-64).
 UNKNOWN_STATUS = -1000
@@ -168,6 +170,26 @@ class Zygote:
             os.close(log_w)
         return ModelProcess(pid, Wire(ours), status_r, log_r)
 
+    def close(self) -> None:
+        """Stop the template (it leaves when its control socket closes), once the engine closed
+        every model process: an engine that outlives its models (a test, an embedding process)
+        leaves no process behind; a later ``start`` starts a new one."""
+        with self._lock:
+            process, control = self._process, self._control
+            self._process = self._control = None
+        if control is not None:
+            try:
+                control.sendall(_CLOSE)
+            except OSError:  # it ended already
+                pass
+            control.close()
+        if process is not None:
+            try:
+                process.wait(5.0)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
     def _running(self) -> socket.socket:
         """The control socket of a live template, started (again) if needed; with the lock held."""
         if self._process is not None and self._process.poll() is None and self._control is not None:
@@ -281,6 +303,9 @@ def serve(control_fd: int) -> int:
             header, fds, _, _ = socket.recv_fds(control, 4, 3)
         except OSError:
             header, fds = b"", []
+        if header == _CLOSE and not fds:  # the engine closed every model and asks us to go
+            _stop(statuses)
+            return 0
         if len(header) < 4 or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
@@ -302,6 +327,19 @@ def _leave(statuses: dict[int, int], engine: int) -> None:
     and, once the engine has exited, remove the shared-memory files that it and they no longer can
     (an execution that was running holds its input region's file until its answer, which will never
     be read now)."""
+    _stop(statuses)
+    from naiad.backends.python import shm
+
+    # until the engine has exited: this process is handed to another parent while the engine's exit
+    # is still under way, and until it has ended (a zombie at least) its files count as its own
+    deadline = time.monotonic() + 10.0
+    while (os.getppid() == engine or shm.running(engine)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    shm.remove_orphans()
+
+
+def _stop(statuses: dict[int, int]) -> None:
+    """Kill and reap every model process still running."""
     for pid in statuses:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -312,14 +350,6 @@ def _leave(statuses: dict[int, int], engine: int) -> None:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
-    from naiad.backends.python import shm
-
-    # until the engine has exited: this process is handed to another parent while the engine's exit
-    # is still under way, and until it has ended (a zombie at least) its files count as its own
-    deadline = time.monotonic() + 10.0
-    while (os.getppid() == engine or shm.running(engine)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    shm.remove_orphans()
 
 
 def _preload() -> None:
