@@ -80,3 +80,12 @@ def test_the_files_of_a_process_that_ended_but_is_not_reaped_yet_are_orphans(tmp
         assert shm.remove_orphans(str(tmp_path)) == [str(orphan)]
     finally:
         zombie.wait()
+
+
+def test_the_files_of_a_process_seen_to_end_are_orphans_whoever_has_its_id_now(tmp_path: Path) -> None:
+    """The template saw the engine and its model processes end; by the time it sweeps, their IDs may be
+    other processes' (here: this one's, as if reused)."""
+    reused = tmp_path / f"naiad-{os.getpid()}-abc.shm"
+    reused.write_bytes(b"x")
+    assert shm.remove_orphans(str(tmp_path)) == []  # a running process's, as far as anyone can tell
+    assert shm.remove_orphans(str(tmp_path), ended={os.getpid()}) == [str(reused)]

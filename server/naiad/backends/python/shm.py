@@ -28,7 +28,7 @@ import math
 import mmap
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -146,11 +146,13 @@ def _new_file() -> tuple[int, str]:
             continue
 
 
-def remove_orphans(folder: str | None = None) -> list[str]:
+def remove_orphans(folder: str | None = None, ended: Collection[int] = ()) -> list[str]:
     """Delete the region files whose creating process no longer runs; the paths deleted.
 
     ``folder`` defaults to where regions are made (the system's temporary folder without
-    ``/dev/shm``).  A file whose process is alive, or whose name carries no process ID, is kept.
+    ``/dev/shm``).  A file whose process is alive, or whose name carries no process ID, is kept;
+    one of a process in ``ended`` is not: the caller saw it end, and its ID may already be another
+    process's (IDs are reused, and a busy machine goes round 32,768 of them in minutes).
     """
     folder = folder or _folder()
     removed: list[str] = []
@@ -159,7 +161,7 @@ def remove_orphans(folder: str | None = None) -> list[str]:
         if not (name.startswith(_PREFIX) and name.endswith(".shm")):
             continue
         pid = name[len(_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or running(int(pid)):
+        if not pid.isdigit() or (int(pid) not in ended and running(int(pid))):
             continue
         try:
             os.unlink(entry.path)

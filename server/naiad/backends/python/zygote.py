@@ -330,12 +330,15 @@ def _leave(statuses: dict[int, int], engine: int) -> None:
     _stop(statuses)
     from naiad.backends.python import shm
 
-    # until the engine has exited: this process is handed to another parent while the engine's exit
-    # is still under way, and until it has ended (a zombie at least) its files count as its own
+    # until the engine has exited: this process is handed to another parent once the engine's exit
+    # runs no code of its own any more (the engine makes no file after that).  Its files, and those
+    # of the model processes stopped here, are removed whatever runs under those IDs by then: the
+    # engine may have been reaped and its ID reused already.
     deadline = time.monotonic() + 10.0
-    while (os.getppid() == engine or shm.running(engine)) and time.monotonic() < deadline:
+    while os.getppid() == engine and time.monotonic() < deadline:
         time.sleep(0.01)
-    shm.remove_orphans()
+    exited = os.getppid() != engine  # (not after 10 s: the engine then lives, its files are its own)
+    shm.remove_orphans(ended={engine, *statuses} if exited else set(statuses))
 
 
 def _stop(statuses: dict[int, int]) -> None:
