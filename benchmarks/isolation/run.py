@@ -224,16 +224,24 @@ def cpu_seconds(pid: int) -> float:
 
 def load(
     server: Served, duration: int, client_cpu: int | None, script: Path, shape: list[int]
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float, float, float, float]:
     """(req/s at 16 connections, CPU µs per request meanwhile, p50 ms at 1 connection, gRPC p50 ms
-    of one client calling in a loop); wrk sends ``script``'s body, gRPC inputs of ``shape``."""
+    of one client calling in a loop, and the server's CPU meanwhile in cores for each of the last
+    two: what watching for the next request costs while one client calls); wrk sends ``script``'s
+    body, gRPC inputs of ``shape``."""
     url = f"{server.http_url}/v2/models/add_sub/infer"
     assert server.process is not None
-    before = cpu_seconds(server.process.pid)
+    pid = server.process.pid
+    before = cpu_seconds(pid)
     busy = _wrk_on(client_cpu, url, duration, 16, script)
-    spent = cpu_seconds(server.process.pid) - before
+    spent = cpu_seconds(pid) - before
+    before, started = cpu_seconds(pid), time.monotonic()
     idle = _wrk_on(client_cpu, url, duration, 1, script)
-    return busy["rps"], spent / (busy["rps"] * duration) * 1e6, idle["p50"], grpc_p50(server, duration, shape)
+    idle_cores = (cpu_seconds(pid) - before) / (time.monotonic() - started)
+    before, started = cpu_seconds(pid), time.monotonic()
+    grpc = grpc_p50(server, duration, shape)
+    grpc_cores = (cpu_seconds(pid) - before) / (time.monotonic() - started)
+    return busy["rps"], spent / (busy["rps"] * duration) * 1e6, idle["p50"], grpc, idle_cores, grpc_cores
 
 
 def grpc_p50(server: Served, duration: int, shape: list[int]) -> float:
@@ -304,7 +312,7 @@ def main() -> None:
     if args.pin:
         for server in servers.values():
             pinned(server, args.server_cpu)
-    results: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in servers}
+    results: dict[str, list[tuple[float, float, float, float, float, float]]] = {name: [] for name in servers}
     started: list[Served] = []
     try:
         for server in servers.values():
@@ -325,16 +333,17 @@ def main() -> None:
     instances += ", dynamic batching" if args.batching else ""
     print(f"HTTP add_sub ({where}{instances}), medians of {args.rounds} rounds:")
     medians = {
-        name: [statistics.median(row[i] for row in rows) for i in range(4)] for name, rows in results.items()
+        name: [statistics.median(row[i] for row in rows) for i in range(6)] for name, rows in results.items()
     }
     triton_cpu = medians["triton 2.51"][1]
-    _, _, engine_p50, engine_grpc = medians["naiad in the engine"]
-    for name, (rps, cpu_us, p50, grpc_ms) in medians.items():
+    _, _, engine_p50, engine_grpc, _, _ = medians["naiad in the engine"]
+    for name, (rps, cpu_us, p50, grpc_ms, http_cores, grpc_cores) in medians.items():
         print(
             f"  {name:<22} c=16 {rps:6.0f} req/s, {cpu_us:4.0f} CPU-us/req = {1e6 / cpu_us:5.0f} per core "
             f"({triton_cpu / cpu_us:4.2f}x triton) | c=1 p50 HTTP {p50 * 1000:4.0f} us "
             f"({(p50 - engine_p50) * 1000:+4.0f}), gRPC {grpc_ms * 1000:4.0f} us "
-            f"({(grpc_ms - engine_grpc) * 1000:+4.0f})"
+            f"({(grpc_ms - engine_grpc) * 1000:+4.0f}) | c=1 server CPU HTTP {http_cores:.2f}, "
+            f"gRPC {grpc_cores:.2f} cores"
         )
     print("  (+N: microseconds more than naiad in the engine)")
     print(f"load after: {_uptime()}")

@@ -127,6 +127,12 @@ _HEADER = struct.Struct("!I")
 _READ_SIZE = 1 << 16
 
 
+#: Executions in a row the engine must call lone (the server's only request in flight) before a model
+#: process watches for the next one with its longer watch (``spec.LONE_SPIN_VARIABLE``): under load a
+#: lone execution happens now and then, and one alone must not start a long watch.
+LONE_STREAK = 8
+
+
 class Watch:
     """Whether to watch a socket for a moment before blocking on it (:meth:`Wire.arrives_within`).
 
@@ -135,21 +141,35 @@ class Watch:
     model called a few hundred times a second, one of many on a busy server, would burn the whole
     watch after every execution.  So a side watches only while its last wait was shorter than the
     watch: the wait is timed whether it watched or blocked, so one short wait turns watching back on.
+    A model process watches longer (``lone``) after :data:`LONE_STREAK` executions in a row that were
+    the server's only request (see :meth:`executed`).
     """
 
-    __slots__ = ("_last", "limit")
+    __slots__ = ("_last", "_streak", "limit", "lone")
 
-    def __init__(self, limit: float) -> None:
+    def __init__(self, limit: float, lone: float = 0.0) -> None:
         #: Seconds a watch lasts at most; 0 never watches.
         self.limit = limit
+        #: Seconds after a streak of lone executions (never shorter than ``limit``; 0 if it is 0).
+        self.lone = max(lone, limit) if limit else 0.0
         self._last = 0.0
+        self._streak = 0
 
-    def worth_it(self) -> bool:
-        return self._last < self.limit
+    def current(self) -> float:
+        """How long the next watch may last."""
+        return self.lone if self._streak >= LONE_STREAK else self.limit
+
+    def worth_it(self, limit: float | None = None) -> bool:
+        """Whether to watch for at most ``limit`` (``limit`` by default): the last wait was shorter."""
+        return self._last < (self.limit if limit is None else limit)
 
     def waited(self, seconds: float) -> None:
         """The last wait, watched or blocked, took ``seconds``."""
         self._last = seconds
+
+    def executed(self, lone: bool) -> None:
+        """An execution came; ``lone``: the engine had no other request in flight when it sent it."""
+        self._streak = self._streak + 1 if lone else 0
 
 
 class Wire:

@@ -560,7 +560,10 @@ class ProcessModelInstance:
                 self._deadline = time.monotonic() + timeout
             out = child.output()
         path, size = (fresh.path, fresh.size) if fresh is not None else (None, None)
-        message = ("execute", key, nested, slot, out, path, size, told, messages)
+        # whether it is the server's only request: the model process then watches longer after a
+        # streak of them (a client calling one request at a time, see ``messages.Watch``)
+        lone = not nested and self._runtime.in_flight() <= 1
+        message = ("execute", key, nested, slot, out, path, size, told, lone, messages)
         return key, message, _Memory(fresh, out, reserved)
 
     def _reserve(

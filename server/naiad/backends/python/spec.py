@@ -11,6 +11,7 @@ that needs them either, since a model process unpickles the spec.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -47,21 +48,58 @@ MODEL_DIRECTORY_PLACEHOLDER = "$$TRITON_MODEL_DIRECTORY"
 #: ``Wire.arrives_within``).
 SPIN_VARIABLE = "NAIAD_PROCESS_SPIN_US"
 DEFAULT_SPIN_US = 200.0
+#: Microseconds a model process watches instead once the engine said, for several executions in a
+#: row (``messages.LONE_STREAK``), that each was the server's only request in flight: one client
+#: calling one request at a time.  Its next request then comes after the client's whole round trip,
+#: longer than the short watch over gRPC (~450 us here), so without this the process blocks and is
+#: woken cold for every call: +115..+160 us over the engine path at concurrency 1, against -73..+30
+#: with it (benchmarks/isolation, twentieth session).  The price is the CPU of the watch while such a
+#: client calls (the server's tree 1.5 cores instead of 0.8 here, as a 200-us watch already costs
+#: over HTTP), and nothing under load: a streak of lone executions ends with the second request in
+#: flight.  Not longer than the short watch's setting, and off with it (0).
+LONE_SPIN_VARIABLE = "NAIAD_PROCESS_LONE_SPIN_US"
+DEFAULT_LONE_SPIN_US = 1000.0
+#: Where the CPU controller of this process's cgroup is found (v2, or v1's ``cpu`` hierarchy).
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def spin_seconds() -> float:
-    """The watch of :data:`SPIN_VARIABLE` in seconds (the default if unset or not a number >= 0).
+def spin_seconds(variable: str = SPIN_VARIABLE, default_us: float = DEFAULT_SPIN_US) -> float:
+    """The watch of ``variable`` in seconds (``default_us`` if unset or not a number >= 0).
 
-    The default is no watch for a process that may run on one CPU only (``taskset``, a Kubernetes
-    pod given whole CPUs by the static CPU manager): the peer it waits for needs that very CPU, and
-    on one core a watch measured worse than none (HTTP ``add_sub`` at concurrency 1: 258 us against
-    205)."""
-    default = DEFAULT_SPIN_US if len(os.sched_getaffinity(0)) > 1 else 0.0
+    The default is no watch for a process that may use less than two CPUs: one only (``taskset``, a
+    Kubernetes pod given whole CPUs by the static CPU manager), where the peer it waits for needs that
+    very CPU and a watch measured worse than none (HTTP ``add_sub`` at concurrency 1: 258 us against
+    205), or a CPU limit under two (a pod's ``resources.limits.cpu``), which a watch would spend and
+    then have the whole pod throttled."""
+    quota = cpu_limit(CGROUP_ROOT)
+    cpus = min(len(os.sched_getaffinity(0)), quota if quota is not None else math.inf)
+    default = default_us if cpus >= 2 else 0.0
     try:
-        value = float(os.environ.get(SPIN_VARIABLE, default))
+        value = float(os.environ.get(variable, default))
     except ValueError:
         value = default
     return max(value, 0.0) / 1e6
+
+
+def lone_spin_seconds() -> float:
+    """The watch of :data:`LONE_SPIN_VARIABLE` in seconds; 0 when the short watch is off."""
+    return spin_seconds(LONE_SPIN_VARIABLE, DEFAULT_LONE_SPIN_US) if spin_seconds() else 0.0
+
+
+def cpu_limit(root: Path) -> float | None:
+    """The CPUs the cgroup under ``root`` may use (its CFS quota over its period), ``None`` if
+    unlimited or unknown: ``cpu.max`` (cgroup v2), else ``cpu/cpu.cfs_quota_us`` (v1)."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if quota_us <= 0 or period_us <= 0 else quota_us / period_us
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from naiad.backends.python.messages import (
     unpack_answer,
 )
 from naiad.backends.python.response import to_pb_response
-from naiad.backends.python.spec import spin_seconds
+from naiad.backends.python.spec import lone_spin_seconds, spin_seconds
 from naiad.core.allocator import pin_thresholds
 from naiad.core.datatypes import WIRE_DTYPE
 from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError
@@ -92,7 +92,7 @@ class _Channel:
         self._streams: dict[int, _Stream] = {}
         self._numbers = itertools.count(1)
         #: Whether to watch for the next execution before blocking (see ``spec.SPIN_VARIABLE``).
-        self._watch = Watch(spin_seconds())
+        self._watch = Watch(spin_seconds(), lone_spin_seconds())
         if routed:
             self._work, self._replies = queue.SimpleQueue(), queue.SimpleQueue()
             threading.Thread(target=self._route, name="naiad-channel-reader", daemon=True).start()
@@ -193,6 +193,10 @@ class _Channel:
         with self._lock:
             self.conn.flush()
 
+    def executed(self, lone: bool) -> None:
+        """An execution came (``lone``: the server's only request, see ``messages.Watch``)."""
+        self._watch.executed(lone)
+
     def next_message(self, wait: bool) -> tuple[Any, ...] | None:
         """The next message from the engine; without ``wait``, only one already read (None if
         none: no system call to look for more, the results go out at once); EOFError once the
@@ -210,10 +214,11 @@ class _Channel:
         conn = self.conn
         watch = self._watch
         waiting_since = 0.0
-        if wait and watch.limit and not conn.has_message():
+        limit = watch.current()
+        if wait and limit and not conn.has_message():
             waiting_since = time.perf_counter()
-            if watch.worth_it():
-                conn.arrives_within(watch.limit)  # the next execution is often near: no wake-up then
+            if watch.worth_it(limit):
+                conn.arrives_within(limit)  # the next execution is often near: no wake-up then
         while wait or conn.has_message():
             message: tuple[Any, ...] = conn.receive()
             if waiting_since:
@@ -535,8 +540,9 @@ class _Worker:
 
     def execute(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
         """The ``results`` message for an ``execute`` message."""
-        _, key, nested, slot, out, path, size, told, requests = message
+        _, key, nested, slot, out, path, size, told, lone, requests = message
         channel = self._channel
+        channel.executed(lone)
         try:
             if told is not None:
                 self._learn(told)
