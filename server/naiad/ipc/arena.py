@@ -6,7 +6,9 @@ Python operations, whatever the number of blocks in flight.  A block that cannot
 of live blocks, or the tensor is larger than the arena) gets ``None``: the caller sends it inline.
 
 The engine's response arenas are also written from model instances' threads (outputs placed where
-their response goes, :class:`naiad.ipc.tensors.OutputPlacer`), so allocating and freeing take a lock.
+their response goes, :class:`naiad.ipc.tensors.OutputPlacer`), so allocating and freeing take a lock;
+and by model processes, into blocks reserved for them in a second ring of their own (see
+:class:`Arena`).
 
 An arena is created by the engine with ``memfd_create``: it has no name under ``/dev/shm``, so a
 process killed at any moment leaves nothing behind; its memory goes with the last descriptor.

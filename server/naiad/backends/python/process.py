@@ -574,7 +574,8 @@ class ProcessModelInstance:
         told: tuple[Any, ...] | None,
     ) -> tuple[list[tuple[OutputMemory, list[int]]] | None, tuple[Any, ...] | None]:
         """Reserve, where each request's response goes (a frontend worker's response arena, lent to
-        model processes), a block for each output it asks for whose size the config fixes; the model
+        model processes; in its ring for long-lived blocks, since a reservation lives from this send
+        to the worker's release), a block for each output it asks for whose size the config fixes; the model
         process writes a matching output there itself, so the engine's loop copies nothing (it would
         copy the output from this process's region otherwise, for each request, whatever its size).
         Fills ``destinations`` (per request: output name -> ``(arena key, offset, bytes)``); returns
