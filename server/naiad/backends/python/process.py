@@ -562,7 +562,7 @@ class ProcessModelInstance:
         path, size = (fresh.path, fresh.size) if fresh is not None else (None, None)
         # whether it is the server's only request: the model process then watches longer after a
         # streak of them (a client calling one request at a time, see ``messages.Watch``)
-        lone = not nested and self._runtime.in_flight() <= 1
+        lone = not nested and bool(self._results_watch.limit) and self._runtime.in_flight() <= 1
         message = ("execute", key, nested, slot, out, path, size, told, lone, messages)
         return key, message, _Memory(fresh, out, reserved)
 

@@ -561,7 +561,7 @@ class _Worker:
                     request.responses = functools.partial(channel.respond, key, index)
             try:
                 results = self._instance.execute(batch)
-                destinations = [request[8] for request in requests]
+                destinations = [request[8] for request in requests] if arenas else ()
                 reply = self._outputs[out].pack(results, self._spans, self._written, destinations, arenas)
             finally:
                 if in_place and arenas:
