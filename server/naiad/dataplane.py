@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Container
+from collections.abc import AsyncGenerator, AsyncIterator, Container, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,33 +301,45 @@ class DataPlane:
         residency.used(name)
         return routed
 
-    async def infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
-        """Validate, schedule and shape the response for one request.
+    def infer(
+        self, request: InferRequest, validated: ModelSignature | None = None
+    ) -> Coroutine[Any, Any, InferResponse]:
+        """Validate, schedule and shape the response for one request: await what this returns.
 
         ``validated``: a signature ``request`` was already checked against (by a frontend worker); when
-        it is the one the model has now, the check is not repeated.
+        it is the one the model has now, the check is not repeated.  (This and :meth:`_infer` are
+        plain functions returning the coroutine that answers, and raise what they refuse at once:
+        a coroutine frame less each, per request, on the path that bounds the server.)
         """
         if self.exiting:
             raise UnavailableError("Server is exiting")
-        return await self._infer(request, validated)
+        return self._infer(request, validated)
 
-    async def _infer(self, request: InferRequest, validated: ModelSignature | None = None) -> InferResponse:
+    def _infer(
+        self, request: InferRequest, validated: ModelSignature | None = None
+    ) -> Coroutine[Any, Any, InferResponse]:
         """:meth:`infer` for requests already let in (a BLS call of one runs while the server drains)."""
         residency = self._residency
         if residency is None:
             model, version = self.registry.route(request)
-        else:
-            model, version = await self._route(request, residency)
+            return self._run(request, model, version, validated)
+        return self._routed(request, residency, validated)
+
+    async def _routed(
+        self, request: InferRequest, residency: Residency, validated: ModelSignature | None
+    ) -> InferResponse:
+        model, version = await self._route(request, residency)
         return await self._run(request, model, version, validated)
 
-    async def _run(
+    def _run(
         self,
         request: InferRequest,
         model: Model,
         version: ModelVersion,
         validated: ModelSignature | None = None,
-    ) -> InferResponse:
-        """:meth:`_infer` once the version that runs ``request`` is chosen."""
+    ) -> Coroutine[Any, Any, InferResponse]:
+        """:meth:`_infer` once the version that runs ``request`` is chosen: the request is checked
+        here, at once, and the coroutine returned answers it."""
         signature = model.signature
         assert signature is not None
         verbose = _log.isEnabledFor(logging.DEBUG)
@@ -341,32 +353,29 @@ class DataPlane:
             self._mirror(request, model, version)
         if request.outputs is None or not any(output.parameters for output in request.outputs):
             # The common case: no output goes to shared memory or asks for classification.
-            response = await self._counted(request, model, version)
-            response.outputs = _select_outputs(request, signature, response.outputs)
-            if verbose:
-                for line in response_outputs(response):
-                    _log.debug(line)
-            return response
-        targets = shared_memory.hold_outputs(self.shared_memory, request)
-        try:
-            response = await self._counted(request, model, version)
-            response.outputs = _select_outputs(request, signature, response.outputs)
-            response.outputs = classify_outputs(
-                request, signature, version.model_dir, response.outputs, self._label_files
-            )
-            shared_memory.write_outputs(targets, response.outputs)
-        finally:
-            shared_memory.release_outputs(self.shared_memory, targets)
-        return response
+            return self._answer(request, model, version, signature, verbose)
+        return self._answer_into_memory(request, model, version, signature)
 
-    async def _counted(self, request: InferRequest, model: Model, version: ModelVersion) -> InferResponse:
-        """The model's answer, counted in flight (a drain waits for it), named as Triton names it."""
+    async def _answer(
+        self,
+        request: InferRequest,
+        model: Model,
+        version: ModelVersion,
+        signature: ModelSignature,
+        verbose: bool,
+    ) -> InferResponse:
+        """The model's answer with the outputs asked for, counted in flight (a drain waits for it),
+        named as Triton names it."""
         self._inflight += 1
         self._idle.clear()
         cache = self.response_cache
         try:
             if cache is None or not model.caches_responses or version.scheduler is None:
-                response = await version.submit(request)
+                scheduler = version.admit()
+                try:
+                    response = await scheduler.submit(request)
+                finally:
+                    version.release()
             else:  # from the response cache when the model uses it and has this one
                 stats = version.scheduler.stats
                 response = await cache.answer(request, model.name, version.version, stats, version.submit)
@@ -375,6 +384,25 @@ class DataPlane:
         response.model_name = model.name
         response.model_version = str(version.version)
         response.id = request.id
+        response.outputs = _select_outputs(request, signature, response.outputs)
+        if verbose:
+            for line in response_outputs(response):
+                _log.debug(line)
+        return response
+
+    async def _answer_into_memory(
+        self, request: InferRequest, model: Model, version: ModelVersion, signature: ModelSignature
+    ) -> InferResponse:
+        """:meth:`_answer` for a request with outputs to write into shared memory or to classify."""
+        targets = shared_memory.hold_outputs(self.shared_memory, request)
+        try:
+            response = await self._answer(request, model, version, signature, False)
+            response.outputs = classify_outputs(
+                request, signature, version.model_dir, response.outputs, self._label_files
+            )
+            shared_memory.write_outputs(targets, response.outputs)
+        finally:
+            shared_memory.release_outputs(self.shared_memory, targets)
         return response
 
     def in_flight(self) -> int:

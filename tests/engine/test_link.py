@@ -112,6 +112,7 @@ class _Engine:
         self.channel: Channel[ToEngine] = Channel(ToEngine, link.on_message, link.on_lost)
         self.channel.connection_made(self.transport)  # type: ignore[arg-type]
         link.bind(self.channel)
+        self.link = link
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -120,9 +121,13 @@ class _Engine:
         for key in self.keys:
             self.runtime.arenas.remove(key)
 
-    def send(self, message: Infer | Cancel) -> None:
-        body = msgspec.msgpack.encode(message)
-        self.channel.data_received(struct.pack("<I", len(body)) + body)
+    def send(self, *messages: Infer | Cancel) -> None:
+        """``messages`` as one read of the channel brings them."""
+        frames = []
+        for message in messages:
+            body = msgspec.msgpack.encode(message)
+            frames.append(struct.pack("<I", len(body)) + body)
+        self.channel.data_received(b"".join(frames))
 
     async def answer(self, request_id: int, request: InferRequest, validated: int = 0) -> Answer:
         """Send ``request`` as the worker would (vouched for under catalog ``validated``, 0: not) and
@@ -349,3 +354,28 @@ def test_a_block_reserved_for_a_running_execution_outlives_the_requests_answer(t
     assert answer.error is not None and answer.error.code == "CANCELLED"
     assert held == 2  # answered, the model process still running: DOUBLED's and SAME's blocks held
     assert after == 0
+
+
+def test_a_cancel_reaches_a_waiting_request_at_once_and_the_others_are_answered(tmp_path: Path) -> None:
+    """Requests that wait (here for a model process) are carried on without a task each: a ``Cancel``
+    read with its ``Infer`` answers CANCELLED at once, while the request before it runs on, and a
+    request after it is answered; none is left in flight."""
+    write_model(tmp_path, "scale", SCALE_CONFIG, SCALE_PY)
+
+    async def scenario() -> tuple[list[Answer], int]:
+        async with _Engine(tmp_path, lend=True) as engine:
+            slow = tensors.request_message(_scale(1, sleep=0.5), engine.worker_arena, [])
+            quick = tensors.request_message(_scale(2), engine.worker_arena, [])
+            engine.send(Infer(1, slow), Infer(2, quick), Cancel(2))
+            first = await engine.answered(1)
+            await engine.answered(2)
+            await engine.answer(3, _scale(3))
+            return [first, *engine.transport.answers[1:]], engine.link.inflight
+
+    answers, inflight = asyncio.run(asyncio.wait_for(scenario(), 60))
+    cancelled, slow, after = answers
+    assert cancelled.id == 2 and cancelled.error is not None and cancelled.error.code == "CANCELLED"
+    for answer, request_id in ((slow, 1), (after, 3)):
+        assert answer.id == request_id and answer.error is None and answer.response is not None
+        assert [output.name for output in answer.response.outputs] == ["DOUBLED", "SAME", "ANY"]
+    assert inflight == 0

@@ -354,10 +354,14 @@ class ModelRepository:
             task.add_done_callback(lambda done: self._demanded(name, done))
         started, loaded = residency.clock(), False
         try:
-            await asyncio.wait_for(asyncio.shield(task), residency.load_timeout)
+            # ``asyncio.wait``, not ``wait_for``: a frontend worker's request runs outside any task
+            # (``naiad.engine.link``), where Python 3.12's ``wait_for`` raises "Timeout should be used
+            # inside a task"; the load is not cancelled when this request stops waiting for it
+            done, _ = await asyncio.wait((task,), timeout=residency.load_timeout)
+            if not done:
+                raise UnavailableError(loading_message(name))
+            task.result()
             loaded = True
-        except TimeoutError:
-            raise UnavailableError(loading_message(name)) from None
         finally:
             residency.waited(name, residency.clock() - started, loaded)
 

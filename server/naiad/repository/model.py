@@ -66,18 +66,29 @@ class ModelVersion:
 
     async def submit(self, request: InferRequest) -> InferResponse:
         """Run one request on this version; UNAVAILABLE once the version stopped serving."""
+        scheduler = self.admit()
+        try:
+            return await scheduler.submit(request)
+        finally:
+            self.release()
+
+    def admit(self) -> Scheduler:
+        """Let one request in (UNAVAILABLE once the version stopped serving): the scheduler to submit
+        it to; :meth:`release` once it is answered.  (:meth:`submit` in two halves, for the data
+        plane's own path, which spares a coroutine frame per request this way.)"""
         scheduler = self.scheduler
         if scheduler is None or self.state is not ModelState.READY:
             raise UnavailableError(
                 f"Request for unknown model: '{self.model_name}' version {self.version} is not at ready state"
             )
         self.inflight += 1
-        try:
-            return await scheduler.submit(request)
-        finally:
-            self.inflight -= 1
-            if self.inflight == 0 and self._drained is not None:
-                self._drained.set()
+        return scheduler
+
+    def release(self) -> None:
+        """A request :meth:`admit` let in is answered (an unload waits for the last one)."""
+        self.inflight -= 1
+        if self.inflight == 0 and self._drained is not None:
+            self._drained.set()
 
     def fail(self, reason: str) -> None:
         """UNAVAILABLE with ``reason``: an instance gave up restarting its crashing model process.
@@ -182,4 +193,3 @@ class Model:
         if any(mv.state is ModelState.LOADING for mv in self.versions.values()):
             return ModelState.LOADING
         return ModelState.UNAVAILABLE
-
