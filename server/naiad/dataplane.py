@@ -351,10 +351,11 @@ class DataPlane:
             raise UnsupportedError(f"model '{model.name}' is decoupled: its responses can only be streamed")
         if model.mirror is not None:
             self._mirror(request, model, version)
-        if request.outputs is None or not any(output.parameters for output in request.outputs):
-            # The common case: no output goes to shared memory or asks for classification.
-            return self._answer(request, model, version, signature, verbose)
-        return self._answer_into_memory(request, model, version, signature)
+        if request.outputs is not None:
+            for output in request.outputs:
+                if output.parameters:  # it goes to shared memory or asks for classification
+                    return self._answer_into_memory(request, model, version, signature)
+        return self._answer(request, model, version, signature, verbose)  # the common case
 
     async def _answer(
         self,

@@ -249,7 +249,8 @@ class DynamicBatchScheduler(LoopScheduler):
         infer_ns = execution.end_ns - execution.start_ns
         self._infer_average_ns += (infer_ns - self._infer_average_ns) >> 3
         output_ns = now - execution.end_ns
-        stats.execution(sum(entry.size for entry in entries), input_ns, infer_ns, output_ns)
+        size = entries[0].size if len(entries) == 1 else sum(entry.size for entry in entries)
+        stats.execution(size, input_ns, infer_ns, output_ns)
         stats.last_inference_ms = time.time_ns() // 1_000_000
         for entry, result in zip(entries, execution.results, strict=True):
             execution.settle(entry, result, now, stats)
