@@ -108,7 +108,7 @@ class WorkerLink:
         self.lost_inflight = 0
         self._calls = calls
         self._on_serving = on_serving
-        self._tasks: dict[int, _Steps] = {}
+        self._waiting: dict[int, _Steps] = {}
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._loop = asyncio.get_running_loop()
         self._published = published
@@ -119,7 +119,7 @@ class WorkerLink:
 
     @property
     def inflight(self) -> int:
-        return len(self._tasks)
+        return len(self._waiting)
 
     def bind(self, channel: Channel[ToEngine]) -> None:
         self.channel = channel
@@ -150,9 +150,9 @@ class WorkerLink:
             self._start(message.id, self._stream(message))
         elif kind is Cancel:
             assert isinstance(message, Cancel)
-            task = self._tasks.get(message.id)
-            if task is not None:
-                task.cancel()
+            waiting = self._waiting.get(message.id)
+            if waiting is not None:
+                waiting.cancel()
         elif kind is Call:
             assert isinstance(message, Call)
             asyncio.get_running_loop().create_task(self._call(message))
@@ -171,9 +171,9 @@ class WorkerLink:
     def on_lost(self) -> None:
         """The worker is gone: cancel what it was waiting for, and every broadcast waiting on it."""
         self.serving = False
-        self.lost_inflight = len(self._tasks)
-        for task in self._tasks.values():
-            task.cancel()
+        self.lost_inflight = len(self._waiting)
+        for waiting in self._waiting.values():
+            waiting.cancel()
         for future in self._acks.values():
             if not future.done():
                 future.set_result(None)
@@ -192,7 +192,7 @@ class WorkerLink:
         except StopIteration:
             return
         steps = _Steps(work, context, self._loop)
-        self._tasks[request_id] = steps
+        self._waiting[request_id] = steps
         steps.wait(waiting)
 
     # ---- requests -------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ class WorkerLink:
                 raise
         finally:
             placer.close()
-            self._tasks.pop(request_id, None)
+            self._waiting.pop(request_id, None)
 
     async def _stream(self, message: Stream) -> None:
         trace = self._sample(message.request) if message.request.traced else 0
@@ -253,7 +253,7 @@ class WorkerLink:
             if not isinstance(error, Exception | asyncio.CancelledError):
                 raise
         finally:
-            self._tasks.pop(message.id, None)
+            self._waiting.pop(message.id, None)
 
     async def _call(self, message: Call) -> None:
         try:
