@@ -129,6 +129,7 @@ class _Child:
         "cause",
         "copying",
         "executing",
+        "gone",
         "inbox",
         "inputs",
         "lost",
@@ -150,10 +151,14 @@ class _Child:
         self.open: dict[int, dict[int, InferRequest]] = {}
         self.reader: threading.Thread | None = None
         #: A decoupled model's executions the loop sent ahead (``start_on_loop``) whose results have
-        #: not come, in the order sent: the process answers them in that order.  Once its reader saw
-        #: the end, ``lost`` says why, and executions sent later fail with it at once.
+        #: not come, in the order sent: the process answers them in that order.
         self.ahead: collections.deque[_Ahead] = collections.deque()
+        #: Once the engine saw it end (before its watcher restarts it): what executions sent to it
+        #: from then on fail with at once, the message the watcher will give (``_restarting``), not
+        #: that of the executions it was running, which they did not crash.
         self.lost = ""
+        #: The loop saw its socket close and waits for how it ended: executions wait meanwhile.
+        self.gone = False
         #: Its streamed BLS calls still running, by the call's number: the request and its streaming.
         self.calls: dict[int, tuple[InferRequest, Future[None]]] = {}
         #: Input regions by slot: the engine may send up to PIPELINE executions ahead, each with a
@@ -432,13 +437,14 @@ class ProcessModelInstance:
         it did not answer fail with the reason, as an execution from a thread does, and so do the
         streams no execution answers for."""
         if self._closing:
-            executing = streaming = self._not_healthy("the model was unloaded")
+            executing = streaming = later = self._not_healthy("the model was unloaded")
         else:
             # (learning how it ended also lets an execution that got its results leave ``_running``)
             executing = self._stopped(child, "while executing")
             streaming = self._stopped(child, "while streaming")
+            later = self._restarting(child)
         with self._lock:
-            child.lost = executing
+            child.lost = later
             unanswered = list(child.ahead)
             child.ahead.clear()
             for key, *_ in unanswered:
@@ -762,11 +768,12 @@ class ProcessModelInstance:
 
     def _send_on_loop(self, requests: Sequence[InferRequest], done: _Done) -> None:
         with self._lock:
-            child, unhealthy = self._child, self._unhealthy
-        if unhealthy or (self._sent and self._sent[0][0] is not child):
+            child, unhealthy = self._child, self._unhealthy or self._child.lost
+        if unhealthy or child.gone or (self._sent and self._sent[0][0] is not child):
             if unhealthy:
                 done([InternalError(unhealthy) for _ in requests])
-            else:  # the executions sent to the previous process fail first
+            else:  # the executions sent to the previous process fail first, or the ended one's
+                # end is being learned (``_lost``): it is then not sent to a process that is gone
                 self._backlog.appendleft((requests, done))
             return
         slot = self._free_slots.pop()
@@ -845,13 +852,13 @@ class ProcessModelInstance:
         loop = self._loop
         assert loop is not None
         lost = [sent for sent in self._sent if sent[0] is child]
-        if not lost:
-            return
+        child.gone = True
         sentinel = child.process.sentinel
 
         def ended() -> None:
             loop.remove_reader(sentinel)
             message = self._stopped(child, "while executing")
+            child.lost = self._restarting(child)  # for the executions that come from now on
             for sent in lost:
                 self._sent.remove(sent)
                 _, key, slot, requests, done, memory = sent
@@ -897,6 +904,14 @@ class ProcessModelInstance:
         """Triton's message for requests whose model process ended under them, and what happened."""
         code = child.process.wait(5.0)
         return self._not_healthy(f"its model process stopped {when}: {child.cause or describe_status(code)}")
+
+    def _restarting(self, child: _Child) -> str:
+        """Triton's message for requests that come after ``child`` ended, until it is restarted:
+        the one the watcher gives them (``_watch``), which is learned here as soon as the loop is."""
+        code = child.process.wait(5.0)
+        return self._not_healthy(
+            f"its model process stopped ({child.cause or describe_status(code)}) and is restarting"
+        )
 
     def _not_healthy(self, detail: str) -> str:
         return f"Stub process '{self._instance_name}' is not healthy. Model '{self._model_name}': {detail}"
