@@ -67,7 +67,8 @@ def _array(ref: TensorRef, arena: Arena | None) -> np.ndarray[Any, Any]:
     if ref.datatype == "BYTES":
         shape = tuple(ref.shape)
         return bytes_tensor.deserialize(buffer, math.prod(shape), ref.name).reshape(shape)
-    return np.frombuffer(buffer, datatypes.WIRE_DTYPE[ref.datatype]).reshape(ref.shape)
+    # one call, not ``frombuffer`` and ``reshape``: half the cost, per tensor of every request
+    return np.ndarray(ref.shape, datatypes.WIRE_DTYPE[ref.datatype], buffer)
 
 
 # ---- worker: requests out, responses in -----------------------------------------------------------------
