@@ -133,7 +133,7 @@ class Arena:
     def write(self, offset: int, data: Any) -> None:
         """Copy a buffer (bytes, memoryview, contiguous array) into the block at ``offset``."""
         if isinstance(data, np.ndarray):  # by bytes: a buffer of bfloat16 has no struct format to cast
-            source = memoryview(data.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+            source = memoryview(data.reshape(-1).view(np.uint8))  # type: ignore[arg-type, unused-ignore]
         else:
             source = memoryview(data).cast("B")
         self.view[offset : offset + source.nbytes] = source

@@ -290,7 +290,7 @@ class HttpFrontend:
         if not chunks:
             body, reply_headers = document, [_JSON]
         else:
-            body = b"".join([document, *chunks])  # type: ignore[list-item]  # arrays are buffers
+            body = b"".join([document, *chunks])  # type: ignore[list-item, unused-ignore]  # arrays are buffers
             reply_headers = [_OCTET, (b"inference-header-content-length", str(len(document)).encode())]
         accept = headers.get(b"accept-encoding")
         encoding = response_encoding(accept.decode("latin-1")) if accept is not None else None

@@ -56,7 +56,7 @@ class Tensor:
         """The flat JSON ``data`` list of the KServe v2 JSON tensor form."""
         if self.datatype == "BYTES":
             return [item.decode("utf-8", errors="replace") for item in split_bytes(self.raw)]
-        return np.frombuffer(self.raw, dtype=_NUMPY[self.datatype]).tolist()  # type: ignore[no-any-return]
+        return np.frombuffer(self.raw, dtype=_NUMPY[self.datatype]).tolist()  # type: ignore[no-any-return, unused-ignore]
 
 
 Step = tuple[Tensor, ...]
