@@ -1,0 +1,99 @@
+"""One frontend worker alone on a core, against Triton on one core: what (4) of issue 15 rests on.
+
+On a large node each frontend worker has a core of its own and the engine another; (4) asks for a
+server above "Triton's one-core figure times N".  This measures both sides of that on this 2-core
+machine: ``naiad serve --frontend-workers 1`` with the engine and the load generator pinned to core 0
+and the worker's process to core 1 (so the worker's core does nothing else), and Triton 2.51 pinned to
+core 1 with the load on core 0, as ``run.py`` (3) pins it.  For each, HTTP/JSON (wrk) and gRPC
+(h2load) ``add_sub`` at 16 connections: requests per second, CPU per request of the process on core 1
+(the worker's, or Triton's), and how busy that core was.  Python models run in the engine, so the
+worker's core carries only the worker.  Medians of ``--rounds``.
+
+usage: python benchmarks/scaling/worker_core.py [--rounds 2] [--duration 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.scaling.run import Run, add_sub_workload, children, cpu_seconds, median, repository, serve
+
+#: gRPC calls per measurement (h2load takes a count, not a duration): ~3-4 s at one worker core's rate.
+GRPC_CALLS = 20_000
+
+
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def _pin(pid: int, core: str) -> None:
+    subprocess.run(["taskset", "-a", "-pc", core, str(pid)], capture_output=True, check=True)
+
+
+def _measure(name: str, repo: Path, work: Path, duration: int) -> dict[str, tuple[float, float, float]]:
+    """``{protocol: (requests/s, CPU-us per request on core 1, that core's busy share)}``."""
+    with serve(name, repo, None if name == "naiad" else "1", workers=1) as served:
+        assert served.process is not None
+        pid = served.process.pid
+        watched = [pid]
+        if name == "naiad":
+            _pin(pid, "0")
+            watched = [p for p in children(pid) if b"naiad.workers" in _cmdline(p)]
+            for worker in watched:
+                _pin(worker, "1")
+        run = Run(served, work, "0")
+        time.sleep(2)
+        run.http(2)  # warm-up
+        results: dict[str, tuple[float, float, float]] = {}
+        before, start = sum(cpu_seconds(p) for p in watched), time.monotonic()
+        rps = run.http(duration)
+        used, elapsed = sum(cpu_seconds(p) for p in watched) - before, time.monotonic() - start
+        results["HTTP/JSON"] = (rps, used / (rps * elapsed) * 1e6, used / elapsed)
+        run.grpc(add_sub_workload(2_000))  # warm-up
+        before, start = sum(cpu_seconds(p) for p in watched), time.monotonic()
+        rps, calls = run.grpc(add_sub_workload(GRPC_CALLS))
+        used, elapsed = sum(cpu_seconds(p) for p in watched) - before, time.monotonic() - start
+        results["gRPC"] = (rps, used / calls * 1e6, used / elapsed)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--duration", type=int, default=5, help="seconds of HTTP load per measurement")
+    args = parser.parse_args(argv)
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    print(f"uptime: {uptime}")
+    repo = repository(in_engine=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-worker-core-"))
+    rows: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for _ in range(args.rounds):  # the two servers alternate, round by round
+        for name in ("naiad", "triton"):
+            for protocol, figures in _measure(name, repo, work, args.duration).items():
+                rows.setdefault((name, protocol), []).append(figures)
+    print("| server on core 1 | protocol | req/s | CPU per request | core 1 busy | req/s vs Triton |")
+    print("|---|---|---:|---:|---:|---:|")
+    for protocol in ("HTTP/JSON", "gRPC"):
+        triton_rps = median([r[0] for r in rows[("triton", protocol)]])
+        for name, label in (("naiad", "Naiad, one frontend worker"), ("triton", "Triton 2.51")):
+            figures = rows[(name, protocol)]
+            rps = median([r[0] for r in figures])
+            print(
+                f"| {label} | {protocol} | {rps:,.0f} | {median([r[1] for r in figures]):.1f} us "
+                f"| {median([r[2] for r in figures]):.2f} | {rps / triton_rps:.2f}x |"
+            )
+    print(f"uptime after: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
