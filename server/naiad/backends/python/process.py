@@ -907,7 +907,7 @@ class ProcessModelInstance:
 
     def _restarting(self, child: _Child) -> str:
         """Triton's message for requests that come after ``child`` ended, until it is restarted:
-        the one the watcher gives them (``_watch``), which is learned here as soon as the loop is."""
+        the watcher's (``_watch``), and the loop's when it learns of the end first (``_lost``)."""
         code = child.process.wait(5.0)
         return self._not_healthy(
             f"its model process stopped ({child.cause or describe_status(code)}) and is restarting"
@@ -1017,8 +1017,9 @@ class ProcessModelInstance:
             self._health.exited(_cause_kind(child))
             _drop_calls(child)
             _remove_orphans()  # a region it made but had not handed over yet
+            restarting = self._restarting(child)
             with self._lock:
-                self._unhealthy = self._not_healthy(f"its model process stopped ({cause}) and is restarting")
+                self._unhealthy = restarting
             if not self._restart(cause):
                 return
 
