@@ -23,6 +23,7 @@ from naiad import log_settings
 from naiad.backends.gpus import gpu_count
 from naiad.backends.runtime import Runtime
 from naiad.core.allocator import pin_thresholds
+from naiad.core.cpu_policy import apply_cpu_policy
 from naiad.core.shm import SharedMemoryRegistry
 from naiad.dataplane import BlsServer, DataPlane
 from naiad.engine.workers import FrontendWorkers
@@ -178,6 +179,8 @@ def _metrics_only(settings: ServerSettings) -> ServerSettings:
 
 def run(settings: ServerSettings) -> int:
     configure_logging(settings)
+    # Before any thread is started here: they, the frontend workers and the model processes inherit it.
+    apply_cpu_policy(settings.cpu_policy)
     pin_thresholds()  # tensor-sized blocks stay in the heap between requests (see naiad.core.allocator)
     try:
         import uvloop

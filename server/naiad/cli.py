@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from naiad import log_settings
+from naiad.core.cpu_policy import CPU_POLICIES
 from naiad.frontends.access.keyring import Keyring
 from naiad.frontends.access.restriction import parse_restrictions
 from naiad.frontends.tls import tls_files
@@ -74,6 +75,16 @@ def _workers(text: str) -> int:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         return 0 if cores <= 2 else min(16, cores // 2)
     return _non_negative(text)
+
+
+def _cpu_policy(text: str) -> str:
+    """``--cpu-policy``: one of :data:`naiad.core.cpu_policy.CPU_POLICIES` (checked here for the
+    environment variable too: argparse converts a string default with ``type`` but checks ``choices``
+    only on the command line)."""
+    value = text.strip().lower()
+    if value not in CPU_POLICIES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(CPU_POLICIES)}, got '{text}'")
+    return value
 
 
 def _snapshot_id(text: str) -> str:
@@ -186,6 +197,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    default=os.environ.get("NAIAD_FRONTEND_WORKERS", "auto"),
                    help="frontend worker processes over one engine (0: one process; auto: 0 with at most "
                    "2 cores, else half the cores, at most 16); env NAIAD_FRONTEND_WORKERS")
+    p.add_argument("--cpu-policy", type=_cpu_policy, metavar="batch|normal",
+                   default=_env("--cpu-policy", d.cpu_policy),
+                   help="Linux scheduling policy of the server's threads and processes (batch: "
+                   "SCHED_BATCH, hand-offs between threads batched under load; normal: SCHED_OTHER); "
+                   "env NAIAD_CPU_POLICY")
     _density_flags(p, d)
     _extension_flags(p, d)
     _observability_flags(p, d)
@@ -406,6 +422,7 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         grpc_max_connection_age_grace=args.grpc_max_connection_age_grace,
         reuse_grpc_port=args.reuse_grpc_port,
         frontend_workers=args.frontend_workers,
+        cpu_policy=args.cpu_policy,
         model_memory_budget=args.model_memory_budget,
         model_gpu_memory_budget=args.model_gpu_memory_budget,
         load_on_demand=args.load_on_demand,

@@ -168,6 +168,12 @@ class ServerSettings:
     over one engine (0: the single-process server).  The CLI's default, ``auto``, is 0 on machines with
     at most two usable cores and half of them (at most 16) elsewhere (see docs/architecture.md)."""
 
+    cpu_policy: str = "batch"
+    """``--cpu-policy`` (Naiad; env ``NAIAD_CPU_POLICY``): the Linux scheduling policy of every thread
+    and process of the server, ``batch`` (``SCHED_BATCH``: a woken thread does not preempt the one that
+    woke it, so the hand-offs between a request's threads are batched on a busy core) or ``normal``
+    (``SCHED_OTHER``); see :mod:`naiad.core.cpu_policy`."""
+
     allow_cpu_metrics: bool = True
     """``--allow-cpu-metrics``: publish ``nv_cpu_*`` (Linux, from ``/proc``)."""
 
