@@ -7,7 +7,9 @@ and the worker's process to core 1 (so the worker's core does nothing else), and
 core 1 with the load on core 0, as ``run.py`` (3) pins it.  For each, HTTP/JSON (wrk) and gRPC
 (h2load) ``add_sub`` at 16 connections: requests per second, CPU per request of the process on core 1
 (the worker's, or Triton's), and how busy that core was.  Python models run in the engine, so the
-worker's core carries only the worker.  Medians of ``--rounds``.
+worker's core carries only the worker.  Each server also runs under the other Linux scheduling policy
+(:data:`VARIANTS`): Naiad with ``--cpu-policy normal``, Triton under ``chrt -b``.  Medians of
+``--rounds``.
 
 usage: python benchmarks/scaling/worker_core.py [--rounds 2] [--duration 5]
 """
@@ -37,9 +39,25 @@ def _pin(pid: int, core: str) -> None:
     subprocess.run(["taskset", "-a", "-pc", core, str(pid)], capture_output=True, check=True)
 
 
-def _measure(name: str, repo: Path, work: Path, duration: int) -> dict[str, tuple[float, float, float]]:
+#: The servers measured, alternated round by round: (row label, server, its command's prefix, its
+#: flags).  Naiad runs its threads under SCHED_BATCH by default (``--cpu-policy``, see
+#: naiad.core.cpu_policy); the rows under ``SCHED_OTHER`` show what that is worth, and Triton started
+#: under SCHED_BATCH (``chrt -b``; its threads inherit it) whether Triton gains as much from it.
+VARIANTS: list[tuple[str, str, list[str], list[str]]] = [
+    ("Naiad, one frontend worker", "naiad", [], []),
+    ("Naiad, one frontend worker, `--cpu-policy normal`", "naiad", [], ["--cpu-policy=normal"]),
+    ("Triton 2.51", "triton", [], []),
+    ("Triton 2.51 under SCHED_BATCH (`chrt -b 0`)", "triton", ["chrt", "-b", "0"], []),
+]
+
+
+def _measure(
+    name: str, repo: Path, work: Path, duration: int, prefix: list[str], flags: list[str]
+) -> dict[str, tuple[float, float, float]]:
     """``{protocol: (requests/s, CPU-us per request on core 1, that core's busy share)}``."""
-    with serve(name, repo, None if name == "naiad" else "1", workers=1) as served:
+    served = serve(name, repo, None if name == "naiad" else "1", workers=1)
+    served.command = prefix + served.command + flags
+    with served:
         assert served.process is not None
         pid = served.process.pid
         watched = [pid]
@@ -77,15 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-worker-core-"))
     rows: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for _ in range(args.rounds):  # the two servers alternate, round by round
-        for name in ("naiad", "triton"):
-            for protocol, figures in _measure(name, repo, work, args.duration).items():
-                rows.setdefault((name, protocol), []).append(figures)
+        for label, name, prefix, flags in VARIANTS:
+            for protocol, figures in _measure(name, repo, work, args.duration, prefix, flags).items():
+                rows.setdefault((label, protocol), []).append(figures)
     print("| server on core 1 | protocol | req/s | CPU per request | core 1 busy | req/s vs Triton |")
     print("|---|---|---:|---:|---:|---:|")
     for protocol in ("HTTP/JSON", "gRPC"):
-        triton_rps = median([r[0] for r in rows[("triton", protocol)]])
-        for name, label in (("naiad", "Naiad, one frontend worker"), ("triton", "Triton 2.51")):
-            figures = rows[(name, protocol)]
+        triton_rps = median([r[0] for r in rows[("Triton 2.51", protocol)]])
+        for label, *_ in VARIANTS:
+            figures = rows[(label, protocol)]
             rps = median([r[0] for r in figures])
             print(
                 f"| {label} | {protocol} | {rps:,.0f} | {median([r[1] for r in figures]):.1f} us "
