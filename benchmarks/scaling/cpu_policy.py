@@ -5,9 +5,10 @@ server, ``--frontend-workers 1`` with the engine and the load generator pinned t
 worker's process to core 1 (``--in-process``: the single-process server on core 1), and between rounds
 sets every thread of the process on core 1 to ``SCHED_OTHER`` or ``SCHED_BATCH`` (``sched_setscheduler``
 on each thread id, as ``chrt -a`` does), so both policies are measured on the same process, warmed up
-alike.  For each policy, unary gRPC ``add_sub`` calls from h2load at 16 connections and at one: calls
-per second, CPU per call of the process on core 1, its context switches per call (``/proc``), and
-h2load's mean request time.  Medians of ``--rounds``; the ratio is SCHED_BATCH over SCHED_OTHER.
+alike.  For each policy, unary gRPC ``add_sub`` calls from h2load and HTTP/JSON ``add_sub`` requests
+from wrk, each at 16 connections and at one: requests per second, CPU per request of the process on
+core 1, its context switches per request (``/proc``), and the load generator's latency (h2load's mean,
+wrk's median and 99th percentile).  Medians of ``--rounds``; the ratio is SCHED_BATCH over SCHED_OTHER.
 
 usage: python benchmarks/scaling/cpu_policy.py [--rounds 3] [--in-process]
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks.common.wrk import ADD_SUB_SCRIPT, wrk
 from benchmarks.grpc_infer.run import grpc_body, h2load_command
 from benchmarks.scaling.run import (
     CONNECTIONS,
@@ -39,8 +41,10 @@ from benchmarks.scaling.run import (
 )
 
 POLICIES = {"SCHED_OTHER": os.SCHED_OTHER, "SCHED_BATCH": os.SCHED_BATCH}
-#: (connections, calls) per measurement.
+#: (connections, gRPC calls) per measurement.
 LOADS = ((CONNECTIONS, 20_000), (1, 3_000))
+#: Seconds of HTTP load per measurement.
+HTTP_SECONDS = 4
 
 
 def _threads(pid: int) -> list[int]:
@@ -83,6 +87,12 @@ def _h2load(port: int, body: Path, calls: int, connections: int) -> tuple[float,
     return rate, float(mean.removesuffix(unit)) * scale[unit]
 
 
+def _wrk(url: str, connections: int) -> tuple[float, str]:
+    """(requests per second, "median / p99 latency") from wrk, on this process's core."""
+    result = wrk(url, ADD_SUB_SCRIPT, HTTP_SECONDS, connections)
+    return result["rps"], f"p50 {result['p50'] * 1e3:.0f} / p99 {result['p99'] * 1e3:.0f} us"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -90,10 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--in-process", action="store_true", help="the single-process server on core 1")
     args = parser.parse_args(argv)
+    os.sched_setaffinity(0, {0})  # the load generators (wrk, h2load) run where this process runs
     print(f"uptime: {uptime()}")
     repo = repository(in_engine=True)
     work = Path(tempfile.mkdtemp(prefix="bench-cpu-policy-"))
-    rows: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}
+    rows: dict[tuple[str, str, int], list[tuple[float, float, float, float | str]]] = {}
     with serve(
         "naiad", repo, "1" if args.in_process else None, workers=0 if args.in_process else 1
     ) as served:
@@ -110,32 +121,49 @@ def main(argv: list[str] | None = None) -> int:
         run = Run(served, work, "0")
         time.sleep(2)
         body = grpc_body(add_sub_workload(1), work / "add_sub.bin")
+        url = f"{served.http_url}/v2/models/add_sub/infer"
         run.grpc(add_sub_workload(2_000))  # warm-up, and the answers checked
         for _ in range(args.rounds):
             for name, policy in POLICIES.items():
                 _set_policy(watched, policy)
-                for connections, calls in LOADS:
-                    switches, cpu = _switches(watched), sum(cpu_seconds(p) for p in watched)
-                    rate, latency = _h2load(served.grpc_port, body, calls, connections)
-                    switches = _switches(watched) - switches
-                    cpu = sum(cpu_seconds(p) for p in watched) - cpu
-                    rows.setdefault((name, connections), []).append(
-                        (rate, cpu / calls * 1e6, switches / calls, latency)
-                    )
+                for protocol in ("gRPC", "HTTP/JSON"):
+                    for connections, calls in LOADS:
+                        switches, cpu = _switches(watched), sum(cpu_seconds(p) for p in watched)
+                        latency: float | str
+                        if protocol == "gRPC":
+                            rate, latency = _h2load(served.grpc_port, body, calls, connections)
+                        else:
+                            rate, latency = _wrk(url, connections)
+                            calls = int(rate * HTTP_SECONDS)
+                        switches = _switches(watched) - switches
+                        cpu = sum(cpu_seconds(p) for p in watched) - cpu
+                        rows.setdefault((protocol, name, connections), []).append(
+                            (rate, cpu / calls * 1e6, switches / calls, latency)
+                        )
     where = "the single-process server" if args.in_process else "one frontend worker"
-    print(f"gRPC add_sub, {where} on core 1, h2load on core 0; medians of {args.rounds} rounds")
-    print("| policy | connections | calls/s | CPU per call | context switches per call | mean latency |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for connections, _ in LOADS:
-        base = median([r[0] for r in rows[("SCHED_OTHER", connections)]])
-        for name in POLICIES:
-            figures = rows[(name, connections)]
-            rate = median([r[0] for r in figures])
-            print(
-                f"| {name} | {connections} | {rate:,.0f} ({rate / base:.2f}x) "
-                f"| {median([r[1] for r in figures]):.1f} us | {median([r[2] for r in figures]):.1f} "
-                f"| {median([r[3] for r in figures]):.0f} us |"
-            )
+    print(f"add_sub, {where} on core 1, the load on core 0; medians of {args.rounds} rounds")
+    print(
+        "| protocol | policy | connections | requests/s | CPU per request | context switches per request "
+        "| latency |"
+    )
+    print("|---|---|---:|---:|---:|---:|---|")
+    for protocol in ("gRPC", "HTTP/JSON"):
+        for connections, _ in LOADS:
+            base = median([r[0] for r in rows[(protocol, "SCHED_OTHER", connections)]])
+            for name in POLICIES:
+                figures = rows[(protocol, name, connections)]
+                rate = median([r[0] for r in figures])
+                latencies = [r[3] for r in figures]
+                latency = (
+                    f"mean {median([float(x) for x in latencies]):.0f} us"
+                    if protocol == "gRPC"
+                    else " ; ".join(str(x) for x in latencies)
+                )
+                print(
+                    f"| {protocol} | {name} | {connections} | {rate:,.0f} ({rate / base:.2f}x) "
+                    f"| {median([r[1] for r in figures]):.1f} us | {median([r[2] for r in figures]):.1f} "
+                    f"| {latency} |"
+                )
     print(f"uptime after: {uptime()}")
     return 0
 
