@@ -33,6 +33,9 @@ class Channel(asyncio.Protocol, Generic[M]):
         self._on_message = on_message
         self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
+        #: The loop that reads the transport, known from ``connection_made``: asked for per send, it
+        #: would cost a ``getpid`` system call each time on Python 3.11 (its fork check).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._buffer = bytearray()
         self._needed = 0  # bytes the buffer must hold before its first frame is complete
         self._queued: list[bytes] = []
@@ -44,6 +47,7 @@ class Channel(asyncio.Protocol, Generic[M]):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is a Transport, not a subclass
+        self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
@@ -95,7 +99,7 @@ class Channel(asyncio.Protocol, Generic[M]):
         self._queued += (_LENGTH.pack(len(body)), body)
         if not self._flush_scheduled and not self._dispatching:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            (self._loop or asyncio.get_running_loop()).call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -119,6 +119,9 @@ class EngineLink:
         self.tracer = tracer
         self.channel: Channel[ToWorker] | None = None
         self.lost = asyncio.Event()
+        #: Built on the worker's loop: asked for per request, the loop would cost a ``getpid`` system
+        #: call each time on Python 3.11 (``get_running_loop``'s fork check).
+        self._loop = asyncio.get_running_loop()
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._calls: dict[int, asyncio.Future[Reply]] = {}
@@ -217,7 +220,7 @@ class EngineLink:
         self._released.append(offset)
         if not self._release_scheduled and not self.lost.is_set():
             self._release_scheduled = True
-            asyncio.get_running_loop().call_soon(self._send_releases)
+            self._loop.call_soon(self._send_releases)
 
     def _send_releases(self) -> None:
         self._release_scheduled = False
@@ -261,11 +264,10 @@ class EngineLink:
         for offset, _ in blocks:
             self._refs[offset] = 1
         request_id = next(self._ids)
-        loop = asyncio.get_running_loop()
         if stream:
             pending = _Pending(blocks, queue=asyncio.Queue())
         else:
-            pending = _Pending(blocks, future=loop.create_future())
+            pending = _Pending(blocks, future=self._loop.create_future())
         self._pending[request_id] = pending
         try:
             self.send(Stream(request_id, message) if stream else Infer(request_id, message))
@@ -355,7 +357,7 @@ class EngineLink:
 
     async def call(self, method: str, *args: Any, kind: Any = Any) -> Any:
         request_id = next(self._ids)
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Reply] = self._loop.create_future()
         self._calls[request_id] = future
         self.send(Call(request_id, method, [msgspec.Raw(msgspec.msgpack.encode(a)) for a in args]))
         reply = await future

@@ -34,14 +34,20 @@ class DisconnectWatch:
         self._old: dict[asyncio.Task[object], Receive] = {}  # seen once: watched at the next round
         self._watches: dict[asyncio.Task[object], asyncio.Future[object]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        #: The server's loop, learned at the first request: ``current_task()`` without it asks for the
+        #: running loop, a ``getpid`` system call per request on Python 3.11 (its fork check).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def run(self, awaitable: Awaitable[T], receive: Receive) -> T:
         """``await awaitable``; CANCELLED if the client disconnects before it is done."""
-        task = asyncio.current_task()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         assert task is not None
         self._young[task] = receive
         if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self._grace, self._round)
+            self._timer = loop.call_later(self._grace, self._round)
         try:
             return await awaitable
         except asyncio.CancelledError as exc:
@@ -58,7 +64,8 @@ class DisconnectWatch:
             self._watches[task] = self._watch(task, receive)
         self._old, self._young = self._young, {}
         if self._old:
-            self._timer = asyncio.get_running_loop().call_later(self._grace, self._round)
+            assert self._loop is not None  # a round follows a request
+            self._timer = self._loop.call_later(self._grace, self._round)
 
     @staticmethod
     def _watch(task: asyncio.Task[object], receive: Receive) -> asyncio.Future[object]:
