@@ -1,14 +1,15 @@
 """The Linux scheduling policy of the server's threads: ``SCHED_BATCH`` unless ``--cpu-policy normal``.
 
-Why: a request crosses threads that wake one another.  A gRPC call in ``grpc.aio`` goes from grpc's
-event-engine thread to its completion-queue poller thread to the event loop's thread and back; a model
-instance's thread, a model process's reader and the engine's channel add their own hand-offs.  Under
+Why: a request crosses threads that wake one another.  In ``grpc.aio`` each completion of a call (the
+new call, its message, the answer sent, the close) is read by grpc's completion-queue poller thread,
+which wakes the event loop's thread with a write; an ONNX Runtime request is handed to its instance's
+thread and its intra-op pool; a model process's answers come back through a reader.  Under
 the default policy (``SCHED_OTHER``) a woken thread preempts the one that woke it, so on a busy core
 each hand-off is a context switch, and its cost is paid again for every completion: 12 context switches
 per unary gRPC call on a frontend worker's core under load (``benchmarks/scaling``).  A ``SCHED_BATCH``
 thread does not preempt on wake-up: the waker finishes what it has (often the next completions too)
 and the woken thread runs when the waker blocks or its time slice ends, so hand-offs are batched: 2 to
-3.5 context switches per call, and 17-23% more gRPC calls per core.  On an idle core a woken thread
+3.5 context switches per call, and 14-25% more gRPC calls per core.  On an idle core a woken thread
 still runs at once, so latency at low load is unchanged (measured at one connection); the threads'
 share of the CPU against other processes (their nice value) is unchanged too.  Setting it needs no
 privilege.
