@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 from tests.support.models import write_identity
 from tests.support.server import ServerProcess
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux only")
 
 
 def _descendants(pid: int) -> list[int]:
