@@ -31,7 +31,6 @@ from benchmarks.scaling.run import (
     CONNECTIONS,
     Run,
     add_sub_workload,
-    children,
     cpu_seconds,
     median,
     repository,
@@ -39,6 +38,7 @@ from benchmarks.scaling.run import (
     taskset,
     uptime,
 )
+from benchmarks.scaling.worker_core import pin_apart
 
 POLICIES = {"SCHED_OTHER": os.SCHED_OTHER, "SCHED_BATCH": os.SCHED_BATCH}
 #: (connections, gRPC calls) per measurement.
@@ -112,12 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         pid = served.process.pid
         watched = [pid]
         if not args.in_process:
-            subprocess.run(["taskset", "-a", "-pc", "0", str(pid)], capture_output=True, check=True)
-            watched = [
-                p for p in children(pid) if b"naiad.workers" in Path(f"/proc/{p}/cmdline").read_bytes()
-            ]
-            for worker in watched:
-                subprocess.run(["taskset", "-a", "-pc", "1", str(worker)], capture_output=True, check=True)
+            watched = pin_apart(pid)
         run = Run(served, work, "0")
         time.sleep(2)
         body = grpc_body(add_sub_workload(1), work / "add_sub.bin")

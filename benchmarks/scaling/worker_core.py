@@ -31,12 +31,18 @@ from benchmarks.scaling.run import Run, add_sub_workload, children, cpu_seconds,
 GRPC_CALLS = 20_000
 
 
-def _cmdline(pid: int) -> bytes:
-    return Path(f"/proc/{pid}/cmdline").read_bytes()
-
-
 def _pin(pid: int, core: str) -> None:
     subprocess.run(["taskset", "-a", "-pc", core, str(pid)], capture_output=True, check=True)
+
+
+def pin_apart(engine: int) -> list[int]:
+    """Every thread of the engine ``engine`` onto core 0, of its frontend workers onto core 1: the
+    workers' pids."""
+    _pin(engine, "0")
+    workers = [p for p in children(engine) if b"naiad.workers" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    for worker in workers:
+        _pin(worker, "1")
+    return workers
 
 
 #: The servers measured, alternated round by round: (row label, server, its command's prefix, its
@@ -62,10 +68,7 @@ def _measure(
         pid = served.process.pid
         watched = [pid]
         if name == "naiad":
-            _pin(pid, "0")
-            watched = [p for p in children(pid) if b"naiad.workers" in _cmdline(p)]
-            for worker in watched:
-                _pin(worker, "1")
+            watched = pin_apart(pid)
         run = Run(served, work, "0")
         time.sleep(2)
         run.http(2)  # warm-up
