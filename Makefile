@@ -66,12 +66,14 @@ test-operator-listing: $(VENV)/.test
 # NVIDIA's own client examples, Python-backend examples and qa tests, run unchanged against naiad serve
 # (not part of `make test`: it needs extracted checkouts of triton-inference-server/client, /python_backend
 # and /server), e.g. make conformance CLIENT=/tmp/nv/client PYBACKEND=/tmp/nv/python_backend SERVER=/tmp/nv/server
+# (FRONTEND_WORKERS=2 serves every suite with two frontend workers and the engine)
 $(VENV)/.conformance: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,conformance]'
 	touch $@
 
 conformance: $(VENV)/.conformance
-	$(BIN)/python conformance/run.py --client $(CLIENT) --python-backend $(PYBACKEND) --server $(SERVER)
+	$(BIN)/python conformance/run.py --client $(CLIENT) --python-backend $(PYBACKEND) --server $(SERVER) \
+		$(if $(FRONTEND_WORKERS),--frontend-workers $(FRONTEND_WORKERS))
 
 bench-http: $(VENV)/.test
 	$(BIN)/python benchmarks/http_infer/run.py

@@ -1,11 +1,14 @@
 """Run NVIDIA's own client examples, Python-backend examples and qa tests, unchanged, against ``naiad serve``.
 
     python conformance/run.py --client DIR --python-backend DIR --server DIR [--only SUBSTRING] [--work DIR]
+                              [--frontend-workers N]
 
 Each DIR is an extracted checkout of triton-inference-server/client, /python_backend or /server.  Prints
 one line per script (per test case for test files) and, last, ``N passed, M failed, K skipped``; exits 1
 when anything failed.  Scripts' output goes to ``<work>/scripts.log``, each server's to
-``<work>/<suite>/server.log``.
+``<work>/<suite>/server.log``.  ``--frontend-workers N`` serves every suite with N frontend workers
+and one engine (issue 15: every mode answers as the single process does); by default the server picks
+(one process on a machine with at most 2 cores).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--only", action="append", default=[], help="run suites/scripts whose name has this")
     parser.add_argument("--work", type=Path, help="where repositories and logs go (default: a temp folder)")
     parser.add_argument("--no-isolate", action="store_true", help="stay in this network namespace")
+    parser.add_argument(
+        "--frontend-workers", metavar="N", help="naiad serve --frontend-workers N for every suite"
+    )
     return parser.parse_args(argv)
 
 
@@ -51,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     print(f"# work folder (logs, repositories): {work}", flush=True)
     suites = all_suites(checkouts)
+    if args.frontend_workers is not None:
+        mode = (f"--frontend-workers={args.frontend_workers}",)
+        suites = [replace(suite, server_args=(*suite.server_args, *mode)) for suite in suites]
     verdicts: list[Verdict] = []
     with (work / "scripts.log").open("w") as log:
         for suite in suites:
