@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Container, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Container, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,7 @@ from naiad import log_settings
 from naiad.codecs import shared_memory
 from naiad.codecs.classification import LabelFiles, classify_outputs
 from naiad.core.errors import InferenceServerError, InvalidArgumentError, UnavailableError, UnsupportedError
-from naiad.core.request import InferRequest, InferResponse, Tensor
+from naiad.core.request import InferRequest, InferResponse, PlainRequest, PlainResponse, Tensor
 from naiad.core.shm import RegionStatus, SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
 from naiad.core.verbose import prepared, response_outputs
@@ -91,6 +91,9 @@ class ModelMetadata:
 
 class DataPlane:
     """The server's behaviour, independent of transport."""
+
+    #: Whether :meth:`infer_plain` answers plain requests (a frontend worker's data plane does).
+    answers_plain = False
 
     def __init__(
         self,
@@ -300,6 +303,14 @@ class DataPlane:
             routed = self.registry.route(request)
         residency.used(name)
         return routed
+
+    async def infer_plain(
+        self, request: PlainRequest, headers: dict[str, str], encode: Callable[[PlainResponse], bytes]
+    ) -> bytes | None:
+        """A plain request's response as ``encode`` makes it, without arrays, where this data plane
+        can answer one so (:attr:`answers_plain`); ``None``: decode the request and call :meth:`infer`.
+        A model in this process needs the request's arrays anyway: none is answered here."""
+        return None
 
     def infer(
         self, request: InferRequest, validated: ModelSignature | None = None

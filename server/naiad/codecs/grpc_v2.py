@@ -35,8 +35,11 @@ from naiad.core.request import (
     InferResponse,
     Parameters,
     ParameterValue,
+    PlainRequest,
+    PlainResponse,
     RequestedOutput,
     Tensor,
+    WireTensor,
 )
 from naiad.core.shm import SharedMemoryRegistry
 
@@ -273,6 +276,43 @@ def to_infer_request(
     return request
 
 
+def plain_request(parsed: ParsedInferRequest) -> PlainRequest | None:
+    """``parsed`` as a :class:`PlainRequest`, or ``None`` when it has anything a plain request has
+    not (parameters, shared memory, typed ``contents``, BYTES) or anything :func:`to_infer_request`
+    refuses (a size, shape or version it would answer with an error): such a request takes the
+    general path, which answers it."""
+    message = parsed.message
+    raw = parsed.raw
+    items = message.inputs
+    if message.parameters or len(raw) != len(items):
+        return None
+    inputs = []
+    for item, data in zip(items, raw, strict=True):
+        size = datatypes.ELEMENT_SIZE.get(item.datatype)
+        if size is None or item.parameters or item.HasField("contents"):
+            return None
+        shape = tuple(item.shape)
+        if (
+            len(shape) > RankError.MAX_RANK
+            or (shape and min(shape) < 0)
+            or size * math.prod(shape) != len(data)
+        ):
+            return None
+        inputs.append(WireTensor(item.name, item.datatype, shape, data))
+    outputs = None
+    if message.outputs:
+        outputs = []
+        for output in message.outputs:
+            if output.parameters:
+                return None
+            outputs.append(RequestedOutput(output.name))
+    try:
+        version = model_version(message.model_version)
+    except InvalidArgumentError:
+        return None
+    return PlainRequest(message.model_name, version, message.id, inputs, outputs)
+
+
 def _prefix(request: InferRequest) -> str:
     return f"[request id: {request.id or '<id_unknown>'}] "
 
@@ -479,6 +519,22 @@ def _set_parameters(target: MutableMapping[str, pb.InferParameter], parameters: 
             parameter.string_param = str(value)
 
 
+def _response_head(
+    model_name: str, model_version: str, request_id: str, parameters: Parameters, final: bool | None
+) -> pb.ModelInferResponse:
+    message = pb.ModelInferResponse(model_name=model_name, model_version=model_version, id=request_id)
+    if parameters:
+        _set_parameters(message.parameters, parameters)
+    if final is not None:
+        message.parameters["triton_final_response"].bool_param = final
+    return message
+
+
+def _raw_key(length: int) -> bytes:
+    """The key and length of a ``raw_output_contents`` field of ``length`` bytes."""
+    return _RAW_OUTPUT_KEY + (_SMALL_VARINTS[length] if length < 128 else _varint(length))
+
+
 def _response_parts(
     response: InferResponse, final: bool | None, in_shm: Collection[str]
 ) -> tuple[list[Any], int]:
@@ -487,13 +543,9 @@ def _response_parts(
     An output written to shared memory (named in ``in_shm``) gets an empty raw field, as in Triton,
     so the client's output indices still line up.
     """
-    message = pb.ModelInferResponse(
-        model_name=response.model_name, model_version=response.model_version, id=response.id
+    message = _response_head(
+        response.model_name, response.model_version, response.id, response.parameters, final
     )
-    if response.parameters:
-        _set_parameters(message.parameters, response.parameters)
-    if final is not None:
-        message.parameters["triton_final_response"].bool_param = final
     parts: list[Any] = [b""]
     size = 0
     for tensor in response.outputs:
@@ -502,11 +554,28 @@ def _response_parts(
             _set_parameters(output.parameters, tensor.parameters)
         data = b"" if in_shm and tensor.name in in_shm else wire_data(tensor)
         length = wire_size(data)
-        key = _RAW_OUTPUT_KEY + (_SMALL_VARINTS[length] if length < 128 else _varint(length))
+        key = _raw_key(length)
         parts += (key, data)
         size += len(key) + length
     parts[0] = message.SerializeToString()
     return parts, size + len(parts[0])
+
+
+def encode_plain_response(response: PlainResponse) -> bytes:
+    """A ``ModelInferResponse`` for a :class:`PlainResponse`: the same bytes
+    :func:`encode_infer_response` makes of the same response as arrays."""
+    message = _response_head(
+        response.model_name, response.model_version, response.id, response.parameters, None
+    )
+    add = message.outputs.add
+    parts: list[Any] = [b""]
+    for tensor in response.outputs:
+        output = add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        if tensor.parameters:
+            _set_parameters(output.parameters, tensor.parameters)
+        parts += (_raw_key(len(tensor.data)), tensor.data)
+    parts[0] = message.SerializeToString()
+    return b"".join(parts)
 
 
 def encode_infer_response(response: InferResponse, in_shm: Collection[str] = ()) -> bytes:

@@ -141,3 +141,47 @@ class InferResponse:
 #: Where a decoupled model's answers go, callable from any thread: each call carries one response, one
 #: error, or neither (only the final flag); after a call with ``final`` the sink is never called again.
 ResponseSink = Callable[[InferResponse | InferenceServerError | None, bool], None]
+
+
+# ---- plain requests: tensors as the client's bytes -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class WireTensor:
+    """A tensor as a binary transport carries it: its wire bytes (see :mod:`naiad.codecs.wire`),
+    not an array."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: bytes | memoryview
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PlainRequest:
+    """A request with none of the options that need the request's arrays or fields on its way: no
+    parameters, no shared memory, no classification, fixed-size datatypes, each input's byte size
+    matching its shape.  Most clients send only these.  A frontend worker does nothing with the
+    tensors of such a request but copy their bytes to the engine, and the response's back to the
+    client: it sends it without making arrays or an :class:`InferRequest`, and encodes the response
+    from the engine's descriptors (``DataPlane.infer_plain``): about an eighth less CPU per gRPC call
+    on a worker's core (``benchmarks/scaling/worker_core.py``)."""
+
+    model_name: str
+    model_version: str
+    id: str
+    inputs: list[WireTensor]
+    outputs: list[RequestedOutput] | None = None
+
+
+@dataclass(slots=True)
+class PlainResponse:
+    """The response to a :class:`PlainRequest`: outputs as wire bytes, valid only while the data
+    plane's ``infer_plain`` encodes them (they may lie in shared memory that is reused after)."""
+
+    model_name: str
+    model_version: str
+    id: str
+    outputs: list[WireTensor]
+    parameters: Parameters = field(default_factory=dict)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from naiad.core.errors import InvalidArgumentError, RankError
-from naiad.core.request import InferRequest
+from naiad.core.request import InferRequest, PlainRequest
 
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
@@ -40,7 +40,7 @@ def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-def _prefix(request: InferRequest) -> str:
+def _prefix(request: InferRequest | PlainRequest) -> str:
     return _id_prefix(request.id)
 
 
@@ -88,7 +88,7 @@ class ModelSignature:
     def outputs_by_name(self) -> Mapping[str, TensorSpec]:
         return self._outputs
 
-    def validate(self, request: InferRequest) -> int:
+    def validate(self, request: InferRequest | PlainRequest) -> int:
         """Check ``request`` against the signature; return its batch size (1 when not batching).
 
         Raises :class:`InvalidArgumentError` with Triton's message for the first problem found.

@@ -28,7 +28,15 @@ import numpy as np
 from naiad.codecs import bytes_tensor
 from naiad.codecs.wire import wire_data
 from naiad.core import datatypes
-from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
+from naiad.core.request import (
+    InferRequest,
+    InferResponse,
+    PlainRequest,
+    PlainResponse,
+    RequestedOutput,
+    Tensor,
+    WireTensor,
+)
 from naiad.ipc.arena import Arena
 from naiad.ipc.messages import (
     INLINE,
@@ -91,6 +99,58 @@ def request_message(request: InferRequest, arena: Arena, blocks: list[int]) -> R
         request.headers,
         request.timestamps is not None,
     )
+
+
+def plain_request_message(
+    request: PlainRequest, headers: dict[str, str], arena: Arena, blocks: list[int]
+) -> RequestMsg:
+    """A plain request as a message: its inputs' wire bytes inside it, or written into the request
+    arena (their blocks in ``blocks``) when larger than :data:`INLINE_MAX`, as :func:`request_message`
+    places an :class:`InferRequest`'s; the fields a plain request has not are their defaults."""
+    inputs = []
+    for tensor in request.inputs:
+        data = tensor.data
+        nbytes = len(data)
+        shape = list(tensor.shape)
+        offset = arena.allocate(nbytes) if nbytes > INLINE_MAX else None
+        if offset is None:
+            inputs.append(TensorRef(tensor.name, tensor.datatype, shape, INLINE, 0, nbytes, bytes(data)))
+            continue
+        arena.write(offset, data)
+        blocks.append(offset)
+        inputs.append(TensorRef(tensor.name, tensor.datatype, shape, REQUEST_ARENA, offset, nbytes))
+    outputs = None if request.outputs is None else [OutputRef(o.name) for o in request.outputs]
+    return RequestMsg(
+        request.model_name,
+        request.model_version,
+        request.id,
+        inputs,
+        outputs,
+        {},
+        0,
+        0,
+        0,
+        False,
+        False,
+        headers,
+        False,
+    )
+
+
+def plain_response(message: ResponseMsg, requests: Arena, responses: Arena) -> PlainResponse:
+    """The response a message describes, its outputs as their wire bytes where they lie (inside the
+    message, or views of the arenas: valid until the caller releases the blocks).  A BYTES output is
+    length-prefixed in the arena as on the wire, so every datatype is passed on as it lies."""
+    outputs = []
+    for ref in message.outputs:
+        data: bytes | memoryview
+        if ref.inline is not None:
+            data = ref.inline
+        else:
+            arena = responses if ref.arena == RESPONSE_ARENA else requests
+            data = arena.view[ref.offset : ref.offset + ref.nbytes]
+        outputs.append(WireTensor(ref.name, ref.datatype, tuple(ref.shape), data, ref.parameters))
+    return PlainResponse(message.model_name, message.model_version, message.id, outputs, message.parameters)
 
 
 def response_from(

@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import logging
 import weakref
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from naiad import log_settings
 from naiad.core.errors import ErrorCode, InferenceServerError, UnavailableError
-from naiad.core.request import InferRequest, InferResponse
+from naiad.core.request import InferRequest, InferResponse, PlainRequest, PlainResponse
 from naiad.core.shm import RegionStatus, SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
 from naiad.dataplane import DataPlane, EmptyFinal, StreamItem
@@ -44,6 +44,7 @@ from naiad.ipc.messages import (
     RegionChange,
     Release,
     Reply,
+    RequestMsg,
     ResponseMsg,
     Stream,
     ToWorker,
@@ -260,6 +261,10 @@ class EngineLink:
         offsets: list[int] = []
         message = tensors.request_message(request, self.requests, offsets)
         message.validated = validated
+        return self._send_request(message, stream)
+
+    def _send_request(self, message: RequestMsg, stream: bool) -> tuple[int, _Pending]:
+        """Send a request whose inputs are placed; its id, and what waits for its answers."""
         blocks = [(ref.offset, ref.nbytes) for ref in message.inputs if ref.arena != INLINE]
         for offset, _ in blocks:
             self._refs[offset] = 1
@@ -294,6 +299,15 @@ class EngineLink:
         if answer.trace:
             self.tracer.verdict(timestamps, answer.trace)
 
+    def _cancelled(self, request_id: int, pending: _Pending) -> None:
+        """The caller of a request answered once stopped waiting for the answer."""
+        assert pending.future is not None
+        if pending.future.done() and not pending.future.cancelled():
+            self._drop(pending.future.result())
+            self._unref_all(pending)
+        else:
+            self._abandon(request_id, pending)
+
     async def infer(self, request: InferRequest, validated: int = 0) -> InferResponse:
         """``request``'s response from the engine; ``validated``: see :attr:`RequestMsg.validated`."""
         request_id, pending = self._submit(request, stream=False, validated=validated)
@@ -301,11 +315,7 @@ class EngineLink:
         try:
             answer = await pending.future
         except asyncio.CancelledError:
-            if pending.future.done() and not pending.future.cancelled():
-                self._drop(pending.future.result())
-                self._unref_all(pending)
-            else:
-                self._abandon(request_id, pending)
+            self._cancelled(request_id, pending)
             raise
         try:
             if request.timestamps is not None:
@@ -315,6 +325,34 @@ class EngineLink:
             assert answer.response is not None
             return self._response(answer.response, pending)
         finally:
+            self._unref_all(pending)
+
+    async def infer_plain(
+        self,
+        request: PlainRequest,
+        headers: dict[str, str],
+        validated: int,
+        encode: Callable[[PlainResponse], bytes],
+    ) -> bytes:
+        """A plain request's response from the engine, as ``encode`` makes it of the outputs' bytes
+        where they lie (no arrays, no :class:`InferResponse`); their blocks are released after."""
+        offsets: list[int] = []
+        message = tensors.plain_request_message(request, headers, self.requests, offsets)
+        message.validated = validated
+        request_id, pending = self._send_request(message, stream=False)
+        assert pending.future is not None
+        try:
+            answer = await pending.future
+        except asyncio.CancelledError:
+            self._cancelled(request_id, pending)
+            raise
+        try:
+            if answer.error is not None:
+                raise raise_error(answer.error)
+            assert answer.response is not None
+            return encode(tensors.plain_response(answer.response, self.requests, self.responses))
+        finally:
+            self._drop(answer)
             self._unref_all(pending)
 
     async def stream(self, request: InferRequest) -> AsyncGenerator[StreamItem, None]:
@@ -369,6 +407,8 @@ class EngineLink:
 class RemoteDataPlane(DataPlane):
     """The data plane the frontends of a worker call (see the module docstring)."""
 
+    answers_plain = True
+
     def __init__(self, link: EngineLink, settings: ServerSettings) -> None:
         super().__init__(
             link.catalog.registry,
@@ -417,6 +457,28 @@ class RemoteDataPlane(DataPlane):
         self._idle.clear()
         try:
             return await self.link.infer(request, self._validate(request))
+        finally:
+            self._done()
+
+    async def infer_plain(
+        self, request: PlainRequest, headers: dict[str, str], encode: Callable[[PlainResponse], bytes]
+    ) -> bytes | None:
+        """Sent as the wire bytes it came in, once checked against the catalog as :meth:`_validate`
+        checks a request; ``None`` for one that the checks refuse (or a decoupled model's, or while
+        exiting): the general path answers it, with the errors the single process gives."""
+        if self.exiting:
+            return None
+        try:
+            model, signature = self._ready_model(request.model_name, request.model_version)
+            if model.decoupled:
+                return None
+            signature.validate(request)
+        except InferenceServerError:
+            return None
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            return await self.link.infer_plain(request, headers, self._catalog.id, encode)
         finally:
             self._done()
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from naiad.codecs import grpc_v2
+from naiad.codecs import bytes_tensor, grpc_v2
 from naiad.core.errors import InvalidArgumentError
-from naiad.core.request import InferResponse, Tensor
+from naiad.core.request import InferResponse, PlainResponse, Tensor, WireTensor
 from tritonclient.grpc import service_pb2 as pb
 
 
@@ -101,7 +101,9 @@ def test_bf16_travels_raw_untouched() -> None:
 
 def test_responses_parse_back_with_protobuf() -> None:
     response = InferResponse(
-        "m", "1", "id",
+        "m",
+        "1",
+        "id",
         [
             Tensor("A", "FP32", np.arange(6, dtype=np.float32).reshape(2, 3).T, {"p": 1}),
             Tensor("B", "BYTES", np.array([b"x", b""], dtype=np.object_)),
@@ -122,3 +124,80 @@ def test_responses_parse_back_with_protobuf() -> None:
     stream = pb.ModelStreamInferResponse.FromString(grpc_v2.encode_stream_response(response))
     assert stream.infer_response.parameters["triton_final_response"].bool_param is True
     assert stream.infer_response.raw_output_contents == message.raw_output_contents
+
+
+def test_bytes_and_requests_with_options_are_not_plain() -> None:
+    """What the general path must decode: BYTES, parameters (of the request, of an input: shared
+    memory; of an output: classification), typed contents, and anything it refuses (a byte size that
+    does not match the shape, a negative dimension, a version that is no number)."""
+    x = np.arange(4, dtype=np.float32)
+    ordinary = pb.ModelInferRequest(model_name="three_fp32", id="req-1")
+    ordinary.inputs.add(name="X", datatype="FP32", shape=[4])
+    ordinary.raw_input_contents.append(x.tobytes())
+    ordinary.outputs.add(name="SAME")
+
+    def variant(change: Any) -> grpc_v2.ParsedInferRequest:
+        message = pb.ModelInferRequest()
+        message.CopyFrom(ordinary)
+        change(message)
+        return grpc_v2.parse_infer_request(message.SerializeToString())
+
+    plain = grpc_v2.plain_request(variant(lambda m: None))
+    assert plain is not None
+    assert (plain.model_name, plain.model_version, plain.id) == ("three_fp32", "", "req-1")
+    assert [(t.name, t.datatype, t.shape, bytes(t.data)) for t in plain.inputs] == [
+        ("X", "FP32", (4,), x.tobytes())
+    ]
+    assert plain.outputs is not None and [o.name for o in plain.outputs] == ["SAME"]
+    assert grpc_v2.plain_request(variant(lambda m: setattr(m, "model_version", "01"))).model_version == "1"  # type: ignore[union-attr]
+
+    def bytes_input(m: pb.ModelInferRequest) -> None:
+        m.inputs[0].datatype = "BYTES"
+        m.raw_input_contents[0] = b"\x01\x00\x00\x00a" * 4
+
+    def size(m: pb.ModelInferRequest) -> None:
+        m.raw_input_contents[0] = m.raw_input_contents[0][:-1]
+
+    def contents(m: pb.ModelInferRequest) -> None:
+        del m.raw_input_contents[:]
+        m.inputs[0].contents.fp32_contents.extend([1.0, 2.0, 3.0, 4.0])
+
+    not_plain = {
+        "BYTES": bytes_input,
+        "request parameter": lambda m: setattr(m.parameters["priority"], "int64_param", 1),
+        "shared memory input": lambda m: setattr(
+            m.inputs[0].parameters["shared_memory_region"], "string_param", "r"
+        ),
+        "classification": lambda m: setattr(m.outputs[0].parameters["classification"], "int64_param", 2),
+        "byte size": size,
+        "negative dimension": lambda m: m.inputs[0].shape.__setitem__(0, -4),
+        "contents": contents,
+        "version": lambda m: setattr(m, "model_version", "latest"),
+    }
+    for case, change in not_plain.items():
+        assert grpc_v2.plain_request(variant(change)) is None, case
+
+
+def test_a_plain_response_is_encoded_as_the_same_response_from_arrays() -> None:
+    """``encode_plain_response`` and ``encode_infer_response`` give the same bytes for one answer,
+    parameters and a BYTES output included."""
+    floats = np.arange(6, dtype=np.float32).reshape(2, 3)
+    words = np.array([b"a", b"bcd"], dtype=np.object_)
+    arrays = InferResponse(
+        "m",
+        "2",
+        "id-7",
+        [Tensor("F", "FP32", floats, {"note": "x"}), Tensor("W", "BYTES", words)],
+        {"count": 3, "flag": True, "ratio": 0.5},
+    )
+    wire = PlainResponse(
+        "m",
+        "2",
+        "id-7",
+        [
+            WireTensor("F", "FP32", (2, 3), memoryview(floats.tobytes()), {"note": "x"}),
+            WireTensor("W", "BYTES", (2,), bytes_tensor.serialize(words)),
+        ],
+        {"count": 3, "flag": True, "ratio": 0.5},
+    )
+    assert grpc_v2.encode_plain_response(wire) == grpc_v2.encode_infer_response(arrays)

@@ -94,6 +94,9 @@ class InferenceServicer:
         self._closed = False
         #: Inference RPCs taken up, numbered in the verbose log as Triton numbers its handlers' calls.
         self._handled = 0
+        #: Whether unary requests in the plain form go to the data plane as their wire bytes (a
+        #: frontend worker's does that; not when metadata becomes request parameters).
+        self._plain = dataplane.answers_plain and forwarding is None
 
     # ---- health and metadata ----------------------------------------------------------------------
 
@@ -162,10 +165,16 @@ class InferenceServicer:
             return await self._traced_infer(data, context)
         if parsed is None:
             parsed = grpc_v2.parse_infer_request(data)
-        response = await self._infer(parsed, metadata_headers(context))
+        headers = metadata_headers(context)
+        body = None
+        if self._plain and (plain := grpc_v2.plain_request(parsed)) is not None:
+            body = await self.dataplane.infer_plain(plain, headers, grpc_v2.encode_plain_response)
+        if body is None:
+            response = await self._infer(parsed, headers)
+            body = grpc_v2.encode_infer_response(response, grpc_v2.shm_outputs(parsed.message))
         if self.compression is not None:
             context.set_compression(self.compression)
-        return grpc_v2.encode_infer_response(response, grpc_v2.shm_outputs(parsed.message))
+        return body
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[bytes], context: Context
