@@ -469,8 +469,9 @@ class RemoteDataPlane(DataPlane):
         if self.exiting:
             return None
         try:
-            model, signature = self._ready_model(request.model_name, request.model_version)
-            if model.decoupled:
+            model = self._catalog.registry.resolve(request.model_name, request.model_version)[0]
+            signature = model.signature
+            if signature is None or model.decoupled:
                 return None
             signature.validate(request)
         except InferenceServerError:
