@@ -10,9 +10,10 @@ figure (near-linear: >= 0.8) and against Triton's one-core figure x N (Triton's 
 linear, a bound in its favour), and the engine's CPU per request (its bound: 1e6 / that).
 
 Triton's one-core figure is measured in the same run (Triton 2.51 from ``shared/reference/triton.sh``,
-pinned to one core, the load on the others) where that script exists; elsewhere (a lent machine
-without it) give the figures with ``--triton-one-core HTTP,GRPC``, or leave them out (the table then
-shows Naiad's own scaling).  Each N once, in order; ``--rounds`` repeats the whole sweep (medians).
+pinned to one core, the load on the others) where that script exists; elsewhere give the figures with
+``--triton-one-core HTTP,GRPC`` (on a lent machine ``device_triton.sh`` measures them, in a call of
+their own: Triton's wheel and Naiad's do not fit in one), or leave them out (the table then shows
+Naiad's own scaling).  Each N once, in order; ``--rounds`` repeats the whole sweep (medians).
 
 usage: python benchmarks/scaling/cores.py [--cores 1,2,4,8,14] [--duration 5] [--calls 40000]
        [--rounds 1] [--triton-one-core HTTP,GRPC] [--python PATH]
@@ -182,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         if (SHARED / "triton.sh").exists() and not args.triton_one_core:
             layout = Layout.of(cores, 1)
             triton_runs.append(measure_triton(repo, layout, body, args.duration, args.calls))
+            print(
+                f"  Triton, one core: HTTP {triton_runs[-1].http:,.0f}, gRPC {triton_runs[-1].grpc:,.0f}",
+                flush=True,
+            )
         for n in counts:
             runs[n].append(
                 measure_naiad(repo, Layout.of(cores, n), body, args.duration, args.calls, args.python)

@@ -7,7 +7,11 @@
 #
 #   bash benchmarks/scaling/device_run.sh
 #
-# usage: bash benchmarks/scaling/device_pack.sh
+# With --triton it fills .device-triton/ too, with Triton 2.51's wheel (nvidia-pytriton), for
+# device_triton.sh in a second call (carry [".device-triton", ".device/bin", ".device/lib",
+# ".device/reference"]: with Naiad's wheels it would not fit in one).
+#
+# usage: bash benchmarks/scaling/device_pack.sh [--triton]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 exclude=$(git rev-parse --git-path info/exclude)
@@ -36,9 +40,26 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 mkdir -p .device/reference/models
 cp -r ../shared/reference/models/add_sub .device/reference/models/
 cp ../shared/reference/add_sub.lua .device/reference/
+.venv/bin/python - <<'PY'
+import sys
+from pathlib import Path
+
+sys.path.insert(0, ".")
+from benchmarks.grpc_infer.run import grpc_body
+from benchmarks.scaling.run import add_sub_workload
+
+grpc_body(add_sub_workload(1), Path(".device/reference/add_sub.bin"))
+PY
 
 cp "$(command -v wrk)" "$(command -v h2load)" .device/bin/
 for lib in libev.so.4 libluajit-5.1.so.2 libnghttp2.so.14 libjemalloc.so.2; do
   cp -L "$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')" .device/lib/
 done
+if [ "${1:-}" = "--triton" ]; then
+  grep -qx '/.device-triton/' "$exclude" || echo '/.device-triton/' >>"$exclude"
+  rm -rf .device-triton
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_35_x86_64 -d .device-triton nvidia-pytriton==0.7.0
+  du -sh .device-triton
+fi
 du -sh .device
