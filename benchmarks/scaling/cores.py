@@ -64,11 +64,26 @@ def _pin(pid: int, cpus: str) -> None:
     subprocess.run(["taskset", "-a", "-pc", cpus, str(pid)], capture_output=True, check=True)
 
 
+def _children(pid: int) -> list[int]:
+    """``pid``'s child processes: from ``/proc/<pid>/task/<pid>/children``, or where a kernel has no
+    such file (gVisor, as on the lent machines), from every process's parent in ``/proc/*/stat``."""
+    if Path(f"/proc/{pid}/task/{pid}/children").exists():
+        return children(pid)
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
 def _workers(engine: int, count: int) -> list[int]:
     """The frontend workers' pids, once all ``count`` have started."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        found = [p for p in children(engine) if b"naiad.workers" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        found = [p for p in _children(engine) if b"naiad.workers" in Path(f"/proc/{p}/cmdline").read_bytes()]
         if len(found) >= count:
             return found
         time.sleep(0.2)
