@@ -299,24 +299,25 @@ class EngineLink:
         if answer.trace:
             self.tracer.verdict(timestamps, answer.trace)
 
-    def _cancelled(self, request_id: int, pending: _Pending) -> None:
-        """The caller of a request answered once stopped waiting for the answer."""
-        assert pending.future is not None
-        if pending.future.done() and not pending.future.cancelled():
-            self._drop(pending.future.result())
-            self._unref_all(pending)
-        else:
-            self._abandon(request_id, pending)
+    async def _answer(self, request_id: int, pending: _Pending) -> Answer:
+        """The answer to a request answered once; if the caller stops waiting for it, the engine
+        cancels the request (or its answer, come meanwhile, is given back)."""
+        future = pending.future
+        assert future is not None
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._drop(future.result())
+                self._unref_all(pending)
+            else:
+                self._abandon(request_id, pending)
+            raise
 
     async def infer(self, request: InferRequest, validated: int = 0) -> InferResponse:
         """``request``'s response from the engine; ``validated``: see :attr:`RequestMsg.validated`."""
         request_id, pending = self._submit(request, stream=False, validated=validated)
-        assert pending.future is not None
-        try:
-            answer = await pending.future
-        except asyncio.CancelledError:
-            self._cancelled(request_id, pending)
-            raise
+        answer = await self._answer(request_id, pending)
         try:
             if request.timestamps is not None:
                 self._traced(request.timestamps, answer)
@@ -340,12 +341,7 @@ class EngineLink:
         message = tensors.plain_request_message(request, headers, self.requests, offsets)
         message.validated = validated
         request_id, pending = self._send_request(message, stream=False)
-        assert pending.future is not None
-        try:
-            answer = await pending.future
-        except asyncio.CancelledError:
-            self._cancelled(request_id, pending)
-            raise
+        answer = await self._answer(request_id, pending)
         try:
             if answer.error is not None:
                 raise raise_error(answer.error)
