@@ -89,6 +89,31 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 """
 
 
+#: Answers after 3 s, from a model process of its own (the loop stays free meanwhile): longer than
+#: ``_drained`` waits, so a block given back in time was given back by a cancellation.
+SLOW_PY = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(3.0)
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+            for r in requests
+        ]
+"""
+
+SLOW = """
+name: "slow"
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("models")
@@ -96,6 +121,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_model(root, f"three_{data_type.lower()}", three_config(data_type), THREE_PY)
     write_model(root, "identity_bytes", IDENTITY_BYTES, IDENTITY_PY)
     write_model(root, "decoupled", DECOUPLED, IDENTITY_PY)
+    write_model(root, "slow", SLOW, SLOW_PY)
     return root
 
 
@@ -257,3 +283,36 @@ def test_what_the_workers_checks_refuse_is_left_to_the_general_path(repo: Path) 
 
     for case, (answer, in_use) in asyncio.run(asyncio.wait_for(scenario(), 60)).items():
         assert (answer, in_use) == (None, 0), case
+
+
+def test_a_plain_request_given_up_is_cancelled_and_its_block_comes_back(repo: Path) -> None:
+    """The caller stops waiting (a client that cancels, a deadline): the engine cancels the request,
+    its input's block in the request arena is given back once the engine's final answer says it no
+    longer reads it, and the next request is served."""
+    big = np.arange(2_000, dtype=np.float32)  # 8 KB: through the request arena
+    small = np.arange(4, dtype=np.float32).reshape(1, 4)
+
+    async def scenario() -> tuple[int, bool, tuple[int, int], bytes | None]:
+        async with _pair(repo) as pair:
+            given_up = asyncio.ensure_future(
+                _plain(pair.dataplane, _request("slow", [_input("INPUT0", big, "FP32")]))
+            )
+            await asyncio.sleep(0.2)
+            held = pair.worker_requests.in_use
+            given_up.cancel()
+            try:
+                await given_up
+                cancelled = False
+            except asyncio.CancelledError:
+                cancelled = True
+            drained = await _drained(pair)
+            after = await _plain(pair.dataplane, _request("three_fp32", [_input("X", small, "FP32")]))
+            return held, cancelled, drained, after
+
+    held, cancelled, drained, after = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert (held, cancelled, drained) == (1, True, (0, 0))
+    assert after is not None
+    answer = pb.ModelInferResponse.FromString(after)
+    np.testing.assert_array_equal(
+        np.frombuffer(answer.raw_output_contents[0], np.float32), (small * 2).ravel()
+    )
