@@ -165,7 +165,7 @@ class PlainRequest:
     matching its shape.  Most clients send only these.  A frontend worker does nothing with the
     tensors of such a request but copy their bytes to the engine, and the response's back to the
     client: it sends it without making arrays or an :class:`InferRequest`, and encodes the response
-    from the engine's descriptors (``DataPlane.infer_plain``): about an eighth less CPU per gRPC call
+    from the engine's descriptors (``DataPlane.infer_plain``): about a tenth less CPU per gRPC call
     on a worker's core (``benchmarks/scaling/worker_core.py``)."""
 
     model_name: str
