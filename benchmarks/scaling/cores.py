@@ -5,9 +5,11 @@ worker per core on the next N cores (``naiad serve --frontend-workers N``, each 
 pinned to its core), and the load generators on the cores left (wrk for HTTP/JSON, h2load for gRPC,
 one thread per load core, 16 connections per worker core); with no core left, the load shares the
 engine's, as on this project's 2-core machine.  ``add_sub`` with its Python model in the engine, as
-(3) measures a core.  For each N: requests per second, per worker core, against N x the one-core
-figure (near-linear: >= 0.8) and against Triton's one-core figure x N (Triton's own scaling taken as
-linear, a bound in its favour), and the engine's CPU per request (its bound: 1e6 / that).
+(3) measures a core (``--model-processes``: in a model process, Naiad's default for Python models,
+which lowers the engine's bound).  For each N: requests per second, per worker core, against N x
+the one-core figure (near-linear: >= 0.8) and against Triton's one-core figure x N (Triton's own
+scaling taken as linear, a bound in its favour), and the engine's CPU per request (its bound: 1e6 /
+that).
 
 Triton's one-core figure is measured in the same run (Triton 2.51 from ``shared/reference/triton.sh``,
 pinned to one core, the load on the others) where that script exists; elsewhere give the figures with
@@ -16,7 +18,7 @@ their own: Triton's wheel and Naiad's do not fit in one), or leave them out (the
 Naiad's own scaling).  Each N once, in order; ``--rounds`` repeats the whole sweep (medians).
 
 usage: python benchmarks/scaling/cores.py [--cores 1,2,4,8,14] [--duration 5] [--calls 40000]
-       [--rounds 1] [--triton-one-core HTTP,GRPC] [--python PATH]
+       [--rounds 1] [--model-processes] [--triton-one-core HTTP,GRPC] [--python PATH]
 """
 
 from __future__ import annotations
@@ -178,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
+        "--model-processes",
+        action="store_true",
+        help="add_sub in a model process (Naiad's default for Python)",
+    )
+    parser.add_argument(
         "--python", default=str(ROOT / ".venv" / "bin" / "python"), help="the Python that serves"
     )
     parser.add_argument(
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = [n for n in (int(c) for c in args.cores.split(",")) if n + 1 <= len(cores)]
     work = Path(tempfile.mkdtemp(prefix="bench-cores-"))
     body = grpc_body(add_sub_workload(1), work / "add_sub.bin")
-    repo = repository(True)
+    repo = repository(not args.model_processes)
     print(f"uptime: {uptime()}", flush=True)
     print(f"{len(cores)} usable cores; worker cores measured: {counts}", flush=True)
     runs: dict[int, list[Figures]] = {n: [] for n in counts}
