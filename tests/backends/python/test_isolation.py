@@ -380,7 +380,11 @@ def _poison_exits(server: ServerProcess) -> int:
 
 def test_a_server_killed_with_sigkill_leaves_no_model_process_behind(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    write_model(repo, "hangs", FAULTY_CONFIG.format(name="hangs", extra=_timeout(30)), FAULTY_PY)
+    # (an input of any length: the hung execution's is one past what travels inside the message, so
+    # that it lies in a region, a file in /dev/shm)
+    config = FAULTY_CONFIG.format(name="hangs", extra=_timeout(30)).replace("dims: [ 1 ]", "dims: [ -1 ]", 1)
+    assert "dims: [ -1 ]" in config
+    write_model(repo, "hangs", config, FAULTY_PY)
     write_identity(repo, "identity", "TYPE_FP32")
     server = ServerProcess([repo])
     with server:
@@ -401,7 +405,10 @@ def test_a_server_killed_with_sigkill_leaves_no_model_process_behind(tmp_path: P
 
 def _hang_until_the_server_dies(server: ServerProcess) -> None:
     with pytest.raises(Exception, match=r"closed|reset|refused"):  # any connection error
-        _http(server, "hangs", HANG)
+        with httpclient.InferenceServerClient(server.http_url, network_timeout=60.0) as client:
+            tensor = httpclient.InferInput("INPUT0", [1024], "INT64")  # 8 KiB
+            tensor.set_data_from_numpy(np.full(1024, HANG, dtype=np.int64))
+            client.infer("hangs", [tensor])
 
 
 def test_the_isolation_choice_shows_in_the_config_and_a_trusted_model_runs_in_the_server(

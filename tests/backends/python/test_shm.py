@@ -1,6 +1,6 @@
 """``naiad.backends.python.shm``: tensors placed in a region read back equal, as read-only views and as
-copies of their own, whichever way they were copied (small ones as bytes, large ones with
-``copyto``, strided ones too); region files are named after their process, and the files of
+copies of their own, whichever way they were copied (small ones in the message as their bytes,
+middling ones as bytes, large ones with ``copyto``, strided ones too); region files are named after their process, and the files of
 processes that are gone are swept (a process killed between creating a region and its peer mapping
 it is the one case that leaves a file behind)."""
 
@@ -28,6 +28,8 @@ def test_placed_tensors_read_back_equal_as_views_and_copies() -> None:
     tensors = [
         Tensor("SMALL", "FP32", np.arange(4, dtype=np.float32)),
         Tensor("STRIDED", "FP32", grid.T),  # not C-contiguous: read back in its logical order
+        Tensor("MIDDLING", "UINT8", np.arange(5000, dtype=np.uint8)),  # past the message, as bytes
+        Tensor("WIDE", "INT16", np.arange(6000, dtype=np.int16).reshape(2, -1)[:, ::2]),
         Tensor("LARGE", "INT64", np.arange(20_000, dtype=np.int64)),  # 160 KB: past the bytes path
         Tensor("TEXT", "BYTES", np.array([b"a", b"bc"], dtype=np.object_)),
         Tensor("EMPTY", "FP32", np.zeros((0, 4), dtype=np.float32)),
@@ -45,8 +47,27 @@ def test_placed_tensors_read_back_equal_as_views_and_copies() -> None:
             assert read.dtype == tensor.data.dtype and np.array_equal(read, tensor.data), tensor.name
             assert not read.flags.writeable, tensor.name  # a model must not write into a request
             assert placement[4] == -1 or not np.shares_memory(copied, read), tensor.name
+            # as a model process reads its inputs: its own array, which it may change in place
+            writable = shm.view(region, placement, writable=True)
+            assert writable.flags.writeable and np.array_equal(writable, tensor.data), tensor.name
+        # where each went: the small ones in the message as bytes (no room taken in the region)
+        inline = {p[0] for p in placements if isinstance(p[5], bytes)}
+        assert inline == {"SMALL", "STRIDED"}
+        assert [p[0] for p in placements if p[5] is None] == ["MIDDLING", "WIDE", "LARGE"]
+        assert shm.layout_size(tensors) == 5056 + 6016 + 160_000
     finally:
         region.unlink()
+
+
+def test_an_execution_of_small_tensors_needs_no_region() -> None:
+    tensors = [Tensor("A", "FP32", np.ones(4, np.float32)), Tensor("B", "INT64", np.arange(512))]
+    assert shm.layout_size(tensors) == 0
+    placements = shm.place(None, tensors)
+    assert [shm.view(None, p).tolist() for p in placements] == [[1.0] * 4, list(range(512))]
+    # a model changing its copy changes nothing that was sent
+    changed = shm.view(None, placements[1], writable=True)
+    changed[0] = 7
+    assert shm.view(None, placements[1])[0] == 0
 
 
 def test_regions_carry_the_creating_process_id() -> None:

@@ -410,7 +410,7 @@ def test_tensors_in_a_shared_arena_are_placed_by_reference_and_read_back() -> No
         lent = shm.Region.attach(arena.path, arena.size, private=True)
         large = np.ndarray((100, 200), np.float32, arena.buffer, 4096)  # 80 KB, in the arena
         large[:] = np.arange(20_000, dtype=np.float32).reshape(100, 200)
-        small = np.ndarray((4,), np.float32, arena.buffer, 0)  # copied as bytes: not looked for
+        small = np.ndarray((4,), np.float32, arena.buffer, 0)  # in the message as bytes: not looked for
         elsewhere = np.ones((100, 200), np.float32)
         tensors = [
             Tensor("LARGE", "FP32", large),
@@ -422,11 +422,12 @@ def test_tensors_in_a_shared_arena_are_placed_by_reference_and_read_back() -> No
         assert shared == [(7, 4096), None, None]
         assert shm.locate(spans, tensors[1:]) is None
         assert shm.locate(spans, [Tensor("T", "FP32", large.T)]) is None  # not contiguous: copied
-        assert shm.layout_size(tensors, shared) == 64 + 80_000  # only the other two take room
+        assert shm.layout_size(tensors, shared) == 80_000  # only the one of its own takes room
         region = shm.Region.create(shm.layout_size(tensors, shared))
         try:
             placements = shm.place(region, tensors, shared)
             assert placements[0][4:] == (4096, 7)
+            assert placements[1][4:] == (-1, small.tobytes())
             for placement, tensor in zip(placements, tensors, strict=True):
                 read = shm.view(region, placement, {7: lent})
                 np.testing.assert_array_equal(read, tensor.data)

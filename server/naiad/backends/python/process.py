@@ -978,7 +978,7 @@ class ProcessModelInstance:
         changed = False
         for placement in placements:
             name, where = placement[0], placement[5]
-            if where is None:
+            if type(where) is not int:  # (in its region, or in the message)
                 if name in aliased:
                     aliased.discard(name)
                     changed = True

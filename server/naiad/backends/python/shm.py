@@ -9,7 +9,12 @@ Only a process killed in the moment between creating a region and its peer mappi
 files are named after the process that created them, and :func:`remove_orphans` deletes those whose
 process is gone.
 
-BYTES tensors (numpy object arrays) have no flat layout and travel pickled in the message instead.
+BYTES tensors (numpy object arrays) have no flat layout and travel pickled in the message instead,
+and so do small tensors (up to :data:`INLINE` bytes), as their bytes: the few bytes most requests
+carry (a ranking model's features, a tokenizer's ids) cost less to pickle with the message than to lay
+out in a region and view there, on both sides of every execution (`benchmarks/scaling`: 2 us less of
+the engine's CPU per ``add_sub`` request in a model process, 30 -> 28 us); an execution whose tensors
+are all small needs no region at all.
 
 A large tensor that already lies in memory both processes map crosses with no copy at all: a frontend
 worker's request arena, which the engine lends its model processes (see
@@ -38,10 +43,11 @@ from naiad.core.request import Tensor
 Array = np.ndarray[Any, Any]
 
 #: Where one tensor is: ``(name, datatype, shape, dtype, offset, None)`` in a region,
-#: ``(name, datatype, shape, dtype, offset, key)`` in the shared arena ``key``, or
+#: ``(name, datatype, shape, dtype, offset, key)`` in the shared arena ``key``,
+#: ``(name, datatype, shape, dtype, -1, data)`` for a small one whose bytes travel in the message, or
 #: ``(name, datatype, shape, None, -1, array)`` for an array that travels in the message (BYTES,
 #: and empty arrays, which need no room).
-Placement = tuple[str, str, tuple[int, ...], Any, int, Array | int | None]
+Placement = tuple[str, str, tuple[int, ...], Any, int, Array | bytes | int | None]
 #: The shared arenas a process maps, by key: where each lies in its address space, ``(start, end)``.
 Spans = dict[int, tuple[int, int]]
 #: Where a tensor already lies in a shared arena, ``(key, offset)``; ``None`` when it does not.
@@ -192,8 +198,9 @@ def layout_size(tensors: Iterable[Tensor], shared: Sequence[Shared] | None = Non
     needed = 0
     for index, tensor in enumerate(tensors):
         array = tensor.data
-        if array.dtype.kind != "O" and (shared is None or shared[index] is None):
-            needed += (array.nbytes + _ALIGN - 1) & ~(_ALIGN - 1)
+        nbytes = array.nbytes
+        if nbytes > INLINE and array.dtype.kind != "O" and (shared is None or shared[index] is None):
+            needed += (nbytes + _ALIGN - 1) & ~(_ALIGN - 1)
     return needed
 
 
@@ -224,17 +231,21 @@ def locate(spans: Spans, tensors: Sequence[Tensor]) -> list[Shared] | None:
     return found
 
 
-#: Arrays up to this size are copied into a region as bytes: a slice assignment costs a fraction of
-#: making an array over the region and ``copyto`` (microseconds per tensor, per execution, for the
-#: small tensors most requests carry); a larger one is copied once, without the temporary bytes.
+#: Arrays past :data:`INLINE` and up to this size are copied into a region as bytes: a slice
+#: assignment costs a fraction of making an array over the region and ``copyto`` (a microsecond per
+#: tensor, per execution); a larger one is copied once, without the temporary bytes.
 _SMALL = 1 << 16
+#: Arrays up to this size travel in the message as their bytes (what a frontend worker's message
+#: carries inside it too, :data:`naiad.ipc.tensors.INLINE_MAX`), not in a region.
+INLINE = 4096
 
 
 def place(
     region: Region | None, tensors: Iterable[Tensor], shared: Sequence[Shared] | None = None
 ) -> list[Placement]:
     """Copy ``tensors`` into ``region`` (those ``shared`` locates in a shared arena are placed where
-    they lie, not copied); their placements, in order."""
+    they lie, not copied; small ones go as their bytes, in the placement); their placements, in
+    order."""
     placements: list[Placement] = []
     offset = 0
     for index, tensor in enumerate(tensors):
@@ -250,6 +261,9 @@ def place(
             # (a shallow copy: the message is pickled when it is sent, after later executions may
             # have run and changed an array their model keeps)
             placements.append((name, datatype, array.shape, None, -1, array.copy() if size else array))
+            continue
+        if size <= INLINE:
+            placements.append((name, datatype, array.shape, _portable(dtype), -1, array.tobytes()))
             continue
         assert region is not None
         if size <= _SMALL:
@@ -277,13 +291,16 @@ def view(
     writable: bool = False,
 ) -> Array:
     """The array a placement describes: a view of ``region`` or of the shared arena it names in
-    ``arenas`` (no copy), or the array it carries.  Read-only unless ``writable``: a model process's
-    inputs, which a model may change in place as in Triton, in its own region or in its copy-on-write
-    mapping of a shared arena (:class:`Written` undoes what it wrote there)."""
+    ``arenas`` (no copy), or the array or bytes it carries.  Read-only unless ``writable``: a model
+    process's inputs, which a model may change in place as in Triton, in its own region, in its
+    copy-on-write mapping of a shared arena (:class:`Written` undoes what it wrote there), or in a
+    copy of the bytes that came with the message."""
     _, _, shape, dtype, offset, inline = placement
     if inline is None:
         assert region is not None
         return np.ndarray(shape, dtype, region.buffer if writable else region.readonly, offset)
+    if isinstance(inline, bytes):
+        return np.frombuffer(bytearray(inline) if writable else inline, dtype).reshape(shape)
     if isinstance(inline, int):
         assert arenas is not None
         arena = arenas[inline]
@@ -353,10 +370,13 @@ class Written:
 
 def copy(region: Region | None, placement: Placement) -> Array:
     """The array a placement describes as an array of its own, writable: a copy out of ``region``
-    (which its writer reuses), or the array that came with the message (the reader's own already)."""
+    (which its writer reuses), or the array or bytes that came with the message (the reader's own
+    already)."""
     _, _, shape, dtype, offset, inline = placement
     if inline is not None:
         assert not isinstance(inline, int)  # (an array in a shared arena is never copied out)
+        if isinstance(inline, bytes):
+            return np.frombuffer(bytearray(inline), dtype).reshape(shape)
         return inline
     assert region is not None
     return np.ndarray(shape, dtype, region.buffer, offset).copy()
