@@ -110,3 +110,21 @@ def test_the_files_of_a_process_seen_to_end_are_orphans_whoever_has_its_id_now(t
     reused.write_bytes(b"x")
     assert shm.remove_orphans(str(tmp_path)) == []  # a running process's, as far as anyone can tell
     assert shm.remove_orphans(str(tmp_path), ended={os.getpid()}) == [str(reused)]
+
+
+def test_tensors_that_all_fit_in_the_message_are_placed_in_one_pass_as_place_would() -> None:
+    small = [
+        Tensor("A", "FP32", np.ones((2, 2), np.float32)),
+        Tensor("T", "BYTES", np.array([b"x"], dtype=np.object_)),
+        Tensor("E", "FP32", np.zeros((0, 3), np.float32)),
+        Tensor("B", "UINT8", np.arange(4096, dtype=np.uint8) % 251),  # the largest that fits
+    ]
+    placements = shm.in_message(small)
+    assert placements is not None
+    expected = shm.place(None, small)
+    for fast, general, tensor in zip(placements, expected, small, strict=True):
+        assert fast[:5] == general[:5]
+        assert np.array_equal(shm.view(None, fast), tensor.data)
+        assert np.array_equal(shm.view(None, general), tensor.data)
+    # one past the message: the general way, with a region
+    assert shm.in_message([*small, Tensor("C", "UINT8", np.zeros(4097, np.uint8))]) is None

@@ -532,17 +532,19 @@ class ProcessModelInstance:
             tensors = requests[0].inputs
         else:
             tensors = [t for request in requests for t in request.inputs]
-        arenas = self._runtime.arenas
-        shared = shm.locate(arenas.spans, tensors)
-        told = self._tell_arenas(child, shared) if shared is not None else None
-        needed = shm.layout_size(tensors, shared)
-        region = child.inputs.get(slot)
         fresh: shm.Region | None = None
-        if needed and (slot < 0 or region is None or needed > region.size):
-            fresh = region = shm.Region.create(needed)
-            if slot >= 0:
-                child.inputs[slot] = fresh
-        placements = shm.place(region, tensors, shared)
+        told = None
+        placements = shm.in_message(tensors)
+        if placements is None:
+            shared = shm.locate(self._runtime.arenas.spans, tensors)
+            told = self._tell_arenas(child, shared) if shared is not None else None
+            needed = shm.layout_size(tensors, shared)
+            region = child.inputs.get(slot)
+            if needed and (slot < 0 or region is None or needed > region.size):
+                fresh = region = shm.Region.create(needed)
+                if slot >= 0:
+                    child.inputs[slot] = fresh
+            placements = shm.place(region, tensors, shared)
         reserved: list[tuple[OutputMemory, list[int]]] | None = None
         destinations: list[dict[str, tuple[int, int, int]] | None] | None = None
         if self._reservable and not nested:

@@ -276,6 +276,25 @@ def place(
     return placements
 
 
+def in_message(tensors: Iterable[Tensor]) -> list[Placement] | None:
+    """The placements of ``tensors`` when every one travels in the message (most executions: a few
+    small tensors), made in one pass, with no region and no look for them in shared arenas; ``None``
+    when one does not (then :func:`locate`, :func:`layout_size` and :func:`place`)."""
+    placements: list[Placement] = []
+    for tensor in tensors:
+        array = tensor.data
+        dtype = array.dtype
+        size = array.nbytes
+        if size > INLINE:
+            return None
+        name, datatype = tensor.name, tensor.datatype
+        if dtype.kind == "O" or not size:  # (as ``place`` does)
+            placements.append((name, datatype, array.shape, None, -1, array.copy() if size else array))
+        else:
+            placements.append((name, datatype, array.shape, _portable(dtype), -1, array.tobytes()))
+    return placements
+
+
 @functools.cache
 def _portable(dtype: np.dtype[Any]) -> Any:
     """``dtype`` as its type string when that names it exactly (``'<f4'``: a few bytes to pickle

@@ -430,11 +430,15 @@ class _Outputs:
         that lies in a shared arena (``spans``: an input returned, or a view of one) is not copied,
         unless the model wrote there (the worker's memory does not have what it wrote).  An output
         the engine reserved a block for where its response goes (``destinations``, per request) is
-        written there, when it has that size, and goes back by reference too."""
+        written there, when it has that size, and goes back by reference too.  Outputs that all
+        travel in the message (a few small ones) need none of that, nor the region."""
         if len(results) == 1 and isinstance(results[0], InferResponse):  # most executions: one request
             tensors = results[0].outputs
         else:
             tensors = [t for result in results if isinstance(result, InferResponse) for t in result.outputs]
+        placements = None if arenas and any(destinations) else shm.in_message(tensors)
+        if placements is not None:
+            return ("results", None, None, _packed(results, placements))
         shared = shm.locate(spans, tensors)
         if shared is not None:
             for index, where in enumerate(shared):
@@ -449,19 +453,24 @@ class _Outputs:
         fresh = None
         if needed and (region is None or needed > region.size):
             fresh = region = self.region = shm.Region.create(needed)
-        placements = shm.place(region, tensors, shared)
-        packed: list[tuple[Any, ...]] = []
-        start = 0
-        for result in results:
-            if isinstance(result, InferResponse):
-                end = start + len(result.outputs)
-                packed.append(("ok", result.parameters, placements[start:end]))
-                start = end
-            else:
-                packed.append(("error", result.code.value, result.message, isinstance(result, ErrorResponse)))
+        packed = _packed(results, shm.place(region, tensors, shared))
         if fresh is None:
             return ("results", None, None, packed)
         return ("results", fresh.path, fresh.size, packed)
+
+
+def _packed(results: list[Any], placements: list[shm.Placement]) -> list[tuple[Any, ...]]:
+    """Each request's result as the engine reads it: its outputs' placements, or its error."""
+    packed: list[tuple[Any, ...]] = []
+    start = 0
+    for result in results:
+        if isinstance(result, InferResponse):
+            end = start + len(result.outputs)
+            packed.append(("ok", result.parameters, placements[start:end]))
+            start = end
+        else:
+            packed.append(("error", result.code.value, result.message, isinstance(result, ErrorResponse)))
+    return packed
 
 
 def _write_to_destinations(
