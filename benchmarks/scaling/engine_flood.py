@@ -31,6 +31,7 @@ included), and the event loop's thread's share is shown apart.
 
 usage: python benchmarks/scaling/engine_flood.py [--seconds 3] [--rounds 3] [--depth 64]
        [--model-processes [--model-cpu engine|flood]] [--instances 1] [--backend python|onnxruntime]
+       [--only add_sub]
 """
 
 from __future__ import annotations
@@ -304,6 +305,8 @@ async def _main(args: argparse.Namespace) -> None:
     flood_cpu, engine_cpu = (int(c) for c in args.cpus.split(","))
     os.sched_setaffinity(0, {engine_cpu})
     workloads = _workloads(args.backend)
+    if args.only:
+        workloads = {label: request for label, request in workloads.items() if label.startswith(args.only)}
     floods = [Flood(label, workloads, args.depth, flood_cpu) for label in workloads]
     pin_thresholds()  # as ``naiad serve`` does (see naiad.core.allocator)
     registry = ModelRegistry()
@@ -368,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         default="python",
         help="the models' backend: Python (the reference add_sub), or the same two as ONNX graphs",
     )
+    parser.add_argument("--only", default="", help="flood only the workloads whose label starts so")
     return run_between_uptimes(_main(parser.parse_args(argv)))
 
 
