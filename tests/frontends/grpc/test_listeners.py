@@ -1,0 +1,111 @@
+"""The gRPC frontend's listeners: ``LISTENERS`` grpc.aio servers share the port inside the server (and
+inside each frontend worker), every connection is answered whichever takes it, and the port is still
+the server's alone unless ``--reuse-grpc-port`` says otherwise."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from naiad.frontends.grpc.server import LISTENERS
+
+from tests.support.server import ServerProcess, free_port
+
+
+def _listening(port: int, pids: list[int]) -> int:
+    """Listening TCP sockets on ``port`` held by the processes ``pids`` (``/proc/net/tcp{,6}``)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                    inodes.add(fields[9])
+    held = 0
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                held += 1
+    return held
+
+
+def _workers(server: ServerProcess) -> list[int]:
+    assert server.process is not None
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
+    return [int(pid) for pid in children if b"naiad.workers" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def _add_sub(url: str) -> np.ndarray:
+    with grpcclient.InferenceServerClient(url) as client:
+        inputs = [grpcclient.InferInput(name, [4], "FP32") for name in ("INPUT0", "INPUT1")]
+        inputs[0].set_data_from_numpy(np.arange(4, dtype=np.float32))
+        inputs[1].set_data_from_numpy(np.ones(4, dtype=np.float32))
+        output = client.infer("add_sub", inputs).as_numpy("OUTPUT0")
+    assert output is not None
+    return output
+
+
+@pytest.fixture
+def taken() -> Iterator[socket.socket]:
+    """A port something else listens on (without ``SO_REUSEPORT``)."""
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    with holder:
+        yield holder
+
+
+def test_the_servers_share_the_port_and_every_connection_is_answered(
+    grpc_server: ServerProcess,
+) -> None:
+    assert grpc_server.process is not None
+    processes = _workers(grpc_server) if grpc_server.frontend_workers else [grpc_server.process.pid]
+    assert len(processes) == max(1, grpc_server.frontend_workers)
+    assert _listening(grpc_server.grpc_port, processes) == LISTENERS * len(processes)
+    # a new connection each: the kernel spreads them over the listeners, and each one answers
+    for _ in range(4 * LISTENERS):
+        assert _add_sub(grpc_server.grpc_url).tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_port_something_else_listens_on_is_refused(grpc_repository: Path, taken: socket.socket) -> None:
+    port = taken.getsockname()[1]
+    command = [
+        sys.executable, "-m", "naiad", "serve", f"--model-repository={grpc_repository}",
+        f"--http-port={free_port()}", f"--metrics-port={free_port()}", f"--grpc-port={port}",
+        "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    message = f"gRPC frontend cannot listen on 127.0.0.1:{port}: address already in use"
+    assert message in done.stderr + done.stdout
+    # and the port's owner still gets its connections: nothing of the server's was left beside it
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        accepted, _ = taken.accept()
+        accepted.close()
+
+
+def test_with_reuse_grpc_port_the_server_shares_a_port_as_asked(grpc_repository: Path) -> None:
+    port = free_port()
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    holder.bind(("127.0.0.1", port))
+    holder.listen()
+    with holder:
+        server = ServerProcess([grpc_repository], ["--reuse-grpc-port=true"])
+        server.grpc_port = port
+        with server:
+            assert server.process is not None
+            assert _listening(port, [server.process.pid]) == LISTENERS
