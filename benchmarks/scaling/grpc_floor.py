@@ -12,7 +12,10 @@ grpc core's EventEngine experiments off (as ``naiad`` sets them), h2load on core
   awaiting them back through the loop, as a worker's call waits for the engine (a loop turn's writes
   in one system call, as the worker's channel sends them);
 - **sync, 4 threads** and **sync, 16 threads, round trip**: ``grpc.server`` with a thread pool, the
-  round trip made from the handler's thread (a reader thread wakes it).
+  round trip made from the handler's thread (a reader thread wakes it);
+- **aio, 4 servers on the port**, with and without the round trip: four ``grpc.aio`` servers sharing the
+  port in the one process, as Naiad's gRPC frontend runs (``naiad.frontends.grpc.server.LISTENERS``): a
+  grpc.aio server admits one call per wake-up of the loop, four admit several.
 
 Medians of ``--rounds``, interleaved.
 
@@ -104,14 +107,17 @@ async def main():
             await future
         return ANSWER
 
-    server = grpc.aio.server()
-    handlers = {"ModelInfer": grpc.unary_unary_rpc_method_handler(infer)}
-    service = grpc.method_handlers_generic_handler("inference.GRPCInferenceService", handlers)
-    server.add_generic_rpc_handlers((service,))
-    server.add_insecure_port(f"127.0.0.1:{sys.argv[1]}")
-    await server.start()
+    servers = []
+    for _ in range(int(sys.argv[3])):  # on one port (grpc sets SO_REUSEPORT by default)
+        server = grpc.aio.server()
+        handlers = {"ModelInfer": grpc.unary_unary_rpc_method_handler(infer)}
+        service = grpc.method_handlers_generic_handler("inference.GRPCInferenceService", handlers)
+        server.add_generic_rpc_handlers((service,))
+        server.add_insecure_port(f"127.0.0.1:{sys.argv[1]}")
+        await server.start()
+        servers.append(server)
     print("ready", flush=True)
-    await server.wait_for_termination()
+    await servers[0].wait_for_termination()
 
 uvloop.run(main())
 """
@@ -165,8 +171,10 @@ server.wait_for_termination()
 
 #: (label, server source, its arguments after the port).
 SERVERS = [
-    ("aio", AIO, ["plain"]),
-    ("aio, round trip", AIO, ["round-trip"]),
+    ("aio", AIO, ["plain", "1"]),
+    ("aio, round trip", AIO, ["round-trip", "1"]),
+    ("aio, 4 servers on the port", AIO, ["plain", "4"]),
+    ("aio, 4 servers on the port, round trip", AIO, ["round-trip", "4"]),
     ("sync, 4 threads", SYNC, ["plain", "4"]),
     ("sync, 16 threads, round trip", SYNC, ["round-trip", "16"]),
 ]
