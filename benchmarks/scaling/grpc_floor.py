@@ -13,9 +13,9 @@ grpc core's EventEngine experiments off (as ``naiad`` sets them), h2load on core
   in one system call, as the worker's channel sends them);
 - **sync, 4 threads** and **sync, 16 threads, round trip**: ``grpc.server`` with a thread pool, the
   round trip made from the handler's thread (a reader thread wakes it);
-- **aio, 4 servers on the port**, with and without the round trip: four ``grpc.aio`` servers sharing the
-  port in the one process, as Naiad's gRPC frontend runs (``naiad.frontends.grpc.server.LISTENERS``): a
-  grpc.aio server admits one call per wake-up of the loop, four admit several.
+- **aio, N servers on the port**, with and without the round trip: as many ``grpc.aio`` servers sharing
+  the port in the one process as Naiad's gRPC frontend runs (``naiad.frontends.grpc.server.LISTENERS``):
+  a grpc.aio server admits one call per wake-up of the loop, several admit several.
 
 Medians of ``--rounds``, interleaved.
 
@@ -33,6 +33,8 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from naiad.frontends.grpc.server import LISTENERS
 
 from benchmarks.common.references import ROOT, free_port
 from benchmarks.grpc_infer.run import grpc_body
@@ -173,8 +175,8 @@ server.wait_for_termination()
 SERVERS = [
     ("aio", AIO, ["plain", "1"]),
     ("aio, round trip", AIO, ["round-trip", "1"]),
-    ("aio, 4 servers on the port", AIO, ["plain", "4"]),
-    ("aio, 4 servers on the port, round trip", AIO, ["round-trip", "4"]),
+    (f"aio, {LISTENERS} servers on the port", AIO, ["plain", str(LISTENERS)]),
+    (f"aio, {LISTENERS} servers on the port, round trip", AIO, ["round-trip", str(LISTENERS)]),
     ("sync, 4 threads", SYNC, ["plain", "4"]),
     ("sync, 16 threads, round trip", SYNC, ["round-trip", "16"]),
 ]
