@@ -19,7 +19,6 @@ listens on it is checked first, by binding it without ``SO_REUSEPORT``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import socket
@@ -157,14 +156,16 @@ def _check_free(address: str) -> None:
     host = host.removeprefix("[").removesuffix("]")
     if int(port) == 0:
         return
-    for family, kind, protocol, _, where in socket.getaddrinfo(
-        host or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    ):
+    try:
+        found = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as error:  # (a name that does not resolve: grpc could not bind it either)
+        raise RuntimeError(str(error)) from error
+    for family, kind, protocol, _, where in found:
         try:
             probe = socket.socket(family, kind, protocol)
         except OSError:  # (a family this host lacks, e.g. IPv6 turned off: grpc skips it too)
             continue
-        with contextlib.closing(probe):
+        with probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as grpc binds: TIME_WAIT is free)
             if family == socket.AF_INET6:
                 probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
