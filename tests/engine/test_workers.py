@@ -25,6 +25,7 @@ from tests.backends.onnxruntime.models import tensor_info
 from tests.backends.onnxruntime.models import write_model as write_onnx_model
 from tests.scheduling.models import wait_for
 from tests.support.models import write_model
+from tests.support.processes import sockets_of
 from tests.support.server import EXAMPLES, ServerProcess
 
 SLEEP_PY = """
@@ -148,13 +149,8 @@ def serving_worker(server: ServerProcess, connection: http.client.HTTPConnection
         if int(local.split(":")[1], 16) == server.http_port and int(remote.split(":")[1], 16) == client_port:
             inodes.add(fields[9])
     for pid in workers(server):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:[") and target[8:-1] in inodes:
-                return pid
+        if inodes & sockets_of(pid):
+            return pid
     raise AssertionError(f"no worker holds the connection from port {client_port}")
 
 

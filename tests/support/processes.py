@@ -20,3 +20,21 @@ def descendants(pid: int) -> list[int]:
         except OSError:
             continue
     return found[1:]
+
+
+def sockets_of(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds open (as ``/proc/net/tcp`` names them); none
+    once it ended."""
+    held = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return held
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            held.add(target[8:-1])
+    return held

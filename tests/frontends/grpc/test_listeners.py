@@ -4,7 +4,6 @@ the server's alone unless ``--reuse-grpc-port`` says otherwise."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -16,6 +15,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from naiad.frontends.grpc.server import LISTENERS
 
+from tests.engine.test_workers import workers
+from tests.support.processes import sockets_of
 from tests.support.server import ServerProcess, free_port
 
 
@@ -23,28 +24,11 @@ def _listening(port: int, pids: list[int]) -> int:
     """Listening TCP sockets on ``port`` held by the processes ``pids`` (``/proc/net/tcp{,6}``)."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as lines:
-            next(lines)
-            for line in lines:
-                fields = line.split()
-                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
-                    inodes.add(fields[9])
-    held = 0
-    for pid in pids:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:[") and target[8:-1] in inodes:
-                held += 1
-    return held
-
-
-def _workers(server: ServerProcess) -> list[int]:
-    assert server.process is not None
-    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
-    return [int(pid) for pid in children if b"naiad.workers" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                inodes.add(fields[9])
+    return sum(len(inodes & sockets_of(pid)) for pid in pids)
 
 
 def _add_sub(url: str) -> np.ndarray:
@@ -72,7 +56,7 @@ def test_the_servers_share_the_port_and_every_connection_is_answered(
     grpc_server: ServerProcess,
 ) -> None:
     assert grpc_server.process is not None
-    processes = _workers(grpc_server) if grpc_server.frontend_workers else [grpc_server.process.pid]
+    processes = workers(grpc_server) if grpc_server.frontend_workers else [grpc_server.process.pid]
     assert len(processes) == max(1, grpc_server.frontend_workers)
     assert _listening(grpc_server.grpc_port, processes) == LISTENERS * len(processes)
     # a new connection each: the kernel spreads them over the listeners, and each one answers
