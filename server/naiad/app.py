@@ -30,6 +30,7 @@ from naiad.engine.workers import FrontendWorkers
 from naiad.frontends.access.keyring import Keyring
 from naiad.frontends.listeners import Listeners, uvicorn_server
 from naiad.frontends.metrics import MetricsEndpoint
+from naiad.frontends.ports import check_free
 from naiad.metrics.registry import ServerMetrics
 from naiad.repository.manager import ModelRepository, RepositoryUnavailable
 from naiad.repository.peers import Peers
@@ -120,24 +121,28 @@ async def serve(settings: ServerSettings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    if not await listeners.start():
+    started = await listeners.start()
+    if started and workers is not None:
+        started = _client_ports_free(settings)
+    if not started:  # (a port taken: said in the log; what did start stops below, exit status 1)
         stop.set()
-    if workers is not None:
-        await workers.start()
-        log.info("serving through %d frontend workers", settings.frontend_workers)
-    log.info(
-        "serving HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
-        settings.http_address,
-        settings.http_port,
-        settings.grpc_address,
-        settings.grpc_port,
-        settings.metrics_address,
-        settings.metrics_port,
-    )
+    else:
+        if workers is not None:
+            await workers.start()
+            log.info("serving through %d frontend workers", settings.frontend_workers)
+        log.info(
+            "serving HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
+            settings.http_address,
+            settings.http_port,
+            settings.grpc_address,
+            settings.grpc_port,
+            settings.metrics_address,
+            settings.metrics_port,
+        )
     loader = asyncio.create_task(repository.start())
     waiter = asyncio.create_task(stop.wait())
     await asyncio.wait({loader, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    status = 0
+    status = 0 if started else 1
     if loader.done() and isinstance(loader.exception(), RepositoryUnavailable):
         log.error("%s", loader.exception())
         status = 1
@@ -170,6 +175,26 @@ async def serve(settings: ServerSettings) -> int:
         metrics.stop()
     log.info("stopped")
     return status
+
+
+def _client_ports_free(settings: ServerSettings) -> bool:
+    """Whether the ports frontend workers will share (``SO_REUSEPORT``) are free of other listeners,
+    checked once here: a worker that found its port taken would fail after it started, and be
+    started again, for ever; the server says so and exits instead, as Triton does."""
+    ports = []
+    if settings.allow_http:
+        ports.append(("HTTP", settings.http_address, settings.http_port))
+    if settings.allow_grpc and not settings.reuse_grpc_port:
+        ports.append(("gRPC", settings.grpc_address, settings.grpc_port))
+    if settings.openai_port is not None:
+        ports.append(("OpenAI", settings.openai_address, settings.openai_port))
+    for name, host, port in ports:
+        try:
+            check_free(host, port)
+        except RuntimeError as error:
+            log.error("%s frontend cannot listen on %s:%d: %s", name, host, port, error)
+            return False
+    return True
 
 
 def _metrics_only(settings: ServerSettings) -> ServerSettings:

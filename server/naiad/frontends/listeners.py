@@ -73,6 +73,14 @@ def uvicorn_server(
     return UvicornServer(config)
 
 
+async def _serve(server: UvicornServer, sockets: list[socket.socket] | None) -> None:
+    """``server.serve``, ending (the task done) rather than raising ``SystemExit`` when it cannot start:
+    uvicorn exits that way on a port taken, which would leave the event loop at once, past the
+    server's shutdown (the gRPC servers then freed on a closed loop)."""
+    with contextlib.suppress(SystemExit):
+        await server.serve(sockets=sockets)
+
+
 def _shared_socket(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` that other workers may bind too (``SO_REUSEPORT``)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -142,16 +150,20 @@ class Listeners:
         self._servers.append((server, "", 0))
 
     async def start(self) -> bool:
-        """Start listening; ``False`` when a listener could not (its port taken)."""
+        """Start listening; ``False`` when a listener could not (its port taken), said in the log."""
         try:
             for server, host, port in self._servers:
                 sockets = [_shared_socket(host, port)] if self._reuse_port and host else None
-                self._tasks.append(asyncio.create_task(server.serve(sockets=sockets)))
+                self._tasks.append(asyncio.create_task(_serve(server, sockets)))
         except OSError as error:
             log.error("a frontend failed to start: %s", error)
             return False
         if self._grpc is not None:
-            await self._grpc.start()
+            try:
+                await self._grpc.start()
+            except RuntimeError as error:  # (its port taken: the caller stops what did start)
+                log.error("%s", error)
+                return False
         if self._keyring is not None:
             self._watch = asyncio.create_task(self._keyring.watch())
         for (server, _, _), task in zip(self._servers, self._tasks, strict=True):
@@ -163,7 +175,8 @@ class Listeners:
         return True
 
     async def stop(self, grace: float) -> None:
-        """Stop accepting; let calls in flight finish within ``grace`` seconds."""
+        """Stop accepting; let calls in flight finish within ``grace`` seconds (also after a failed
+        ``start``: what started stops)."""
         if self._watch is not None:
             self._watch.cancel()
         for server, _, _ in self._servers:

@@ -92,7 +92,8 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if not await listeners.start():
+    if not await listeners.start():  # (said in the log)
+        await listeners.stop(0)
         return 1
     link.send(Serving())
     lost = asyncio.create_task(link.lost.wait())

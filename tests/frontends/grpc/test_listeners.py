@@ -1,17 +1,13 @@
 """The gRPC frontend's listeners: ``LISTENERS`` grpc.aio servers share the port inside the server (and
-inside each frontend worker), every connection is answered whichever takes it, and the port is still
-the server's alone unless ``--reuse-grpc-port`` says otherwise."""
+inside each frontend worker), every connection is answered whichever takes it, and another listener
+shares the port only when ``--reuse-grpc-port`` says so (a port taken otherwise: tests/frontends/test_ports.py)."""
 
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
 from naiad.frontends.grpc.server import LISTENERS
 
@@ -41,17 +37,6 @@ def _add_sub(url: str) -> np.ndarray:
     return output
 
 
-@pytest.fixture
-def taken() -> Iterator[socket.socket]:
-    """A port something else listens on (without ``SO_REUSEPORT``)."""
-    holder = socket.socket()
-    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    holder.bind(("127.0.0.1", 0))
-    holder.listen()
-    with holder:
-        yield holder
-
-
 def test_the_servers_share_the_port_and_every_connection_is_answered(
     grpc_server: ServerProcess,
 ) -> None:
@@ -62,23 +47,6 @@ def test_the_servers_share_the_port_and_every_connection_is_answered(
     # a new connection each: the kernel spreads them over the listeners, and each one answers
     for _ in range(2 * LISTENERS):
         assert _add_sub(grpc_server.grpc_url).tolist() == [1.0, 2.0, 3.0, 4.0]
-
-
-def test_a_port_something_else_listens_on_is_refused(grpc_repository: Path, taken: socket.socket) -> None:
-    port = taken.getsockname()[1]
-    command = [
-        sys.executable, "-m", "naiad", "serve", f"--model-repository={grpc_repository}",
-        f"--http-port={free_port()}", f"--metrics-port={free_port()}", f"--grpc-port={port}",
-        "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0
-    message = f"gRPC frontend cannot listen on 127.0.0.1:{port}: address already in use"
-    assert message in done.stderr + done.stdout
-    # and the port's owner still gets its connections: nothing of the server's was left beside it
-    with socket.create_connection(("127.0.0.1", port), timeout=5):
-        accepted, _ = taken.accept()
-        accepted.close()
 
 
 def test_with_reuse_grpc_port_the_server_shares_a_port_as_asked(grpc_repository: Path) -> None:

@@ -13,15 +13,13 @@ in fewer writes.  Bare servers answering fixed bytes on one core, 16 connections
 1, 2, 4 servers 12,620, 14,105, 16,089 calls/s; with a round trip to another process per call, as a
 frontend worker's or a model process's, 10,039, 13,169, 14,396 (1.0, 1.8, 2.7 calls per write), and 4,
 8, 16 servers 15,798, 17,854, 18,699.  Since the servers must share the port, whether anything else
-listens on it is checked first, by binding it without ``SO_REUSEPORT``.
+listens on it is checked first (:func:`naiad.frontends.ports.check_free`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import socket
 from typing import Any
 
 import grpc
@@ -35,6 +33,7 @@ from naiad.frontends.grpc.access import HEADER_PREFIX, AccessInterceptor
 from naiad.frontends.grpc.health import HealthServicer, health_handler
 from naiad.frontends.grpc.relay import GrpcRelay
 from naiad.frontends.grpc.servicer import COMPRESSION, InferenceServicer, rpc_handler
+from naiad.frontends.ports import check_free
 from naiad.frontends.tls import TlsFiles, tls_files
 from naiad.settings import ServerSettings
 
@@ -127,7 +126,8 @@ class GrpcFrontend:
     async def start(self) -> None:
         try:
             if len(self._servers) > 1 and not self._shared:
-                _check_free(self.address)
+                host, _, port = self.address.rpartition(":")
+                check_free(host, int(port))
             address = self.address
             for server in self._servers:
                 if self._tls is None:
@@ -147,34 +147,6 @@ class GrpcFrontend:
         await asyncio.gather(*(server.stop(grace_seconds) for server in self._servers))
         if self._relay is not None:
             await self._relay.close()
-
-
-def _check_free(address: str) -> None:
-    """Raise ``RuntimeError`` when something listens on ``address``'s port already: binding it without
-    ``SO_REUSEPORT`` fails then, whatever the listener's flags (a port 0 is always free)."""
-    host, _, port = address.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if int(port) == 0:
-        return
-    try:
-        found = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as error:  # (a name that does not resolve: grpc could not bind it either)
-        raise RuntimeError(str(error)) from error
-    for family, kind, protocol, _, where in found:
-        try:
-            probe = socket.socket(family, kind, protocol)
-        except OSError:  # (a family this host lacks, e.g. IPv6 turned off: grpc skips it too)
-            continue
-        with probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as grpc binds: TIME_WAIT is free)
-            if family == socket.AF_INET6:
-                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            try:
-                probe.bind(where)
-            except OSError as error:
-                if error.errno == errno.EADDRINUSE:
-                    raise RuntimeError("address already in use") from error
-                raise RuntimeError(str(error)) from error
 
 
 def _credentials(files: TlsFiles) -> grpc.ServerCredentials:
