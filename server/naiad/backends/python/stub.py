@@ -436,7 +436,7 @@ class _Outputs:
             tensors = results[0].outputs
         else:
             tensors = [t for result in results if isinstance(result, InferResponse) for t in result.outputs]
-        placements = None if arenas and any(destinations) else shm.in_message(tensors)
+        placements = shm.in_message(tensors)  # (no block is reserved for an output this small)
         if placements is not None:
             return ("results", None, None, _packed(results, placements))
         shared = shm.locate(spans, tensors)
