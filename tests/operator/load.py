@@ -191,6 +191,15 @@ class Load:
 
     def _client(self, name: str, send: Callable[[dict[str, Any], Endpoint, float], int]) -> None:
         clients: dict[str, Any] = {}
+        try:
+            self._send_until_stopped(name, send, clients)
+        finally:  # (a client left to the collector warns of its open socket wherever that runs)
+            for client in clients.values():
+                client.close()
+
+    def _send_until_stopped(
+        self, name: str, send: Callable[[dict[str, Any], Endpoint, float], int], clients: dict[str, Any]
+    ) -> None:
         n = 0
         while not self._stop.is_set():
             endpoints = self.endpoints
@@ -209,7 +218,9 @@ class Load:
                 self._record(
                     Answer(name, endpoint.pod, sent, time.monotonic(), None, f"{type(exc).__name__}: {exc}")
                 )
-                clients.pop(endpoint.pod, None)
+                dropped = clients.pop(endpoint.pod, None)
+                if dropped is not None:
+                    dropped.close()
             self._stop.wait(self.pause)
 
     def _record(self, answer: Answer) -> None:

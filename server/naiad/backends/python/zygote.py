@@ -265,7 +265,12 @@ def _child(
 
 
 def _reap(statuses: dict[int, int]) -> None:
-    """Write the exit status of each ended child to its pipe, and close it."""
+    """Write the exit status of each ended child to its pipe, and close it.
+
+    A pipe no one reads any more is passed over: the engine went away (killed), and a model process
+    that saw it go and left may be reaped here before the control socket's end is read.  Raising
+    there would end this process without :func:`_leave`, leaving the engine's files in ``/dev/shm``.
+    """
     while statuses:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -277,6 +282,8 @@ def _reap(statuses: dict[int, int]) -> None:
         if status_w is not None:
             try:
                 os.write(status_w, _STATUS.pack(os.waitstatus_to_exitcode(status)))
+            except BrokenPipeError:
+                pass
             finally:
                 os.close(status_w)
 
