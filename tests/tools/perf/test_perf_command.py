@@ -33,9 +33,14 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def _successes(server: ServerProcess, model: str) -> int:
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        stats = client.get_inference_statistics(model)["model_stats"][0]["inference_stats"]
+    return int(stats["success"]["count"])
+
+
 def test_http_concurrency_range_report_and_csv(example_server: ServerProcess, tmp_path: Path) -> None:
-    client = httpclient.InferenceServerClient(example_server.http_url)
-    before = client.get_inference_statistics("add_sub")["model_stats"][0]["inference_stats"]["success"]["count"]
+    before = _successes(example_server, "add_sub")
     out = tmp_path / "results.csv"
     done = perf("-m", "add_sub", "-u", example_server.http_url, "--concurrency-range", "1:3:2", "-f", str(out), *FAST)
     assert done.returncode == 0, done.stderr + done.stdout
@@ -49,7 +54,7 @@ def test_http_concurrency_range_report_and_csv(example_server: ServerProcess, tm
     rows = _rows(out)
     assert sorted(int(r["Concurrency"]) for r in rows) == [1, 3]
     assert all(float(r["Inferences/Second"]) > 0 and int(r["p99 latency"]) >= int(r["p50 latency"]) > 0 for r in rows)
-    after = client.get_inference_statistics("add_sub")["model_stats"][0]["inference_stats"]["success"]["count"]
+    after = _successes(example_server, "add_sub")
     counted = sum(int(line.split(":")[1]) for line in text.splitlines() if line.startswith("    Request count:"))
     assert after - before >= counted > 0  # the server saw at least every request the client counted
 
@@ -67,7 +72,8 @@ def test_grpc_shared_memory_shape_verbose_csv(tool_server: ServerProcess, tmp_pa
     [row] = _rows(out)
     assert float(row["Inferences/Second"]) > 0
     # the regions were unregistered at the end
-    status = httpclient.InferenceServerClient(tool_server.http_url).get_system_shared_memory_status()
+    with httpclient.InferenceServerClient(tool_server.http_url) as client:
+        status = client.get_system_shared_memory_status()
     assert not [r for r in status if str(r.get("name", "")).startswith("naiad_perf_")]
 
 
