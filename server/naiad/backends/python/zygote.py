@@ -264,12 +264,14 @@ def _child(
         os._exit(code)
 
 
-def _reap(statuses: dict[int, int]) -> None:
+def _reap(statuses: dict[int, int], unreported: set[int]) -> None:
     """Write the exit status of each ended child to its pipe, and close it.
 
-    A pipe no one reads any more is passed over: the engine went away (killed), and a model process
-    that saw it go and left may be reaped here before the control socket's end is read.  Raising
-    there would end this process without :func:`_leave`, leaving the engine's files in ``/dev/shm``.
+    A pipe no one reads any more is passed over, its process kept in ``unreported``: the engine went
+    away (killed), and a model process that saw it go and left may be reaped here before the control
+    socket's end is read.  Raising there would end this process without :func:`_leave`, leaving the
+    engine's files in ``/dev/shm``; and :func:`_leave` removes that process's files too, whatever
+    runs under its ID by then.
     """
     while statuses:
         try:
@@ -283,7 +285,7 @@ def _reap(statuses: dict[int, int]) -> None:
             try:
                 os.write(status_w, _STATUS.pack(os.waitstatus_to_exitcode(status)))
             except BrokenPipeError:
-                pass
+                unreported.add(pid)
             finally:
                 os.close(status_w)
 
@@ -297,13 +299,15 @@ def serve(control_fd: int) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the group: the engine decides
     statuses: dict[int, int] = {}
+    #: Model processes reaped after the engine stopped reading their status (see ``_reap``).
+    unreported: set[int] = set()
     engine = os.getppid()
     _settle()
     while True:
         readable, _, _ = select.select([control, wake_r], [], [])
         if wake_r in readable:
             os.read(wake_r, 512)
-            _reap(statuses)
+            _reap(statuses, unreported)
         if control not in readable:
             continue
         try:
@@ -316,7 +320,7 @@ def serve(control_fd: int) -> int:
         if len(header) < 4 or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
-            _leave(statuses, engine)
+            _leave(statuses, engine, unreported)
             return 0
         (size,) = struct.unpack("I", header)
         argv, env = pickle.loads(_read_exactly(control, size))
@@ -329,7 +333,7 @@ def serve(control_fd: int) -> int:
         control.sendall(_STATUS.pack(pid))
 
 
-def _leave(statuses: dict[int, int], engine: int) -> None:
+def _leave(statuses: dict[int, int], engine: int, unreported: set[int]) -> None:
     """The engine went away (killed, even with SIGKILL, or exiting): stop every model process left
     and, once the engine has exited, remove the shared-memory files that it and they no longer can
     (an execution that was running holds its input region's file until its answer, which will never
@@ -345,7 +349,8 @@ def _leave(statuses: dict[int, int], engine: int) -> None:
     while os.getppid() == engine and time.monotonic() < deadline:
         time.sleep(0.01)
     exited = os.getppid() != engine  # (not after 10 s: the engine then lives, its files are its own)
-    shm.remove_orphans(ended={engine, *statuses} if exited else set(statuses))
+    ended = {*statuses, *unreported}
+    shm.remove_orphans(ended={engine, *ended} if exited else ended)
 
 
 def _stop(statuses: dict[int, int]) -> None:
