@@ -148,8 +148,12 @@ def test_the_next_request_reaches_the_model_process_while_the_execution_before_i
 
 def test_each_of_two_instances_gets_the_next_execution_while_its_own_runs(server: ServerProcess) -> None:
     # the least busy instance takes each execution: the first two run at once, one in each process,
-    # and the next two are each sent ahead to the process of one of them while it still runs
-    answers = _burst(server, [WAIT, WAIT, ANSWER, ANSWER], "ahead_pair")
+    # and the next two are each sent ahead to the process of one of them while it still runs.  (SLOW:
+    # each of the first two holds its instance 0.2 s after the next execution reached it, so the fourth
+    # request finds the first instance still holding two however late the client sends it; with WAIT
+    # the first one ended as soon as the third arrived, and a fourth sent a moment later under load
+    # went to that instance, then idle, leaving the second one waiting for nothing)
+    answers = _burst(server, [SLOW, SLOW, ANSWER, ANSWER], "ahead_pair")
     assert [_seen(answer) for answer in answers] == [1, 1, 0, 0]
 
 
