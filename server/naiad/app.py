@@ -139,21 +139,23 @@ async def serve(settings: ServerSettings) -> int:
             settings.metrics_address,
             settings.metrics_port,
         )
-    loader = asyncio.create_task(repository.start())
-    waiter = asyncio.create_task(stop.wait())
-    await asyncio.wait({loader, waiter}, return_when=asyncio.FIRST_COMPLETED)
     status = 0 if started else 1
-    if loader.done() and isinstance(loader.exception(), RepositoryUnavailable):
-        log.error("%s", loader.exception())
-        status = 1
-        stop.set()
-    elif loader.done():
-        loader.result()
-        dataplane.started = True
-        # What is loaded by now lives as long as the server: keep it out of the collector's full
-        # passes, whose pauses over the whole heap (tens of ms) made the p99 of small models.
-        gc.freeze()
-        log.info("models loaded; ready=%s", dataplane.ready())
+    # (nothing is loaded for a server that could not listen: it exits at once)
+    loader = asyncio.create_task(repository.start()) if started else None
+    if loader is not None:
+        waiter = asyncio.create_task(stop.wait())
+        await asyncio.wait({loader, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if loader.done() and isinstance(loader.exception(), RepositoryUnavailable):
+            log.error("%s", loader.exception())
+            status = 1
+            stop.set()
+        elif loader.done():
+            loader.result()
+            dataplane.started = True
+            # What is loaded by now lives as long as the server: keep it out of the collector's full
+            # passes, whose pauses over the whole heap (tens of ms) made the p99 of small models.
+            gc.freeze()
+            log.info("models loaded; ready=%s", dataplane.ready())
     await stop.wait()
 
     deadline = time.monotonic() + settings.exit_timeout_secs
@@ -164,7 +166,7 @@ async def serve(settings: ServerSettings) -> int:
     dataplane.exiting = True
     await listeners.stop(max(0.0, deadline - time.monotonic()))
     await dataplane.drain(max(0.0, deadline - time.monotonic()))
-    if not loader.done():
+    if loader is not None and not loader.done():
         loader.cancel()
         await asyncio.gather(loader, return_exceptions=True)
     await repository.close()

@@ -77,6 +77,10 @@ def test_the_server_exits_with_one_line_when_a_client_port_is_taken(
         assert in_use in output and "a frontend failed to start" in output
     assert "Traceback" not in output
     assert "starting it again" not in output  # no worker started to find its port taken
+    # nothing was loaded for a server that could not listen: no model process, no template (a load
+    # still running at the exit once made the backends change while they were closed, a traceback)
+    assert "successfully loaded" not in output
+    assert children == set()
     deadline = time.monotonic() + 10  # (model processes leave once the engine's socket closed)
     while any(alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -10,11 +10,13 @@ repository, so the root fills ``bls`` and ``in_flight`` in once it has made it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from naiad.backends import registry
 from naiad.backends.base import Backend
+from naiad.core.errors import UnavailableError
 from naiad.ipc.arena import SharedArenas
 
 if TYPE_CHECKING:
@@ -39,12 +41,24 @@ class Runtime:
         #: The frontend workers' request arenas, lent to model processes (none without workers).
         self.arenas = SharedArenas()
         self._backends: dict[str, Backend] = {}
+        #: Models load on the repository's threads, several at once: one of each backend is made,
+        #: and none once the runtime closed.
+        self._lock = threading.Lock()
+        self._closed = False
 
     def backend(self, name: str) -> Backend:
-        """The backend called ``name``; UNAVAILABLE with the reason when it cannot be used here."""
+        """The backend called ``name``; UNAVAILABLE with the reason when it cannot be used here, or
+        once the runtime closed (a load still running when the server stopped fails then, rather
+        than start what nothing would stop: the Python backend's template)."""
         backend = self._backends.get(name)
-        if backend is None:
-            backend = self._backends[name] = registry.create(name, self)
+        if backend is not None and not self._closed:
+            return backend
+        with self._lock:
+            if self._closed:
+                raise UnavailableError("the server is stopping")
+            backend = self._backends.get(name)
+            if backend is None:
+                backend = self._backends[name] = registry.create(name, self)
         return backend
 
     def loaded_backend(self, name: str) -> Backend | None:
@@ -54,7 +68,10 @@ class Runtime:
     def close(self) -> None:
         """Release what backends hold beyond their models (the Python backend's model process
         template), once the repository closed every model."""
-        for backend in self._backends.values():
+        with self._lock:
+            self._closed = True
+            backends = list(self._backends.values())
+        for backend in backends:
             if isinstance(backend, _Closes):
                 backend.close()
 
