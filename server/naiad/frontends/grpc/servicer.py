@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
@@ -58,7 +58,12 @@ _REPOSITORY_NAME = "'repository_name' specification is not supported"
 _Answer = TypeVar("_Answer", pb.ModelReadyResponse, pb.ModelMetadataResponse, pb.ModelConfigResponse)
 
 #: One request of a stream: the messages answering it (``None`` after the last) and the task making them.
-_Answers = tuple[asyncio.Queue[bytes | InferenceServerError | None], asyncio.Future[None]]
+#: What a stream's writer takes, in order: messages to send (or, with ``triton_grpc_error``, the error
+#: that ends the stream) and markers: a request fully answered, no more requests, the server stopping.
+_Out = asyncio.Queue["bytes | InferenceServerError | object"]
+_ANSWERED = object()
+_READ_OVER = object()
+_CLOSING = object()
 
 
 def _wants_empty_final(message: pb.ModelInferRequest) -> bool:
@@ -90,8 +95,7 @@ class InferenceServicer:
         self.compression = compression
         self.forwarding = forwarding
         self.relay = relay
-        self._streams: set[asyncio.Queue[_Answers | None]] = set()
-        self._closed = False
+        self._streams: set[_Out] = set()
         #: Inference RPCs taken up, numbered in the verbose log as Triton numbers its handlers' calls.
         self._handled = 0
         #: Whether unary requests in the plain form go to the data plane as their wire bytes (a
@@ -183,12 +187,14 @@ class InferenceServicer:
 
         A decoupled model's request gets 0..N responses, each with ``triton_final_response``; the final
         flag on its own (no response) reaches only clients that set
-        ``triton_enable_empty_final_response``.  Requests are answered in the order they arrived: the
-        responses of one wait until every earlier request's are sent.  A failed request is answered
-        in-band (``error_message``) and the stream goes on; requests are submitted in arrival order, so
-        a model with one instance also executes them in that order.  When the server stops, requests
-        already received are answered and the stream then ends, so an idle stream does not hold the
-        exit for the whole grace period.
+        ``triton_enable_empty_final_response``.  A decoupled model's responses go out as it sends
+        them, whatever the stream's other requests do (as in Triton: a request that ends sooner is
+        answered sooner); any other request is answered in the order the requests arrived, once every
+        earlier request's answers are sent.  A failed request is answered in-band (``error_message``)
+        and the stream goes on; requests are submitted in arrival order, so a model with one instance
+        also executes them in that order.  When the server stops, requests already received are
+        answered and the stream then ends, so an idle stream does not hold the exit for the whole
+        grace period.
 
         A stream opened with the header ``triton_grpc_error: true`` (Triton's opt-in) ends instead at the
         first error the model answers, with that error's gRPC status; requests refused before they reach
@@ -199,62 +205,85 @@ class InferenceServicer:
         headers = metadata_headers(context)
         grpc_errors = headers.get("triton_grpc_error") == "true"
         window = asyncio.Semaphore(STREAM_WINDOW)
-        answers: asyncio.Queue[_Answers | None] = asyncio.Queue()
+        out: _Out = asyncio.Queue()
+        tasks: set[asyncio.Future[None]] = set()
+        received = 0
 
         async def read() -> None:
+            nonlocal received
+            previous: asyncio.Future[None] | None = None
+            loop = asyncio.get_running_loop()
             try:
                 async for data in requests:
                     await window.acquire()
-                    channel: asyncio.Queue[bytes | InferenceServerError | None] = asyncio.Queue()
-                    task = asyncio.ensure_future(self._stream_answers(data, headers, channel, grpc_errors))
-                    answers.put_nowait((channel, task))
+                    done = loop.create_future()
+                    task = asyncio.ensure_future(
+                        self._stream_answers(data, headers, out, grpc_errors, previous, done)
+                    )
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                    received += 1
+                    previous = done
             finally:
-                answers.put_nowait(None)
+                out.put_nowait(_READ_OVER)
 
         reader = asyncio.ensure_future(read())
-        self._streams.add(answers)
-        current: asyncio.Future[None] | None = None
+        self._streams.add(out)
+        answered = 0
+        reading = True
         try:
-            while (entry := await answers.get()) is not None:
-                channel, current = entry
-                while (message := await channel.get()) is not None:
-                    if isinstance(message, InferenceServerError):
-                        raise message  # triton_grpc_error: the stream ends with the error's status
-                    yield message
-                window.release()
-            if not self._closed:
-                await reader
+            while reading or answered < received:
+                message = await out.get()
+                if message is _ANSWERED:
+                    answered += 1
+                    window.release()
+                elif message is _READ_OVER:
+                    reading = False
+                elif message is _CLOSING:  # answer what came, take no more
+                    reader.cancel()
+                elif isinstance(message, InferenceServerError):
+                    raise message  # triton_grpc_error: the stream ends with the error's status
+                else:
+                    yield cast(bytes, message)
         finally:
-            self._streams.discard(answers)
+            self._streams.discard(out)
             reader.cancel()
-            if current is not None:
-                current.cancel()
-            while not answers.empty():
-                pending = answers.get_nowait()
-                if pending is not None:
-                    pending[1].cancel()
+            for task in list(tasks):
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
     def close(self) -> None:
         """End every stream once the requests it already received are answered."""
-        self._closed = True
-        for answers in self._streams:
-            answers.put_nowait(None)
+        for out in self._streams:
+            out.put_nowait(_CLOSING)
 
     async def _stream_answers(
         self,
         data: bytes,
         headers: dict[str, str],
-        channel: asyncio.Queue[bytes | InferenceServerError | None],
-        grpc_errors: bool = False,
+        out: _Out,
+        grpc_errors: bool,
+        previous: asyncio.Future[None] | None,
+        done: asyncio.Future[None],
     ) -> None:
-        """Put the messages answering one request into ``channel``, then ``None``.
+        """Put the messages answering one request into ``out``, then ``_ANSWERED``, and set ``done``
+        once they and every earlier request's are in.  Those of a request that is answered in order
+        wait for ``previous`` (the earlier request's ``done``); a decoupled model's go at once.
 
-        With ``grpc_errors``, an error the model answers goes into the channel as the error itself.
+        With ``grpc_errors``, an error the model answers goes in as the error itself.
         """
         request_id = ""
         accepted = False
+        in_order = True
+        held: list[bytes | InferenceServerError] = []
+
+        def emit(message: bytes | InferenceServerError) -> None:
+            if in_order and previous is not None and not previous.done():
+                held.append(message)
+            else:
+                out.put_nowait(message)
+
         if log.isEnabledFor(logging.DEBUG):
             self._log_handler("ModelStreamInferHandler")
         try:
@@ -270,7 +299,7 @@ class InferenceServicer:
                     self.dataplane.forwarded(message.model_name)
                     sent = relayed_metadata(headers.items())
                     async for relayed in self.relay.stream(peer, message.model_name, data, sent):
-                        channel.put_nowait(relayed)
+                        emit(relayed)
                     return
             if self.dataplane.loads_on_demand:
                 await self.dataplane.admit(message.model_name)
@@ -283,21 +312,28 @@ class InferenceServicer:
             # a decoupled model's request is refused before the model runs (raised) or answered (items);
             # any other model's execution errors are raised too, once the request was parsed and routed
             accepted = not decoupled
+            in_order = not decoupled
             async for answer, final in self.dataplane.stream(request):
                 if isinstance(answer, InferenceServerError):
-                    channel.put_nowait(
-                        answer if grpc_errors else grpc_v2.encode_stream_error(answer.message, request_id)
-                    )
+                    emit(answer if grpc_errors else grpc_v2.encode_stream_error(answer.message, request_id))
                 elif empty_final or not isinstance(answer, EmptyFinal):
-                    channel.put_nowait(grpc_v2.encode_stream_response(answer, final, in_shm))
+                    emit(grpc_v2.encode_stream_response(answer, final, in_shm))
         except InferenceServerError as error:
             in_band = not (grpc_errors and accepted)
-            channel.put_nowait(grpc_v2.encode_stream_error(error.message, request_id) if in_band else error)
+            emit(grpc_v2.encode_stream_error(error.message, request_id) if in_band else error)
         except Exception as error:
             log.exception("unhandled error serving ModelStreamInfer")
-            channel.put_nowait(grpc_v2.encode_stream_error(errors.internal_message(error), request_id))
+            emit(grpc_v2.encode_stream_error(errors.internal_message(error), request_id))
         finally:
-            channel.put_nowait(None)
+            try:
+                if previous is not None:
+                    await previous
+            finally:  # (also when the stream ends meanwhile)
+                for held_message in held:
+                    out.put_nowait(held_message)
+                out.put_nowait(_ANSWERED)
+                if not done.done():
+                    done.set_result(None)
 
     async def _traced_infer(self, data: bytes, context: Context) -> bytes:
         """ModelInfer while tracing is on: the request may be sampled (see :mod:`naiad.tracing`)."""
