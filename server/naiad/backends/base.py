@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from naiad.core.errors import InferenceServerError
+from naiad.core.errors import InferenceServerError, InternalError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
 
@@ -28,6 +28,25 @@ if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
 ExecuteResult = InferResponse | InferenceServerError
+
+#: Triton's message when a request is released for rescheduling to a model whose scheduler cannot
+#: take it back (Triton logs it and never answers the request; Naiad answers it with this error).
+NOT_RESCHEDULABLE = (
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+    "configured to handle such a flag."
+)
+
+
+class Rescheduled(InternalError):
+    """The result of a request the model released with ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``:
+    it is not answered yet and must run again in a later batch (Triton's iterative sequences).
+
+    An error, so that every scheduler but the one that can take a request back (the sequence batcher
+    with ``iterative_sequence``) fails the request with Triton's message instead of losing it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(NOT_RESCHEDULABLE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,14 @@ cannot run before its previous one has (in Triton neither).  Responses from diff
 not ordered, in Triton either, and a decoupled model's responses go out as the model sends them, as
 with the dynamic batcher.
 
+``iterative_sequence`` (Triton's iterative sequences, for continuous batching): a sequence is a
+single request that the model may release for rescheduling (``Rescheduled``) any number of times;
+it then goes back to the head of its sequence and joins the next batch, until the model answers it.
+Such a sequence ends with that answer, END flag or not.  A request without a correlation ID is a
+sequence of its own: it is given an ID (the model sees it, as in Triton) and the START flag.  Each run
+counts in the statistics, as in Triton.  Triton 2.51 leaves a rescheduled request unanswered forever
+when it carried END (its sequence ended at the first run); here it runs on.
+
 Before a request runs the batcher adds the control tensors the model declares (START, END, READY,
 CORRID) and its implicit state inputs (``state [...]``); the state outputs of the response become the
 next request's inputs and are taken out of the response.  As in the dynamic batcher, all of this lives
@@ -50,13 +58,13 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from naiad.backends.base import ExecuteResult
+from naiad.backends.base import ExecuteResult, Rescheduled
 from naiad.core.errors import InvalidArgumentError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 from naiad.scheduling.batcher import next_batch
 from naiad.scheduling.loop_scheduler import LoopScheduler, loop_driven
 from naiad.scheduling.policy import SchedulingPolicy
-from naiad.scheduling.queue import TAKEN, QueuedRequest
+from naiad.scheduling.queue import QUEUED, TAKEN, QueuedRequest
 from naiad.scheduling.sequence_settings import Array, SequenceSettings
 from naiad.scheduling.stats import FailureReason, SchedulerStats
 from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
@@ -131,6 +139,11 @@ class SequenceBatchScheduler(LoopScheduler):
         self._state_outputs = frozenset(self._state_inputs)
         self.stats = SchedulerStats(self._pending)
         self._serial = itertools.count()
+        #: The correlation IDs given to iterative requests that come without one.
+        self._anonymous = itertools.count(1)
+        #: What ``_prepare`` adds to a request's inputs (taken off again when it is rescheduled).
+        added = len(settings.controls) + len(settings.states)
+        self._added_inputs = added + (settings.correlation is not None)
         for instance in self._instances:
             instance.worker.start(instance.jobs, self._finished_threadsafe)
 
@@ -147,7 +160,12 @@ class SequenceBatchScheduler(LoopScheduler):
         now = _MONOTONIC_NS()
         correlation_id = request.sequence_id
         sequence = self._sequences.get(correlation_id)
-        if sequence is None:
+        if settings.iterative and correlation_id in (0, ""):  # a sequence of its own, never looked up
+            request.sequence_id = next(self._anonymous)
+            request.sequence_start = True
+            sequence = _Sequence(request.sequence_id, now)
+            self._admit(sequence)
+        elif sequence is None:
             if not request.sequence_start:
                 raise InvalidArgumentError(
                     f"inference request for sequence {correlation_id} to model '{settings.model_name}' "
@@ -162,8 +180,8 @@ class SequenceBatchScheduler(LoopScheduler):
                 correlation_id,
                 settings.model_name,
             )
-        if request.sequence_end:  # a later START with this ID begins a new sequence
-            del self._sequences[correlation_id]
+        if request.sequence_end and self._sequences.get(correlation_id) is sequence:
+            del self._sequences[correlation_id]  # a later START with this ID begins a new sequence
         entry = QueuedRequest(request, self._loop.create_future(), now)
         sequence.pending.append(entry)
         sequence.last_ns = now
@@ -175,6 +193,8 @@ class SequenceBatchScheduler(LoopScheduler):
             if entry.state != TAKEN:
                 sequence.pending.remove(entry)
                 self.stats.fail(FailureReason.CANCELED, _MONOTONIC_NS() - now)
+                if settings.iterative and not sequence.pending and not sequence.running:
+                    self._end(sequence)  # (it may have been rescheduled: its slot is free now)
                 self._check_drained()
             else:  # with an instance already: counted when its execution finishes
                 request.cancel()
@@ -187,7 +207,7 @@ class SequenceBatchScheduler(LoopScheduler):
                 f"inference request to model '{name}' must specify batch-size 1 due to requirements "
                 "of sequence batcher"
             )
-        if request.sequence_id in (0, ""):
+        if request.sequence_id in (0, "") and not self.settings.iterative:
             raise InvalidArgumentError(
                 f"inference request to model '{name}' must specify a non-zero or non-empty correlation ID"
             )
@@ -207,6 +227,15 @@ class SequenceBatchScheduler(LoopScheduler):
         sequence.instance = number
         sequence.slot = slot
         self._instances[number].slots[slot] = sequence
+
+    def _end(self, sequence: _Sequence) -> None:
+        """Forget ``sequence``: free its slot, or take it out of the backlog."""
+        if sequence.instance >= 0:
+            self._release(sequence)
+        else:
+            self._backlog.remove(sequence)
+            if self._sequences.get(sequence.correlation_id) is sequence:
+                del self._sequences[sequence.correlation_id]
 
     def _release(self, sequence: _Sequence) -> None:
         """Free the slot of ``sequence`` and hand it to the first sequence of the backlog."""
@@ -383,12 +412,29 @@ class SequenceBatchScheduler(LoopScheduler):
             if self._state_outputs and request.outputs is not None:  # as the client asked again
                 request.outputs = [o for o in request.outputs if o.name not in self._state_outputs]
             result = results.get(id(entry))
+            if type(result) is Rescheduled and self.settings.iterative and not entry.future.done():
+                execution.count(entry, now, stats)
+                self._reschedule(sequence, entry, now)
+                continue
             if result is not None:
                 self._deliver(sequence, entry, result, execution, now)
-            if request.sequence_end and sequence.instance >= 0:
+            if sequence.instance >= 0 and (
+                request.sequence_end or (self.settings.iterative and not sequence.pending)
+            ):
                 self._release(sequence)
         self._dispatch_due(now)
         self._check_drained()
+
+    def _reschedule(self, sequence: _Sequence, entry: QueuedRequest, now: int) -> None:
+        """Put a request its model released for rescheduling back at the head of its sequence, as it
+        came (without what ``_prepare`` added), for a later batch; START is false from now on."""
+        request = entry.request
+        if self._added_inputs:
+            del request.inputs[-self._added_inputs :]
+        request.sequence_start = False
+        entry.state = QUEUED
+        entry.enqueue_ns = now
+        sequence.pending.appendleft(entry)
 
     def _deliver(
         self, sequence: _Sequence, entry: QueuedRequest, result: ExecuteResult, execution: Execution, now: int

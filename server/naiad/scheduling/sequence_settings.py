@@ -119,6 +119,9 @@ class SequenceSettings:
     controls: tuple[BooleanControl, ...]
     correlation: CorrelationControl | None
     states: tuple[ImplicitState, ...]
+    #: ``iterative_sequence``: a sequence is one request, which the model may release for
+    #: rescheduling to run again in a later batch (continuous batching), and needs no correlation ID.
+    iterative: bool = False
 
 
 def _boolean_control(
@@ -301,4 +304,5 @@ def sequence_settings_of(config: mc.ModelConfig, model_dir: Path) -> SequenceSet
         controls=tuple(controls),
         correlation=correlation,
         states=tuple(_state(state, batched, name, model_dir) for state in section.state),
+        iterative=section.iterative_sequence,
     )

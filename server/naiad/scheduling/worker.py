@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from naiad.backends.base import ExecuteResult, ModelInstance
+from naiad.backends.base import ExecuteResult, ModelInstance, Rescheduled
 from naiad.core.errors import CancelledError, ErrorResponse, InferenceServerError, InternalError
 from naiad.core.request import InferResponse
 from naiad.scheduling.queue import QueuedRequest
@@ -111,21 +111,29 @@ class Execution:
             else:
                 future.set_exception(result)
                 stats.error_response_count += 1
-            queue_ns = self.dispatch_ns - entry.enqueue_ns
-            input_ns = self.start_ns - self.dispatch_ns
-            infer_ns = self.end_ns - self.start_ns
-            output_ns = now - self.end_ns
-            stats.success_count += 1
-            stats.inference_count += entry.size
-            stats.success_ns += elapsed
-            stats.queue_ns += queue_ns
-            stats.compute_input_ns += input_ns
-            stats.compute_infer_ns += infer_ns
-            stats.compute_output_ns += output_ns
-            stats.observe(elapsed, queue_ns, input_ns, infer_ns, output_ns)
+            self.count(entry, now, stats)
         else:
+            if isinstance(result, Rescheduled):  # by a model whose scheduler cannot take it back
+                log.error("Failed to release request: %s", result.message)  # (as Triton logs it)
             future.set_exception(result)
             stats.fail(FailureReason.BACKEND, elapsed)
+
+    def count(self, entry: QueuedRequest, now: int, stats: SchedulerStats) -> None:
+        """Count ``entry``'s run in this execution as a success (delivered at ``now``): an answered
+        request, or one its model released for rescheduling (Triton counts each of its runs)."""
+        elapsed = now - entry.enqueue_ns
+        queue_ns = self.dispatch_ns - entry.enqueue_ns
+        input_ns = self.start_ns - self.dispatch_ns
+        infer_ns = self.end_ns - self.start_ns
+        output_ns = now - self.end_ns
+        stats.success_count += 1
+        stats.inference_count += entry.size
+        stats.success_ns += elapsed
+        stats.queue_ns += queue_ns
+        stats.compute_input_ns += input_ns
+        stats.compute_infer_ns += infer_ns
+        stats.compute_output_ns += output_ns
+        stats.observe(elapsed, queue_ns, input_ns, infer_ns, output_ns)
 
 
 Jobs = queue.SimpleQueue[Execution | None]

@@ -5,8 +5,11 @@ This is the part that runs user code, and it speaks only ``pb_utils`` types and 
 worker process, with the server-side translation on the other end of a pipe.
 
 Any entry point may be ``async def``.  Coroutines run on an event loop owned by the host, created the
-first time one is needed and driven by the thread that calls in (an instance's own thread), so async
-models pay no per-call loop start-up and sync models pay nothing.
+first time one is needed and run forever by a thread of its own, as Triton's stub runs it: tasks a
+model starts in the background (``asyncio.create_task``) go on after ``execute`` returned, and a
+decoupled model's ``async def execute`` is not waited for (Triton's "async execute", 24.04+): the next
+execution starts while it awaits, and an exception it ends with is logged and fails the streams it
+left open.  Sync models pay nothing.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import contextvars
 import inspect
 import json
 import logging
+import threading
 import traceback
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -77,13 +81,28 @@ def _model_class(module: ModuleType, model_name: str, model_file: Path) -> type:
 class ModelHost:
     """One model object, the private module it came from, and its event loop."""
 
-    __slots__ = ("_execute", "_loop", "_model", "_model_name", "_module_name")
+    __slots__ = (
+        "_background",
+        "_decoupled",
+        "_execute",
+        "_loop",
+        "_loop_thread",
+        "_model",
+        "_model_name",
+        "_module_name",
+    )
 
-    def __init__(self, model_file: Path, model_name: str, args: dict[str, str]) -> None:
+    def __init__(
+        self, model_file: Path, model_name: str, args: dict[str, str], decoupled: bool = False
+    ) -> None:
         """Import ``model_file`` and call ``initialize(args)``; raise InferenceServerError on failure."""
         self._model_name = model_name
         self._module_name = unique_module_name(model_name)
+        self._decoupled = decoupled
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        #: A decoupled model's ``async def execute`` calls still running.
+        self._background: set[concurrent.futures.Future[Any]] = set()
         try:
             with model_folder_importable(model_file.parent, keep=self._module_name):
                 try:
@@ -121,24 +140,69 @@ class ModelHost:
             # Triton 2.51's reason (checked side by side): its status, the exception, the model's frames
             raise InternalError(f"Internal: {describe(exc)}{where(exc)}") from exc
 
-    def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        """Run ``coroutine`` to completion on this host's loop, or on a loop of its own when that one
-        is busy with the execution this one is nested in (a BLS call back into this model)."""
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The host's loop, started (on a daemon thread of its own) the first time it is needed."""
         loop = self._loop
         if loop is None:
             import asyncio
 
             loop = self._loop = asyncio.new_event_loop()
-        if loop.is_running():
-            return run_detached(coroutine)
-        return loop.run_until_complete(coroutine)
+            self._loop_thread = threading.Thread(
+                target=loop.run_forever, name=f"naiad-async-{self._model_name}", daemon=True
+            )
+            self._loop_thread.start()
+        return loop
 
-    def execute(self, requests: Sequence[pb_utils.InferenceRequest]) -> Any:
-        """Whatever the model's ``execute`` returned (awaited if it is a coroutine); may raise."""
+    def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coroutine`` to completion on this host's loop (in the calling thread's context), or
+        on a loop of its own when called from that loop's thread: an execution this one is nested in
+        (a BLS call back into this model) holds it."""
+        loop = self._event_loop()
+        if threading.current_thread() is self._loop_thread:
+            return run_detached(coroutine)
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+
+    def execute(
+        self,
+        requests: Sequence[pb_utils.InferenceRequest],
+        failed: Callable[[BaseException], None] | None = None,
+    ) -> Any:
+        """Whatever the model's ``execute`` returned (awaited if it is a coroutine, except a decoupled
+        model's: started, and ``None`` returned); may raise.  ``failed`` is called with the exception
+        a decoupled model's coroutine ends with (on the loop's thread, after logging it)."""
         result = self._execute(requests)
         if type(result) is not list and inspect.iscoroutine(result):
+            if self._decoupled and threading.current_thread() is not self._loop_thread:
+                self._start(result, failed)
+                return None
             result = self.run(result)
         return result
+
+    def _start(
+        self, coroutine: Coroutine[Any, Any, Any], failed: Callable[[BaseException], None] | None
+    ) -> None:
+        import asyncio
+
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
+        self._background.add(future)
+        future.add_done_callback(lambda done: self._background_done(done, failed))
+
+    def _background_done(
+        self, future: concurrent.futures.Future[Any], failed: Callable[[BaseException], None] | None
+    ) -> None:
+        """A decoupled model's execution ended: log the exception it raised, as Triton does (its
+        traceback), and tell ``failed``."""
+        self._background.discard(future)
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is None:
+            return
+        log.error("%s", "".join(traceback.format_exception(exc)).rstrip())
+        if failed is not None:
+            failed(exc)
 
     @property
     def synchronous(self) -> bool:
@@ -169,20 +233,28 @@ class ModelHost:
         forget_module(self._module_name)
 
     def _close_loop(self) -> None:
-        loop, self._loop = self._loop, None
+        """Cancel what still runs on the loop (a decoupled execution included), stop it, close it."""
+        loop, thread = self._loop, self._loop_thread
+        self._loop = self._loop_thread = None
         if loop is None:
             return
         import asyncio
 
-        try:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
+        async def cancel_all() -> None:
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
                 task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await loop.shutdown_asyncgens()
+
+        try:
+            if thread is not None and thread is not threading.current_thread():
+                asyncio.run_coroutine_threadsafe(cancel_all(), loop).result()
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join()
         finally:
-            loop.close()
+            if not loop.is_running():
+                loop.close()
 
 
 def auto_complete_config(model_file: Path, model_name: str, config_json: str) -> str | None:

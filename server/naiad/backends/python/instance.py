@@ -8,13 +8,14 @@ imports no protobuf and no tritonclient, which a model process does not need.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from naiad.backends.base import ExecuteResult
+from naiad.backends.base import ExecuteResult, Rescheduled
 from naiad.backends.python import bls, pb_utils
 from naiad.backends.python.host import ModelHost, describe, where
 from naiad.backends.python.request import ReceivedRequest
@@ -26,6 +27,7 @@ from naiad.core.request import InferRequest, InferResponse
 log = logging.getLogger(__name__)
 
 _SERVICES = pb_utils.SERVICES
+_RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 
 
 class PythonModelInstance:
@@ -58,7 +60,7 @@ class PythonModelInstance:
         token = _SERVICES.set(services)
         try:
             with services.metrics.owned_by(id(self)):  # the metric families it creates leave with it
-                self._host = ModelHost(spec.model_file, spec.model_name, spec.args)
+                self._host = ModelHost(spec.model_file, spec.model_name, spec.args, spec.decoupled)
         finally:
             _SERVICES.reset(token)
         # A model that builds BLS requests blocks its thread until they are answered on the event
@@ -80,13 +82,14 @@ class PythonModelInstance:
         received = self._received(requests)
         token = _SERVICES.set(self._services)
         try:
+            failed = functools.partial(self._background_failed, received) if self._decoupled else None
             if self._issues_requests:
                 with bls.executing(self._caller, requests):
-                    returned = self._host.execute(received)
+                    returned = self._host.execute(received, failed)
             else:  # no BLS call can be made on these requests' behalf: nothing to mark
-                returned = self._host.execute(received)
+                returned = self._host.execute(received, failed)
         except Exception as exc:
-            return self._failed(exc, requests)
+            return self._failed(exc, received)
         finally:
             _SERVICES.reset(token)
         return self._results(returned, received, requests)
@@ -105,7 +108,7 @@ class PythonModelInstance:
                 if inspect.iscoroutine(returned):
                     returned = await returned
         except Exception as exc:
-            return self._failed(exc, requests)
+            return self._failed(exc, received)
         finally:
             _SERVICES.reset(token)
         return self._results(returned, received, requests)
@@ -115,20 +118,39 @@ class PythonModelInstance:
         decoupled = self._decoupled
         return [ReceivedRequest(request, outputs, decoupled) for request in requests]
 
-    def _failed(self, exc: Exception, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
+    def _failed(self, exc: Exception, received: list[ReceivedRequest]) -> list[ExecuteResult]:
+        """Every request fails with the exception, but one a non-decoupled model already answered
+        through its sender (a second send raises, and the first one stands, as in Triton)."""
         # Triton 2.51's wording (its stub's), the model's frames included (checked side by side)
         message = (
             f"Failed to process the request(s) for model '{self._instance_name}', "
             f"message: {describe(exc)}{where(exc)}"
         )
         log.error("%s", message)  # as Triton's stub logs it
-        return [InternalError(message) for _ in requests]
+        return [self._answered(request) or InternalError(message) for request in received]
+
+    def _answered(self, request: ReceivedRequest) -> ExecuteResult | None:
+        """The response a non-decoupled model sent for ``request`` through its sender, if any."""
+        sender = request.sender
+        return sender.result if sender is not None and not self._decoupled else None
+
+    def _background_failed(self, received: list[ReceivedRequest], exc: BaseException) -> None:
+        """A decoupled model's ``async def execute``, not waited for, raised: the streams it left open
+        end with the error a failed execution gives (Triton only logs it, and they never end)."""
+        message = (
+            f"Failed to process the request(s) for model '{self._instance_name}', "
+            f"message: {describe(exc)}{where(exc)}"
+        )
+        for request in received:
+            request.get_response_sender().fail(InternalError(message))
 
     def _results(
         self, returned: Any, received: list[ReceivedRequest], requests: Sequence[InferRequest]
     ) -> list[ExecuteResult]:
-        """What ``execute`` returned, as one result per request (see :mod:`.sender` for ``None``)."""
+        """What ``execute`` returned, as one result per request (see :mod:`.sender` for ``None``);
+        a request the model released for rescheduling gets :class:`Rescheduled`."""
         name, version = self._model_name, self._model_version
+        rescheduled = [i for i, request in enumerate(received) if request._release_flags == _RESCHEDULE]
         if self._decoupled:
             if returned is not None:
                 error = InternalError(
@@ -136,10 +158,27 @@ class PythonModelInstance:
                     "function must return None."
                 )
                 return [error for _ in requests]
-            return [InferResponse(name, version, request.id) for request in requests]
-        if returned is None:
-            return [self._sent(request) for request in received]
-        return to_results(returned, requests, name, version)
+            results: list[ExecuteResult] = [InferResponse(name, version, request.id) for request in requests]
+        elif returned is None:
+            results = [self._sent(request) for request in received]
+        else:
+            results = to_results(returned, requests, name, version)
+            for index, request in enumerate(received):  # a response sent first stands (Triton's rule)
+                if request.sender is not None and (sent := request.sender.result) is not None:
+                    results[index] = sent
+            if rescheduled and isinstance(returned, list) and len(returned) == len(requests):
+                for index in rescheduled:
+                    if returned[index] is not None:  # Triton's stub fails the whole execution
+                        message = (
+                            f"Failed to process the request(s) for model '{self._instance_name}', message: "
+                            "Expected a None object in the execute function return list for reschduled "
+                            f"request, found type '{type(returned[index])}'."
+                        )
+                        log.error("%s", message)
+                        return [InternalError(message) for _ in requests]
+        for index in rescheduled:
+            results[index] = Rescheduled()
+        return results
 
     def _sent(self, request: ReceivedRequest) -> ExecuteResult:
         """The one response a non-decoupled model sent through the request's sender."""

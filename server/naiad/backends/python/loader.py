@@ -6,7 +6,9 @@ Here all instances share one interpreter, so each import of ``model.py`` gets a 
 the model loads (import and ``initialize``): modules imported from it are then taken out of
 ``sys.modules`` again, so that two models that each ship a ``helper.py`` get their own, and nothing of
 one model is visible to another.  The one difference a model can notice: a sibling module first
-imported inside ``execute`` (rather than at module level or in ``initialize``) is not found.
+imported inside ``execute`` (rather than at module level or in ``initialize``) is not found.  That is
+for models in the engine; a model process serves one model and keeps its folders on ``sys.path`` as
+Triton's stub does.
 
 Models' sources are compiled every time they load, never taken from a ``__pycache__``: Python trusts a
 cached file when the source's size and modification time in whole seconds match, so a ``model.py``
@@ -78,11 +80,14 @@ def model_folder_importable(version_dir: Path, keep: str) -> Iterator[None]:
     """Let code run in the block import modules that sit next to ``model.py``.
 
     Afterwards every module loaded from the folder, except ``keep`` (the model module itself), is
-    dropped from ``sys.modules``; the model keeps the references it took.
+    dropped from ``sys.modules``; the model keeps the references it took.  Unless the folder was
+    importable already: a model process keeps its model's folder importable (see ``stub``), and its
+    modules then stay, as in Triton.
     """
     entry = str(version_dir)
     folder = os.path.realpath(version_dir) + os.sep
     with _load_lock:
+        permanent = entry in sys.path
         before = set(sys.modules)
         cached = sys.path_importer_cache.get(entry)
         sys.path_importer_cache[entry] = _finder(entry)
@@ -96,7 +101,7 @@ def model_folder_importable(version_dir: Path, keep: str) -> Iterator[None]:
                 sys.path_importer_cache.pop(entry, None)
             else:
                 sys.path_importer_cache[entry] = cached
-            for name in set(sys.modules) - before:
+            for name in set(sys.modules) - before if not permanent else ():
                 module = sys.modules.get(name)
                 if name != keep and module is not None and _is_under(module, folder):
                     del sys.modules[name]

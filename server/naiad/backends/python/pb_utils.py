@@ -305,6 +305,7 @@ class InferenceRequest:
         "_model_name",
         "_model_version",
         "_parameters",
+        "_release_flags",
         "_request_id",
         "_requested_output_names",
         "_timeout",
@@ -335,6 +336,7 @@ class InferenceRequest:
         self._flags = flags
         self._timeout = timeout
         self._parameters = _parameters_dict(parameters)
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -364,6 +366,12 @@ class InferenceRequest:
 
     def is_cancelled(self) -> bool:
         return False
+
+    def set_release_flags(self, flags: int) -> None:
+        """How ``execute`` releases this request: ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` runs it
+        again in a later batch (a model with ``sequence_batching { iterative_sequence: true }``; its
+        entry in the returned list must then be ``None``), ``..._RELEASE_ALL`` (the default) ends it."""
+        self._release_flags = flags
 
     def exec(self, decoupled: bool = False) -> Any:
         """Run this request on its model (BLS): an ``InferenceResponse``, or with ``decoupled`` an

@@ -51,7 +51,7 @@ from concurrent.futures import Future
 from multiprocessing.connection import wait
 from typing import Any
 
-from naiad.backends.base import ExecuteResult, InstanceHealth
+from naiad.backends.base import ExecuteResult, InstanceHealth, Rescheduled
 from naiad.backends.python import bls, shm
 from naiad.backends.python.custom_metrics import CustomMetrics
 from naiad.backends.python.instance import mentions_requests
@@ -347,7 +347,8 @@ class ProcessModelInstance:
 
     def _close_failed(self, child: _Child, key: int, results: Sequence[ExecuteResult]) -> None:
         """A decoupled request that failed gets no responses: its stream ends with the error, so it
-        leaves the open streams of execution ``key``."""
+        leaves the open streams of execution ``key``; so does one released for rescheduling, whose
+        stream goes on in the execution that runs it next."""
         with self._lock:
             streams = child.open.get(key, {})
             for index, result in enumerate(results):
@@ -961,7 +962,11 @@ class ProcessModelInstance:
     ) -> ExecuteResult:
         """One request's result; its outputs are read-only views of where they lie (``copy``: copies
         out of a region kept for copying), as a model in the engine hands views of its outputs on."""
-        if result[0] == "error":  # ``("error", code, message[, given as the response])``
+        kind = result[0]
+        if kind != "ok":
+            if kind == "rescheduled":  # released for rescheduling (see ``Rescheduled``)
+                return Rescheduled()
+            # ``("error", code, message[, given as the response])``
             error = ErrorResponse if len(result) > 3 and result[3] else InferenceServerError
             return error(result[2], ErrorCode(result[1]))
         _, parameters, placements = result

@@ -28,6 +28,7 @@ class ReceivedRequest(pb_utils.InferenceRequest):
         self._decoupled = decoupled
         self._tensors: list[pb_utils.Tensor] | None = None
         self.sender: ResponseSender | None = None
+        self._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[pb_utils.Tensor]:
         tensors = self._tensors

@@ -16,6 +16,7 @@ import threading
 from naiad.backends.base import ExecuteResult
 from naiad.backends.python import pb_utils
 from naiad.backends.python.response import to_result
+from naiad.core.errors import InferenceServerError
 from naiad.core.request import InferRequest
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,16 @@ class ResponseSender:
                 log.debug("model '%s' sent a response nobody reads", self._model_name)
                 return
             sink(result, self._closed)
+
+    def fail(self, error: InferenceServerError) -> None:
+        """End a decoupled request's stream with ``error``, unless the model ended it."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            sink = self._request.responses
+        if sink is not None:
+            sink(error, True)
 
     def is_cancelled(self) -> bool:
         """True once the client has given up on the request (the model may stop sending)."""

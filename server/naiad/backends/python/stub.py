@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from naiad.backends.base import Rescheduled
 from naiad.backends.python import bls, logrelay, pb_utils, shm
 from naiad.backends.python.custom_metrics import Publisher
 from naiad.backends.python.host import auto_complete_config
@@ -468,6 +469,8 @@ def _packed(results: list[Any], placements: list[shm.Placement]) -> list[tuple[A
             end = start + len(result.outputs)
             packed.append(("ok", result.parameters, placements[start:end]))
             start = end
+        elif isinstance(result, Rescheduled):
+            packed.append(("rescheduled",))
         else:
             packed.append(("error", result.code.value, result.message, isinstance(result, ErrorResponse)))
     return packed
@@ -650,6 +653,13 @@ def run(conn: Wire, log: int) -> int:
     # the model starts included.
     services = pb_utils.ModelServices(Publisher(pipe.send).store)
     pb_utils.bind_process(services)
+    # As Triton's stub does, the model's version folder and the model's folder stay importable for
+    # the life of this process, which serves only this model (``unittest.main("model")`` in a model,
+    # as NVIDIA's qa models call it, imports its file again by that name)
+    sys.path += [str(spec.model_file.parent), str(spec.model_file.parent.parent)]
+    # and the model sees the ``sys.argv`` of Triton's embedded interpreter, not this process's
+    # (``unittest.main`` in a model reads its arguments as test names)
+    sys.argv = [""]
     try:
         instance = PythonModelInstance(spec, services)
     except Exception as exc:
