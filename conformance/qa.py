@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from conformance.models import copy_model, edit_config, place_python_model
@@ -34,7 +35,13 @@ def derive(repository: Path, source: str, name: str, *edits: tuple[str, str], ap
     return folder
 
 
-def _pytest(checkouts: Checkouts, folder: str, test_file: str, **kwargs: object) -> Script:
+def _pytest(
+    checkouts: Checkouts,
+    folder: str,
+    test_file: str,
+    extra_env: dict[str, str] | None = None,
+    **kwargs: object,
+) -> Script:
     cwd = checkouts.qa / folder
     return Script(
         f"{QA}{folder}/{test_file}",
@@ -42,7 +49,7 @@ def _pytest(checkouts: Checkouts, folder: str, test_file: str, **kwargs: object)
         cwd,
         pytest=True,
         fixed_ports=True,
-        env={"PYTHONPATH": PYTHONPATH.format(common=checkouts.qa / "common")},
+        env={"PYTHONPATH": PYTHONPATH.format(common=checkouts.qa / "common"), **(extra_env or {})},
         **kwargs,  # type: ignore[arg-type]
     )
 
@@ -212,6 +219,166 @@ def model_control(checkouts: Checkouts) -> Suite:
     return Suite("qa-model_control", build, (script,), ("--model-control-mode=explicit",))
 
 
+def _server_log(checkouts: Checkouts, folder: str, name: str) -> tuple[dict[str, str], Path]:
+    """A test that reads the server's log at ``$SERVER_LOG`` (its test.sh's file name, in its folder):
+    the script's environment and where the suite links the log."""
+    return {"SERVER_LOG": name}, checkouts.qa / folder / name
+
+
+def response_sender(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_backend_python/response_sender: a response sender used before, on and after ``execute``
+    returns, by plain, decoupled, async and batching variants of one model; then sending after the
+    final flag (the model logs what it checked)."""
+    source = checkouts.qa / "python_models" / "response_sender"
+    decoupled = "model_transaction_policy { decoupled: True }\n"
+    batching = "dynamic_batching { max_queue_delay_microseconds: 500000 }\n"
+
+    def build(repo: Path) -> None:
+        for name, model_py, append in (
+            ("response_sender", "model.py", ""),
+            ("response_sender_decoupled", "model.py", decoupled),
+            ("response_sender_async", "model_async.py", ""),
+            ("response_sender_decoupled_async", "model_async.py", decoupled),
+            ("response_sender_batching", "model.py", batching),
+            ("response_sender_decoupled_batching", "model.py", decoupled + batching),
+            ("response_sender_async_batching", "model_async.py", batching),
+            ("response_sender_decoupled_async_batching", "model_async.py", decoupled + batching),
+        ):
+            folder = place_python_model(repo, name, source / model_py, source / "config.pbtxt")
+            shutil.copyfile(source / "model_common.py", folder / "1" / "model_common.py")
+            edit_config(folder, append=append)
+
+    def build_final(repo: Path) -> None:
+        qa_model(checkouts, repo, "response_sender_complete_final")
+
+    folder = "L0_backend_python/response_sender"
+    env, log = _server_log(checkouts, folder, "response_sender_complete_final_test.server.log")
+    return [
+        Suite("qa-response_sender", build, (_pytest(checkouts, folder, "response_sender_test.py"),)),
+        Suite(
+            "qa-response_sender_complete_final",
+            build_final,
+            (_pytest(checkouts, folder, "response_sender_complete_final_test.py", extra_env=env),),
+            ("--log-verbose=1",),
+            log_link=log,
+        ),
+    ]
+
+
+def async_execute(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/async_execute: ``async def execute`` runs requests concurrently (also through
+    BLS); an exception it raises reaches the server's log."""
+
+    def build(repo: Path) -> None:
+        for name in ("async_execute_decouple", "async_execute_decouple_bls"):
+            qa_model(checkouts, repo, name)
+
+    folder = "L0_backend_python/async_execute"
+    env, log = _server_log(checkouts, folder, "concurrency_test.server.log")
+    script = _pytest(checkouts, folder, "concurrency_test.py", extra_env=env)
+    return Suite("qa-async_execute", build, (script,), ("--log-verbose=1",), log_link=log)
+
+
+def ensemble(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/ensemble: an ensemble of two Python add_sub models."""
+
+    def build(repo: Path) -> None:
+        (repo / "ensemble" / "1").mkdir(parents=True)
+        shutil.copyfile(
+            checkouts.qa / "python_models" / "ensemble" / "config.pbtxt", repo / "ensemble" / "config.pbtxt"
+        )
+        for name in ("add_sub_1", "add_sub_2"):
+            qa_model(checkouts, repo, "add_sub", name)
+
+    script = _pytest(
+        checkouts,
+        "L0_backend_python/ensemble",
+        "ensemble_test.py",
+        deselect={
+            "EnsembleTest::test_ensemble_gpu": (
+                "needs a GPU and NVIDIA's generated libtorch model (test.sh adds it only where a GPU is)"
+            )
+        },
+    )
+    return Suite("qa-ensemble", build, (script,))
+
+
+def io(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/io: requested outputs filter a plain and a decoupled model's responses."""
+
+    def build(repo: Path) -> None:
+        qa_model(checkouts, repo, "add_sub")
+        qa_model(checkouts, repo, "dlpack_io_identity_decoupled")
+        source = checkouts.qa / "L0_backend_python" / "io" / "requested_output_model"
+        place_python_model(repo, "llm", source / "model.py", source / "config.pbtxt")
+
+    gpu = "needs a GPU (its models move tensors to CUDA with torch)"
+    script = _pytest(
+        checkouts,
+        "L0_backend_python/io",
+        "io_test.py",
+        deselect={
+            "IOTest::test_ensemble_io": gpu,
+            "IOTest::test_empty_gpu_output": gpu,
+            "IOTest::test_variable_gpu_output": gpu,
+            # its GPU_OUTPUT input is random booleans, in practice all true: the model's response
+            # thread then calls torch's .cuda()
+            "IOTest::test_requested_output_decoupled": gpu,
+        },
+    )
+    return Suite("qa-io", build, (script,))
+
+
+def _shm_leak(checkouts: Checkouts, folder: str, model: str) -> Script:
+    """qa/L0_backend_python/test_infer_shm_leak.py run from ``folder`` as its test.sh runs it: the model
+    runs its own unittest in ``execute`` and answers 1 when they passed."""
+    script = _pytest(
+        checkouts, f"L0_backend_python/{folder}", "../test_infer_shm_leak.py", extra_env={"MODEL_NAME": model}
+    )
+    return replace(script, name=f"{QA}L0_backend_python/test_infer_shm_leak.py[{model}]")
+
+
+def model_unittests(checkouts: Checkouts) -> list[Suite]:
+    """Models that test pb_utils from inside ``execute``: argument validation, custom metrics, and
+    request rescheduling (with its gRPC endpoint test)."""
+
+    def arguments(repo: Path) -> None:
+        shutil.copytree(
+            checkouts.qa / "L0_backend_python" / "argument_validation" / "models", repo, dirs_exist_ok=True
+        )
+
+    def metrics(repo: Path) -> None:
+        qa_model(checkouts, repo, "custom_metrics")
+
+    def rescheduling(repo: Path) -> None:
+        for name in (
+            "bls_request_rescheduling",
+            "request_rescheduling_addsub",
+            "iterative_sequence",
+            "wrong_return_type",
+        ):
+            qa_model(checkouts, repo, name)
+
+    folder = "L0_backend_python/request_rescheduling"
+    return [
+        Suite(
+            "qa-argument_validation",
+            arguments,
+            (_shm_leak(checkouts, "argument_validation", "argument_validation"),),
+        ),
+        Suite("qa-custom_metrics", metrics, (_shm_leak(checkouts, "custom_metrics", "custom_metrics"),)),
+        Suite(
+            "qa-request_rescheduling",
+            rescheduling,
+            (
+                _shm_leak(checkouts, "request_rescheduling", "bls_request_rescheduling"),
+                _pytest(checkouts, folder, "grpc_endpoint_test.py"),
+            ),
+            ("--model-control-mode=explicit", "--load-model=*"),
+        ),
+    ]
+
+
 def aio_clients(
     checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
 ) -> list[Suite]:
@@ -245,5 +412,10 @@ def qa_suites(
         response_parameters(checkouts),
         bls_parameters(checkouts),
         model_control(checkouts),
+        *response_sender(checkouts),
+        async_execute(checkouts),
+        ensemble(checkouts),
+        io(checkouts),
+        *model_unittests(checkouts),
         *aio_clients(checkouts, http_repository, grpc_repository),
     ]
