@@ -2,7 +2,8 @@
 ``sys.argv == [""]``, and its version folder and model folder on ``sys.path`` for the process's life,
 so ``import model`` (what ``unittest.main("model")`` does, as NVIDIA's qa models call it) and a
 sibling module first imported inside ``execute`` are found.  And how a non-decoupled model's response
-sender and its returned list combine: the first response sent stands, as in Triton.
+sender and its returned list combine: the first response sent stands, and it may come from a thread
+after ``execute`` returned, as in Triton.
 """
 
 from __future__ import annotations
@@ -64,6 +65,27 @@ class TritonPythonModel:
         return responses
 """
 
+#: Returns ``None`` and answers 0.3 s later from a thread of its own.
+LATER_PY = """
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            threading.Thread(target=self.answer, args=(request.get_response_sender(),)).start()
+        return None
+
+    def answer(self, sender):
+        time.sleep(0.3)
+        out = pb_utils.Tensor("OUTPUT0", np.array([20], np.int32))
+        sender.send(pb_utils.InferenceResponse([out]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+
 CONFIG = """
 name: "{name}"
 backend: "python"
@@ -81,8 +103,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("stub_environment")
     folder = write_model(repo, "environment", CONFIG.format(name="environment", extra=""), ENVIRONMENT_PY)
     (folder / "1" / "helper.py").write_text("VALUE = 7\n")
-    for name, extra in (("sender", ""), ("sender_in_server", IN_THE_SERVER)):
-        write_model(repo, name, CONFIG.format(name=name, extra=extra), SENDER_PY)
+    for place, extra in (("", ""), ("_in_server", IN_THE_SERVER)):
+        write_model(repo, "sender" + place, CONFIG.format(name="sender" + place, extra=extra), SENDER_PY)
+        write_model(repo, "later" + place, CONFIG.format(name="later" + place, extra=extra), LATER_PY)
     with ServerProcess([repo]) as served:
         yield served
 
@@ -103,3 +126,8 @@ def test_the_first_response_a_non_decoupled_model_sent_stands(server: ServerProc
     assert _infer(server, model, 0) == [10]  # the response it returned after sending one is dropped
     assert _infer(server, model, 1) == [10]  # its second send raised; the first response stands
     assert "Non-decoupled model cannot send more than one response" in server.log()
+
+
+@pytest.mark.parametrize("model", ["later", "later_in_server"])
+def test_a_non_decoupled_response_may_come_after_execute_returned(server: ServerProcess, model: str) -> None:
+    assert _infer(server, model, 0) == [20]

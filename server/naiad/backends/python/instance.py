@@ -160,12 +160,21 @@ class PythonModelInstance:
                 return [error for _ in requests]
             results: list[ExecuteResult] = [InferResponse(name, version, request.id) for request in requests]
         elif returned is None:
-            results = [self._sent(request) for request in received]
+            results = [
+                Rescheduled() if index in rescheduled else self._sent(request)
+                for index, request in enumerate(received)
+            ]
         else:
             results = to_results(returned, requests, name, version)
-            for index, request in enumerate(received):  # a response sent first stands (Triton's rule)
-                if request.sender is not None and (sent := request.sender.result) is not None:
-                    results[index] = sent
+            listed = isinstance(returned, list) and len(returned) == len(requests)
+            for index, request in enumerate(received):
+                sender = request.sender
+                if sender is None:
+                    continue
+                if sender.result is not None:  # a response sent first stands (Triton's rule)
+                    results[index] = sender.result
+                elif listed and returned[index] is None and index not in rescheduled:
+                    results[index] = self._sent(request)  # its response is still to come
             if rescheduled and isinstance(returned, list) and len(returned) == len(requests):
                 for index in rescheduled:
                     if returned[index] is not None:  # Triton's stub fails the whole execution
@@ -181,14 +190,16 @@ class PythonModelInstance:
         return results
 
     def _sent(self, request: ReceivedRequest) -> ExecuteResult:
-        """The one response a non-decoupled model sent through the request's sender."""
+        """The one response a non-decoupled model sends through the request's sender, before or after
+        ``execute`` returned (from a thread of its own, Triton 24.06+); this instance waits for it
+        (Triton's stub may start its next execution meanwhile) until the client gives up."""
         sender = request.sender
-        if sender is None or sender.result is None:
+        if sender is None:
             return InternalError(
                 f"Expected a list in the execute return, got NoneType, and model '{self._model_name}' "
                 f"sent no response for request '{request.request_id()}' through its response sender"
             )
-        return sender.result
+        return sender.answer()
 
     def close(self) -> None:
         token = _SERVICES.set(self._services)
