@@ -6,7 +6,7 @@ without a correlation ID is a sequence of its own, given an ID from 1 and the ST
 run only; a sequence ends with the request's answer; every run counts in the statistics; a model whose
 scheduler cannot take a request back fails it with Triton's message (Triton logs that message and
 never answers the request); a response returned for a rescheduled request fails the execution.
-Each model runs in a model process and in the server process.
+Each model runs in a model process and in the server process, each server mode once.
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support import modes
 from tests.support.models import write_model
 from tests.support.server import ServerProcess
+
+frontend_workers = modes.frontend_workers
 
 #: Runs each request ``INPUT0[0]`` times (rescheduling it until then), sleeping ``INPUT0[1]`` ms per
 #: execution; answers ``[correlation ID, then per run: flags, batch size]``.
@@ -128,14 +131,14 @@ PLACES = ["", "_in_server"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, frontend_workers: int) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("iterative")
     for name, (model_py, batch, dims, extra) in MODELS.items():
         for place in PLACES:
             lines = extra + ("\n" + IN_THE_SERVER if place else "")
             config = CONFIG.format(name=name + place, batch=batch, dims=dims, extra=lines)
             write_model(repo, name + place, config, model_py)
-    with ServerProcess([repo]) as served:
+    with ServerProcess([repo], frontend_workers=frontend_workers) as served:
         yield served
 
 
