@@ -179,6 +179,16 @@ class ServerProcess:
     def log(self) -> str:
         return Path(self._log.name).read_text(errors="replace")
 
+    def logged(self, text: str, timeout: float = 10.0) -> bool:
+        """Whether ``text`` reaches the log within ``timeout``: a model process's log lines come on a
+        pipe of their own, so possibly after the answer they go with reached the client."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 40.0) -> int:
         """Signal the server and wait; returns its exit status."""
         if self.process is None:

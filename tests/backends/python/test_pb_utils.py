@@ -177,3 +177,51 @@ def test_parameters_are_checked_when_made_with_tritons_messages(parameters: obje
         assert str(caught.value) == message
     response = pb_utils.InferenceResponse(parameters={"b": True, "i": 2, "s": ""})
     assert json.loads(response.parameters()) == {"b": True, "i": 2, "s": ""}
+
+
+def test_arguments_of_the_wrong_type_raise_as_tritons_bindings_do() -> None:
+    """NVIDIA's qa argument_validation model tests these: a wrong type (None included) is a TypeError,
+    a None among tensors a TritonModelException; bytes are taken for str (pybind11's std::string)."""
+    tensor = pb_utils.Tensor("INPUT0", np.asarray([1, 2], dtype=np.int32))
+    request = {"inputs": [tensor], "model_name": "m", "requested_output_names": ["OUT"]}
+    with pytest.raises(pb_utils.TritonModelException):
+        pb_utils.InferenceRequest(**{**request, "inputs": [None]})
+    for name, value in (
+        ("inputs", None),
+        ("model_name", None),
+        ("requested_output_names", None),
+        ("requested_output_names", [None]),
+        ("correlation_id", None),
+        ("request_id", None),
+        ("model_version", None),
+        ("flags", None),
+    ):
+        with pytest.raises(TypeError, match=name):
+            pb_utils.InferenceRequest(**{**request, name: value})
+    assert pb_utils.InferenceRequest(**request, correlation_id="id-5").correlation_id() == "id-5"
+    assert pb_utils.InferenceRequest(**{**request, "model_name": b"m"}).model_name() == "m"
+    pb_utils.InferenceRequest(requested_output_names=[], inputs=[], model_name="m")
+    with pytest.raises(pb_utils.TritonModelException):
+        pb_utils.InferenceResponse(output_tensors=[None])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        pb_utils.InferenceResponse(output_tensors=None)  # type: ignore[arg-type]
+    assert pb_utils.InferenceResponse().output_tensors() == []
+    with pytest.raises(TypeError):
+        pb_utils.Tensor(None, np.zeros(1))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        pb_utils.Tensor("OUTPUT0", None)
+    with pytest.raises(pb_utils.TritonModelException):
+        pb_utils.Tensor.from_dlpack("OUTPUT0", None)
+    logger = pb_utils.Logger
+    for call in (
+        lambda: logger.log("Invalid Level", None),  # type: ignore[arg-type]
+        lambda: logger.log("Invalid Level", 1),  # type: ignore[arg-type]
+        lambda: logger.log_info(None),  # type: ignore[arg-type]
+        lambda: logger.log_warn(None),  # type: ignore[arg-type]
+        lambda: logger.log_error(None),  # type: ignore[arg-type]
+        lambda: logger.log_verbose(None),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError):
+            call()
+    logger.log("Level unspecified")
+    logger.log("warned", logger.WARNING)

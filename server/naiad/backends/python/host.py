@@ -90,6 +90,8 @@ class ModelHost:
         "_model",
         "_model_name",
         "_module_name",
+        "_runs",
+        "_runs_lock",
     )
 
     def __init__(
@@ -103,6 +105,9 @@ class ModelHost:
         self._loop_thread: threading.Thread | None = None
         #: A decoupled model's ``async def execute`` calls still running.
         self._background: set[concurrent.futures.Future[Any]] = set()
+        #: Coroutines ``run`` waits for on the loop (one, unless nested calls come meanwhile).
+        self._runs = 0
+        self._runs_lock = threading.Lock()
         try:
             with model_folder_importable(model_file.parent, keep=self._module_name):
                 try:
@@ -155,14 +160,22 @@ class ModelHost:
 
     def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
         """Run ``coroutine`` to completion on this host's loop (in the calling thread's context), or
-        on a loop of its own when called from that loop's thread: an execution this one is nested in
-        (a BLS call back into this model) holds it."""
+        on a loop of its own while another one runs there: an execution this one is nested in (a BLS
+        call back into this model) may hold the loop, blocked until this one ends."""
         loop = self._event_loop()
-        if threading.current_thread() is self._loop_thread:
+        with self._runs_lock:
+            nested = self._runs > 0 or threading.current_thread() is self._loop_thread
+            if not nested:
+                self._runs += 1
+        if nested:
             return run_detached(coroutine)
         import asyncio
 
-        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+        try:
+            return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+        finally:
+            with self._runs_lock:
+                self._runs -= 1
 
     def execute(
         self,

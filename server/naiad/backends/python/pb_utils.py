@@ -127,6 +127,10 @@ class Tensor:
     __slots__ = ("_array", "_borrowed", "_datatype", "_name")
 
     def __init__(self, name: str, data: Any) -> None:
+        if type(name) is not str:
+            name = _argument("Tensor", "name", name, (str, bytes), "str")
+        if data is None:
+            raise TypeError("Tensor(): data must be a numpy array, got None")
         array = data if isinstance(data, np.ndarray) else np.asarray(data)
         self._name = name
         self._array = array
@@ -209,6 +213,8 @@ class Tensor:
     @staticmethod
     def from_dlpack(name: str, capsule: Any) -> Tensor:
         """A tensor over a DLPack capsule or any object with ``__dlpack__`` (CPU memory only)."""
+        if capsule is None:
+            raise TritonModelException(f"unable to read DLPack tensor '{name}': no capsule given (None)")
         if isinstance(capsule, Tensor) and dlpack.is_bfloat16(capsule._array):
             return Tensor(name, capsule._array)  # numpy cannot pass bfloat16 through DLPack
         if not hasattr(capsule, "__dlpack__"):
@@ -291,6 +297,27 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _argument(function: str, name: str, value: Any, types: tuple[type, ...], expected: str) -> Any:
+    """``value`` (bytes as str) if it has one of ``types``; else the TypeError Triton's bindings
+    raise for an argument of the wrong type (None included), since models test for it."""
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
+        return _text(value) if isinstance(value, bytes) else value
+    raise TypeError(f"{function}(): {name} must be {expected}, got {type(value).__name__}")
+
+
+def _tensor_list(function: str, name: str, tensors: Any) -> list[Tensor]:
+    """A list of tensors: not a sequence is a TypeError, a ``None`` in it a TritonModelException
+    (as Triton's bindings raise them)."""
+    if not isinstance(tensors, list | tuple):
+        raise TypeError(f"{function}(): {name} must be a list of Tensor, got {type(tensors).__name__}")
+    for tensor in tensors:
+        if not isinstance(tensor, Tensor):
+            raise TritonModelException(
+                f"{function}(): {name} must hold Tensor objects, got {type(tensor).__name__}"
+            )
+    return tensors if isinstance(tensors, list) else list(tensors)
+
+
 class InferenceRequest:
     """A request: what ``execute`` receives (built by the backend) or, later, a BLS request.
 
@@ -326,15 +353,28 @@ class InferenceRequest:
         parameters: Mapping[str, Any] | str | None = None,
     ) -> None:
         # Triton's constructor takes std::string arguments, which pybind11 also fills from bytes:
-        # NVIDIA's BLS example passes a BYTES tensor's element (bytes) as the model name.
-        self._request_id = _text(request_id)
-        self._correlation_id = correlation_id
-        self._inputs = list(inputs)
-        self._requested_output_names = [_text(name) for name in requested_output_names]
-        self._model_name = _text(model_name)
-        self._model_version = model_version
-        self._flags = flags
-        self._timeout = timeout
+        # NVIDIA's BLS example passes a BYTES tensor's element (bytes) as the model name.  Arguments
+        # of other types raise its bindings' errors.
+        text = (str, bytes)
+        self._request_id: str = _argument("InferenceRequest", "request_id", request_id, text, "str")
+        self._correlation_id: int | str = _argument(
+            "InferenceRequest", "correlation_id", correlation_id, (int, str), "int or str"
+        )
+        self._inputs = _tensor_list("InferenceRequest", "inputs", inputs)
+        if not isinstance(requested_output_names, list | tuple):
+            raise TypeError(
+                "InferenceRequest(): requested_output_names must be a list of str, got "
+                f"{type(requested_output_names).__name__}"
+            )
+        self._requested_output_names = [
+            _argument("InferenceRequest", "requested_output_names", name, text, "a list of str")
+            for name in requested_output_names
+        ]
+        self._model_name: str = _argument("InferenceRequest", "model_name", model_name, text, "str")
+        version = _argument("InferenceRequest", "model_version", model_version, (int,), "int")
+        self._model_version: int = version
+        self._flags: int = _argument("InferenceRequest", "flags", flags, (int,), "int")
+        self._timeout: int = _argument("InferenceRequest", "timeout", timeout, (int,), "int")
         self._parameters = _parameters_dict(parameters)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
@@ -445,17 +485,13 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: Sequence[Tensor] | None = None,
+        output_tensors: Sequence[Tensor] = (),
         error: TritonError | None = None,
         parameters: Mapping[str, Any] | str | None = None,
     ) -> None:
         if error is not None and not isinstance(error, TritonError):
             raise TypeError(f"InferenceResponse error must be a TritonError, got {type(error).__name__}")
-        if output_tensors is None:
-            output_tensors = []
-        elif not isinstance(output_tensors, list):
-            output_tensors = list(output_tensors)
-        self._output_tensors: list[Tensor] = output_tensors
+        self._output_tensors = _tensor_list("InferenceResponse", "output_tensors", output_tensors)
         self._error = error
         self._parameters = _parameters_dict(parameters)
 
@@ -694,23 +730,29 @@ class Logger:
 
     @staticmethod
     def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
-        _model_log.log(_PYTHON_LEVEL[LogLevel(level)], "%s", message)
+        if not isinstance(level, LogLevel):  # (Triton's bindings take no plain int)
+            raise TypeError(f"Logger.log(): level must be a pb_utils.LogLevel, got {type(level).__name__}")
+        _model_log.log(_PYTHON_LEVEL[level], "%s", _message("log", message))
 
     @staticmethod
     def log_info(message: str) -> None:
-        _model_log.info("%s", message)
+        _model_log.info("%s", _message("log_info", message))
 
     @staticmethod
     def log_warn(message: str) -> None:
-        _model_log.warning("%s", message)
+        _model_log.warning("%s", _message("log_warn", message))
 
     @staticmethod
     def log_error(message: str) -> None:
-        _model_log.error("%s", message)
+        _model_log.error("%s", _message("log_error", message))
 
     @staticmethod
     def log_verbose(message: str) -> None:
-        _model_log.debug("%s", message)
+        _model_log.debug("%s", _message("log_verbose", message))
+
+
+def _message(function: str, message: Any) -> str:
+    return str(_argument(f"Logger.{function}", "message", message, (str, bytes), "str"))
 
 
 def _metric_store() -> MetricStore:
