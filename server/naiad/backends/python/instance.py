@@ -18,7 +18,7 @@ from typing import Any
 from naiad.backends.base import ExecuteResult, Rescheduled
 from naiad.backends.python import bls, pb_utils
 from naiad.backends.python.host import ModelHost, describe, where
-from naiad.backends.python.request import ReceivedRequest
+from naiad.backends.python.request import Marks, ReceivedRequest
 from naiad.backends.python.response import to_results
 from naiad.backends.python.spec import ModelSpec
 from naiad.core.errors import InternalError
@@ -116,7 +116,8 @@ class PythonModelInstance:
     def _received(self, requests: Sequence[InferRequest]) -> list[ReceivedRequest]:
         outputs = self._outputs
         decoupled = self._decoupled
-        return [ReceivedRequest(request, outputs, decoupled) for request in requests]
+        marks = Marks()
+        return [ReceivedRequest(request, outputs, decoupled, marks) for request in requests]
 
     def _failed(self, exc: Exception, received: list[ReceivedRequest]) -> list[ExecuteResult]:
         """Every request fails with the exception, but one a non-decoupled model already answered
@@ -150,7 +151,14 @@ class PythonModelInstance:
         """What ``execute`` returned, as one result per request (see :mod:`.sender` for ``None``);
         a request the model released for rescheduling gets :class:`Rescheduled`."""
         name, version = self._model_name, self._model_version
-        rescheduled = [i for i, request in enumerate(received) if request._release_flags == _RESCHEDULE]
+        marked = bool(received) and received[0]._marks.any
+        if not marked:  # no sender asked for, no request rescheduled: most executions
+            if self._decoupled:
+                if returned is None:
+                    return [InferResponse(name, version, request.id) for request in requests]
+            elif returned is not None:
+                return to_results(returned, requests, name, version)
+        rescheduled = [i for i, request in enumerate(received) if request.released_flags() == _RESCHEDULE]
         if self._decoupled:
             if returned is not None:
                 error = InternalError(

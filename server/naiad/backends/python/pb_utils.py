@@ -491,7 +491,9 @@ class InferenceResponse:
     ) -> None:
         if error is not None and not isinstance(error, TritonError):
             raise TypeError(f"InferenceResponse error must be a TritonError, got {type(error).__name__}")
-        self._output_tensors = _tensor_list("InferenceResponse", "output_tensors", output_tensors)
+        if type(output_tensors) is not list or None in output_tensors:  # (None: at C speed)
+            output_tensors = _tensor_list("InferenceResponse", "output_tensors", output_tensors)
+        self._output_tensors: list[Tensor] = output_tensors
         self._error = error
         self._parameters = _parameters_dict(parameters)
 

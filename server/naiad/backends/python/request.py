@@ -13,22 +13,43 @@ from naiad.backends.python.sender import ResponseSender
 from naiad.core.request import InferRequest
 
 
+class Marks:
+    """Whether the model asked a request of an execution for its response sender or set its release
+    flags: only then are the execution's requests looked at one by one for them (most never are)."""
+
+    __slots__ = ("any",)
+
+    def __init__(self) -> None:
+        self.any = False
+
+
 class ReceivedRequest(pb_utils.InferenceRequest):
     """``pb_utils.InferenceRequest`` over a core :class:`InferRequest`.
 
     ``sender`` is the response sender once the model asked for one (see :mod:`.sender`).
     """
 
-    __slots__ = ("_all_outputs", "_core", "_decoupled", "_tensors", "sender")
+    __slots__ = ("_all_outputs", "_core", "_decoupled", "_marks", "_tensors", "sender")
 
-    def __init__(self, core: InferRequest, all_outputs: tuple[str, ...], decoupled: bool = False) -> None:
+    def __init__(
+        self, core: InferRequest, all_outputs: tuple[str, ...], decoupled: bool, marks: Marks
+    ) -> None:
         # The base class's fields stay unset: every accessor below reads ``core`` instead.
         self._core = core
         self._all_outputs = all_outputs
         self._decoupled = decoupled
+        self._marks = marks
         self._tensors: list[pb_utils.Tensor] | None = None
         self.sender: ResponseSender | None = None
-        self._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+        # (``_release_flags`` is set only by ``set_release_flags``: ``released_flags`` reads it)
+
+    def released_flags(self) -> int:
+        """How ``execute`` released this request (``TRITONSERVER_REQUEST_RELEASE_ALL`` unless set)."""
+        return getattr(self, "_release_flags", pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
+
+    def set_release_flags(self, flags: int) -> None:
+        self._release_flags = flags
+        self._marks.any = True
 
     def inputs(self) -> list[pb_utils.Tensor]:
         tensors = self._tensors
@@ -73,6 +94,7 @@ class ReceivedRequest(pb_utils.InferenceRequest):
         """The request's one sender (every call returns the same)."""
         sender = self.sender
         if sender is None:
+            self._marks.any = True
             core = self._core
             sender = self.sender = ResponseSender(core, self._decoupled, core.model_name, core.model_version)
         return sender
