@@ -529,6 +529,15 @@ class BlsServer:
         model.signature.validate(request)
         return version.version, model.decoupled
 
+    async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
+        await self._dataplane.load_model(name, parameters)
+
+    async def unload_model(self, name: str, unload_dependents: bool) -> None:
+        await self._dataplane.unload_model(name, unload_dependents)
+
+    def model_ready(self, name: str, version: str) -> bool:
+        return self._dataplane.model_ready(name, version)
+
 
 async def _mirrored(version: ModelVersion, request: InferRequest) -> None:
     """Run a mirror copy; its answer and error are dropped (the version's statistics count them)."""

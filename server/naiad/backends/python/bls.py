@@ -76,6 +76,18 @@ class Server(Protocol):
         ``InferenceServerError`` as :meth:`infer` would."""
         ...
 
+    async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
+        """Load or reload ``name`` as the repository extension does (``config``, ``file:...``)."""
+        ...
+
+    async def unload_model(self, name: str, unload_dependents: bool) -> None:
+        """Unload ``name`` as the repository extension does."""
+        ...
+
+    def model_ready(self, name: str, version: str) -> bool:
+        """Whether a request for ``name`` (``version``: "" for the default) would be served now."""
+        ...
+
 
 class Inline(Protocol):
     """An instance that can run requests for a caller it waits for (see the module docs)."""
@@ -399,6 +411,34 @@ async def _on(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
 
 
+def model_control(server: Server | None, message: tuple[Any, ...]) -> Any:
+    """A model's call to the model loading API (python_backend 23.07+), made from the model's thread
+    on the server's loop: ``("load", name, config, files)``, ``("unload", name, unload_dependents)``
+    or ``("ready", name, version)``.  The server's refusal (not EXPLICIT mode, a failed load...)
+    raises ``TritonModelException`` with its message, as Triton's ``pb_utils`` raises it."""
+    if server is None:
+        raise pb_utils.TritonModelException(
+            "The model loading API can only be used while the model is served"
+        )
+    loop = server.loop
+    if _on_loop(loop):
+        raise pb_utils.TritonModelException("The model loading API would block the server's event loop")
+    kind, name = message[0], message[1]
+    try:
+        if kind == "load":
+            parameters: dict[str, Any] = dict(message[3])
+            if message[2]:
+                parameters["config"] = message[2]
+            _wait(loop, server.load_model(name, parameters))
+            return None
+        if kind == "unload":
+            _wait(loop, server.unload_model(name, bool(message[2])))
+            return None
+        return _wait(loop, _call(server.model_ready, name, message[2]))
+    except InferenceServerError as error:
+        raise pb_utils.TritonModelException(error.message) from None
+
+
 class Runner:
     """The BLS runner of models in the engine (see ``pb_utils.ModelServices``): calls go to the BLS
     server of ``runtime``."""
@@ -411,6 +451,9 @@ class Runner:
         if server is None:
             raise pb_utils.TritonModelException("BLS requests can only be made while the model is served")
         return server
+
+    def model_control(self, message: tuple[Any, ...]) -> Any:
+        return model_control(self._runtime.bls, message)
 
     def exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         server = self._server()

@@ -219,8 +219,13 @@ class PythonModelInstance:
 
 
 def mentions_requests(folder: Path) -> bool:
-    """Whether the model's sources (``model.py`` and the modules beside it) mention BLS requests."""
-    return mentions(folder, "InferenceRequest")
+    """Whether the model's sources (``model.py`` and the modules beside it) mention BLS requests, or
+    the model loading API (its calls, too, wait for the server's event loop)."""
+    return any(mentions(folder, word) for word in _CALLS_OUT)
+
+
+#: What a model calls that waits for the server: BLS requests and the model loading API.
+_CALLS_OUT = ("InferenceRequest", "load_model", "unload_model", "is_model_ready")
 
 
 def mentions(folder: Path, word: str) -> bool:

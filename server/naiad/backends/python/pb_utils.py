@@ -431,6 +431,8 @@ class BlsRunner(Protocol):
 
     async def async_exec(self, request: InferenceRequest, decoupled: bool) -> Any: ...
 
+    def model_control(self, message: tuple[Any, ...]) -> Any: ...
+
 
 class ModelServices:
     """What a model's code reaches through this module without being handed it: where its BLS
@@ -476,6 +478,28 @@ def _bls_runner() -> BlsRunner:
     if services is None or services.bls is None:
         raise TritonModelException("BLS requests can only be made while the model is served")
     return services.bls
+
+
+def load_model(model_name: str, config: str = "", files: Mapping[str, bytes] | None = None) -> None:
+    """Load or reload a model (server in EXPLICIT mode), as the repository extension does: ``config``
+    overrides its configuration (JSON), ``files`` (``"file:1/model.onnx"`` -> content) its folder."""
+    name = _argument("load_model", "model_name", model_name, (str, bytes), "str")
+    text = _argument("load_model", "config", config, (str, bytes), "str")
+    contents = {str(path): bytes(content) for path, content in (files or {}).items()}
+    _bls_runner().model_control(("load", name, text, contents))
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    """Unload a model (server in EXPLICIT mode), and with ``unload_dependents`` its ensembles."""
+    name = _argument("unload_model", "model_name", model_name, (str, bytes), "str")
+    _bls_runner().model_control(("unload", name, bool(unload_dependents)))
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """Whether a request for the model (``model_version``: "" for the default) would be served now."""
+    name = _argument("is_model_ready", "model_name", model_name, (str, bytes), "str")
+    version = _argument("is_model_ready", "model_version", model_version, (str, bytes), "str")
+    return bool(_bls_runner().model_control(("ready", name, version)))
 
 
 class InferenceResponse:

@@ -52,7 +52,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from naiad.backends.base import ExecuteResult, InstanceHealth, Rescheduled
-from naiad.backends.python import bls, shm
+from naiad.backends.python import bls, pb_utils, shm
 from naiad.backends.python.custom_metrics import CustomMetrics
 from naiad.backends.python.instance import mentions_requests
 from naiad.backends.python.launcher import Launcher
@@ -412,7 +412,7 @@ class ProcessModelInstance:
                         request.responses(unpack_answer(packed, self._model_name, self._model_version), final)
                 elif kind == "bls_cancel":
                     self._cancel_call(child, message[1])
-                elif kind == "bls":
+                elif kind in ("bls", "control"):
                     with self._lock:
                         waited = child.executing > 0
                     if waited:
@@ -475,7 +475,8 @@ class ProcessModelInstance:
             pass
 
     def _call(self, child: _Child, message: tuple[Any, ...]) -> None:
-        """Make a BLS call the model process forwarded: ``("bls", number, request, decoupled)``.
+        """Make a BLS call the model process forwarded: ``("bls", number, request, decoupled)``, or
+        a model loading API call, ``("control", call)``, answered ``("controlled", ok, value)``.
 
         A call that is not streamed is answered with ``("answer", answer)`` once made (the model
         waits for it).  A streamed call's answers go as ``("stream", number, answer, final)``, each
@@ -485,6 +486,14 @@ class ProcessModelInstance:
         process may send ``("bls_cancel", number)`` meanwhile: the callee's request is marked
         cancelled, as Triton's iterator ``cancel()`` does (see :func:`bls.cancel`).
         """
+        if message[0] == "control":  # the model loading API: ``("control", call)``
+            try:
+                value = bls.model_control(self._runtime.bls, message[1])
+                reply: tuple[Any, ...] = ("controlled", True, value)
+            except pb_utils.TritonModelException as exc:
+                reply = ("controlled", False, str(exc))
+            self._send(child, reply)
+            return
         _, number, body, decoupled = message
         request = bls_request(body)
         items, streaming = bls.forwarded(self._runtime.bls, request, decoupled)
@@ -950,7 +959,7 @@ class ProcessModelInstance:
                 sink = self._running[key][index].responses
                 if sink is not None:
                     sink(unpack_answer(packed, self._model_name, self._model_version), final)
-            elif kind == "bls":
+            elif kind in ("bls", "control"):
                 self._call(child, message)
             elif kind == "bls_cancel":
                 self._cancel_call(child, message[1])

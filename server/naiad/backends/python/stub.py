@@ -236,6 +236,10 @@ class _Channel:
         answer: PackedAnswer = self._call(("bls", 0, bls_message(request), False))[1]
         return answer
 
+    def control(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Forward a model loading API call and wait for the server's ``controlled`` reply."""
+        return self._call(("control", message))
+
     def stream(self, request: InferRequest) -> bls.ResponseIterator:
         """Forward a streamed BLS call: its answers, as they come."""
         number = next(self._numbers)
@@ -410,6 +414,13 @@ class _RemoteRunner:
         import asyncio  # only an async model gets here (see bls.py on why not at the top)
 
         return await asyncio.to_thread(self.exec, request, decoupled)
+
+    def model_control(self, message: tuple[Any, ...]) -> Any:
+        """The server runs it (``bls.model_control``) and answers ``("controlled", ok, value)``."""
+        _, ok, value = self._channel.control(message)
+        if not ok:
+            raise pb_utils.TritonModelException(value)
+        return value
 
 
 class _Outputs:
