@@ -69,6 +69,35 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array([ended], np.float32))]) for _ in requests]
 """
 
+#: Decoupled: a BLS call to ``sleeper`` (INPUT0 seconds); answers how long ``async_exec`` took to return.
+WAITER_PY = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        for request in requests:
+            seconds = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            call = pb_utils.InferenceRequest(
+                model_name=self.callee, inputs=[seconds], requested_output_names=["OUTPUT0"]
+            )
+            started = time.monotonic()
+            responses = await call.async_exec(decoupled=True)
+            waited = time.monotonic() - started
+            answered = [r for r in responses if not r.has_error() and r.output_tensors()]
+            out = pb_utils.Tensor("OUTPUT0", np.array([waited if answered else -1.0], np.float32))
+            request.get_response_sender().send(
+                pb_utils.InferenceResponse([out]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+            )
+        return None
+
+    def initialize(self, args):
+        self.callee = "sleeper" + ("_in_server" if args["model_name"].endswith("_in_server") else "")
+"""
+
 CONFIG = """
 name: "{name}"
 backend: "python"
@@ -90,6 +119,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, frontend_workers: int) -> I
         extra = IN_THE_SERVER if place else ""
         write_model(repo, "sleeper" + place, CONFIG.format(name="sleeper" + place, extra=f"{DECOUPLED}\n{extra}"), SLEEPER_PY)
         write_model(repo, "background" + place, CONFIG.format(name="background" + place, extra=extra), BACKGROUND_PY)
+        write_model(repo, "waiter" + place, CONFIG.format(name="waiter" + place, extra=f"{DECOUPLED}\n{extra}"), WAITER_PY)
     with ServerProcess([repo], frontend_workers=frontend_workers) as served:
         yield served
 
@@ -146,3 +176,12 @@ def test_tasks_an_async_execute_starts_run_on_after_it_returned(server: ServerPr
         time.sleep(0.5)  # no execution meanwhile: only the model's own loop can end its task
         second = float(client.infer("background" + place, [tensor]).as_numpy("OUTPUT0")[0])
     assert second == first + 1
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_streamed_bls_call_returns_once_its_first_answer_came(server: ServerProcess, place: str) -> None:
+    """As Triton's ``exec``/``async_exec(decoupled=True)``: a model that awaits several calls and then
+    iterates each (blocking its loop) has made all of them by then (NVIDIA's qa async_execute)."""
+    (answer,) = _stream(server, "waiter" + place, [0.5], 1)
+    assert not isinstance(answer, InferenceServerException), answer
+    assert float(answer.as_numpy("OUTPUT0")[0]) >= 0.45  # type: ignore[attr-defined]

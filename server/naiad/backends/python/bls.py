@@ -219,12 +219,23 @@ class Answers(Protocol):
 
 class ResponseIterator:
     """The responses of a ``decoupled=True`` BLS request, as Triton's iterator yields them: each
-    response, and last the final one (empty when the model sent the final flag on its own)."""
+    response, and last the final one (empty when the model sent the final flag on its own).
+
+    ``exec``/``async_exec`` return it once the first answer came (:meth:`first`), as Triton's do: an
+    ``async def execute`` that awaits several calls and then iterates each (blocking its loop) has
+    made all of them by then, and they run at once."""
 
     def __init__(self, items: Answers, cancel: Callable[[], object]) -> None:
         self._items = items
         self._cancel = cancel
         self._done = False
+        self._first: StreamItem | None = None
+
+    def first(self) -> ResponseIterator:
+        """Wait for the first answer (kept for ``__next__``); this iterator."""
+        if self._first is None and not self._done:
+            self._first = self._items.get()
+        return self
 
     def __iter__(self) -> ResponseIterator:
         return self
@@ -232,7 +243,8 @@ class ResponseIterator:
     def __next__(self) -> pb_utils.InferenceResponse:
         if self._done:
             raise StopIteration
-        answer, final = self._items.get()
+        item, self._first = self._first, None
+        answer, final = item if item is not None else self._items.get()
         self._done = final
         return to_pb_response(answer)
 
@@ -470,7 +482,7 @@ class Runner:
                     return to_pb_response(_unstreamed(core))
                 return _returned(_inline(inline, core, target_decoupled), core, decoupled)
         if decoupled:
-            return ResponseIterator(_pump(server, core)[0], functools.partial(cancel, core))
+            return ResponseIterator(_pump(server, core)[0], functools.partial(cancel, core)).first()
         with _waiting(core):
             return _wait(loop, _answer(server, core))
 
@@ -485,6 +497,9 @@ class Runner:
                     return to_pb_response(_unstreamed(core))
                 return _returned(await _inline_async(inline, core, target_decoupled), core, decoupled)
         if decoupled:
-            return ResponseIterator(_pump(server, core)[0], functools.partial(cancel, core))
+            import asyncio
+
+            iterator = ResponseIterator(_pump(server, core)[0], functools.partial(cancel, core))
+            return await asyncio.to_thread(iterator.first)
         with _waiting(core):
             return await _on(loop, _answer(server, core))

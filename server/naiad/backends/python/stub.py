@@ -407,7 +407,7 @@ class _RemoteRunner:
     def exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         core = bls.core_request(request)
         if decoupled:
-            return self._channel.stream(core)
+            return self._channel.stream(core).first()
         return to_pb_response(unpack_answer(self._channel.call(core), core.model_name, ""))
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
