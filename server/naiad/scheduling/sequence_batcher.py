@@ -232,7 +232,7 @@ class SequenceBatchScheduler(LoopScheduler):
         """Forget ``sequence``: free its slot, or take it out of the backlog."""
         if sequence.instance >= 0:
             self._release(sequence)
-        else:
+        elif sequence in self._backlog:
             self._backlog.remove(sequence)
             if self._sequences.get(sequence.correlation_id) is sequence:
                 del self._sequences[sequence.correlation_id]

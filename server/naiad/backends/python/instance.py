@@ -122,13 +122,16 @@ class PythonModelInstance:
     def _failed(self, exc: Exception, received: list[ReceivedRequest]) -> list[ExecuteResult]:
         """Every request fails with the exception, but one a non-decoupled model already answered
         through its sender (a second send raises, and the first one stands, as in Triton)."""
-        # Triton 2.51's wording (its stub's), the model's frames included (checked side by side)
-        message = (
+        message = self._failure(exc)
+        log.error("%s", message)  # as Triton's stub logs it
+        return [self._answered(request) or InternalError(message) for request in received]
+
+    def _failure(self, exc: BaseException) -> str:
+        """Triton 2.51's wording (its stub's), the model's frames included (checked side by side)."""
+        return (
             f"Failed to process the request(s) for model '{self._instance_name}', "
             f"message: {describe(exc)}{where(exc)}"
         )
-        log.error("%s", message)  # as Triton's stub logs it
-        return [self._answered(request) or InternalError(message) for request in received]
 
     def _answered(self, request: ReceivedRequest) -> ExecuteResult | None:
         """The response a non-decoupled model sent for ``request`` through its sender, if any."""
@@ -138,10 +141,7 @@ class PythonModelInstance:
     def _background_failed(self, received: list[ReceivedRequest], exc: BaseException) -> None:
         """A decoupled model's ``async def execute``, not waited for, raised: the streams it left open
         end with the error a failed execution gives (Triton only logs it, and they never end)."""
-        message = (
-            f"Failed to process the request(s) for model '{self._instance_name}', "
-            f"message: {describe(exc)}{where(exc)}"
-        )
+        message = self._failure(exc)
         for request in received:
             request.get_response_sender().fail(InternalError(message))
 
