@@ -93,9 +93,16 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
         self._ragged = ragged
         order = sorted(outputs) if response_order is None else [n for n in response_order if n in outputs]
         self._response_order = tuple(order)
+        self._output_list = list(outputs)
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
         """One result per request, in order, with one model call per group of batchable requests."""
+        if len(requests) == 1:  # most executions without dynamic batching: no groups to form
+            try:
+                feed = self._feed(requests[0])
+            except InferenceServerError as exc:
+                return [exc]
+            return self._run(requests, [feed])
         results: dict[int, ExecuteResult] = {}
         groups: dict[Hashable, list[tuple[int, Feed]]] = {}
         for index, request in enumerate(requests):
@@ -157,9 +164,11 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
         return feed
 
     def _output_names(self, requests: Sequence[InferRequest]) -> list[str]:
-        """The outputs to compute: those requested, or all configured ones if any request wants all."""
-        if any(not request.outputs for request in requests):
-            return list(self._outputs)
+        """The outputs to compute: those requested, or all configured ones if any request wants all
+        (one list kept for every call, which callers must not change)."""
+        for request in requests:  # (a loop, not ``any``: no generator per execution)
+            if not request.outputs:
+                return self._output_list
         wanted = {output.name for request in requests for output in request.outputs or ()}
         return [name for name in self._outputs if name in wanted]
 
@@ -180,8 +189,15 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
             return _failed(requests, exc)
         except Exception as exc:  # frameworks' errors share nothing narrower than Exception
             return _failed(requests, InternalError(f"{self.execute_failure}{exc}"))
-        sizes = [_batch_size(feed, ragged) for feed in feeds]
         try:
+            if not self.batching:  # one request, whose outputs are the call's, reshaped back
+                outputs = self._outputs
+                whole = {
+                    name: array if outputs[name].model_dims is None else self._reshaped(outputs[name], array)
+                    for name, array in produced.items()
+                }
+                return [self._response(requests[0], whole)]
+            sizes = [_batch_size(feed, ragged) for feed in feeds]
             split = {name: self._split(self._outputs[name], array, sizes) for name, array in produced.items()}
         except ValueError as exc:
             return _failed(requests, InternalError(f"model '{self.model_name}': {exc}"))
@@ -191,12 +207,15 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
         ]
 
     def _split(self, binding: BindingT, array: Array, sizes: list[int]) -> list[Array]:
-        """A group's output as clients see it (config ``reshape`` undone), one part per request."""
+        """A batching group's output as clients see it (config ``reshape`` undone), one part per request."""
         if binding.model_dims is not None:
-            array = batching.reshape_batch(array, binding.model_dims, binding.dims, self.batching)
-        if not self.batching:
-            return [array]
+            array = self._reshaped(binding, array)
         return batching.split_batch(array, sizes)
+
+    def _reshaped(self, binding: BindingT, array: Array) -> Array:
+        """A group's output with the config ``reshape`` undone (``binding.model_dims`` is set)."""
+        assert binding.model_dims is not None
+        return batching.reshape_batch(array, binding.model_dims, binding.dims, self.batching)
 
     def _response(self, request: InferRequest, produced: dict[str, Array]) -> InferResponse:
         """The outputs the request asked for (all when it named none), in ``response_order``; each

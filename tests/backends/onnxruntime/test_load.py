@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,54 @@ def test_reshape_feeds_the_model_its_shape_and_returns_the_configured_one(
     assert isinstance(result, InferResponse)
     expected = x.reshape(2, 4, 4).transpose(0, 2, 1).reshape(2, 16)
     np.testing.assert_array_equal(result.outputs[0].data, expected)
+
+
+def test_reshape_without_batching_returns_the_configured_shape(
+    tmp_path: Path, instances: LoadInstance
+) -> None:
+    """A model that does not batch runs each request alone, its outputs reshaped back all the same."""
+    model_dir = write_model(
+        tmp_path,
+        "square",
+        [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])],
+        [tensor_info("x", TensorProto.FLOAT, [4, 4])],
+        [tensor_info("y", TensorProto.FLOAT, [4, 4])],
+        """
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ 16 ] reshape { shape: [ 4, 4 ] } } ]
+        output [ { name: "y" data_type: TYPE_FP32 dims: [ 16 ] reshape { shape: [ 4, 4 ] } } ]
+        """,
+    )
+    instance = instances(model_dir)
+    x = np.arange(16, dtype=np.float32)
+    results = instance.execute([request("square", {"x": x}), request("square", {"x": x + 16})])
+    for result, given in zip(results, (x, x + 16), strict=True):
+        assert isinstance(result, InferResponse)
+        assert result.outputs[0].data.shape == (16,)
+        np.testing.assert_array_equal(result.outputs[0].data, given.reshape(4, 4).T.reshape(16))
+
+
+def test_a_batching_model_answering_another_batch_size_fails_that_request(
+    tmp_path: Path, instances: LoadInstance
+) -> None:
+    """A single request's outputs are still checked against its batch size (here the model doubles it)."""
+    model_dir = write_model(
+        tmp_path,
+        "doubled",
+        [helper.make_node("Concat", ["x", "x"], ["y"], axis=0)],
+        [tensor_info("x", TensorProto.FLOAT, ["n", 2])],
+        [tensor_info("y", TensorProto.FLOAT, ["m", 2])],
+        """
+        max_batch_size: 4
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]
+        output [ { name: "y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+        """,
+    )
+    instance = instances(model_dir)
+    [result] = instance.execute([request("doubled", {"x": np.ones((3, 2), dtype=np.float32)})])
+    assert isinstance(result, InternalError)
+    assert result.message == (
+        "model 'doubled': output of shape [6, 2] cannot be split into batches of [3]: expected 3 rows in dimension 0"
+    )
 
 
 def test_session_options_from_triton_parameters(
@@ -226,3 +275,17 @@ def test_responses_carry_outputs_by_name_whatever_order_the_config_or_request_gi
     np.testing.assert_array_equal(values["z"], x)
     if "a" in names:
         np.testing.assert_array_equal(values["a"], -x)
+
+
+def test_closing_an_instance_frees_its_session_at_once(examples: Path, instances: LoadInstance) -> None:
+    """Calls go straight to ORT's own session object; closing drops every hold on it, not at GC."""
+    instance = instances(examples / "simple")
+    a = np.zeros((1, 16), dtype=np.int32)
+    [result] = instance.execute([request("simple", {"INPUT0": a, "INPUT1": a})])
+    assert isinstance(result, InferResponse)
+    held = weakref.ref(instance._model._sess)  # type: ignore[attr-defined]
+    instance.close()
+    assert held() is None
+    [closed] = instance.execute([request("simple", {"INPUT0": a, "INPUT1": a})])
+    assert isinstance(closed, InternalError)
+    assert closed.message == "model 'simple' instance is closed"
