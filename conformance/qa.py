@@ -54,6 +54,20 @@ def _pytest(
     )
 
 
+def _unittest(
+    checkouts: Checkouts, folder: str, test_file: str, case: str = "", extra_env: dict[str, str] | None = None
+) -> Script:
+    """A test file run as its test.sh runs it, ``python <file> [Class.test]``: those built on qa's
+    ``TestResultCollector``, which counts results through unittest's runner and fails under pytest."""
+    return Script(
+        f"{QA}{folder}/{test_file}" + (f"::{case}" if case else ""),
+        ("{python}", test_file, *((case,) if case else ())),
+        checkouts.qa / folder,
+        fixed_ports=True,
+        env={"PYTHONPATH": PYTHONPATH.format(common=checkouts.qa / "common"), **(extra_env or {})},
+    )
+
+
 def backend_python(checkouts: Checkouts) -> Suite:
     """qa/L0_backend_python/python_test.py: identity models of many types, BF16, PyTorch, init args..."""
 
@@ -379,6 +393,53 @@ def model_unittests(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def string_io(checkouts: Checkouts) -> Suite:
+    """qa/L0_string_io: BYTES tensors from every client, binary and JSON, unicode and not, through a
+    Python identity model.  (test.sh also copies ``onnx_zero_1_object`` from NVIDIA's generated
+    models, which the test never calls.)"""
+
+    def build(repo: Path) -> None:
+        edit_config(qa_model(checkouts, repo, "string_identity"), (r"\[ 1 \]", "[ 8 ]"))
+
+    return Suite("qa-string_io", build, (_unittest(checkouts, "L0_string_io", "string_client_test.py"),))
+
+
+def simple_ensemble(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_simple_ensemble/ensemble_test.py, each case on a server of its own as its test.sh runs them:
+    ensembles over two versions of ``simple`` (statistics per version), one output asked for, sequence
+    flags on a stream's responses, and a composing model that leaves an output out.  ``simple``'s two
+    versions are the ONNX model of ``docs/examples`` (the qa harness copies NVIDIA's generated one)."""
+    folder = "L0_simple_ensemble"
+    models = checkouts.qa / folder / "models"
+
+    def build(repo: Path) -> None:
+        for name in ("ensemble_add_sub_int32_int32_int32", "ensemble_partial_add_sub", "partial_add_sub"):
+            (copy_model(models / name, repo) / "1").mkdir(exist_ok=True)
+        simple = copy_model(models / "simple", repo)
+        onnx = checkouts.server / "docs" / "examples" / "model_repository" / "simple" / "1" / "model.onnx"
+        for version in ("1", "2"):
+            (simple / version).mkdir()
+            shutil.copyfile(onnx, simple / version / "model.onnx")
+
+    env, log = _server_log(checkouts, folder, "inference_server.log")
+    suites = []
+    for case in ("test_ensemble_add_sub", "test_ensemble_sequence_flags", "test_ensemble_add_sub_one_output"):
+        script = _unittest(checkouts, folder, "ensemble_test.py", f"EnsembleTest.{case}")
+        suites.append(Suite(f"qa-simple_ensemble-{case}", build, (script,)))
+    case = "EnsembleTest.test_ensemble_partial_add_sub"
+    partial = _unittest(checkouts, folder, "ensemble_test.py", case, env)
+    suites.append(
+        Suite(
+            "qa-simple_ensemble-test_ensemble_partial_add_sub",
+            build,
+            (partial,),
+            ("--log-verbose=1",),
+            log_link=log,
+        )
+    )
+    return suites
+
+
 def aio_clients(
     checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
 ) -> list[Suite]:
@@ -417,5 +478,7 @@ def qa_suites(
         ensemble(checkouts),
         io(checkouts),
         *model_unittests(checkouts),
+        string_io(checkouts),
+        *simple_ensemble(checkouts),
         *aio_clients(checkouts, http_repository, grpc_repository),
     ]

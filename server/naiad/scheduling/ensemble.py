@@ -24,6 +24,12 @@ flood their models' queues; its responses wait in the ensemble, in order, and no
 producer itself is not paused: its responses come from the model's own threads, and blocking one of
 those on steps that may need the same model instance could deadlock.
 
+As in Triton, a request runs only the steps its requested outputs need (the others' models never see
+it, nor count it), an output a composing model leaves out is left out of the answer (Triton's verbose
+line says so) unless a later step needs it, and a non-decoupled ensemble's answer carries the request's
+sequence ID and flags as parameters (``sequence_id``, ``sequence_start``, ``sequence_end``; checked
+side by side with Triton 2.51).
+
 The graph was checked when the ensemble loaded, so here every step is known to run once its inputs
 exist.  A failed step fails the request with an error naming the step (after the responses already
 sent, for a decoupled ensemble); steps still running are cancelled (queued ones leave their queue).
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import aclosing
@@ -54,6 +61,11 @@ if TYPE_CHECKING:
 StepRunner = Callable[[InferRequest], Awaitable[InferResponse]]
 
 _MONOTONIC_NS = time.monotonic_ns
+
+log = logging.getLogger("naiad.scheduling")
+
+#: How many sets of requested outputs an ensemble keeps its steps for (``_stage_for``).
+_PRUNED_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +114,22 @@ class Stage:
         object.__setattr__(self, "chain", _chain_of(self.steps))
 
 
+def needed_for(steps: tuple[Step, ...], wanted: frozenset[str]) -> tuple[Step, ...]:
+    """Of ``steps``, in their order, those that make the tensors ``wanted``, directly or through the
+    steps after them: the only ones a request asking for those outputs runs."""
+    needed = set(wanted)
+    chosen: set[int] = set()
+    changed = True
+    while changed:  # (steps may be listed in any order: until no step is added)
+        changed = False
+        for step in steps:
+            if step.index not in chosen and any(name in needed for _, name in step.outputs):
+                chosen.add(step.index)
+                needed.update(name for _, name in step.inputs)
+                changed = True
+    return tuple(step for step in steps if step.index in chosen)
+
+
 def steps_of(config: mc.ModelConfig) -> tuple[Step, ...]:
     """The steps of an ensemble's ``ModelConfig``, in configuration order."""
     return tuple(
@@ -147,6 +175,8 @@ class EnsembleScheduler:
         readers = collections.Counter(name for step in steps for _, name in step.inputs)
         readers.update(outputs)
         self._shared = frozenset(name for name, count in readers.items() if count > 1)
+        #: The steps a request asking for some outputs only runs, by those outputs (see ``_stage_for``).
+        self._pruned: dict[frozenset[str], Stage] = {}
 
     async def submit(self, request: InferRequest) -> InferResponse:
         """Run every step as soon as its inputs exist; the ensemble's tensors, or the first error.
@@ -158,7 +188,7 @@ class EnsembleScheduler:
                 await self._stream(request)
                 tensors: dict[str, Tensor] = {}
             else:
-                tensors = await self._flow(self.stages[0], request, _inputs(request), None)
+                tensors = await self._flow(self._stage_for(request), request, _inputs(request), None)
         except InferenceServerError:
             self.stats.fail(FailureReason.BACKEND, _MONOTONIC_NS() - start)
             raise
@@ -173,10 +203,34 @@ class EnsembleScheduler:
         self.stats.observe(elapsed, 0, 0, elapsed, 0)
         # Triton counts each ensemble request as one execution of its batch size
         self.stats.execution(request.batch_size if self.batching else 1, 0, elapsed, 0)
-        return InferResponse(self.name, "", request.id, self._answer(tensors))
+        outputs = self._answer(tensors)
+        if request.outputs is not None:
+            wanted = {output.name for output in request.outputs}
+            outputs = [tensor for tensor in outputs if tensor.name in wanted]
+        if not outputs:  # (nothing to answer with: Triton's answer has no parameters either)
+            return InferResponse(self.name, "", request.id, outputs)
+        sequence = {
+            "sequence_id": request.sequence_id or 0,
+            "sequence_start": request.sequence_start,
+            "sequence_end": request.sequence_end,
+        }
+        return InferResponse(self.name, "", request.id, outputs, sequence)
 
     def _answer(self, tensors: dict[str, Tensor]) -> list[Tensor]:
         return [tensors[name] for name in self.outputs if name in tensors]
+
+    def _stage_for(self, request: InferRequest) -> Stage:
+        """The steps of a non-decoupled ensemble that ``request`` runs: those its requested outputs need."""
+        stage = self.stages[0]
+        if request.outputs is None:
+            return stage
+        wanted = frozenset(output.name for output in request.outputs)
+        pruned = self._pruned.get(wanted)
+        if pruned is None:
+            if len(self._pruned) >= _PRUNED_KEPT:  # (subsets of many outputs: keep the memory bounded)
+                self._pruned.clear()
+            pruned = self._pruned[wanted] = Stage(needed_for(stage.steps, wanted))
+        return pruned
 
     async def _flow(
         self,
@@ -186,14 +240,15 @@ class EnsembleScheduler:
         slots: dict[int, asyncio.Semaphore] | None,
     ) -> dict[str, Tensor]:
         """Run ``stage``'s steps on ``tensors``, adding their outputs to it."""
+        waiting = list(stage.steps)
         if stage.chain is not None:  # one step after the other: no bookkeeping, no tasks
             for step in stage.chain:
                 if any(name not in tensors for _, name in step.inputs):
                     break  # an optional input is missing: say which steps cannot run, below
-                self._collect(step, await self._step(step, request, tensors, slots), tensors)
+                self._collect(step, await self._step(step, request, tensors, slots), tensors, stage)
+                waiting.remove(step)
             else:
                 return tensors
-        waiting = [step for step in stage.steps if not all(name in tensors for _, name in step.outputs)]
         running: dict[asyncio.Task[InferResponse], Step] = {}
         try:
             while waiting or running:
@@ -202,7 +257,7 @@ class EnsembleScheduler:
                     waiting.remove(step)
                 if len(ready) == 1 and not running:  # a chain: no task needed
                     step = ready[0]
-                    self._collect(step, await self._step(step, request, tensors, slots), tensors)
+                    self._collect(step, await self._step(step, request, tensors, slots), tensors, stage)
                     continue
                 for step in ready:
                     running[asyncio.ensure_future(self._step(step, request, tensors, slots))] = step
@@ -210,7 +265,7 @@ class EnsembleScheduler:
                     self._cannot_run(waiting)
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    self._collect(running.pop(task), task.result(), tensors)
+                    self._collect(running.pop(task), task.result(), tensors, stage)
         finally:
             for task in running:
                 task.cancel()
@@ -266,11 +321,18 @@ class EnsembleScheduler:
     def _failed(self, step: Step, error: InferenceServerError) -> InferenceServerError:
         return InferenceServerError(f"{step.label(self.name)}: {error.message}", error.code)
 
-    def _collect(self, step: Step, response: InferResponse, tensors: dict[str, Tensor]) -> None:
+    def _collect(
+        self, step: Step, response: InferResponse, tensors: dict[str, Tensor], stage: Stage | None = None
+    ) -> None:
+        """Add ``step``'s outputs to ``tensors``.  One its model left out fails the request, unless it
+        is only an output of the ensemble (no step of ``stage`` reads it), which then answers without it."""
         by_name = {tensor.name: tensor for tensor in response.outputs}
         for model_output, name in step.outputs:
             tensor = by_name.get(model_output)
             if tensor is None:
+                if stage is not None and name in self.outputs and not _reads(stage, name):
+                    log.debug("Composing models did not output tensor %s", name)  # (Triton's verbose line)
+                    continue
                 raise UnavailableError(
                     f"{step.label(self.name)}: the model did not produce output '{model_output}'"
                 )
@@ -341,6 +403,11 @@ class EnsembleScheduler:
 
 def _inputs(request: InferRequest) -> dict[str, Tensor]:
     return {tensor.name: tensor for tensor in request.inputs}
+
+
+def _reads(stage: Stage, name: str) -> bool:
+    """Whether a step of ``stage`` takes the tensor ``name``."""
+    return any(tensor == name for step in _all(stage) for _, tensor in step.inputs)
 
 
 def _all(stage: Stage) -> tuple[Step, ...]:
