@@ -49,7 +49,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 
 from naiad.core.errors import InferenceServerError, UnavailableError
-from naiad.core.request import InferRequest, InferResponse, RequestedOutput, ResponseSink, Tensor
+from naiad.core.request import (
+    InferRequest,
+    InferResponse,
+    Parameters,
+    RequestedOutput,
+    ResponseSink,
+    Tensor,
+)
 from naiad.scheduling.answers import answers
 from naiad.scheduling.stats import FailureReason, SchedulerStats
 
@@ -209,7 +216,7 @@ class EnsembleScheduler:
             outputs = [tensor for tensor in outputs if tensor.name in wanted]
         if not outputs:  # (nothing to answer with: Triton's answer has no parameters either)
             return InferResponse(self.name, "", request.id, outputs)
-        sequence = {
+        sequence: Parameters = {
             "sequence_id": request.sequence_id or 0,
             "sequence_start": request.sequence_start,
             "sequence_end": request.sequence_end,
