@@ -426,6 +426,13 @@ def simple_ensemble(checkouts: Checkouts) -> list[Suite]:
     for case in ("test_ensemble_add_sub", "test_ensemble_sequence_flags", "test_ensemble_add_sub_one_output"):
         script = _unittest(checkouts, folder, "ensemble_test.py", f"EnsembleTest.{case}")
         suites.append(Suite(f"qa-simple_ensemble-{case}", build, (script,)))
+    suites.append(
+        Suite(
+            "qa-simple_ensemble-step_max_queue_size",
+            _step_queue_models(checkouts),
+            (_unittest(checkouts, folder, "ensemble_backpressure_test.py", "EnsembleStepMaxQueueSizeTest"),),
+        )
+    )
     case = "EnsembleTest.test_ensemble_partial_add_sub"
     partial = _unittest(checkouts, folder, "ensemble_test.py", case, env)
     suites.append(
@@ -438,6 +445,45 @@ def simple_ensemble(checkouts: Checkouts) -> list[Suite]:
         )
     )
     return suites
+
+
+def _step_queue_models(checkouts: Checkouts) -> Callable[[Path], None]:
+    """qa/L0_simple_ensemble/test.sh's ``max_queue_size_test_models``: decoupled ensembles whose first
+    (producer) or second (consumer) step has ``max_queue_size: 4``."""
+    folder = checkouts.qa / "L0_simple_ensemble"
+    backpressure = folder / "backpressure_test_models"
+    ensemble_config = backpressure / "ensemble_disabled_max_inflight_requests" / "config.pbtxt"
+    limited = (
+        "\ndynamic_batching {\n  preferred_batch_size: [ 1 ]\n"
+        "  default_queue_policy {\n    max_queue_size: 4\n  }\n}\n"
+    )
+
+    def producer(repo: Path, name: str, append: str = "") -> None:
+        source = backpressure / "decoupled_producer"
+        place_python_model(repo, name, source / "1" / "model.py", source / "config.pbtxt")
+        edit_config(repo / name, ('name: "decoupled_producer"', f'name: "{name}"'), append=append)
+
+    def consumer(repo: Path, name: str, append: str = "") -> None:
+        qa_model(checkouts, repo, "ground_truth", name)
+        renamed = ('name: "ground_truth"', f'name: "{name}"')
+        edit_config(repo / name, renamed, ("max_batch_size: 64", "max_batch_size: 1"), append=append)
+
+    def ensemble(repo: Path, name: str, step: str, renamed: str) -> None:
+        (repo / name / "1").mkdir(parents=True)
+        shutil.copyfile(ensemble_config, repo / name / "config.pbtxt")
+        edit_config(repo / name, (f'"{step}"', f'"{renamed}"'))
+
+    def build(repo: Path) -> None:
+        ensemble(repo, "ensemble_step1_enabled_max_queue_size", "decoupled_producer",
+                 "decoupled_producer_enabled_max_queue_size")  # fmt: skip
+        consumer(repo, "slow_consumer")
+        producer(repo, "decoupled_producer_enabled_max_queue_size", limited)
+        ensemble(repo, "ensemble_step2_enabled_max_queue_size", "slow_consumer",
+                 "slow_consumer_enabled_max_queue_size")  # fmt: skip
+        producer(repo, "decoupled_producer")
+        consumer(repo, "slow_consumer_enabled_max_queue_size", limited)
+
+    return build
 
 
 def aio_clients(

@@ -1,6 +1,7 @@
 """What an ensemble answers with, as Triton 2.51 answers (checked side by side, and by NVIDIA's
 qa/L0_simple_ensemble): only the steps the requested outputs need run, an output a composing model
-leaves out is left out of the answer, and the answer carries the request's sequence ID and flags."""
+leaves out is left out of the answer, the answer carries the request's sequence ID and flags, and a
+non-batching ensemble runs batching models (its tensors get and lose a batch dimension of 1)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_model(
         repo, "partial_needed", ensemble("partial_needed", needed, tensors("X"), tensors("KEPT", "Y"))
     )
+    batched = _python_config("batched_plus", tensors("OUT")) + "max_batch_size: 4\n"
+    write_model(repo, "batched_plus", batched, SHIFT_PY.format(by=1))
+    over = step("batched_plus", {"IN": "X"}, {"OUT": "Y"})
+    write_model(repo, "unbatched", ensemble("unbatched", over, tensors("X"), tensors("Y")))
     return repo
 
 
@@ -161,3 +166,20 @@ def test_an_output_left_out_that_a_later_step_needs_fails_the_request(server: Se
     )
     np.testing.assert_array_equal(client.infer("both", _inputs()).as_numpy("P"), X + 1)  # others serve on
     client.close()
+
+
+def test_a_non_batching_ensemble_runs_a_batching_model(server: ServerProcess) -> None:
+    """The ensemble's [4] goes to the model as [1, 4] (its dims with a batch of 1) and comes back [4]."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    result = client.infer("unbatched", _inputs())
+    assert result.get_response()["outputs"][0]["shape"] == [4]
+    np.testing.assert_array_equal(result.as_numpy("Y"), X + 1)
+    direct = client.infer("batched_plus", [_batched("IN")])  # the model itself wants the batch dimension
+    np.testing.assert_array_equal(direct.as_numpy("OUT"), [X + 1])
+    client.close()
+
+
+def _batched(name: str) -> httpclient.InferInput:
+    tensor = httpclient.InferInput(name, [1, 4], "FP32")
+    tensor.set_data_from_numpy(X.reshape(1, 4))
+    return tensor

@@ -36,7 +36,7 @@ from naiad.repository import config as cfg
 from naiad.repository.loader import LoadPlan
 from naiad.repository.model import Model, ModelState, ModelVersion
 from naiad.scheduling.cache import ResponseCache
-from naiad.scheduling.ensemble import EnsembleScheduler, Stage, Step, StepRunner, steps_of
+from naiad.scheduling.ensemble import EnsembleScheduler, Fit, Stage, Step, StepRunner, steps_of
 
 #: The registry's "which version runs this request" (``ModelRegistry.route``).
 Resolver = Callable[[InferRequest], tuple[Model, ModelVersion]]
@@ -519,6 +519,35 @@ _STATE = ModelVersion.__dict__["state"]
 _REASON = ModelVersion.__dict__["reason"]
 
 
+def _fits(
+    config: mc.ModelConfig, steps: tuple[Step, ...], models: Mapping[str, Model]
+) -> dict[tuple[int, str], Fit]:
+    """Where a tensor made by a batching end (the ensemble's request, or a step's model) is taken by a
+    non-batching one, or the other way round: each step input (step index, input name) and ensemble
+    output (-1, output name) there, with the consumer's dims (see :class:`Fit`)."""
+    ensemble_batches = config.max_batch_size > 0
+    made_batched = {tensor.name: ensemble_batches for tensor in config.input}
+    step_configs = {}
+    for step in steps:
+        step_config = models[step.model_name].config
+        assert step_config is not None  # checked: every step model serves
+        step_configs[step.index] = step_config
+        for _, tensor in step.outputs:
+            made_batched[tensor] = step_config.max_batch_size > 0
+    fits: dict[tuple[int, str], Fit] = {}
+    for step in steps:
+        step_config = step_configs[step.index]
+        batches = step_config.max_batch_size > 0
+        dims = {spec.name: tuple(spec.dims) for spec in step_config.input}
+        for model_input, tensor in step.inputs:
+            if made_batched.get(tensor, batches) != batches:
+                fits[(step.index, model_input)] = Fit(dims[model_input], batches)
+    for output in config.output:
+        if made_batched.get(output.name, ensemble_batches) != ensemble_batches:
+            fits[(-1, output.name)] = Fit(tuple(output.dims), ensemble_batches)
+    return fits
+
+
 def build_version(
     plan: LoadPlan,
     number: int,
@@ -537,6 +566,7 @@ def build_version(
         step_runner(resolve, cache),
         config.ensemble_scheduling.max_inflight_requests,
         batching=config.max_batch_size > 0,
+        fits=_fits(config, steps, models),
     )
     return EnsembleVersion(
         config,

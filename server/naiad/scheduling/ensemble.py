@@ -121,6 +121,28 @@ class Stage:
         object.__setattr__(self, "chain", _chain_of(self.steps))
 
 
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """Where a tensor made by a batching end meets a non-batching one, or the other way round: the
+    consumer's configured ``dims`` and whether it batches.  As Triton's ensembles do, a tensor without
+    a batch dimension going to a batching consumer gets one of 1 when its shape is the consumer's
+    ``dims``; a batched one going to a non-batching consumer loses a batch dimension of 1 when its
+    shape is not the consumer's ``dims`` (a non-batching ensemble over batching models works so)."""
+
+    dims: tuple[int, ...]
+    batches: bool
+
+    def apply(self, data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        fits = len(self.dims) == data.ndim and all(
+            d in (-1, n) for d, n in zip(self.dims, data.shape, strict=True)
+        )
+        if self.batches:
+            return data.reshape((1, *data.shape)) if fits else data
+        if not fits and data.ndim and data.shape[0] == 1:
+            return data.reshape(data.shape[1:])
+        return data
+
+
 def needed_for(steps: tuple[Step, ...], wanted: frozenset[str]) -> tuple[Step, ...]:
     """Of ``steps``, in their order, those that make the tensors ``wanted``, directly or through the
     steps after them: the only ones a request asking for those outputs runs."""
@@ -163,17 +185,21 @@ class EnsembleScheduler:
         max_inflight_requests: int = 0,
         *,
         batching: bool = False,
+        fits: dict[tuple[int, str], Fit] | None = None,
     ) -> None:
         """``outputs`` are the ensemble's output tensors (the intermediate ones stay inside);
         ``max_inflight_requests`` (0: no cap) matters only to a decoupled ensemble, since otherwise
         every step runs once per request; ``batching``: the ensemble has a ``max_batch_size``, so
-        each request counts its batch size of inferences (as Triton counts an ensemble's)."""
+        each request counts its batch size of inferences (as Triton counts an ensemble's).  ``fits``:
+        the step inputs (by step index and input name) and the ensemble's outputs (by index -1 and
+        output name) where a batching end meets a non-batching one (see :class:`Fit`)."""
         self.batching = batching
         self.name = name
         self.stages = stages
         self.outputs = outputs
         self.max_inflight_requests = max_inflight_requests
         self._run_step = run_step
+        self._fits = fits or {}
         self._decoupled = len(stages) > 1
         self.stats = SchedulerStats(lambda: 0)
         #: The tensors more than one reader takes (steps, or a step and the ensemble's answer): a
@@ -224,7 +250,13 @@ class EnsembleScheduler:
         return InferResponse(self.name, "", request.id, outputs, sequence)
 
     def _answer(self, tensors: dict[str, Tensor]) -> list[Tensor]:
-        return [tensors[name] for name in self.outputs if name in tensors]
+        answer = [tensors[name] for name in self.outputs if name in tensors]
+        if self._fits:
+            for index, tensor in enumerate(answer):
+                fit = self._fits.get((-1, tensor.name))
+                if fit is not None:
+                    answer[index] = Tensor(tensor.name, tensor.datatype, fit.apply(tensor.data))
+        return answer
 
     def _stage_for(self, request: InferRequest) -> Stage:
         """The steps of a non-decoupled ensemble that ``request`` runs: those its requested outputs need."""
@@ -286,19 +318,18 @@ class EnsembleScheduler:
         """A step's request.  An input that other steps (or the ensemble's answer) read too is a
         read-only view: a model that changes an input in place, as Triton's Python models may, then
         works on a copy of its own (``pb_utils`` makes it), and the others never see its change."""
-        shared = self._shared
+        shared, fits = self._shared, self._fits
+        inputs = []
+        for model_input, name in step.inputs:
+            tensor = tensors[name]
+            data = _read_only(tensor.data) if name in shared else tensor.data
+            fit = fits.get((step.index, model_input)) if fits else None
+            inputs.append(Tensor(model_input, tensor.datatype, data if fit is None else fit.apply(data)))
         return InferRequest(
             model_name=step.model_name,
             model_version=step.model_version,
             id=request.id,
-            inputs=[
-                Tensor(
-                    model_input,
-                    tensors[name].datatype,
-                    _read_only(tensors[name].data) if name in shared else tensors[name].data,
-                )
-                for model_input, name in step.inputs
-            ],
+            inputs=inputs,
             outputs=[RequestedOutput(model_output) for model_output, _ in step.outputs],
             parameters=request.parameters,
             priority=request.priority,
