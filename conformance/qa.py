@@ -486,6 +486,51 @@ def _step_queue_models(checkouts: Checkouts) -> Callable[[Path], None]:
     return build
 
 
+def parameters(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_parameters: request parameters and forwarded headers reach a Python model (directly and
+    through an ensemble) from every client; reserved keys refused; classification (``class_count``).
+    Each parameters case on a server of its own with the header patterns its test.sh gives it.  The
+    ensemble's first step is Triton's C++ ``identity`` test backend, which Naiad does not have: a
+    stand-in serves it, NVIDIA's own Python identity (``qa/python_models/identity_fp32``)."""
+    folder = "L0_parameters"
+    source = checkouts.qa / folder / "model_repository"
+    identity_py = checkouts.qa / "python_models" / "identity_fp32" / "model.py"
+
+    def build(repo: Path) -> None:
+        for name in ("ensemble", "identity", "parameter"):
+            (copy_model(source / name, repo) / "1").mkdir(exist_ok=True)
+        shutil.copyfile(identity_py, repo / "identity" / "1" / "model.py")
+        edit_config(repo / "identity", ('backend: "identity"', 'backend: "python"'))
+
+    def classes(repo: Path) -> None:
+        qa_model(checkouts, repo, "identity_fp32")
+        folder = qa_model(checkouts, repo, "identity_fp32", "identity_bytes")
+        edit_config(folder, ("identity_fp32", "identity_bytes"), ("TYPE_FP32", "TYPE_STRING"))
+
+    grpc, http = "--grpc-header-forward-pattern", "--http-header-forward-pattern"
+    cases = {
+        "test_params": (),
+        "test_params_reserved_rejected": (),
+        "test_headers": (grpc, "MY_HEADER.*", http, "MY_HEADER.*"),
+        "test_grpc_header_forward_pattern_case_sensitive": (grpc, "(?-i)MY_HEADER.*"),
+        "test_headers_reserved_rejected": (grpc, ".*", http, ".*"),
+    }
+    suites = [
+        Suite(
+            f"qa-parameters-{case}",
+            build,
+            (_unittest(checkouts, folder, "parameters_test.py", f"InferenceParametersTest.{case}"),),
+            args,
+        )
+        for case, args in cases.items()
+    ]
+    for client in ("http", "grpc"):
+        script = _unittest(checkouts, folder, "class_count_test.py", extra_env={"CLIENT_TYPE": client})
+        script = replace(script, name=f"{script.name}[{client}]")
+        suites.append(Suite(f"qa-parameters-class_count-{client}", classes, (script,), ("--log-verbose=1",)))
+    return suites
+
+
 def aio_clients(
     checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
 ) -> list[Suite]:
@@ -525,6 +570,7 @@ def qa_suites(
         io(checkouts),
         *model_unittests(checkouts),
         string_io(checkouts),
+        *parameters(checkouts),
         *simple_ensemble(checkouts),
         *aio_clients(checkouts, http_repository, grpc_repository),
     ]

@@ -21,6 +21,7 @@ from naiad import log_settings
 from naiad.core.cpu_policy import CPU_POLICIES
 from naiad.frontends.access.keyring import Keyring
 from naiad.frontends.access.restriction import parse_restrictions
+from naiad.frontends.forwarding import compile_pattern
 from naiad.frontends.tls import tls_files
 from naiad.metrics.config import parse_metrics_config
 from naiad.repository.residency import POLICIES
@@ -305,7 +306,7 @@ def _extension_settings(parser: argparse.ArgumentParser, args: argparse.Namespac
     for proto in ("http", "grpc"):
         pattern = getattr(args, f"{proto}_header_forward_pattern")
         if pattern:
-            checks.append((f"--{proto}-header-forward-pattern", functools.partial(re.compile, pattern)))
+            checks.append((f"--{proto}-header-forward-pattern", functools.partial(compile_pattern, pattern)))
         use_ssl, mutual, cert, key, root = (
             getattr(args, f"{proto}_{name}")
             for name in ("use_ssl", "use_ssl_mutual", "server_cert", "server_key", "root_cert")

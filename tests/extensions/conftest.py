@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.support import modes
-from tests.support.models import write_model
+from tests.support.models import write_identity, write_model
 from tests.support.server import EXAMPLES, ServerProcess
 
 # Every test through a server taking frontend_workers runs in both server modes (tests.support.modes).
@@ -108,7 +108,10 @@ response_cache { enable: true }
 def ext_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("extension_models")
     shutil.copytree(EXAMPLES / "add_sub", root / "add_sub")
-    write_model(root, "classifier", """
+    write_model(
+        root,
+        "classifier",
+        """
         backend: "python"
         max_batch_size: 8
         input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
@@ -117,22 +120,35 @@ def ext_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
           { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] },
           { name: "OUTPUT2" data_type: TYPE_STRING dims: [ 4 ] }
         ]
-        """, CLASSIFIER_PY)
+        """,
+        CLASSIFIER_PY,
+    )
     (root / "classifier" / "labels.txt").write_text("zero\none\ntwo\nthree\n")
-    write_model(root, "strings", """
+    write_model(
+        root,
+        "strings",
+        """
         backend: "python"
         input [{ name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] }]
         output [{ name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] }]
-        """, STRINGS_PY)
+        """,
+        STRINGS_PY,
+    )
+    write_identity(root, "wide", "TYPE_FP32")  # (dims [-1]: outputs of any size to classify)
     write_model(root, "counting", COUNTING_CONFIG, COUNTING_PY)
     write_model(root, "counting_twin", COUNTING_CONFIG, COUNTING_PY)
-    write_model(root, "decoupled_cached", """
+    write_model(
+        root,
+        "decoupled_cached",
+        """
         backend: "python"
         model_transaction_policy { decoupled: true }
         response_cache { enable: true }
         input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
         output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
-        """, STRINGS_PY)
+        """,
+        STRINGS_PY,
+    )
     return root
 
 
@@ -290,9 +306,7 @@ def auth_server(add_sub_repository: Path, key_file: Path, frontend_workers: int)
         yield server
 
 
-def _certificate(
-    subject: str, key: Any, issuer: Any, issuer_key: Any, ca: bool = False
-) -> Any:
+def _certificate(subject: str, key: Any, issuer: Any, issuer_key: Any, ca: bool = False) -> Any:
     """A certificate for ``subject`` signed by ``issuer_key``, valid for 127.0.0.1 and localhost."""
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     now = datetime.datetime.now(datetime.UTC)

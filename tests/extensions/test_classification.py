@@ -11,7 +11,9 @@ from tests.support.server import ServerProcess
 SCORES = np.array([[0.5, 3.3, -1.25, 2.0], [1e10, 1e-7, 7, 7]], dtype=np.float32)
 
 
-def _classify(protocol: str, server: ServerProcess, output: str, count: int, binary: bool = True) -> np.ndarray:
+def _classify(
+    protocol: str, server: ServerProcess, output: str, count: int, binary: bool = True
+) -> np.ndarray:
     with client_for(protocol, server) as client:
         tensor = client.input("INPUT0", list(SCORES.shape), "FP32")
         tensor.set_data_from_numpy(SCORES)
@@ -60,5 +62,28 @@ def test_model_without_batching_gets_a_flat_list(protocol: str, ext_server: Serv
 
 
 def test_unsupported_datatype_is_refused(protocol: str, ext_server: ServerProcess) -> None:
-    with refused(status_of(protocol, 400, "INVALID_ARGUMENT"), "class result not available for output due to unsupported type 'BYTES'"):
+    with refused(
+        status_of(protocol, 400, "INVALID_ARGUMENT"),
+        "class result not available for output due to unsupported type 'BYTES'",
+    ):
         _classify(protocol, ext_server, "OUTPUT2", 2)
+
+
+def test_an_output_too_large_to_classify_is_refused(protocol: str, ext_server: ServerProcess) -> None:
+    """More than a million elements per batch item: refused as current Triton refuses it (sorting
+    an output of any size would let one request hold the CPU); at the limit, classified."""
+    with client_for(protocol, ext_server) as client:
+        for size, refusal in ((1_000_001, True), (1_000_000, False)):
+            scores = np.zeros(size, dtype=np.float32)
+            scores[size - 1] = 1.0
+            tensor = client.input("INPUT0", [size], "FP32")
+            tensor.set_data_from_numpy(scores)
+            requested = [client.output("OUTPUT0", class_count=1)]
+            if refusal:
+                with refused(
+                    status_of(protocol, 400, "INVALID_ARGUMENT"), "classification output tensor too large"
+                ):
+                    client.client.infer("wide", [tensor], outputs=requested)
+            else:
+                result = client.client.infer("wide", [tensor], outputs=requested)
+                assert result.as_numpy("OUTPUT0").tolist() == [f"1.000000:{size - 1}".encode()]

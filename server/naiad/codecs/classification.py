@@ -38,6 +38,10 @@ def class_count(output: str, parameters: Parameters) -> int | None:
     return value or None
 
 
+#: The most elements a batch item's output may have to be classified (current Triton's limit).
+MAX_CLASSIFIED = 1_000_000
+
+
 def top_classes(tensor: Tensor, count: int, batched: bool, labels: Sequence[str]) -> Tensor:
     """``tensor``'s top ``count`` classes per batch item, as Triton formats them."""
     datatype = tensor.datatype
@@ -48,6 +52,8 @@ def top_classes(tensor: Tensor, count: int, batched: bool, labels: Sequence[str]
     data = tensor.data
     items = int(data.shape[0]) if batched and data.ndim else 1
     rows = data.reshape(items, -1)
+    if rows.shape[1] > MAX_CLASSIFIED:  # (as current Triton: sorting an unbounded output is a DoS)
+        raise InvalidArgumentError("classification output tensor too large")
     k = min(count, rows.shape[1])
     form = "%f" if datatype in _FLOATS else "%d"
     out = np.empty((items, k), dtype=np.object_)
