@@ -247,3 +247,37 @@ def test_a_step_model_that_changes_its_policy_holds_the_ensemble_until_it_is_loa
             assert _Stream(client).ask("via_flip", _inputs(N=n), "f") == [{"OUT": [9]}]
             client.stop_stream()
         http.close()
+
+
+def test_each_answer_carries_the_sequence_id_and_flags(server: ServerProcess) -> None:
+    """As Triton 2.51 answers a decoupled ensemble (checked side by side): on every answer with outputs."""
+    answers: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        client.async_stream_infer(
+            "repeat_then_square",
+            _repeat([1, 2]),
+            sequence_id=9,
+            sequence_start=True,
+            enable_empty_final_response=True,
+        )
+        seen = []
+        while True:
+            result, error = answers.get(timeout=20)
+            assert error is None, error
+            response = result.get_response()
+            parameters = response.parameters
+            if response.outputs:
+                seen.append(
+                    (
+                        parameters["sequence_id"].int64_param,
+                        parameters["sequence_start"].bool_param,
+                        parameters["sequence_end"].bool_param,
+                    )
+                )
+            else:  # the final flag alone: no outputs, no sequence parameters
+                assert "sequence_id" not in parameters
+            if parameters["triton_final_response"].bool_param:
+                break
+        client.stop_stream()
+    assert seen == [(9, True, False), (9, True, False)]

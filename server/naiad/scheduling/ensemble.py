@@ -26,9 +26,9 @@ those on steps that may need the same model instance could deadlock.
 
 As in Triton, a request runs only the steps its requested outputs need (the others' models never see
 it, nor count it), an output a composing model leaves out is left out of the answer (Triton's verbose
-line says so) unless a later step needs it, and a non-decoupled ensemble's answer carries the request's
-sequence ID and flags as parameters (``sequence_id``, ``sequence_start``, ``sequence_end``; checked
-side by side with Triton 2.51).
+line says so) unless a later step needs it, and every answer with outputs (each of a decoupled
+ensemble's too) carries the request's sequence ID and flags as parameters (``sequence_id``,
+``sequence_start``, ``sequence_end``; checked side by side with Triton 2.51).
 
 The graph was checked when the ensemble loaded, so here every step is known to run once its inputs
 exist.  A failed step fails the request with an error naming the step (after the responses already
@@ -236,11 +236,17 @@ class EnsembleScheduler:
         self.stats.observe(elapsed, 0, 0, elapsed, 0)
         # Triton counts each ensemble request as one execution of its batch size
         self.stats.execution(request.batch_size if self.batching else 1, 0, elapsed, 0)
+        return self._response(request, tensors)
+
+    def _response(self, request: InferRequest, tensors: dict[str, Tensor]) -> InferResponse:
+        """An answer of the ensemble from its ``tensors``: the outputs ``request`` asks for, and, when
+        there are any, its sequence ID and flags as parameters (Triton 2.51 adds them to every
+        ensemble answer with outputs, each of a decoupled one's too; not to an answer without)."""
         outputs = self._answer(tensors)
         if request.outputs is not None:
             wanted = {output.name for output in request.outputs}
             outputs = [tensor for tensor in outputs if tensor.name in wanted]
-        if not outputs:  # (nothing to answer with: Triton's answer has no parameters either)
+        if not outputs:
             return InferResponse(self.name, "", request.id, outputs)
         sequence: Parameters = {
             "sequence_id": request.sequence_id or 0,
@@ -402,7 +408,7 @@ class EnsembleScheduler:
         await self._flow(stage, run.request, tensors, run.slots)
         producer = stage.producer
         if producer is None:
-            run.answer(InferResponse(self.name, "", run.request.id, self._answer(tensors)))
+            run.answer(self._response(run.request, tensors))
             return
         if any(name not in tensors for _, name in producer.inputs):
             self._cannot_run([producer])
