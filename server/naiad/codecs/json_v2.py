@@ -21,14 +21,17 @@ from naiad.codecs.classification import class_count
 from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError, RankError, check_string_correlation_id
-from naiad.core.request import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
+from naiad.core.request import (
+    RESERVED_PARAMETERS,
+    InferRequest,
+    InferResponse,
+    Parameters,
+    RequestedOutput,
+    Tensor,
+)
 from naiad.core.shm import SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
 
-#: Request parameters Triton parses itself; they are not forwarded to the model.
-_RESERVED = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
-)
 _MAX_DIM = 2**63 - 1
 _INT_KINDS = frozenset("iu")
 #: The registry of a caller that names none: no region can be found in it.
@@ -150,7 +153,7 @@ def decode_request(
                 "parameter keys starting with 'triton_' are reserved for Triton usage and should "
                 "not be specified."
             )
-        if key in _RESERVED:
+        if key in RESERVED_PARAMETERS:
             binary_output = _reserved_parameter(request, key, value) or binary_output
         else:
             request.parameters[key] = _custom_parameter(key, value)

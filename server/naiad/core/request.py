@@ -19,6 +19,12 @@ from naiad.core.errors import InferenceServerError
 ParameterValue = bool | int | float | str
 Parameters = dict[str, ParameterValue]
 
+#: Request parameter keys Triton parses itself (its ``kReservedParameterKeys``): they never reach a
+#: model as parameters, from a request's ``parameters`` or from a forwarded header.
+RESERVED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
+)
+
 
 @dataclass(slots=True)
 class Tensor:

@@ -21,14 +21,9 @@ import re
 from collections.abc import Iterable
 
 from naiad.core.errors import InvalidArgumentError
-from naiad.core.request import InferRequest
+from naiad.core.request import RESERVED_PARAMETERS, InferRequest
 
 _NEVER = frozenset({"authorization"})
-
-#: Triton's reserved parameter keys, which a forwarded header may not be named (exactly) as.
-_RESERVED = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
-)
 
 #: A leading RE2 flag group that turns flags off, ``(?-i)`` or ``(?s-i)``, which ``re`` refuses as global.
 _LEADING_FLAGS = re.compile(r"\(\?([ims]*)-([ims]+)\)")
@@ -59,7 +54,7 @@ class HeaderForwarding:
         search = self._pattern.search
         for name, value in headers:
             if search(name) and name.lower() not in _NEVER:
-                if name in _RESERVED or name.startswith("triton_"):
+                if name in RESERVED_PARAMETERS or name.startswith("triton_"):
                     raise InvalidArgumentError(
                         f"Header '{name}' is reserved for Triton usage and cannot be forwarded."
                     )
