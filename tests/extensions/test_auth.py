@@ -97,7 +97,8 @@ def test_key_file_changes_apply_without_restart(
     try:
         with client_for(protocol, auth_server) as client:
             _infer(client, _auth(protocol, "doomed"))
-            key_file.write_text(key_file_text(keys))
+            # in one step (a rename), as the kubelet does: the watcher never reads a half-written file
+            _replace(key_file, key_file_text(keys))
             time.sleep(1.1)  # the file is looked at no more than once a second
             with _unauthenticated(protocol, "invalid bearer token"):
                 _infer(client, _auth(protocol, "doomed"))
@@ -107,11 +108,11 @@ def test_key_file_changes_apply_without_restart(
                     with _unauthenticated(protocol, "invalid bearer token"):
                         _infer(other, _auth(protocol, "doomed"))
                     _infer(other, {"authorization": f"Bearer {late[0]}"})
-            key_file.write_text("this line is not a key\n")  # a broken file keeps the last good keys
+            _replace(key_file, "this line is not a key\n")  # a broken file keeps the last good keys
             time.sleep(1.1)
             _infer(client, {"authorization": f"Bearer {late[0]}"})
     finally:
-        key_file.write_text(original)
+        _replace(key_file, original)
         time.sleep(1.1)
 
 
@@ -165,5 +166,5 @@ def test_a_good_file_counts_even_if_no_call_came_before_it_broke(
                     _infer(client, _auth(protocol, "doomed"))
                 _infer(client, {"authorization": f"Bearer {late[0]}"})
     finally:
-        key_file.write_text(original)
+        _replace(key_file, original)
         time.sleep(1.1)
