@@ -25,7 +25,7 @@ import tritonclient.http as httpclient
 from tests.support.models import write_model
 from tests.support.server import ServerProcess
 
-#: Sends 1 every 10 ms, 50 times, unless cancelled (INPUT 2: it ignores the cancellation).
+#: Sends 1 every 50 ms, 50 times, unless cancelled (INPUT 2: it ignores the cancellation).
 UNTIL_CANCELLED_PY = """
 import time
 import numpy as np
@@ -44,7 +44,7 @@ class TritonPythonModel:
                             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return None
             sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", np.array([1], np.int32))]))
-            time.sleep(0.01)
+            time.sleep(0.05)  # (a cancellation reaches it well within a gap, even on a loaded machine)
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 """
@@ -104,7 +104,7 @@ class TritonPythonModel:
                 model_name="until_cancelled_" + mode, requested_output_names=["OUTPUT"],
                 inputs=[pb_utils.Tensor("INPUT", np.array([value], np.int32))]).exec(decoupled=True)
 
-        first = call(2)  # holds the callee's instance for 0.5 s
+        first = call(2)  # holds the callee's instance for 2.5 s
         second = call(1)
         second.cancel()
         errors = [answer.error().code() for answer in second if answer.has_error()]
