@@ -285,7 +285,8 @@ def write_decoupled_ensembles(repo: Path) -> None:
     """``repeat_then_square`` (repeat_int32 -> int_square: OUT = IN[i]^2, IDX = i per response),
     ``repeat_square_square`` (repeat_int32 -> square_int32 -> int_square: two decoupled steps in a row),
     and counter -> probe without a cap (``counted``) and with ``max_inflight_requests: 1``
-    (``counted_capped``), each with a probe of its own."""
+    (``counted_capped``), each with a probe of its own; and the probe alone in a plain ensemble, without
+    a cap (``probed``) and with one (``probed_capped``)."""
     write_model(repo, "int_square", INT_SQUARE, INT_SQUARE_PY)
     write_model(repo, "counter", COUNTER, COUNTER_PY)
     write_model(
@@ -319,6 +320,25 @@ def write_decoupled_ensembles(repo: Path) -> None:
     for name, cap in (("counted", 0), ("counted_capped", 1)):
         write_model(repo, f"{name}_probe", probe_config(f"{name}_probe"), PROBE_PY)
         write_model(repo, name, counted_config(name, f"{name}_probe", cap))
+    for name, cap in (("probed", 0), ("probed_capped", 1)):
+        write_model(repo, f"{name}_probe", probe_config(f"{name}_probe"), PROBE_PY)
+        write_model(repo, name, probed_config(name, f"{name}_probe", cap))
+
+
+def probed_config(name: str, probe: str, max_inflight_requests: int) -> str:
+    """A plain (not decoupled) ensemble of one step, the probe: each request is one request to it."""
+    k = "data_type: TYPE_INT32 dims: [ 1 ]"
+    return f"""
+    name: "{name}"
+    platform: "ensemble"
+    max_batch_size: 8
+    input [{{ name: "K" {k} }}]
+    output [{{ name: "K_OUT" {k} }}, {{ name: "BATCH" {k} }}]
+    ensemble_scheduling {{
+      max_inflight_requests: {max_inflight_requests}
+      step [{step(probe, {"K": "K"}, {"K_OUT": "K_OUT", "BATCH": "BATCH"})}]
+    }}
+    """
 
 
 # ---- BLS --------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 steps after it, and the ensemble, decoupled itself, streams one response per path that reaches its
 outputs, then its final flag (gRPC ModelStreamInfer and HTTP generate_stream); a failing step ends
 the request with an error naming the step while the stream goes on; the unary endpoints refuse it; and
-``max_inflight_requests`` holds a producer's responses back without losing any."""
+``max_inflight_requests`` holds a producer's responses back without losing any, counted over all the
+ensemble's requests."""
 
 from __future__ import annotations
 
@@ -169,6 +170,32 @@ def test_max_inflight_requests_holds_responses_back_without_losing_any(stream: _
 
     capped = stream.ask("counted_capped", _inputs(N=n), "capped")
     assert capped == [{"K": [k], "BATCH": [1]} for k in range(8)]
+
+
+def test_max_inflight_requests_is_shared_by_all_requests_of_the_ensemble(server: ServerProcess) -> None:
+    """As current Triton counts it, the cap holds across requests, in a plain ensemble too: eight
+    clients' requests at once reach the probe together uncapped (it batches them), and one at a time
+    with ``max_inflight_requests: 1``, each still answered with its own value.  The load says so."""
+    assert server.logged("Ensemble model 'probed_capped' configured with max_inflight_requests: 1")
+    assert "Ensemble model 'probed' configured" not in server.log()
+
+    def ask_all(model: str) -> list[tuple[int, int]]:
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            for k in range(8):
+                inputs = _inputs(K=np.array([[k]], dtype=np.int32))
+                client.async_infer(model, inputs, lambda result, error: answers.put((result, error)))
+            got = []
+            for _ in range(8):
+                result, error = answers.get(timeout=20)
+                assert error is None, error
+                got.append((int(result.as_numpy("K_OUT")[0, 0]), int(result.as_numpy("BATCH")[0, 0])))
+        return sorted(got)
+
+    uncapped = ask_all("probed")
+    assert [k for k, _ in uncapped] == list(range(8))
+    assert max(batch for _, batch in uncapped) > 1
+    assert ask_all("probed_capped") == [(k, 1) for k in range(8)]
 
 
 #: OUT = IN * IN, answered as its configuration says: returned by ``execute``, or sent (decoupled).

@@ -17,12 +17,12 @@ responses, so the steps fall into stages (:class:`Stage`): the steps that run on
 then the producer whose every response starts the next stage on a copy of them.  An ensemble without
 producers is one stage and runs as it always did, without any of this bookkeeping.
 
-``max_inflight_requests`` (``ensemble_scheduling``, 0: no cap) caps, within one request of a decoupled
-ensemble, how many requests each step has in flight (as Triton first shipped it; later Triton releases
-share the cap among all the ensemble's requests): a producer faster than the steps after it does not
-flood their models' queues; its responses wait in the ensemble, in order, and none is dropped.  The
-producer itself is not paused: its responses come from the model's own threads, and blocking one of
-those on steps that may need the same model instance could deadlock.
+``max_inflight_requests`` (``ensemble_scheduling``, 0: no cap) caps how many requests each step has in
+flight, counted over all the ensemble version's requests as current Triton counts them
+(:mod:`naiad.scheduling.step_limit`): a producer faster than the steps after it, or many clients at
+once, do not flood the composing models' queues; the sets of tensors wait in the ensemble, in order,
+and none is dropped.  The producer itself is not paused: its responses come from the model's own
+threads, and blocking one of those on steps that may need the same model instance could deadlock.
 
 As in Triton, a request runs only the steps its requested outputs need (the others' models never see
 it, nor count it), an output a composing model leaves out is left out of the answer (Triton's verbose
@@ -59,6 +59,7 @@ from naiad.core.request import (
 )
 from naiad.scheduling.answers import answers
 from naiad.scheduling.stats import FailureReason, SchedulerStats
+from naiad.scheduling.step_limit import StepLimit
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
@@ -188,9 +189,9 @@ class EnsembleScheduler:
         fits: dict[tuple[int, str], Fit] | None = None,
     ) -> None:
         """``outputs`` are the ensemble's output tensors (the intermediate ones stay inside);
-        ``max_inflight_requests`` (0: no cap) matters only to a decoupled ensemble, since otherwise
-        every step runs once per request; ``batching``: the ensemble has a ``max_batch_size``, so
-        each request counts its batch size of inferences (as Triton counts an ensemble's).  ``fits``:
+        ``max_inflight_requests`` (0: no cap) caps each step's requests in flight; ``batching``: the
+        ensemble has a ``max_batch_size``, so each request counts its batch size of inferences (as
+        Triton counts an ensemble's).  ``fits``:
         the step inputs (by step index and input name) and the ensemble's outputs (by index -1 and
         output name) where a batching end meets a non-batching one (see :class:`Fit`)."""
         self.batching = batching
@@ -199,6 +200,15 @@ class EnsembleScheduler:
         self.outputs = outputs
         self.max_inflight_requests = max_inflight_requests
         self._run_step = run_step
+        steps_of = [step for stage in stages for step in _all(stage)]
+        #: Each step's slots, shared by all requests, when ``max_inflight_requests`` caps them.
+        self._limits = (
+            {step.index: StepLimit(max_inflight_requests, name, step.index) for step in steps_of}
+            if max_inflight_requests
+            else None
+        )
+        if max_inflight_requests:
+            log.info("Ensemble model '%s' configured with max_inflight_requests: %d", name, max_inflight_requests)
         self._fits = fits or {}
         self._decoupled = len(stages) > 1
         self.stats = SchedulerStats(lambda: 0)
@@ -221,7 +231,7 @@ class EnsembleScheduler:
                 await self._stream(request)
                 tensors: dict[str, Tensor] = {}
             else:
-                tensors = await self._flow(self._stage_for(request), request, _inputs(request), None)
+                tensors = await self._flow(self._stage_for(request), request, _inputs(request))
         except InferenceServerError:
             self.stats.fail(FailureReason.BACKEND, _MONOTONIC_NS() - start)
             raise
@@ -282,7 +292,6 @@ class EnsembleScheduler:
         stage: Stage,
         request: InferRequest,
         tensors: dict[str, Tensor],
-        slots: dict[int, asyncio.Semaphore] | None,
     ) -> dict[str, Tensor]:
         """Run ``stage``'s steps on ``tensors``, adding their outputs to it."""
         waiting = list(stage.steps)
@@ -290,7 +299,7 @@ class EnsembleScheduler:
             for step in stage.chain:
                 if any(name not in tensors for _, name in step.inputs):
                     break  # an optional input is missing: say which steps cannot run, below
-                self._collect(step, await self._step(step, request, tensors, slots), tensors, stage)
+                self._collect(step, await self._step(step, request, tensors), tensors, stage)
                 waiting.remove(step)
             else:
                 return tensors
@@ -302,10 +311,10 @@ class EnsembleScheduler:
                     waiting.remove(step)
                 if len(ready) == 1 and not running:  # a chain: no task needed
                     step = ready[0]
-                    self._collect(step, await self._step(step, request, tensors, slots), tensors, stage)
+                    self._collect(step, await self._step(step, request, tensors), tensors, stage)
                     continue
                 for step in ready:
-                    running[asyncio.ensure_future(self._step(step, request, tensors, slots))] = step
+                    running[asyncio.ensure_future(self._step(step, request, tensors))] = step
                 if not running:  # an optional ensemble input was not given, and these steps need it
                     self._cannot_run(waiting)
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -351,13 +360,12 @@ class EnsembleScheduler:
         step: Step,
         request: InferRequest,
         tensors: dict[str, Tensor],
-        slots: dict[int, asyncio.Semaphore] | None,
     ) -> InferResponse:
         step_request = self._step_request(step, request, tensors)
         try:
-            if slots is None:
+            if self._limits is None:
                 return await self._run_step(step_request)
-            async with slots[step.index]:
+            async with self._limits[step.index]:
                 return await self._run_step(step_request)
         except InferenceServerError as exc:
             raise self._failed(step, exc) from None
@@ -388,11 +396,7 @@ class EnsembleScheduler:
         """Send every answer of a decoupled ensemble through the request's sink, then its final flag."""
         sink = request.responses
         assert sink is not None, "a decoupled ensemble is only ever streamed"
-        cap = self.max_inflight_requests
-        slots = None
-        if cap:
-            slots = {step.index: asyncio.Semaphore(cap) for stage in self.stages for step in _all(stage)}
-        run = _Run(request, sink, slots)
+        run = _Run(request, sink)
         run.spawn(self._path(run, 0, _inputs(request)))
         try:
             await run.done
@@ -405,7 +409,7 @@ class EnsembleScheduler:
         """One set of tensors through stage ``index``: the ensemble's answer at the last stage, else
         the producer's request, each of whose responses starts the next stage on a copy of them."""
         stage = self.stages[index]
-        await self._flow(stage, run.request, tensors, run.slots)
+        await self._flow(stage, run.request, tensors)
         producer = stage.producer
         if producer is None:
             run.answer(self._response(run.request, tensors))
@@ -418,10 +422,10 @@ class EnsembleScheduler:
             self._collect(producer, response, following)
             run.spawn(self._path(run, index + 1, following))
 
-        if run.slots is None:
+        if self._limits is None:
             await self._produce(producer, run.request, tensors, each)
         else:
-            async with run.slots[producer.index]:
+            async with self._limits[producer.index]:
                 await self._produce(producer, run.request, tensors, each)
 
     async def _produce(
@@ -459,21 +463,18 @@ def _all(stage: Stage) -> tuple[Step, ...]:
 
 
 class _Run:
-    """One request to a decoupled ensemble: the paths (sets of tensors) still flowing through it,
-    its steps' slots when ``max_inflight_requests`` caps them, and the sink its answers go to.
+    """One request to a decoupled ensemble: the paths (sets of tensors) still flowing through it, and
+    the sink its answers go to.
 
     ``done`` resolves when the last path ends, or fails with the first path's error, recorded as the
     path raises it so that no other path's answer follows it.  ``last`` is the answer of the path
     that ended last, when no other was left to answer after it: it goes with the final flag."""
 
-    __slots__ = ("done", "last", "paths", "request", "sink", "slots")
+    __slots__ = ("done", "last", "paths", "request", "sink")
 
-    def __init__(
-        self, request: InferRequest, sink: ResponseSink, slots: dict[int, asyncio.Semaphore] | None
-    ) -> None:
+    def __init__(self, request: InferRequest, sink: ResponseSink) -> None:
         self.request = request
         self.sink = sink
-        self.slots = slots
         self.paths: set[asyncio.Future[None]] = set()
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.last: InferResponse | None = None
