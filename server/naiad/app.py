@@ -149,8 +149,11 @@ async def serve(settings: ServerSettings) -> int:
             log.error("%s", loader.exception())
             status = 1
             stop.set()
+        elif loader.done() and not loader.result() and settings.exit_on_error:
+            log.error("creating server: Internal - failed to load all models")  # (Triton's words)
+            status = 1
+            stop.set()
         elif loader.done():
-            loader.result()
             dataplane.started = True
             # What is loaded by now lives as long as the server: keep it out of the collector's full
             # passes, whose pauses over the whole heap (tens of ms) made the p99 of small models.

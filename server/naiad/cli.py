@@ -173,6 +173,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("--load-model", dest="load_models", action="append", default=[], metavar="NAME")
     p.add_argument("--strict-readiness", type=_bool, default=d.strict_readiness, metavar="BOOL")
+    p.add_argument("--exit-on-error", type=_bool, default=d.exit_on_error, metavar="BOOL")
     p.add_argument("--exit-timeout-secs", type=_non_negative, default=d.exit_timeout_secs)
     p.add_argument("--disable-auto-complete-config", action="store_true")
     p.add_argument("--log-verbose", type=_non_negative, default=d.log_verbose)
@@ -406,6 +407,7 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         model_control_mode=mode,
         load_models=args.load_models,
         strict_readiness=args.strict_readiness,
+        exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
         disable_auto_complete_config=args.disable_auto_complete_config,
         log_verbose=args.log_verbose,

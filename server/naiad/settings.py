@@ -110,6 +110,11 @@ class ServerSettings:
     """``--strict-readiness``: ready only while every model that should be loaded is READY; when
     false, ready as soon as the server has started."""
 
+    exit_on_error: bool = True
+    """``--exit-on-error``: as Triton, the server exits (status 1, "failed to load all models") when a
+    model it loads at start fails to load; when false, it serves the others and lists the failure in
+    the repository index (the operator's pods run so, to report each model's state)."""
+
     exit_timeout_secs: int = 30
     """``--exit-timeout-secs``: how long SIGTERM waits for in-flight requests before exiting."""
 

@@ -161,6 +161,7 @@ def ext_server(ext_repository: Path, frontend_workers: int) -> Iterator[ServerPr
         "--http-header-forward-pattern=^x-fwd-",
         "--grpc-header-forward-pattern=^x-fwd-",
         "--strict-readiness=false",
+        "--exit-on-error=false",  # (``decoupled_cached`` fails to load on purpose)
     ]
     with ServerProcess([ext_repository], args, frontend_workers=frontend_workers) as server:
         yield server
@@ -260,6 +261,7 @@ def limiter_server(
     write_model(root, "free_d", _locking_config(free, 1, barrier=2), LOCKING_PY)
     write_model(root, "greedy", _locking_config(limited, 1, '{ name: "big" count: 3 }'), LOCKING_PY)
     args = ["--rate-limit=execution_count", "--rate-limit-resource=big:2", "--strict-readiness=false"]
+    args.append("--exit-on-error=false")  # (``greedy`` is refused at load on purpose)
     with ServerProcess([root], args) as server:
         yield server
 

@@ -42,6 +42,7 @@ def open_server(ext_repository: Path, frontend_workers: int) -> Iterator[ServerP
         "--http-header-forward-pattern=.*",
         "--grpc-header-forward-pattern=(?-i)^X-FWD",
         "--strict-readiness=false",  # (as ext_server: one of its models fails to load on purpose)
+        "--exit-on-error=false",
     ]
     with ServerProcess([ext_repository], args, frontend_workers=frontend_workers) as server:
         yield server

@@ -88,10 +88,11 @@ def test_server_pods_start_explicit_strict_and_locked_down() -> None:
     deployment = next(o for o in kids.present if o["kind"] == "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["args"][:3] == [
+    assert container["args"][:4] == [
         "--model-repository=/repository/current",
         "--model-control-mode=explicit",
         "--strict-readiness=true",
+        "--exit-on-error=false",
     ]
     assert [p["containerPort"] for p in container["ports"]] == [8000, 8001, 8002]
     assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"

@@ -382,7 +382,7 @@ def initial_states(
     write_seeded(repo, "escaping_seed", "../escape.bin", bytes(4))
     _write_text_state_onnx(repo)
     names = {"seeded", "short_seed", "escaping_seed", "text_state_onnx"}
-    with ServerProcess([repo], wait_ready=False) as server:
+    with ServerProcess([repo], ["--exit-on-error=false"], wait_ready=False) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         deadline = time.monotonic() + 60
         while True:

@@ -179,7 +179,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[s
     write_model(repo, "batched_add_sub", BATCHED_ADD_SUB, BATCHED_ADD_SUB_PY)
     for name, (config, _) in BROKEN.items():
         write_model(repo, name, config)
-    with ServerProcess([repo], wait_ready=False) as server:
+    with ServerProcess([repo], ["--exit-on-error=false"], wait_ready=False) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         assert client.is_server_live()
         rows: dict[str, dict[str, str]] = {}

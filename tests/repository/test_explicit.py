@@ -177,7 +177,7 @@ def test_load_model_naming_a_missing_model_keeps_the_server_unready(
     tmp_path: Path, serve: ServerFactory
 ) -> None:
     write_marked(tmp_path, "one")
-    args = ("--model-control-mode=explicit", "--load-model=one", "--load-model=missing")
+    args = ("--model-control-mode=explicit", "--load-model=one", "--load-model=missing", "--exit-on-error=false")
     with serve(tmp_path, *args, wait_ready=False) as server:
         for protocol in PROTOCOLS:
             client = connect(protocol, server)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -85,7 +87,7 @@ def _wait_index(raw: RawClient, names: set[str], timeout: float = 30) -> dict[st
 def test_bad_models_are_unavailable_with_reasons_and_others_serve(tmp_path: Path) -> None:
     repo = _broken_repo(tmp_path)
     names = {"add_sub", "bad_config", "bad_python", "no_versions", "name_mismatch"}
-    with ServerProcess([repo], wait_ready=False) as server, _raw(server) as raw:
+    with ServerProcess([repo], ["--exit-on-error=false"], wait_ready=False) as server, _raw(server) as raw:
         entries = _wait_index(raw, names)
         assert entries["add_sub"]["state"] == "READY", entries["add_sub"]
         assert entries["bad_config"]["state"] == "UNAVAILABLE"
@@ -109,9 +111,40 @@ def test_bad_models_are_unavailable_with_reasons_and_others_serve(tmp_path: Path
         assert response.error == "Request for unknown model: 'bad_python' has no available versions"
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--model-control-mode=explicit", "--load-model=add_sub", "--load-model=bad_integer"],
+        ["--frontend-workers=2"],
+    ],
+    ids=["none", "explicit", "workers"],
+)
+def test_a_model_that_fails_to_load_at_start_ends_the_server(tmp_path: Path, args: list[str]) -> None:
+    """``--exit-on-error`` is true by default, as Triton's: the server exits 1 with Triton's words, the
+    config's fault said as Triton's parser says it, and leaves no process of its session behind."""
+    repo = _broken_repo(tmp_path)
+    write_model(
+        repo, "bad_integer", IO + "dynamic_batching { max_queue_delay_microseconds: -5 }\n", IDENTITY_PY
+    )
+    server = ServerProcess([repo], args)
+    process = subprocess.Popen(
+        server.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    output, _ = process.communicate(timeout=90)
+    assert process.returncode == 1, output
+    assert "creating server: Internal - failed to load all models" in output
+    assert (
+        f"failed to read text proto from {repo / 'bad_integer' / 'config.pbtxt'}: Error parsing text-format "
+        "inference.ModelConfig: 5:50: Expected integer, got: -"
+    ) in output
+    with pytest.raises(ProcessLookupError):
+        os.killpg(process.pid, 0)  # no model process of the server's session left
+
+
 def test_readiness_not_strict(tmp_path: Path) -> None:
     repo = _broken_repo(tmp_path)
-    with ServerProcess([repo], ["--strict-readiness=false"]) as server, _raw(server) as raw:
+    with ServerProcess([repo], ["--strict-readiness=false", "--exit-on-error=false"]) as server, _raw(server) as raw:
         assert raw.request("GET", "/v2/health/ready").status == 200
 
 

@@ -2,7 +2,9 @@
 
 Pods run ``naiad serve --model-control-mode=explicit --strict-readiness=true`` with one ``--load-model``
 per model, so a new pod turns Ready only once its models are loaded (Triton's answer to "how does a new
-replica get the same models", triton#3471). The list lives in a ConfigMap read through an environment
+replica get the same models", triton#3471), and ``--exit-on-error=false``: a pod whose model fails to
+load stays up, unready, to report the failure in its index (the status shows each model's message)
+rather than restart in a loop. The list lives in a ConfigMap read through an environment
 variable and not in the pod template: changing models must not restart pods (the operator loads and
 unloads them in place), yet a pod that starts later must start with the current list.
 """
@@ -138,6 +140,7 @@ def desired_deployment(
         f"--model-repository={repository_path(spec, mount)}",
         "--model-control-mode=explicit",
         "--strict-readiness=true",
+        "--exit-on-error=false",
         f"--http-port={HTTP_PORT}",
         f"--grpc-port={GRPC_PORT}",
         f"--metrics-port={METRICS_PORT}",

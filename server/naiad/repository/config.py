@@ -8,6 +8,7 @@ from backend, version policy, instance groups, optimization), so ``/config`` sho
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +59,41 @@ _DISCOVERY = [
 
 
 def parse_text(text: str, source: str = CONFIG_FILE) -> mc.ModelConfig:
-    """Parse protobuf text format; errors name the file and Triton's parser position."""
+    """Parse protobuf text format; errors name the file, the position and the fault as Triton's (C++)
+    parser words them, so that what a Triton user greps for in the log is there."""
     try:
         return text_format.Parse(text, ModelConfig())
     except text_format.ParseError as exc:
-        raise InvalidArgumentError(f"failed to parse {source}: {exc}") from exc
+        raise InvalidArgumentError(
+            f"failed to read text proto from {source}: Error parsing text-format inference.ModelConfig: "
+            + _in_cpp_words(str(exc))
+        ) from exc
+
+
+#: Python's ``text_format`` error: ``line:column : ['the line': ]what is wrong``.
+_PYTHON_ERROR = re.compile(r"(\d+):(\d+) : (?:'.*': )?(.*)", re.DOTALL)
+_UNPARSED_INTEGER = "Couldn't parse integer: "
+_OUT_OF_RANGE = "Value out of range: "
+
+
+def _in_cpp_words(error: str) -> str:
+    """``line:column: fault`` as C++ protobuf says it.  The integer faults differ in wording: a word
+    where an integer belongs is "Expected integer, got: <word>"; a negative number is that, for the
+    minus sign, when the field is unsigned (the only way one within 32 bits is out of range), and a
+    number too large is "Integer out of range (<digits>)"."""
+    match = _PYTHON_ERROR.fullmatch(error)
+    if match is None:
+        return error
+    line, column, fault = match.groups()
+    if fault.startswith(_UNPARSED_INTEGER):
+        fault = "Expected integer, got: " + fault.removeprefix(_UNPARSED_INTEGER)
+    elif fault.startswith(_OUT_OF_RANGE):
+        number = fault.removeprefix(_OUT_OF_RANGE)
+        if number.startswith("-") and number[1:].isdigit() and int(number[1:]) <= 2**31:
+            fault = "Expected integer, got: -"
+        else:
+            fault = f"Integer out of range ({number.removeprefix('-')})"
+    return f"{line}:{column}: {fault}"
 
 
 def parse_json(text: str | bytes) -> mc.ModelConfig:

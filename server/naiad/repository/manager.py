@@ -225,8 +225,10 @@ class ModelRepository:
 
     # ---- control mode -------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self) -> bool:
         """Load what the control mode loads at start; in POLL mode, start following the repository.
+        Whether every one of those loads succeeded (Triton's server exits when one did not, unless
+        ``--exit-on-error=false``).
 
         Raises :class:`RepositoryUnavailable` if a cloud repository cannot be synced.
         """
@@ -241,9 +243,10 @@ class ModelRepository:
         if self.mode is ModelControlMode.POLL:
             self._poller = Poller(self, self.poll_secs)
             await self._poller.prime(locations)
-        await asyncio.gather(*(self.try_load(name, record_missing=True) for name in names))
+        loaded = await asyncio.gather(*(self.try_load(name, record_missing=True) for name in names))
         if self._poller is not None:
             self._poller.start()
+        return all(loaded)
 
     async def load_model(self, name: str, parameters: Mapping[str, object]) -> None:
         """The repository API's load (EXPLICIT mode only); ``parameters`` as :mod:`overrides` says."""
@@ -292,12 +295,14 @@ class ModelRepository:
 
     # ---- loading ------------------------------------------------------------------------------
 
-    async def try_load(self, name: str, *, record_missing: bool = False) -> None:
+    async def try_load(self, name: str, *, record_missing: bool = False) -> bool:
         """Load for the server itself (start, POLL): failures are logged and left in the index."""
         try:
             await self.load(name, record_missing=record_missing)
         except InferenceServerError as exc:
             log.error("%s", exc.message.rstrip())
+            return False
+        return True
 
     async def load(
         self,

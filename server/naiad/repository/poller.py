@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from naiad.repository.fingerprint import folder_fingerprint
 from naiad.repository.layout import ModelLocation
@@ -63,7 +64,7 @@ class Poller:
         """One scan: act on every change seen identically in the previous scan."""
         locations = await self.repository.refresh()
         current = await asyncio.to_thread(_fingerprints, locations)
-        actions = []
+        actions: list[Coroutine[Any, Any, object]] = []
         for name in sorted(set(current) | set(self._applied)):
             state = current.get(name)
             if state == self._applied.get(name) or state != self._seen.get(name):

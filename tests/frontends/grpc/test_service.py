@@ -178,7 +178,8 @@ def test_health_check_says_not_serving_while_a_model_is_unavailable(
     broken.mkdir(parents=True)
     (broken / "model.py").write_text("raise RuntimeError('no')\n")
     (tmp_path / "broken" / "config.pbtxt").write_text('backend: "python"\n')
-    with ServerProcess([tmp_path], wait_ready=False, frontend_workers=frontend_workers) as server:
+    args = ["--exit-on-error=false"]
+    with ServerProcess([tmp_path], args, wait_ready=False, frontend_workers=frontend_workers) as server:
         with grpcclient.InferenceServerClient(server.grpc_url) as c:
             deadline = time.monotonic() + 30
             while not any(m.state == "UNAVAILABLE" for m in c.get_model_repository_index().models):
