@@ -433,6 +433,42 @@ def simple_ensemble(checkouts: Checkouts) -> list[Suite]:
             (_unittest(checkouts, folder, "ensemble_backpressure_test.py", "EnsembleStepMaxQueueSizeTest"),),
         )
     )
+    backpressure = "ensemble_backpressure_test.py"
+    _, pressure_log = _server_log(checkouts, folder, "ensemble_backpressure_test_server.log")
+    loaded = [
+        _logged(checkouts, folder, pressure_log.name, f"Ensemble model 'ensemble_limit_{n}' configured with "
+                f"max_inflight_requests: {n}")
+        for n in (1, 4)
+    ]  # fmt: skip
+    suites.append(
+        Suite(
+            "qa-simple_ensemble-backpressure",
+            _backpressure_models(checkouts),
+            (*loaded, _unittest(checkouts, folder, backpressure, "EnsembleBackpressureTest")),
+            log_link=pressure_log,
+        )
+    )
+    enqueue = _unittest(
+        checkouts, folder, backpressure, "EnsembleParallelFailedEnqueueTest.test_parallel_step_failed_enqueue"
+    )
+    suites.append(
+        Suite("qa-simple_ensemble-parallel_failed_enqueue", _parallel_enqueue_models(checkouts), (enqueue,))
+    )
+    _, invalid_log = _server_log(checkouts, folder, "invalid_max_inflight_requests_server.log")
+    refused = [
+        _logged(checkouts, folder, invalid_log.name, text)
+        for text in ("Expected integer, got: -", 'Expected integer, got: "invalid_value"',
+                     "Integer out of range (12345678901)")
+    ]  # fmt: skip
+    suites.append(
+        Suite(
+            "qa-simple_ensemble-invalid_max_inflight_requests",
+            _invalid_limit_models(checkouts),
+            tuple(refused),
+            log_link=invalid_log,
+            fails_to_start=True,
+        )
+    )
     case = "EnsembleTest.test_ensemble_partial_add_sub"
     partial = _unittest(checkouts, folder, "ensemble_test.py", case, env)
     suites.append(
@@ -482,6 +518,148 @@ def _step_queue_models(checkouts: Checkouts) -> Callable[[Path], None]:
                  "slow_consumer_enabled_max_queue_size")  # fmt: skip
         producer(repo, "decoupled_producer")
         consumer(repo, "slow_consumer_enabled_max_queue_size", limited)
+
+    return build
+
+
+def _logged(checkouts: Checkouts, folder: str, log: str, text: str) -> Script:
+    """A test.sh's ``grep -q "<text>" $SERVER_LOG``."""
+    return Script(
+        f"{QA}{folder}/test.sh: grep -q {text!r} {log}", ("grep", "-qF", text, log), checkouts.qa / folder
+    )
+
+
+def _invalid_limit_models(checkouts: Checkouts) -> Callable[[Path], None]:
+    """qa/L0_simple_ensemble/test.sh's ``invalid_param_test_models``: ensembles whose
+    ``max_inflight_requests`` is negative, a string and past 32 bits; the server must not start."""
+    step_queue = _step_queue_models(checkouts)
+    folder = checkouts.qa / "L0_simple_ensemble"
+    ensemble_config = (
+        folder / "backpressure_test_models" / "ensemble_disabled_max_inflight_requests" / "config.pbtxt"
+    )
+
+    def build(repo: Path) -> None:
+        made = repo.parent / "max_queue_size_test_models"
+        shutil.rmtree(made, ignore_errors=True)
+        made.mkdir()
+        step_queue(made)
+        for name in ("decoupled_producer", "slow_consumer"):
+            shutil.copytree(made / name, repo / name)
+        shutil.rmtree(made)
+        for name, value in (
+            ("negative", "-5"),
+            ("string", '"invalid_value"'),
+            ("large_value", "12345678901"),
+        ):
+            model = repo / f"ensemble_invalid_{name}_limit"
+            (model / "1").mkdir(parents=True)
+            shutil.copyfile(ensemble_config, model / "config.pbtxt")
+            edit_config(
+                model, ("ensemble_scheduling {", f"ensemble_scheduling {{\n  max_inflight_requests: {value}")
+            )
+
+    return build
+
+
+def _backpressure_models(checkouts: Checkouts) -> Callable[[Path], None]:
+    """qa/L0_simple_ensemble/test.sh's ``ensemble_backpressure_test_models``: three-step decoupled
+    ensembles (a producer of N answers, a slow and a fast consumer, all batching by 2) without a cap and
+    with ``max_inflight_requests`` 1 and 4; the consumers' model.py and configs as test.sh writes them."""
+    producer = checkouts.qa / "L0_simple_ensemble" / "backpressure_test_models" / "decoupled_producer"
+    consumer_py = (
+        "import time\n\nimport triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n    def execute(self, requests):\n        responses = []\n"
+        "        for request in requests:\n"
+        '            in_tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")\n'
+        '            out_tensor = pb_utils.Tensor("OUTPUT0", in_tensor.as_numpy())\n'
+        "            responses.append(pb_utils.InferenceResponse([out_tensor]))\n"
+        "            time.sleep({delay})\n        return responses\n"
+    )
+    consumer_config = (
+        'name: "{name}"\nbackend: "python"\nmax_batch_size: 2\n'
+        'input [ {{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ] }} ]\n'
+        'output [ {{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 1 ] }} ]\n'
+        "instance_group [ {{ count: 1, kind: KIND_CPU }} ]\n"
+        "dynamic_batching {{ preferred_batch_size: [ 2 ] }}\n"
+    )
+    steps = (
+        ("decoupled_producer", "IN", "IN", "OUT", "intermediate_1"),
+        ("consumer_high_delay", "INPUT0", "intermediate_1", "OUTPUT0", "intermediate_2"),
+        ("consumer_low_delay", "INPUT0", "intermediate_2", "OUTPUT0", "OUT"),
+    )
+    step_text = ",\n".join(
+        f'    {{ model_name: "{model}", model_version: -1, '
+        f'input_map {{ key: "{key_in}", value: "{value_in}" }}, '
+        f'output_map {{ key: "{key_out}", value: "{value_out}" }} }}'
+        for model, key_in, value_in, key_out, value_out in steps
+    )
+
+    def build(repo: Path) -> None:
+        place_python_model(repo, "decoupled_producer", producer / "1" / "model.py", producer / "config.pbtxt")
+        edit_config(repo / "decoupled_producer", ("max_batch_size: 1", "max_batch_size: 2"))
+        for name, delay in (("consumer_high_delay", "0.5"), ("consumer_low_delay", "0.1")):
+            (repo / name / "1").mkdir(parents=True)
+            (repo / name / "1" / "model.py").write_text(consumer_py.format(delay=delay))
+            (repo / name / "config.pbtxt").write_text(consumer_config.format(name=name))
+        for name, limit in (("ensemble_disabled", ""), ("ensemble_limit_1", "1"), ("ensemble_limit_4", "4")):
+            (repo / name / "1").mkdir(parents=True)
+            cap = f"max_inflight_requests: {limit}" if limit else ""
+            (repo / name / "config.pbtxt").write_text(
+                f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 2\n'
+                'input [ { name: "IN", data_type: TYPE_INT32, dims: [ 1 ] } ]\n'
+                'output [ { name: "OUT", data_type: TYPE_FP32, dims: [ 1 ] } ]\n'
+                f"ensemble_scheduling {{\n  {cap}\n  step [\n{step_text}\n  ]\n}}\n"
+            )
+
+    return build
+
+
+def _parallel_enqueue_models(checkouts: Checkouts) -> Callable[[Path], None]:
+    """qa/L0_simple_ensemble/test.sh's ``parallel_failed_enqueue_test_models``: a producer's answers fan
+    out to a slow consumer whose queue holds one request and a fast one, joined by ``join_add_sub``."""
+    folder = checkouts.qa / "L0_simple_ensemble"
+    producer = folder / "backpressure_test_models" / "decoupled_producer"
+    one = "max_batch_size: 1"
+    queue_of_one = (
+        "\ndynamic_batching {\n  preferred_batch_size: [ 1 ]\n"
+        "  default_queue_policy {\n    max_queue_size: 1\n  }\n}\n"
+    )
+    # test.sh's heredoc, the ensemble's config
+    steps = (
+        ("decoupled_producer_parallel_queue", (("IN", "IN"),), ("OUT", "intermediate")),
+        ("slow_consumer_queue_limited", (("INPUT0", "intermediate"),), ("OUTPUT0", "slow_out")),
+        ("fast_consumer", (("INPUT0", "intermediate"),), ("OUTPUT0", "fast_out")),
+        ("join_add_sub", (("INPUT0", "slow_out"), ("INPUT1", "fast_out")), ("OUTPUT0", "OUT")),
+    )
+    step_text = ",\n".join(
+        f'    {{ model_name: "{model}", model_version: -1, '
+        + " ".join(f'input_map {{ key: "{key}", value: "{value}" }}' for key, value in inputs)
+        + f' output_map {{ key: "{output[0]}", value: "{output[1]}" }} }}'
+        for model, inputs, output in steps
+    )
+
+    def build(repo: Path) -> None:
+        name = "decoupled_producer_parallel_queue"
+        place_python_model(repo, name, producer / "1" / "model.py", producer / "config.pbtxt")
+        edit_config(repo / name, ('name: "decoupled_producer"', f'name: "{name}"'))
+        model_py = repo / name / "1" / "model.py"
+        model_py.write_text(model_py.read_text().replace("0.5", "2.0"))
+        slow = qa_model(checkouts, repo, "ground_truth", "slow_consumer_queue_limited")
+        renamed = 'name: "slow_consumer_queue_limited"'
+        edit_config(slow, ('name: "ground_truth"', renamed), ("max_batch_size: 64", one), append=queue_of_one)
+        fast = qa_model(checkouts, repo, "ground_truth", "fast_consumer")
+        edit_config(fast, ('name: "ground_truth"', 'name: "fast_consumer"'), ("max_batch_size: 64", one))
+        fast_py = fast / "1" / "model.py"
+        fast_py.write_text(fast_py.read_text().replace("time.sleep(delay)", "time.sleep(0)"))
+        qa_model(checkouts, repo, "join_add_sub")
+        ensemble = repo / "ensemble_parallel_step_failed_enqueue"
+        (ensemble / "1").mkdir(parents=True)
+        (ensemble / "config.pbtxt").write_text(
+            'name: "ensemble_parallel_step_failed_enqueue"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+            'input [ { name: "IN", data_type: TYPE_INT32, dims: [ 1 ] } ]\n'
+            'output [ { name: "OUT", data_type: TYPE_FP32, dims: [ 1 ] } ]\n'
+            f"ensemble_scheduling {{\n  step [\n{step_text}\n  ]\n}}\n"
+        )
 
     return build
 

@@ -110,6 +110,9 @@ class Suite:
     server_env: dict[str, str] = field(default_factory=dict)
     #: Where the test reads the server's log (a test.sh's ``SERVER_LOG``): a link to it is made there.
     log_link: Path | None = None
+    #: The server must fail to start (a test.sh's "unexpected success starting"): the scripts then read
+    #: what it logged.
+    fails_to_start: bool = False
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ class Server:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 120.0) -> None:
+    def _spawn(self) -> subprocess.Popen[bytes]:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.command,
@@ -203,6 +206,10 @@ class Server:
                 start_new_session=True,
                 env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env),
             )
+        return self.process
+
+    def start(self, timeout: float = 120.0) -> None:
+        self._spawn()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -212,6 +219,16 @@ class Server:
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"naiad serve did not settle within {timeout:.0f}s; log: {self.log_path}")
+
+    def ended(self, timeout: float = 120.0) -> int | None:
+        """Start it and wait for it to exit: its status, or None when it still runs after ``timeout``
+        (then stopped)."""
+        process = self._spawn()
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return None
 
     def _settled(self) -> bool:
         """Ready, or every model of the repository either READY or UNAVAILABLE.
@@ -405,6 +422,17 @@ def run_suite(suite: Suite, work: Path, out: TextIO, log: TextIO) -> list[Verdic
     if suite.log_link is not None:
         suite.log_link.unlink(missing_ok=True)
         suite.log_link.symlink_to(server.log_path)
+    if suite.fails_to_start:
+        status = server.ended()
+        if status is None or status == 0:
+            emit(
+                Verdict(s.name, "FAIL", f"unexpected success starting naiad serve (exit {status})")
+                for s in suite.scripts
+            )
+            return verdicts
+        for script in suite.scripts:
+            emit(run_script(script, server.ports, log))
+        return verdicts
     try:
         server.start()
     except RuntimeError as error:
