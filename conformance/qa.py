@@ -451,9 +451,11 @@ def simple_ensemble(checkouts: Checkouts) -> list[Suite]:
     enqueue = _unittest(
         checkouts, folder, backpressure, "EnsembleParallelFailedEnqueueTest.test_parallel_step_failed_enqueue"
     )
-    suites.append(
-        Suite("qa-simple_ensemble-parallel_failed_enqueue", _parallel_enqueue_models(checkouts), (enqueue,))
-    )
+    # test.sh then checks that the server stayed live (``wait_for_server_live``)
+    live = Script(f"{QA}{folder}/test.sh: server live after it", ("curl", "-sf", "http://{http}/v2/health/live"),
+                  checkouts.qa / folder)  # fmt: skip
+    enqueue_models = _parallel_enqueue_models(checkouts)
+    suites.append(Suite("qa-simple_ensemble-parallel_failed_enqueue", enqueue_models, (enqueue, live)))
     _, invalid_log = _server_log(checkouts, folder, "invalid_max_inflight_requests_server.log")
     refused = [
         _logged(checkouts, folder, invalid_log.name, text)
