@@ -41,7 +41,8 @@ def test_torch_model_is_unavailable_naming_the_extra(tmp_path: Path) -> None:
     save_torchscript(mlp(), repo / "mlp_torch", mlp_config("pytorch_libtorch"))
     save_onnx(mlp(), torch.zeros(1, 8), repo / "mlp_onnx", mlp_config("onnxruntime_onnx"))
     path = os.pathsep.join(p for p in (str(blocker), os.environ.get("PYTHONPATH", "")) if p)
-    with ServerProcess([repo], wait_ready=False, env={"PYTHONPATH": path}) as server:
+    args = ["--exit-on-error=false"]  # (mlp_torch fails to load on purpose)
+    with ServerProcess([repo], args, wait_ready=False, env={"PYTHONPATH": path}) as server:
         raw = RawClient(server.http_url)
         try:
             entries = settled_index(raw, {"mlp_torch", "mlp_onnx"})

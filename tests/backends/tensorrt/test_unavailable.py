@@ -25,7 +25,7 @@ def test_plan_model_without_tensorrt_is_unavailable_with_the_reason(tmp_path: Pa
     model_dir = write_config(tmp_path / "repo" / "mlp_plan", CONFIG)
     (model_dir / "1").mkdir()
     (model_dir / "1" / "model.plan").write_bytes(b"not an engine: never read without TensorRT")
-    with ServerProcess([tmp_path / "repo"], wait_ready=False) as server:
+    with ServerProcess([tmp_path / "repo"], ["--exit-on-error=false"], wait_ready=False) as server:
         raw = RawClient(server.http_url)
         try:
             entry = settled_index(raw, {"mlp_plan"})["mlp_plan"]
