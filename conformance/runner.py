@@ -221,14 +221,25 @@ class Server:
         raise RuntimeError(f"naiad serve did not settle within {timeout:.0f}s; log: {self.log_path}")
 
     def ended(self, timeout: float = 120.0) -> int | None:
-        """Start it and wait for it to exit: its status, or None when it still runs after ``timeout``
-        (then stopped)."""
+        """Start it and wait for it to exit: its status, or None when it turned ready or still runs
+        after ``timeout`` (then stopped)."""
         process = self._spawn()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                return process.returncode
+            if self._ready():
+                break
+            time.sleep(0.1)
+        self.stop()
+        return None
+
+    def _ready(self) -> bool:
         try:
-            return process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            return None
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports.http}/v2/health/ready", timeout=2):
+                return True
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
 
     def _settled(self) -> bool:
         """Ready, or every model of the repository either READY or UNAVAILABLE.

@@ -1,5 +1,6 @@
 """The conformance runner's own logic on a tiny fake script folder: verdicts, test-case lines, deselected
-cases, unclassified scripts and the summary line.  No NVIDIA checkout and no server are involved."""
+cases, unclassified scripts and the summary line; and a suite whose server must fail to start, with a
+real ``naiad serve``.  No NVIDIA checkout is involved."""
 
 from __future__ import annotations
 
@@ -8,7 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from conformance.runner import Ports, Script, Skip, Verdict, run_script, summary, unclassified
+from conformance.runner import (
+    Ports,
+    Script,
+    Skip,
+    Suite,
+    Verdict,
+    run_script,
+    run_suite,
+    summary,
+    unclassified,
+)
+from tests.support.models import IDENTITY_PY, identity_config, write_model
 
 PORTS = Ports(8000, 8001, 8002)
 
@@ -82,3 +94,32 @@ def test_unclassified_scripts_are_reported_and_the_summary_counts_every_outcome(
     assert found == [Skip("client/new_upstream.py", "not classified by conformance/cases.py yet")]
     verdicts = [Verdict("a", "PASS"), Verdict("b", "FAIL"), Verdict("c", "SKIP"), Verdict("d", "PASS")]
     assert summary(verdicts) == "2 passed, 1 failed, 1 skipped"
+
+
+@pytest.mark.parametrize("broken", [True, False], ids=["fails", "starts"])
+def test_a_suite_whose_server_must_fail_to_start_reads_its_log(tmp_path: Path, broken: bool) -> None:
+    """A real ``naiad serve``: when it exits as it must, the suite's scripts read what it logged; when
+    it starts instead, each of them fails with the reason."""
+    delay = "-5" if broken else "5"
+
+    def build(repo: Path) -> None:
+        write_model(repo, "identity", identity_config("identity", "TYPE_FP32", 8) + f"dynamic_batching {{ max_queue_delay_microseconds: {delay} }}\n", IDENTITY_PY)
+
+    link = tmp_path / "server.log"
+    checks = tuple(
+        Script(f"grep {text}", ("grep", "-qF", text, link.name), tmp_path)
+        for text in ("Expected integer, got: -", "not in the log")
+    )
+    suite = Suite("must-fail", build, checks, log_link=link, fails_to_start=True)
+    out = io.StringIO()
+    verdicts = run_suite(suite, tmp_path / "work", out, io.StringIO())
+    if broken:
+        assert [(v.name, v.outcome) for v in verdicts] == [
+            ("grep Expected integer, got: -", "PASS"),
+            ("grep not in the log", "FAIL"),
+        ]
+    else:
+        assert [(v.outcome, v.detail) for v in verdicts] == [
+            ("FAIL", "unexpected success starting naiad serve (exit None)")
+        ] * 2
+    assert out.getvalue().count("\n") == 2
