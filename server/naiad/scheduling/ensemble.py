@@ -191,24 +191,22 @@ class EnsembleScheduler:
         """``outputs`` are the ensemble's output tensors (the intermediate ones stay inside);
         ``max_inflight_requests`` (0: no cap) caps each step's requests in flight; ``batching``: the
         ensemble has a ``max_batch_size``, so each request counts its batch size of inferences (as
-        Triton counts an ensemble's).  ``fits``:
-        the step inputs (by step index and input name) and the ensemble's outputs (by index -1 and
-        output name) where a batching end meets a non-batching one (see :class:`Fit`)."""
+        Triton counts an ensemble's).  ``fits``: the step inputs (by step index and input name) and the
+        ensemble's outputs (by index -1 and output name) where a batching end meets a non-batching one
+        (see :class:`Fit`)."""
         self.batching = batching
         self.name = name
         self.stages = stages
         self.outputs = outputs
         self.max_inflight_requests = max_inflight_requests
         self._run_step = run_step
-        steps_of = [step for stage in stages for step in _all(stage)]
         #: Each step's slots, shared by all requests, when ``max_inflight_requests`` caps them.
-        self._limits = (
-            {step.index: StepLimit(max_inflight_requests, name, step.index) for step in steps_of}
-            if max_inflight_requests
-            else None
-        )
+        self._limits: dict[int, StepLimit] | None = None
         if max_inflight_requests:
-            log.info("Ensemble model '%s' configured with max_inflight_requests: %d", name, max_inflight_requests)
+            cap = max_inflight_requests
+            log.info("Ensemble model '%s' configured with max_inflight_requests: %d", name, cap)
+            steps_of = [step for stage in stages for step in _all(stage)]
+            self._limits = {step.index: StepLimit(cap, name, step.index) for step in steps_of}
         self._fits = fits or {}
         self._decoupled = len(stages) > 1
         self.stats = SchedulerStats(lambda: 0)
