@@ -328,3 +328,29 @@ def test_per_pod_rollout_keeps_one_pod_out_and_never_two_versions_in_a_pod(
     assert [h for h in held if {"1", "2"} <= h[1]] == [], "a pod held both versions"
     assert {v for _, h in held for v in h} == {"1", "2"}  # the watcher saw both eras
     scenario.delete()
+
+
+def test_a_model_failing_at_pod_start_leaves_the_pod_up_to_report_it(
+    s3: Any, api_server: ApiServer, cluster: FakeCluster, operator: Any
+) -> None:
+    """A pod loads its required models at start; ``picky`` fails there.  As in Triton, a server whose
+    start-up load fails exits, unless ``--exit-on-error=false``, which the operator passes: the pod
+    stays up, serves the other model, and its index gives the status the failure's reason."""
+    _setup(cluster, s3)
+    scenario = Scenario(cluster.api, s3, "startfail")
+    scenario.upload(1)
+    _upload_py(scenario, "picky", PICKY_PY)
+    _create(scenario, [{"name": scenario.model}, {"name": "picky"}], replicas=1)
+
+    def failed() -> dict[str, Any]:
+        entry = _model(scenario, "picky")
+        assert entry.get("state") == "FailedToLoad", entry
+        return entry
+
+    picky = eventually(failed, CONVERGE, "picky failed to load")
+    assert "needs the parameter 'ok'" in json.dumps(picky)
+    (pod,) = cluster.pods[scenario.name]
+    assert pod.restarts == 0
+    assert _ready(pod.url, scenario.model) == {1}
+    assert "READY" not in index(pod.url).get("picky", {}).values()
+    scenario.delete()
