@@ -1,6 +1,7 @@
 """What every pod serves is what the spec says (issue 23): the ``configOverride`` and the pinned versions
 reach pods that start, scale up or restart; a changed override rolls out with no failed request; a
-failed model is retried once its cause is fixed; a ``perPod`` rollout keeps one pod out at a time.
+failed model is retried once its cause is fixed; a model failing at a pod's start leaves the pod up to
+report it; a ``perPod`` rollout keeps one pod out at a time.
 
 On the simulated cluster (KMock, real sync Jobs against SeaweedFS, real ``naiad serve`` pods), checked
 against each pod's own ``/config`` and repository index and against the answers of HTTP and gRPC clients
