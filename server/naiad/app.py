@@ -36,6 +36,7 @@ from naiad.repository.manager import ModelRepository, RepositoryUnavailable
 from naiad.repository.peers import Peers
 from naiad.repository.registry import ModelRegistry
 from naiad.repository.residency import Residency
+from naiad.repository.summary import model_rows, table
 from naiad.scheduling.cache import ResponseCache, parse_cache_config
 from naiad.scheduling.rate_limiter import RateLimiter, parse_resource
 from naiad.settings import ServerSettings
@@ -149,16 +150,19 @@ async def serve(settings: ServerSettings) -> int:
             log.error("%s", loader.exception())
             status = 1
             stop.set()
-        elif loader.done() and not loader.result() and settings.exit_on_error:
-            log.error("creating server: Internal - failed to load all models")  # (Triton's words)
-            status = 1
-            stop.set()
         elif loader.done():
-            dataplane.started = True
-            # What is loaded by now lives as long as the server: keep it out of the collector's full
-            # passes, whose pauses over the whole heap (tens of ms) made the p99 of small models.
-            gc.freeze()
-            log.info("models loaded; ready=%s", dataplane.ready())
+            complete = loader.result()
+            log.info("\n%s\n", table(model_rows(repository.index())), extra={"table": True})
+            if not complete and settings.exit_on_error:
+                log.error("creating server: Internal - failed to load all models")  # (Triton's words)
+                status = 1
+                stop.set()
+            else:
+                dataplane.started = True
+                # What is loaded by now lives as long as the server: keep it out of the collector's full
+                # passes, whose pauses over the whole heap (tens of ms) made the p99 of small models.
+                gc.freeze()
+                log.info("models loaded; ready=%s", dataplane.ready())
     await stop.wait()
 
     deadline = time.monotonic() + settings.exit_timeout_secs

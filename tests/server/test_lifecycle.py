@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -140,6 +141,11 @@ def test_a_model_that_fails_to_load_at_start_ends_the_server(tmp_path: Path, arg
     ) in output
     with pytest.raises(ProcessLookupError):
         os.killpg(process.pid, 0)  # no model process of the server's session left
+    # Triton's model table first: the versions the loads tried (a config that does not parse has none)
+    rows = [line for line in output.splitlines() if line.startswith("| ")]
+    assert re.fullmatch(r"\| Model +\| Version +\| Status +\|", rows[0]), rows
+    assert any(re.fullmatch(r"\| add_sub +\| 1 +\| READY +\|", row) for row in rows), rows
+    assert not any(row.startswith("| bad_integer ") for row in rows)
 
 
 def test_readiness_not_strict(tmp_path: Path) -> None:
