@@ -141,7 +141,11 @@ def test_a_model_that_fails_to_load_at_start_ends_the_server(tmp_path: Path, arg
     ) in output
     with pytest.raises(ProcessLookupError):
         os.killpg(process.pid, 0)  # no model process of the server's session left
-    # Triton's model table first: the versions the loads tried (a config that does not parse has none)
+    # Triton's load lines: each version's start, each failed version's reason, then the model's failure
+    assert "loading: add_sub:1" in output
+    if "--model-control-mode=explicit" not in args:
+        assert "failed to load 'bad_python' version 1: " in output and "failed to load 'bad_python'\"" in output
+    # and Triton's model table: the versions the loads tried (a config that does not parse has none)
     rows = [line for line in output.splitlines() if line.startswith("| ")]
     assert re.fullmatch(r"\| Model +\| Version +\| Status +\|", rows[0]), rows
     assert any(re.fullmatch(r"\| add_sub +\| 1 +\| READY +\|", row) for row in rows), rows

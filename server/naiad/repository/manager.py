@@ -493,7 +493,10 @@ class ModelRepository:
     async def _build(
         self, plan: LoadPlan, numbers: list[int]
     ) -> tuple[dict[int, ModelVersion], dict[int, str]]:
-        """Build versions on the load pool, in parallel: those that loaded, and why the others did not."""
+        """Build versions on the load pool, in parallel: those that loaded, and why the others did not
+        (logged per version in Triton's words: ``loading: m:1``, ``failed to load 'm' version 1: ...``)."""
+        for number in numbers:
+            log.info("loading: %s:%d", plan.name, number)
         self._loading[plan.name] = set(numbers)
         try:
             outcomes = await asyncio.gather(
@@ -508,6 +511,9 @@ class ModelRepository:
                 built[number] = outcome
             else:
                 failed[number] = _reason(plan.name, number, outcome)
+                log.error("failed to load '%s' version %d: %s", plan.name, number, failed[number].rstrip())
+        if failed:
+            log.info("failed to load '%s'", plan.name)
         return built, failed
 
     async def _publish(
