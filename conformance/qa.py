@@ -563,6 +563,17 @@ def _invalid_limit_models(checkouts: Checkouts) -> Callable[[Path], None]:
     return build
 
 
+def _ensemble_steps(*steps: tuple[str, tuple[tuple[str, str], ...], tuple[str, str]]) -> str:
+    """The ``step [...]`` entries of a test.sh heredoc's ensemble config: each step's model, its
+    ``input_map`` pairs and its one ``output_map`` pair."""
+    return ",\n".join(
+        f'    {{ model_name: "{model}", model_version: -1, '
+        + " ".join(f'input_map {{ key: "{key}", value: "{value}" }}' for key, value in inputs)
+        + f' output_map {{ key: "{output[0]}", value: "{output[1]}" }} }}'
+        for model, inputs, output in steps
+    )
+
+
 def _backpressure_models(checkouts: Checkouts) -> Callable[[Path], None]:
     """qa/L0_simple_ensemble/test.sh's ``ensemble_backpressure_test_models``: three-step decoupled
     ensembles (a producer of N answers, a slow and a fast consumer, all batching by 2) without a cap and
@@ -584,16 +595,10 @@ def _backpressure_models(checkouts: Checkouts) -> Callable[[Path], None]:
         "instance_group [ {{ count: 1, kind: KIND_CPU }} ]\n"
         "dynamic_batching {{ preferred_batch_size: [ 2 ] }}\n"
     )
-    steps = (
-        ("decoupled_producer", "IN", "IN", "OUT", "intermediate_1"),
-        ("consumer_high_delay", "INPUT0", "intermediate_1", "OUTPUT0", "intermediate_2"),
-        ("consumer_low_delay", "INPUT0", "intermediate_2", "OUTPUT0", "OUT"),
-    )
-    step_text = ",\n".join(
-        f'    {{ model_name: "{model}", model_version: -1, '
-        f'input_map {{ key: "{key_in}", value: "{value_in}" }}, '
-        f'output_map {{ key: "{key_out}", value: "{value_out}" }} }}'
-        for model, key_in, value_in, key_out, value_out in steps
+    step_text = _ensemble_steps(
+        ("decoupled_producer", (("IN", "IN"),), ("OUT", "intermediate_1")),
+        ("consumer_high_delay", (("INPUT0", "intermediate_1"),), ("OUTPUT0", "intermediate_2")),
+        ("consumer_low_delay", (("INPUT0", "intermediate_2"),), ("OUTPUT0", "OUT")),
     )
 
     def build(repo: Path) -> None:
@@ -627,17 +632,11 @@ def _parallel_enqueue_models(checkouts: Checkouts) -> Callable[[Path], None]:
         "  default_queue_policy {\n    max_queue_size: 1\n  }\n}\n"
     )
     # test.sh's heredoc, the ensemble's config
-    steps = (
+    step_text = _ensemble_steps(
         ("decoupled_producer_parallel_queue", (("IN", "IN"),), ("OUT", "intermediate")),
         ("slow_consumer_queue_limited", (("INPUT0", "intermediate"),), ("OUTPUT0", "slow_out")),
         ("fast_consumer", (("INPUT0", "intermediate"),), ("OUTPUT0", "fast_out")),
         ("join_add_sub", (("INPUT0", "slow_out"), ("INPUT1", "fast_out")), ("OUTPUT0", "OUT")),
-    )
-    step_text = ",\n".join(
-        f'    {{ model_name: "{model}", model_version: -1, '
-        + " ".join(f'input_map {{ key: "{key}", value: "{value}" }}' for key, value in inputs)
-        + f' output_map {{ key: "{output[0]}", value: "{output[1]}" }} }}'
-        for model, inputs, output in steps
     )
 
     def build(repo: Path) -> None:

@@ -247,14 +247,9 @@ class Server:
         Triton opens its endpoints once its startup loads are done; NVIDIA's scripts assume it.  Some
         suites hold models that fail to load on purpose, so readiness alone is not the test.
         """
+        if self._ready():
+            return True
         base = f"http://127.0.0.1:{self.ports.http}/v2"
-        try:
-            with urllib.request.urlopen(f"{base}/health/ready", timeout=2):
-                return True
-        except urllib.error.HTTPError:
-            pass
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
         try:
             with urllib.request.urlopen(
                 urllib.request.Request(f"{base}/repository/index", b"{}"), timeout=2
