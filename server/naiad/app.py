@@ -152,7 +152,7 @@ async def serve(settings: ServerSettings) -> int:
             stop.set()
         elif loader.done():
             complete = loader.result()
-            log.info("\n%s\n", table(model_rows(repository.index())), extra={"table": True})
+            log.info("\n%s\n", table(model_rows(repository.index())), extra={"verbatim": True})
             if not complete and settings.exit_on_error:
                 log.error("creating server: Internal - failed to load all models")  # (Triton's words)
                 status = 1

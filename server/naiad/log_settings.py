@@ -54,7 +54,7 @@ class TritonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         message = _message(self, record)
-        if self.escape and not getattr(record, "table", False):  # (Triton's tables print as they are)
+        if self.escape and not getattr(record, "verbatim", False):  # (tables, the parser's lines)
             message = orjson.dumps(message).decode()
         letter = _LETTERS.get(record.levelno, "E" if record.levelno > logging.ERROR else "I")
         when = time.gmtime(record.created)

@@ -116,7 +116,12 @@ def test_bad_models_are_unavailable_with_reasons_and_others_serve(tmp_path: Path
     "args",
     [
         [],
-        ["--model-control-mode=explicit", "--load-model=add_sub", "--load-model=bad_integer"],
+        [
+            "--model-control-mode=explicit",
+            "--load-model=add_sub",
+            "--load-model=bad_integer",
+            "--load-model=bad_word",
+        ],
         ["--frontend-workers=2"],
     ],
     ids=["none", "explicit", "workers"],
@@ -127,6 +132,9 @@ def test_a_model_that_fails_to_load_at_start_ends_the_server(tmp_path: Path, arg
     repo = _broken_repo(tmp_path)
     write_model(
         repo, "bad_integer", IO + "dynamic_batching { max_queue_delay_microseconds: -5 }\n", IDENTITY_PY
+    )
+    write_model(
+        repo, "bad_word", IO + 'dynamic_batching { max_queue_delay_microseconds: "soon" }\n', IDENTITY_PY
     )
     server = ServerProcess([repo], args)
     process = subprocess.Popen(
@@ -139,6 +147,13 @@ def test_a_model_that_fails_to_load_at_start_ends_the_server(tmp_path: Path, arg
         f"failed to read text proto from {repo / 'bad_integer' / 'config.pbtxt'}: Error parsing text-format "
         "inference.ModelConfig: 5:50: Expected integer, got: -"
     ) in output
+    # and the parser's own line, as Triton's parser writes it: not quoted, its quotes not escaped
+    assert re.search(
+        r"^E.* config\.py:\d+\] Error parsing text-format inference\.ModelConfig: 5:50: "
+        r'Expected integer, got: "soon"$',
+        output,
+        re.MULTILINE,
+    ), output
     with pytest.raises(ProcessLookupError):
         os.killpg(process.pid, 0)  # no model process of the server's session left
     # Triton's load lines: each version's start, each failed version's reason, then the model's failure

@@ -8,6 +8,7 @@ from backend, version policy, instance groups, optimization), so ``/config`` sho
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from naiad.repository.layout import CONFIG_FILE
 from naiad.scheduling.cache import refuse_decoupled
 
 ModelConfig = mc.ModelConfig
+
+log = logging.getLogger("naiad")
 
 #: platform -> backend, for configs that name only a platform.
 PLATFORM_BACKEND = {
@@ -64,10 +67,15 @@ def parse_text(text: str, source: str = CONFIG_FILE) -> mc.ModelConfig:
     try:
         return text_format.Parse(text, ModelConfig())
     except text_format.ParseError as exc:
-        raise InvalidArgumentError(
-            f"failed to read text proto from {source}: Error parsing text-format inference.ModelConfig: "
-            + _in_cpp_words(str(exc))
-        ) from exc
+        raise TextProtoError(source, _in_cpp_words(str(exc))) from exc
+
+
+class TextProtoError(InvalidArgumentError):
+    """A ``config.pbtxt`` that does not parse; ``fault`` is the line Triton's parser writes."""
+
+    def __init__(self, source: str, where_and_what: str) -> None:
+        self.fault = f"Error parsing text-format inference.ModelConfig: {where_and_what}"
+        super().__init__(f"failed to read text proto from {source}: {self.fault}")
 
 
 #: Python's ``text_format`` error: ``line:column : ['the line': ]what is wrong``.
@@ -136,7 +144,13 @@ def read_config(model_dir: Path) -> mc.ModelConfig:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidArgumentError(f"failed to read {path}: {exc}") from exc
-    return parse_text(text, str(path))
+    try:
+        return parse_text(text, str(path))
+    except TextProtoError as exc:
+        # Triton's parser (libprotobuf) writes its own line, as it is: not quoted and escaped as
+        # Triton's log lines are.  Users and NVIDIA's test scripts grep the log for it.
+        log.error("%s", exc.fault, extra={"verbatim": True})
+        raise
 
 
 def resolve_backend(config: mc.ModelConfig, model_dir: Path, versions: list[int]) -> None:
