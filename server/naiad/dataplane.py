@@ -158,6 +158,31 @@ class DataPlane:
             return False
         return True
 
+    async def model_readiness(self, name: str, version: str) -> bool:
+        """What a readiness request answers (``/v2/models/{name}/ready``): :meth:`model_ready`, and
+        for a version whose instances are asked (see :mod:`naiad.repository.readiness`), whether
+        they say they are ready now."""
+        if self.exiting:
+            return False
+        try:
+            _, chosen = self.registry.resolve(name, version)
+        except InferenceServerError:
+            return False
+        return not chosen.checked or not await self.unready_reason(name, chosen.version)
+
+    async def unready_reason(self, name: str, version: int) -> str:
+        """Why a served version's instances are not ready ("" if they are), logged at verbose level
+        1 as Triton logs it."""
+        try:
+            _, chosen = self.registry.resolve(name, str(version))
+        except InferenceServerError as exc:
+            return exc.message
+        readiness = chosen.readiness
+        reason = "" if readiness is None else await readiness.reason()
+        if reason:
+            _log.debug("Model '%s' version %d is not ready: %s", name, version, reason)
+        return reason
+
     def model_metadata(self, name: str, version: str) -> ModelMetadata:
         model, signature = self._ready_model(name, version)
         versions = [version] if version else [str(v) for v in model.ready_versions()]
@@ -535,8 +560,8 @@ class BlsServer:
     async def unload_model(self, name: str, unload_dependents: bool) -> None:
         await self._dataplane.unload_model(name, unload_dependents)
 
-    def model_ready(self, name: str, version: str) -> bool:
-        return self._dataplane.model_ready(name, version)
+    async def model_ready(self, name: str, version: str) -> bool:
+        return await self._dataplane.model_readiness(name, version)
 
 
 async def _mirrored(version: ModelVersion, request: InferRequest) -> None:

@@ -68,7 +68,11 @@ def _entry(model: Model) -> ModelEntry:
         signature,
         [
             VersionEntry(
-                v, mv.state.value, mv.reason, str(mv.model_dir) if mv.model_dir is not None else None
+                v,
+                mv.state.value,
+                mv.reason,
+                str(mv.model_dir) if mv.model_dir is not None else None,
+                mv.checked,
             )
             for v, mv in model.versions.items()
         ],
@@ -98,6 +102,7 @@ def models(message: Catalog) -> dict[str, Model]:
                 v.reason,
                 model_name=entry.name,
                 model_dir=Path(v.model_dir) if v.model_dir is not None else None,
+                checked=v.checked,
             )
             for v in entry.versions
         }

@@ -142,6 +142,8 @@ class FrontendWorkers:
             return await dp.model_statistics(arg(0, str), arg(1, str))
         if method == "repository_index":
             return await dp.repository_index(arg(0, bool))
+        if method == "unready_reason":
+            return await dp.unready_reason(arg(0, str), arg(1, int))
         if method == "trace_settings":
             return await dp.trace_settings(arg(0, str))
         if method == "log_settings":

@@ -180,6 +180,8 @@ class VersionEntry(msgspec.Struct, array_like=True):
     state: str
     reason: str
     model_dir: str | None
+    #: Whether its readiness asks its instances (the worker then asks the engine).
+    checked: bool = False
 
 
 class MirrorEntry(msgspec.Struct, array_like=True):

@@ -28,6 +28,7 @@ from naiad.repository.footprint import GpuMemory, OverlappingLoads, gpu_growth, 
 from naiad.repository.layout import ModelLocation, available_versions
 from naiad.repository.model import ModelState, ModelVersion
 from naiad.repository.overrides import LoadRequest, OverrideError, write_model_files
+from naiad.repository.readiness import readiness_of
 from naiad.repository.warmup import run_warmup, warmup_samples
 from naiad.scheduling.factory import create_scheduler
 from naiad.scheduling.rate_limiter import RateLimiter
@@ -192,8 +193,8 @@ class ModelLoader:
                 kind = _KIND_NAMES.get(group.kind, "CPU")
                 devices = list(group.gpus) if kind == "GPU" else [0]
                 for device in devices:
-                    for _ in range(group.count):
-                        instance_name = f"{group.name}_{len(workers)}"
+                    for index in range(group.count):
+                        instance_name = f"{group.name}_{index}"  # (Triton's name: the group's, its index)
                         context = InstanceContext(
                             model_name=plan.name,
                             model_version=version,
@@ -237,6 +238,8 @@ class ModelLoader:
             ),
             health=health,
         )
+        model_version.readiness = readiness_of([worker.instance for worker in workers])
+        model_version.checked = model_version.readiness is not None
         health.on_failure = model_version.fail
         if health.failure:  # an instance gave up between loading and now
             model_version.fail(health.failure)

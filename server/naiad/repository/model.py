@@ -12,6 +12,7 @@ from naiad.backends.base import InstanceHealth
 from naiad.core.errors import UnavailableError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
+from naiad.repository.readiness import Readiness
 from naiad.repository.routing import Mirror
 from naiad.scheduling.scheduler import Scheduler
 
@@ -61,6 +62,10 @@ class ModelVersion:
     health: InstanceHealth | None = None
     #: Set by ``fail``: UNAVAILABLE because its model kept crashing after it loaded.
     crashed: bool = False
+    #: Whether a readiness request asks its instances (see :mod:`naiad.repository.readiness`), and,
+    #: in the engine, what it asks (a frontend worker asks the engine).
+    checked: bool = False
+    readiness: Readiness | None = None
     inflight: int = 0
     _drained: asyncio.Event | None = None
 

@@ -517,6 +517,11 @@ class RemoteDataPlane(DataPlane):
         result: dict[str, Any] = await self.link.call("model_statistics", name, version, kind=dict[str, Any])
         return result
 
+    async def unready_reason(self, name: str, version: int) -> str:
+        """The engine asks the instances (and logs why one is not ready)."""
+        reason: str = await self.link.call("unready_reason", name, version, kind=str)
+        return reason
+
     async def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         result: list[IndexEntry] = await self.link.call("repository_index", ready_only, kind=list[IndexEntry])
         return result

@@ -179,10 +179,13 @@ def test_requests_go_to_the_instance_that_serves_while_the_other_restarts(tmp_pa
 
 
 def test_a_restart_that_cannot_load_reports_why_until_a_later_attempt_loads(tmp_path: Path) -> None:
+    """Requests fail with the reason meanwhile, and the model is not ready, as Triton's is while its
+    stub is not alive (its readiness asks each instance, Triton 25.12+)."""
     repo, work = _repository(tmp_path, count=1)
-    with ServerProcess([repo]) as server:
+    with ServerProcess([repo], ["--log-verbose=1"]) as server:
         _, executions, pid = _infer(server, SERVE)
         assert executions == 1
+        assert _model_ready(server)
         (work / "refuse").touch()
         assert STOPPED in _failure(server, CRASH)
         deadline = time.monotonic() + 20
@@ -192,6 +195,8 @@ def test_a_restart_that_cannot_load_reports_why_until_a_later_attempt_loads(tmp_
             time.sleep(0.02)
         assert message.startswith("Stub process 'crashy_0_0' is not healthy."), message
         assert "restarting failed" in message
+        assert not _model_ready(server)
+        _until_logged(server, "Model 'crashy' version 1 is not ready: Stub process 'crashy_0_0' is not healthy.")
         _identity_serves(server)
         (work / "refuse").unlink()  # the next attempt (0.2 s later, then 0.4 s) loads
         while True:
@@ -203,5 +208,12 @@ def test_a_restart_that_cannot_load_reports_why_until_a_later_attempt_loads(tmp_
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
         assert (executions, new_pid != pid) == (1, True)
+        assert _model_ready(server)
         assert server.stop() == 0
         assert "model 'crashy' instance 'crashy_0_0': restarting failed" in server.log()
+
+
+def _model_ready(server: ServerProcess) -> bool:
+    with httpclient.InferenceServerClient(server.http_url, network_timeout=30) as client:
+        ready: bool = client.is_model_ready("crashy")
+        return ready

@@ -84,8 +84,8 @@ class Server(Protocol):
         """Unload ``name`` as the repository extension does."""
         ...
 
-    def model_ready(self, name: str, version: str) -> bool:
-        """Whether a request for ``name`` (``version``: "" for the default) would be served now."""
+    async def model_ready(self, name: str, version: str) -> bool:
+        """Whether ``name`` (``version``: "" for the default) is ready, as a readiness request says."""
         ...
 
 
@@ -446,7 +446,7 @@ def model_control(server: Server | None, message: tuple[Any, ...]) -> Any:
         if kind == "unload":
             _wait(loop, server.unload_model(name, bool(message[2])))
             return None
-        return _wait(loop, _call(server.model_ready, name, message[2]))
+        return _wait(loop, server.model_ready(name, message[2]))
     except InferenceServerError as error:
         raise pb_utils.TritonModelException(error.message) from None
 

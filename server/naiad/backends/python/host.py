@@ -218,6 +218,25 @@ class ModelHost:
             failed(exc)
 
     @property
+    def defines_is_ready(self) -> bool:
+        """Whether the model says itself whether it is ready (``is_ready()``, Triton 25.12+)."""
+        return hasattr(self._model, "is_ready")
+
+    def is_ready(self) -> tuple[bool, str]:
+        """The model's ``is_ready()`` (awaited on this host's loop if it is a coroutine): whether it
+        is ready, or why it could not say (it raised, or answered something other than a bool, which
+        Triton counts as not ready, with that error)."""
+        try:
+            answer = self._model.is_ready()
+            if inspect.iscoroutine(answer):
+                answer = self.run(answer)
+        except Exception as exc:
+            return False, f"{describe(exc)}{where(exc)}"
+        if type(answer) is not bool:
+            return False, "is_ready() must return a boolean value"
+        return answer, ""
+
+    @property
     def synchronous(self) -> bool:
         """Whether the model's ``execute`` is a plain function (not ``async def``)."""
         execute = getattr(self._model, "execute", None)

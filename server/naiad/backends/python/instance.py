@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,32 @@ class PythonModelInstance:
         hand-offs that otherwise cost more than the model itself (add_sub takes a few µs).
         """
         return not self._decoupled and not self._issues_requests and self._host.synchronous
+
+    @property
+    def checks_readiness(self) -> bool:
+        """Whether its model defines ``is_ready()``: asked at each readiness request (see
+        :mod:`naiad.repository.readiness`)."""
+        return self._host.defines_is_ready
+
+    def readiness(self) -> str:
+        """ "" if the model's ``is_ready()`` says it is ready, else why not, in Triton's words (a
+        False is the backend's message, an error the model's); on the calling thread."""
+        token = _SERVICES.set(self._services)
+        try:
+            ready, error = self._host.is_ready()
+        finally:
+            _SERVICES.reset(token)
+        if ready:
+            return ""
+        return error or f"Model '{self._instance_name}' is not ready (user-defined check failed)."
+
+    def ask_readiness(self) -> Future[str]:
+        """:meth:`readiness`, on a thread of its own (in the engine: the model may take its time)."""
+        answer: Future[str] = Future()
+        threading.Thread(
+            target=lambda: answer.set_result(self.readiness()), name="naiad-is-ready", daemon=True
+        ).start()
+        return answer
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
         received = self._received(requests)

@@ -46,6 +46,7 @@ class Launcher:
         if reply[0] != "loaded":
             _discard(process)
             raise InferenceServerError(str(reply[2]), ErrorCode(reply[1]))
+        process.checks_readiness = bool(reply[1])
         return process
 
     def auto_complete(

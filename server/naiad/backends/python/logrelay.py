@@ -1,11 +1,16 @@
-"""A model process's log records, handled by the engine's logging as if they were its own.
+"""A model process's side channel: its log records, handled by the engine's logging as if they were
+its own, and the engine's questions that must not wait for an execution to end.
 
 The engine's log settings change at run time (``/v2/logging``: format, verbose level, info on or
 off, a log file), so a model process does not format anything: every record goes, pickled, through a
-pipe of its own to the engine, which hands it to the logger it was made for.  The same pipe carries the
-model process's custom metrics (:mod:`naiad.backends.python.custom_metrics`), which, like log
+socket of its own to the engine, which hands it to the logger it was made for.  The same socket carries
+the model process's custom metrics (:mod:`naiad.backends.python.custom_metrics`), which, like log
 records, may come at any time, from any thread, without a reply.  ``pb_utils.Logger``
 lines then look, and are filtered, exactly like the engine's, and follow every settings change at once.
+
+The other way, the engine asks what a thread of the model process answers while ``execute`` may be
+running on its main thread (the socket the executions use is read only between them): whether the
+model is ready (its ``is_ready()``).  Questions and answers are framed as records are.
 """
 
 from __future__ import annotations
@@ -46,10 +51,36 @@ class PipeHandler(logging.Handler):
             self._write(message)
 
     def _write(self, message: Any) -> None:
-        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        data = memoryview(_HEADER.pack(len(payload)) + payload)
+        data = memoryview(frame(message))
         while data:
             data = data[os.write(self._fd, data) :]
+
+
+def frame(message: Any) -> bytes:
+    """``message`` as it crosses the side channel: its pickle's length, then the pickle."""
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(len(payload)) + payload
+
+
+def serve_questions(fd: int, answer: Callable[[Any], None]) -> None:
+    """In a model process, on a thread of its own: hand each question the engine sends on ``fd`` to
+    ``answer``, until the engine closes its end."""
+    buffer = bytearray()
+    while True:
+        try:
+            data = os.read(fd, 1 << 12)
+        except OSError:
+            return
+        if not data:
+            return
+        buffer += data
+        while len(buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(buffer)
+            if len(buffer) < _HEADER.size + size:
+                break
+            question = pickle.loads(memoryview(buffer)[_HEADER.size : _HEADER.size + size])
+            del buffer[: _HEADER.size + size]
+            answer(question)
 
 
 def install(fd: int) -> PipeHandler:

@@ -95,6 +95,9 @@ def _remove_orphans() -> None:
 _remove_orphans_once = functools.cache(_remove_orphans)
 
 
+#: Why a model is not ready when its process ended before its ``is_ready()`` answered (Triton's words).
+_GONE_WHILE_ASKED = "Stub process is not healthy while waiting for user-defined is_ready() response"
+
 #: Results go to this callback (on the loop).
 _Done = Callable[[list[ExecuteResult]], None]
 #: A decoupled model's execution sent from the loop: its key, its requests, its callback, its memory.
@@ -308,6 +311,31 @@ class ProcessModelInstance:
     def healthy(self) -> bool:
         """Whether a model process serves it now (not while it restarts, or after it failed to)."""
         return not self._unhealthy
+
+    @property
+    def checks_readiness(self) -> bool:
+        """Always: a model process that is not serving (restarting, or given up) makes its model not
+        ready, as Triton's stub that is not alive does, and a model's ``is_ready()`` is asked."""
+        return True
+
+    def ask_readiness(self) -> Future[str]:
+        """ "" if the model process serves and its model's ``is_ready()`` (if any) says it is ready,
+        else why not, in Triton's words; asked through the process's side channel, where a thread of
+        its own answers while an execution runs."""
+        with self._lock:
+            child, unhealthy = self._child, self._unhealthy
+        answer: Future[str] = Future()
+        if unhealthy or not child.process.checks_readiness:
+            answer.set_result(f"Stub process '{self._instance_name}' is not healthy." if unhealthy else "")
+            return answer
+        asked = child.process.ask(("ready",))
+
+        def answered(done: Future[Any]) -> None:
+            reason = done.result()
+            answer.set_result(_GONE_WHILE_ASKED if reason is None else str(reason))
+
+        asked.add_done_callback(answered)
+        return answer
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
         """Run ``requests`` in the model process, on the calling thread.

@@ -630,6 +630,25 @@ class _Worker:
                 unsent = True
 
 
+class _Answers:
+    """Answers the engine's questions on the side channel (``logrelay.serve_questions``), each on a
+    thread of its own: the model's ``is_ready()`` may take long, and runs while ``execute`` does, as
+    in Triton's stub (whose thread that reads the engine's messages runs it)."""
+
+    def __init__(self, instance: PythonModelInstance, pipe: logrelay.PipeHandler) -> None:
+        self._instance = instance
+        self._pipe = pipe
+
+    def answer(self, question: tuple[Any, ...]) -> None:
+        if question[0] == "ready":
+            threading.Thread(
+                target=self._ready, args=(question[1],), name="naiad-is-ready", daemon=True
+            ).start()
+
+    def _ready(self, number: int) -> None:
+        self._pipe.send(("answer", number, self._instance.readiness()))
+
+
 def _failed(exc: BaseException) -> tuple[Any, ...]:
     if isinstance(exc, InferenceServerError):
         return ("failed", exc.code.value, exc.message)
@@ -676,7 +695,12 @@ def run(conn: Wire, log: int) -> int:
     except Exception as exc:
         conn.send(_failed(exc))
         return 1
-    conn.send(("loaded",))
+    conn.send(("loaded", instance.checks_readiness))
+    if instance.checks_readiness:
+        answers = _Answers(instance, pipe)
+        threading.Thread(
+            target=logrelay.serve_questions, args=(log, answers.answer), name="naiad-questions", daemon=True
+        ).start()
     channel = _Channel(conn, spec.decoupled)
     services.bls = _RemoteRunner(channel)
     _Worker(channel, instance, spec.decoupled).serve()

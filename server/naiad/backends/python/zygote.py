@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import itertools
 import logging
 import os
 import pickle
@@ -33,6 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
@@ -64,13 +66,21 @@ class ModelProcess:
         self.pid = pid
         self.conn = conn
         self.sentinel = status
-        #: The pipe its log records come through (see :mod:`naiad.backends.python.logrelay`).
+        #: Its side channel (see :mod:`naiad.backends.python.logrelay`): its log records come
+        #: through it, and its answers to :meth:`ask`.
         self.log = log
         self._log_buffer = bytearray()
         #: The last snapshot of its custom metrics (see :mod:`naiad.backends.python.custom_metrics`).
         self.metrics: Snapshot | None = None
+        #: Whether its model defines ``is_ready()`` (told once it loaded).
+        self.checks_readiness = False
         self.returncode: int | None = None
         self._reading = threading.Lock()  # the executing thread and the watcher both ask
+        #: Questions sent on the side channel whose answer has not come, by number.
+        self._asked: dict[int, Future[Any]] = {}
+        self._numbers = itertools.count(1)
+        self._asking = threading.Lock()
+        self._silent = False
 
     def poll(self) -> int | None:
         """The exit status if the process ended, else None (never blocks)."""
@@ -93,13 +103,49 @@ class ModelProcess:
         self.returncode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else UNKNOWN_STATUS
 
     def relay_logs(self) -> bool:
-        """Hand the log records that arrived to the engine's logging, and keep the latest custom
-        metrics; False once the pipe closed."""
-        return logrelay.relay(self.log, self._log_buffer, self._received)
+        """Hand the log records that arrived to the engine's logging, keep the latest custom metrics
+        and deliver the answers to :meth:`ask`; False once the side channel closed (the process is
+        ending: the questions it did not answer get ``None``)."""
+        if logrelay.relay(self.log, self._log_buffer, self._received):
+            return True
+        self._no_more_answers()
+        return False
 
     def _received(self, message: Any) -> None:
-        if type(message) is tuple and message[0] == "metrics":
+        if type(message) is not tuple:
+            return
+        if message[0] == "metrics":
             self.metrics = message[1]
+        elif message[0] == "answer":
+            with self._asking:
+                future = self._asked.pop(message[1], None)
+            if future is not None:
+                future.set_result(message[2])
+
+    def ask(self, question: tuple[Any, ...]) -> Future[Any]:
+        """Send ``question`` on the side channel; its answer, once a thread of the model process gave
+        it (relayed by whoever reads the side channel: the instance's watcher), or ``None`` if the
+        process ended first."""
+        future: Future[Any] = Future()
+        with self._asking:
+            if self._silent:
+                future.set_result(None)
+                return future
+            number = next(self._numbers)
+            self._asked[number] = future
+            try:
+                os.write(self.log, logrelay.frame((question[0], number, *question[1:])))
+            except OSError:  # ended, or so stuck that a few questions filled the socket
+                del self._asked[number]
+                future.set_result(None)
+        return future
+
+    def _no_more_answers(self) -> None:
+        with self._asking:
+            self._silent = True
+            asked, self._asked = self._asked, {}
+        for future in asked.values():
+            future.set_result(None)
 
     def kill(self) -> None:
         """SIGKILL, unless the process already ended (its pid may belong to another one by then)."""
@@ -110,7 +156,9 @@ class ModelProcess:
                 pass
 
     def close(self) -> None:
-        """Close the socket and the status pipe (after the process ended, or to abandon it)."""
+        """Close the socket, the side channel and the status pipe (after the process ended, or to
+        abandon it)."""
+        self._no_more_answers()
         self.conn.close()
         for fd in (self.sentinel, self.log):
             try:
@@ -149,7 +197,8 @@ class Zygote:
         its log records to descriptor 4."""
         ours, theirs = socket.socketpair()
         status_r, status_w = os.pipe()
-        log_r, log_w = os.pipe()
+        log_ours, log_theirs = socket.socketpair()
+        log_r, log_w = log_ours.detach(), log_theirs.detach()
         os.set_blocking(log_r, False)
         try:
             payload = pickle.dumps((list(argv) if argv is not None else None, env))

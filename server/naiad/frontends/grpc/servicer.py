@@ -114,7 +114,7 @@ class InferenceServicer:
         version = grpc_v2.model_version(request.version)
         if self.relay is not None and (peer := self._peer(request.name, version, context)) is not None:
             return await self._relay_unary(peer, request, context, "ModelReady", pb.ModelReadyResponse)
-        return pb.ModelReadyResponse(ready=self.dataplane.model_ready(request.name, version))
+        return pb.ModelReadyResponse(ready=await self.dataplane.model_readiness(request.name, version))
 
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context: Context

@@ -223,7 +223,7 @@ class HttpFrontend:
     async def _ready(
         self, call: _Call, name: str, version: str
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        if self.dataplane.model_ready(name, version):
+        if await self.dataplane.model_readiness(name, version):
             return 200, b"", [_TEXT]
         return 400, error_body("Model version not ready"), [_JSON]
 
