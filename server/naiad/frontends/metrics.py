@@ -23,7 +23,7 @@ class MetricsEndpoint:
         elif scope["method"] != "GET":
             status, body, ctype = 405, b'{"error":"Method Not Allowed"}', b"application/json"
         else:
-            status, body, ctype = 200, self.metrics.exposition(), CONTENT_TYPE.encode()
+            status, body, ctype = 200, await self.metrics.exposition(), CONTENT_TYPE.encode()
         headers = [(b"content-type", ctype), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -4,6 +4,7 @@ the family's name, description and kind; a histogram's count, sum, then cumulati
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
@@ -13,6 +14,9 @@ from naiad.backends.python.custom_metrics import CustomMetrics, MetricKind, boun
 from naiad.backends.runtime import Runtime
 
 _TYPES = {MetricKind.COUNTER: "counter", MetricKind.GAUGE: "gauge", MetricKind.HISTOGRAM: "histogram"}
+#: How long a scrape waits for model processes to send what changed (one stuck in C code holding the
+#: GIL does not answer: its last snapshot is shown).
+ASK_TIMEOUT_S = 1.0
 
 
 class CustomMetricsCollector(Collector):
@@ -21,9 +25,20 @@ class CustomMetricsCollector(Collector):
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
-    def collect(self) -> Iterator[Metric]:
+    async def refresh(self) -> None:
+        """Before a scrape: have model processes send what changed, so the scrape shows it."""
+        custom = self._custom()
+        asked = custom.ask_changes() if custom is not None else []
+        if asked:
+            await asyncio.wait([asyncio.wrap_future(answer) for answer in asked], timeout=ASK_TIMEOUT_S)
+
+    def _custom(self) -> CustomMetrics | None:
         custom = getattr(self._runtime.loaded_backend("python"), "custom_metrics", None)
-        if not isinstance(custom, CustomMetrics):
+        return custom if isinstance(custom, CustomMetrics) else None
+
+    def collect(self) -> Iterator[Metric]:
+        custom = self._custom()
+        if custom is None:
             return
         for name, description, kind, series in custom.families():
             family = Metric(name, description, _TYPES[MetricKind(kind)])

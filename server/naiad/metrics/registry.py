@@ -45,7 +45,8 @@ class ServerMetrics:
         self._collectors.append(ResidencyMetrics(repository))
         if peers is not None and peers.enabled:
             self._collectors.append(ForwardingMetrics(peers))
-        self._collectors.append(CustomMetricsCollector(repository.runtime))
+        self._custom = CustomMetricsCollector(repository.runtime)
+        self._collectors.append(self._custom)
         self._gpus: GpuMetrics | None = None
         sources: list[cpu.CpuMetrics | GpuMetrics] = []
         if settings.allow_cpu_metrics and cpu.available():
@@ -70,6 +71,7 @@ class ServerMetrics:
         for collector in self._collectors:
             yield from collector.collect()
 
-    def exposition(self) -> bytes:
-        """The ``/metrics`` document."""
+    async def exposition(self) -> bytes:
+        """The ``/metrics`` document, once what model processes changed has come."""
+        await self._custom.refresh()
         return self._exposition.render(self.collect())

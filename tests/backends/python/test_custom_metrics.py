@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -121,7 +122,7 @@ def test_custom_metrics_reach_metrics_with_values_the_model_reads_and_leave_with
     with httpclient.InferenceServerClient(server.http_url) as client:
         assert _infer(client, model, 2.0) == [2.0, 2.0, 1.0]
         assert _infer(client, model, 3.0) == [5.0, 3.0, 1.0]
-        text = _until(server, f'{model}_latency{{model="{model}",version="1"}} 5\n')
+        text = _metrics(server)  # at once: a scrape asks model processes for what changed
         expected = f"""# HELP {model}_latency Cumulative time spent processing requests
 # TYPE {model}_latency counter
 {model}_latency{{model="{model}",version="1"}} 5
@@ -143,3 +144,43 @@ def test_custom_metrics_reach_metrics_with_values_the_model_reads_and_leave_with
     text = _until(server, f"# TYPE {model}_latency ", present=False)
     for family in ("latency", "last", "inputs"):
         assert f"# TYPE {model}_{family} " not in text
+
+
+#: Reads the server's ``/metrics`` from ``execute`` right after changing a metric, as NVIDIA's qa
+#: ``custom_metrics`` model does: ``OUTPUT0`` is whether the scrape showed the new value.
+READER_PY = """
+import urllib.request
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+URL = {url!r}
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        family = pb_utils.MetricFamily(name="reader_total", description="d", kind=pb_utils.MetricFamily.COUNTER)
+        self.metric = family.Metric(labels={{}})
+        self.family = family
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            self.metric.increment(float(pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()[0]))
+            with urllib.request.urlopen(URL, timeout=10) as answer:
+                text = answer.read().decode()
+            seen = f"reader_total {{self.metric.value():g}}\\n" in text
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array([seen, 0, 0], np.float64))]))
+        return responses
+"""
+
+
+def test_a_scrape_from_inside_execute_shows_the_change_just_made(tmp_path: Path) -> None:
+    """The model process answers the engine's question while ``execute`` waits for the scrape."""
+    repo = tmp_path / "repo"
+    server = ServerProcess([repo])
+    url = f"http://{server.metrics_url}/metrics"
+    write_model(repo, "reader", CONFIG.format(name="reader", extra=""), READER_PY.format(url=url))
+    with server, httpclient.InferenceServerClient(server.http_url) as client:
+        assert [_infer(client, "reader", value)[0] for value in (1.0, 2.0, 4.0)] == [1.0, 1.0, 1.0]
+        assert "reader_total 7\n" in _metrics(server)

@@ -4,11 +4,13 @@ A model creates families (counter, gauge or histogram, shared by name) and metri
 label set, shared too); the server exports them on ``/metrics`` beside its own.  Each process keeps
 the metrics its models write in a :class:`MetricStore`: reading a value is local, and writing one is
 a few arithmetic operations under a lock.  A model process hands its store to the engine as a
-snapshot, at most every :data:`FLUSH_S` seconds and only after a change (through its log pipe, see
-:mod:`naiad.backends.python.logrelay`), so a model that counts every request pays no message per
-request.  The engine's :class:`CustomMetrics` holds its own store (models running in the server) and
-the latest snapshot of each model instance's process: a model's families leave ``/metrics`` with it
-(and a model process that crashed takes its values along, as a Triton stub does).
+snapshot through its side channel (see :mod:`naiad.backends.python.logrelay`), only after a change:
+when a scrape of ``/metrics`` asks (so a scrape shows every change made before it, as Triton's, whose
+stubs write to the server's metrics directly), and otherwise at most every :data:`FLUSH_S` seconds, so
+that a model that counts every request pays no message per request.  The engine's
+:class:`CustomMetrics` holds its own store (models running in the server) and the latest snapshot of
+each model instance's process: a model's families leave ``/metrics`` with it (and a model process
+that crashed takes its values along, as a Triton stub does).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
-#: How long a model process gathers changes before sending them (``/metrics`` lags by this much).
+#: How long a model process gathers changes before sending them unasked.
 FLUSH_S = 0.1
 
 Labels = tuple[tuple[str, str], ...]
@@ -211,6 +215,7 @@ class Publisher:
     def __init__(self, send: Callable[[tuple[str, Snapshot]], None]) -> None:
         self._send = send
         self._changed = threading.Event()
+        self._sending = threading.Lock()  # (a snapshot taken first goes first)
         self.store = MetricStore(self._changed.set)
         threading.Thread(target=self._run, name="naiad-metrics", daemon=True).start()
 
@@ -218,8 +223,14 @@ class Publisher:
         while True:
             self._changed.wait()
             time.sleep(FLUSH_S)  # gather the changes of this while into one message
-            self._changed.clear()
-            self._send(("metrics", self.store.snapshot()))
+            self.send_changes()
+
+    def send_changes(self) -> None:
+        """Send the store if it changed since it was last sent (the engine asks before a scrape)."""
+        with self._sending:
+            if self._changed.is_set():
+                self._changed.clear()
+                self._send(("metrics", self.store.snapshot()))
 
 
 class CustomMetrics:
@@ -232,17 +243,27 @@ class CustomMetrics:
     def __init__(self) -> None:
         self.local = MetricStore()
         self._sources: dict[int, Callable[[], Snapshot | None]] = {}
+        self._askers: dict[int, Callable[[], Future[Any]]] = {}
         self._lock = threading.Lock()
 
-    def attach(self, key: int, source: Callable[[], Snapshot | None]) -> None:
-        """Export what ``source`` returns (a model instance's process's latest snapshot)."""
+    def attach(self, key: int, source: Callable[[], Snapshot | None], ask: Callable[[], Future[Any]]) -> None:
+        """Export what ``source`` returns (a model instance's process's latest snapshot); ``ask``
+        has the process send what changed since, done once it did (see :meth:`ask_changes`)."""
         with self._lock:
             self._sources[key] = source
+            self._askers[key] = ask
 
     def detach(self, key: int) -> None:
         """The instance closed: its families leave ``/metrics``."""
         with self._lock:
             self._sources.pop(key, None)
+            self._askers.pop(key, None)
+
+    def ask_changes(self) -> list[Future[Any]]:
+        """Have every model process send what changed since its last snapshot; done as each did."""
+        with self._lock:
+            askers = list(self._askers.values())
+        return [ask() for ask in askers]
 
     def families(self) -> Snapshot:
         """Every family, series of the same labels added up."""

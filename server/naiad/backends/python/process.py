@@ -286,7 +286,11 @@ class ProcessModelInstance:
         self._watcher.start()
         self._metrics = metrics
         if metrics is not None:
-            metrics.attach(id(self), lambda: self._child.process.metrics)
+            metrics.attach(id(self), lambda: self._child.process.metrics, self._ask_metrics)
+
+    def _ask_metrics(self) -> Future[Any]:
+        """Have the model process send its custom metrics if they changed (done once it did)."""
+        return self._child.process.ask(("metrics",))
 
     def resident_bytes(self) -> int:
         """Resident memory of its model process now: what this instance holds (model and interpreter),

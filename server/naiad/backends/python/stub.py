@@ -631,16 +631,23 @@ class _Worker:
 
 
 class _Answers:
-    """Answers the engine's questions on the side channel (``logrelay.serve_questions``), each on a
-    thread of its own: the model's ``is_ready()`` may take long, and runs while ``execute`` does, as
-    in Triton's stub (whose thread that reads the engine's messages runs it)."""
+    """Answers the engine's questions on the side channel (``logrelay.serve_questions``) while
+    ``execute`` may be running: custom metrics that changed (sent before the answer), and the model's
+    ``is_ready()``, on a thread of its own since it may take long (Triton's stub runs it on the thread
+    that reads the engine's messages)."""
 
-    def __init__(self, instance: PythonModelInstance, pipe: logrelay.PipeHandler) -> None:
+    def __init__(
+        self, instance: PythonModelInstance, publisher: Publisher, pipe: logrelay.PipeHandler
+    ) -> None:
         self._instance = instance
+        self._publisher = publisher
         self._pipe = pipe
 
     def answer(self, question: tuple[Any, ...]) -> None:
-        if question[0] == "ready":
+        if question[0] == "metrics":
+            self._publisher.send_changes()
+            self._pipe.send(("answer", question[1], None))
+        elif question[0] == "ready":
             threading.Thread(
                 target=self._ready, args=(question[1],), name="naiad-is-ready", daemon=True
             ).start()
@@ -681,7 +688,8 @@ def run(conn: Wire, log: int) -> int:
     # This process's services: its model's custom metrics go to the engine through the pipe, and
     # its BLS calls (once it is served) through the channel; bound for the whole process, threads
     # the model starts included.
-    services = pb_utils.ModelServices(Publisher(pipe.send).store)
+    publisher = Publisher(pipe.send)
+    services = pb_utils.ModelServices(publisher.store)
     pb_utils.bind_process(services)
     # As Triton's stub does, the model's version folder and the model's folder stay importable for
     # the life of this process, which serves only this model (``unittest.main("model")`` in a model,
@@ -696,11 +704,10 @@ def run(conn: Wire, log: int) -> int:
         conn.send(_failed(exc))
         return 1
     conn.send(("loaded", instance.checks_readiness))
-    if instance.checks_readiness:
-        answers = _Answers(instance, pipe)
-        threading.Thread(
-            target=logrelay.serve_questions, args=(log, answers.answer), name="naiad-questions", daemon=True
-        ).start()
+    answers = _Answers(instance, publisher, pipe)
+    threading.Thread(
+        target=logrelay.serve_questions, args=(log, answers.answer), name="naiad-questions", daemon=True
+    ).start()
     channel = _Channel(conn, spec.decoupled)
     services.bls = _RemoteRunner(channel)
     _Worker(channel, instance, spec.decoupled).serve()
