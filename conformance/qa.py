@@ -393,6 +393,52 @@ def model_unittests(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def model_readiness(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/model_readiness: a model's own ``is_ready()`` (Triton 25.12+) answers
+    readiness requests (true, false, raising, not a bool, a coroutine, slower than the 5 s limit, and
+    asked while a decoupled model's ``execute`` runs), with its test.sh's models and server flags."""
+    folder = "L0_backend_python/model_readiness"
+    tests = checkouts.qa / folder / "test_models"
+
+    def build(repo: Path) -> None:
+        identity = qa_model(checkouts, repo, "identity_fp32")
+        for name, answer, delay in (
+            ("is_ready_fn_returns_true", "true", "0.1"),
+            ("is_ready_fn_returns_false", "false", "0.1"),
+            ("is_ready_fn_raises_error", "exception", "0.1"),
+            ("is_ready_fn_returns_non_boolean", "non_boolean", "0.1"),
+            ("is_ready_fn_timeout", "true", "8"),
+            ("is_ready_fn_coroutine_returns_true", "coroutine", "0.1"),
+        ):
+            source = "readiness_coroutine_model.py" if answer == "coroutine" else "readiness_model.py"
+            model = place_python_model(repo, name, tests / source, identity / "config.pbtxt")
+            parameters = "".join(
+                f'parameters: {{\n  key: "{key}"\n  value: {{ string_value: "{value}" }}\n}}\n'
+                for key, value in (("READINESS_FN_RETURN_VALUE", answer), ("READINESS_FN_DELAY_SECS", delay))
+            )
+            edit_config(model, ("^name:.*", f'name: "{name}"'), append=parameters)
+        decoupled = tests / "is_ready_fn_returns_true_decoupled"
+        place_python_model(repo, decoupled.name, decoupled / "model.py", decoupled / "config.pbtxt")
+
+    killed = (
+        "test.sh kills the model's stub by signal between test_model_ready and this case and expects "
+        "it to stay dead; Naiad restarts a model process that died (requests and readiness fail only "
+        "meanwhile, with Triton's 'Stub process ... is not healthy.', see tests/backends/python/"
+        "test_restart.py)"
+    )
+    script = _pytest(
+        checkouts,
+        folder,
+        "test_model_readiness.py",
+        deselect={
+            "TestModelReadiness::test_model_ready": killed,
+            "TestModelReadiness::test_model_not_ready": killed,
+        },
+        test_timeout=150.0,
+    )
+    return Suite("qa-model_readiness", build, (script,), ("--log-verbose=1", "--strict-readiness=false"))
+
+
 def string_io(checkouts: Checkouts) -> Suite:
     """qa/L0_string_io: BYTES tensors from every client, binary and JSON, unicode and not, through a
     Python identity model.  (test.sh also copies ``onnx_zero_1_object`` from NVIDIA's generated
@@ -748,6 +794,7 @@ def qa_suites(
         ensemble(checkouts),
         io(checkouts),
         *model_unittests(checkouts),
+        model_readiness(checkouts),
         string_io(checkouts),
         *parameters(checkouts),
         *simple_ensemble(checkouts),
