@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 from naiad.backends.python import pb_utils
+from naiad.backends.python.custom_metrics import MetricStore
 
 
 def test_tensor_reports_name_shape_type_and_holds_the_array_itself() -> None:
@@ -225,3 +227,39 @@ def test_arguments_of_the_wrong_type_raise_as_tritons_bindings_do() -> None:
             call()
     logger.log("Level unspecified")
     logger.log("warned", logger.WARNING)
+
+
+@pytest.fixture
+def metric_store() -> Iterator[MetricStore]:
+    """Custom metrics bound as a served model has them (its process's store)."""
+    store = MetricStore()
+    token = pb_utils.SERVICES.set(pb_utils.ModelServices(store))
+    yield store
+    pb_utils.SERVICES.reset(token)
+
+
+def test_histogram_buckets_must_be_strictly_ascending(metric_store: MetricStore) -> None:
+    family = pb_utils.MetricFamily("latency", "d", pb_utils.MetricFamily.HISTOGRAM)
+    for buckets in ([2.5, 0.1, 1.0], [1, 1, 2]):
+        with pytest.raises(pb_utils.TritonModelException, match="Bucket Boundaries must be strictly sorted"):
+            family.Metric(labels={}, buckets=buckets)
+    empty = family.Metric(labels={}, buckets=[])
+    metric = family.Metric(labels={"a": "b"}, buckets=[0.5, 1, 2])
+    metric.observe(0.7)
+    empty.observe(3)
+    (series,) = [s for name, _, _, series in metric_store.snapshot() if name == "latency" for s in series if s.labels]
+    assert (series.counts, series.observed) == ([0, 1, 1], 1)
+
+
+def test_a_metric_whose_family_was_deleted_refuses_every_operation(metric_store: MetricStore) -> None:
+    """As Triton's: deleting the ``MetricFamily`` object first clears its metrics (a metric does not
+    keep it alive), and the family leaves the exported metrics."""
+    family = pb_utils.MetricFamily("gone", "d", pb_utils.MetricFamily.GAUGE)
+    metric = family.Metric(labels={"k": "v"})
+    metric.set(3)
+    assert metric.value() == 3
+    del family
+    for operation in (lambda: metric.set(1), lambda: metric.increment(1), metric.value):
+        with pytest.raises(pb_utils.TritonModelException, match="'MetricFamily' has been deleted"):
+            operation()
+    assert [name for name, *_ in metric_store.snapshot()] == []

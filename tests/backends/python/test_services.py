@@ -28,8 +28,8 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        family = pb_utils.MetricFamily("calls", "calls seen", pb_utils.MetricFamily.COUNTER)
-        self.calls = family.Metric(labels={"model": args["model_name"]})
+        self.family = pb_utils.MetricFamily("calls", "calls seen", pb_utils.MetricFamily.COUNTER)
+        self.calls = self.family.Metric(labels={"model": args["model_name"]})
 
     def execute(self, requests):
         self.calls.increment(len(requests))

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import itertools
 import json
 import logging
 import struct
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -820,6 +822,9 @@ class MetricFamily:
             raise TritonModelException("Failed to create metric. Unexpected buckets found.")
         if buckets is None and histogram:
             raise TritonModelException("Failed to create metric. Missing required buckets.")
+        if buckets is not None and any(low >= high for low, high in itertools.pairwise(buckets)):
+            # (Triton's Prometheus library refuses them so)
+            raise TritonModelException("Failed to create metric. Bucket Boundaries must be strictly sorted")
         return Metric(self, self._store.series(self._family, labels, buckets))
 
     def __del__(self) -> None:
@@ -829,34 +834,49 @@ class MetricFamily:
 
 
 class Metric:
-    """One metric of a family (a label set): ``increment``, ``set``, ``observe`` and ``value``."""
+    """One metric of a family (a label set): ``increment``, ``set``, ``observe`` and ``value``.
+
+    It does not keep its ``MetricFamily`` object alive: once that is deleted, the metric refuses
+    every operation, as Triton's does (its family cleared it)."""
 
     def __init__(self, family: MetricFamily, series: Series) -> None:
-        self._owner = family  # the family outlives its metrics
+        self._owner = weakref.ref(family)
+        self._store = family._store
+        self._family = family._family
         self._series = series
 
     def increment(self, value: float) -> None:
-        self._apply(self._owner._store.increment, value, "Failed to increment metric value")
+        self._apply(self._store.increment, value, "Failed to increment metric value")
 
     def set(self, value: float) -> None:
-        self._apply(self._owner._store.set, value, "Failed to set metric value")
+        self._apply(self._store.set, value, "Failed to set metric value")
 
     def observe(self, value: float) -> None:
-        self._apply(self._owner._store.observe, value, "Failed to observe metric value")
+        self._apply(self._store.observe, value, "Failed to observe metric value")
 
     def value(self) -> float:
+        self._check()
         try:
-            return self._owner._store.value(self._owner._family, self._series)
+            return self._store.value(self._family, self._series)
         except ValueError as exc:
             raise TritonModelException(f"Failed to get metric value: {exc}") from exc
 
     def _apply(self, operation: Any, value: float, failure: str) -> None:
+        self._check()
         try:
-            operation(self._owner._family, self._series, float(value))
+            operation(self._family, self._series, float(value))
         except ValueError as exc:
             raise TritonModelException(f"{failure}: {exc}") from exc
 
+    def _check(self) -> None:
+        if self._owner() is None:
+            raise TritonModelException(
+                "Invalid metric operation as the corresponding 'MetricFamily' has been deleted. The "
+                "'MetricFamily' object should be deleted AFTER its corresponding 'Metric' objects have "
+                "been deleted."
+            )
+
     def __del__(self) -> None:
-        owner = getattr(self, "_owner", None)
-        if owner is not None:
-            owner._store.release_series(owner._family, self._series)
+        store = getattr(self, "_store", None)
+        if store is not None:
+            store.release_series(self._family, self._series)
