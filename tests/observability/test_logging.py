@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.scheduling.models import wait_for
 from tests.support.http import RawClient
+from tests.support.models import write_model
 from tests.support.server import ServerProcess
 
 DEFAULTS = {
@@ -84,3 +86,58 @@ def test_grpc_log_settings(server: ServerProcess) -> None:
         assert restored["settings"]["log_warning"] == {"bool_param": True}
     finally:
         grpc.close()
+
+
+#: Logs one line at each level in ``initialize``, ``execute`` and ``finalize``.
+LIFELONG_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _all(stage):
+    pb_utils.Logger.log_info(stage + "-info")
+    pb_utils.Logger.log_warn(stage + "-warning")
+    pb_utils.Logger.log_error(stage + "-error")
+    pb_utils.Logger.log_verbose(stage + "-verbose")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        _all("initialize")
+
+    def execute(self, requests):
+        _all("execute")
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.array([1], np.int32))]) for _ in requests]
+
+    def finalize(self):
+        _all("finalize")
+"""
+
+
+LIFELONG_CONFIG = """
+name: "lifelong"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def test_a_model_process_logs_to_its_end_under_the_settings_of_the_moment(tmp_path: Path) -> None:
+    """As NVIDIA's qa ``L0_backend_python/logging`` counts them: ``finalize()``'s lines, written as the
+    server stops, reach its log too; verbose lines appear once verbose logging is turned on."""
+    repo = tmp_path / "repo"
+    write_model(repo, "lifelong", LIFELONG_CONFIG, LIFELONG_PY)
+    with ServerProcess([repo]) as server:
+        client = RawClient(server.http_url)
+        assert client.post_json("/v2/logging", {"log_verbose_level": 1}).status == 200
+        body = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1], "data": [1]}]}
+        assert client.post_json("/v2/models/lifelong/infer", body).status == 200
+        client.close()
+        assert server.stop() == 0
+        log = server.log()
+    for stage in ("initialize", "execute", "finalize"):
+        for level in ("info", "warning", "error"):
+            assert log.count(f"{stage}-{level}") == 1, (stage, level, log[-3000:])
+    assert log.count("initialize-verbose") == 0  # (before verbose logging was on)
+    assert log.count("execute-verbose") == log.count("finalize-verbose") == 1

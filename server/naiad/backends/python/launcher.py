@@ -97,5 +97,5 @@ def _discard(process: ModelProcess) -> None:
     if process.wait(5.0) is None:
         process.kill()
         process.wait(None)
-    process.relay_logs()  # what it logged last
+    process.relay_last_logs()
     process.close()

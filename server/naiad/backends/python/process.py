@@ -1086,7 +1086,7 @@ class ProcessModelInstance:
                 return False
             if process.sentinel in ready:
                 process.poll()
-                process.relay_logs()  # what it logged last
+                process.relay_last_logs()
                 return True
             if limit and not child.cause:
                 resident = _resident_bytes(process.pid)
@@ -1195,6 +1195,7 @@ def _stop(process: ModelProcess) -> None:
         log.warning("model process %d did not exit: killing it", process.pid)
         process.kill()
         process.wait(None)
+    process.relay_last_logs()  # (``finalize()``'s, after the watcher stopped reading)
     process.close()
 
 

@@ -111,6 +111,13 @@ class ModelProcess:
         self._no_more_answers()
         return False
 
+    def relay_last_logs(self) -> None:
+        """Once the process ended: the records it wrote last (``finalize()``'s, a crash's), all of
+        them, up to the side channel's end (or to what is there, should a process it forked hold
+        the channel open)."""
+        while wait([self.log], 0) and self.relay_logs():
+            pass
+
     def _received(self, message: Any) -> None:
         if type(message) is not tuple:
             return
