@@ -7,6 +7,7 @@ Chosen, not discovered: the ones that run on a CPU with models that ship in ``qa
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -439,6 +440,63 @@ def model_readiness(checkouts: Checkouts) -> Suite:
     return Suite("qa-model_readiness", build, (script,), ("--log-verbose=1", "--strict-readiness=false"))
 
 
+def model_logging(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_backend_python/logging: a model's ``pb_utils.Logger`` lines in ``initialize``, ``execute``
+    and ``finalize``, counted in the server's log once it stopped, as its test.sh counts them: with the
+    default settings, with verbose logging turned on after the start, and with info, warnings and
+    errors turned off after the start."""
+    folder = "L0_backend_python/logging"
+    log = "logging_server.log"
+
+    def build(repo: Path) -> None:
+        qa_model(checkouts, repo, "identity_fp32_logging")
+
+    def settings(changes: dict[str, object]) -> Script:
+        """test.sh's ``curl -d'{...}' localhost:8000/v2/logging``, each change on its own."""
+        posts = "; ".join(
+            f"curl -sf -o /dev/null -d '{json.dumps({key: value})}' localhost:8000/v2/logging"
+            for key, value in changes.items()
+        )
+        return Script(
+            f"{QA}{folder}/test.sh: {posts}", ("sh", "-c", posts), checkouts.qa / folder, fixed_ports=True
+        )
+
+    def counts(messages: int, verbose: int) -> Script:
+        """test.sh's ``verify_log_counts``: how many lines name each message."""
+        checks = " && ".join(
+            f'[ "$(grep -c "{text}" {log})" = {expected} ]'
+            for text, expected in (
+                ("Specific Msg!", messages),
+                ("Info Msg!", messages),
+                ("Warning Msg!", messages),
+                ("Error Msg!", messages),
+                ("Verbose Msg!", verbose),
+            )
+        )
+        name = f"{QA}{folder}/test.sh: verify_log_counts {messages} {verbose}"
+        return Script(name, ("sh", "-c", checks), checkouts.qa / folder)
+
+    env, log_path = _server_log(checkouts, folder, log)
+    suites = []
+    for subtest, changes, expected in (
+        ("default", {}, (4, 0)),
+        ("verbose", {"log_verbose_level": 1}, (4, 3)),
+        ("disabled", {"log_info": False, "log_warning": False, "log_error": False}, (1, 0)),
+    ):
+        test = _pytest(checkouts, folder, "logging_test.py", extra_env=env)
+        scripts = (settings(changes), test) if changes else (test,)
+        suites.append(
+            Suite(
+                f"qa-logging-{subtest}",
+                build,
+                tuple(replace(script, name=f"{script.name} ({subtest})") for script in scripts),
+                log_link=log_path,
+                after_stop=(counts(*expected),),
+            )
+        )
+    return suites
+
+
 def string_io(checkouts: Checkouts) -> Suite:
     """qa/L0_string_io: BYTES tensors from every client, binary and JSON, unicode and not, through a
     Python identity model.  (test.sh also copies ``onnx_zero_1_object`` from NVIDIA's generated
@@ -795,6 +853,7 @@ def qa_suites(
         io(checkouts),
         *model_unittests(checkouts),
         model_readiness(checkouts),
+        *model_logging(checkouts),
         string_io(checkouts),
         *parameters(checkouts),
         *simple_ensemble(checkouts),

@@ -113,6 +113,8 @@ class Suite:
     #: The server must fail to start (a test.sh's "unexpected success starting"): the scripts then read
     #: what it logged.
     fails_to_start: bool = False
+    #: Run once the server stopped (a test.sh's checks of the log after ``kill_server``).
+    after_stop: tuple[Script, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -449,6 +451,8 @@ def run_suite(suite: Suite, work: Path, out: TextIO, log: TextIO) -> list[Verdic
             emit(run_script(script, server.ports, log))
     finally:
         server.stop()
+    for script in suite.after_stop:
+        emit(run_script(script, server.ports, log))
     return verdicts
 
 
