@@ -457,9 +457,9 @@ def model_logging(checkouts: Checkouts) -> list[Suite]:
             f"curl -sf -o /dev/null -d '{json.dumps({key: value})}' localhost:8000/v2/logging"
             for key, value in changes.items()
         )
-        posts = posts.replace("{", "{{").replace("}", "}}")  # (argv is formatted with the server's URLs)
+        command = posts.replace("{", "{{").replace("}", "}}")  # (argv is formatted with the server's URLs)
         return Script(
-            f"{QA}{folder}/test.sh: {posts}", ("sh", "-c", posts), checkouts.qa / folder, fixed_ports=True
+            f"{QA}{folder}/test.sh: {posts}", ("sh", "-c", command), checkouts.qa / folder, fixed_ports=True
         )
 
     def counts(messages: int, verbose: int) -> Script:
