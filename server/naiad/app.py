@@ -63,7 +63,8 @@ async def serve(settings: ServerSettings) -> int:
     runtime = Runtime(
         shared_onnx_threads=bool(settings.load_on_demand)
         or settings.model_memory_budget is not None
-        or settings.model_gpu_memory_budget is not None
+        or settings.model_gpu_memory_budget is not None,
+        backend_directory=settings.backend_directory,
     )
     repository = ModelRepository(
         settings.model_repositories,

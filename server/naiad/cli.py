@@ -138,6 +138,22 @@ def _message_size(text: str) -> int:
     return value
 
 
+def _backend_config(text: str) -> str:
+    """``<backend>,<setting>=<value>`` or a global ``<setting>=<value>``, checked as Triton checks it."""
+    comma = text.find(",")
+    equals = text.find("=", comma + 1)
+    if comma == 0:
+        raise argparse.ArgumentTypeError(
+            "No backend specified. --backend-config option format is <backend name>,<setting>=<value> or "
+            f"<setting>=<value>. Got {text}"
+        )
+    if equals < 0 or equals == comma + 1 or equals == len(text) - 1:
+        raise argparse.ArgumentTypeError(
+            f"--backend-config option format is '<backend name>,<setting>=<value>'. Got {text}"
+        )
+    return text
+
+
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="serve a Triton model repository over HTTP and gRPC")
     d = ServerSettings()
@@ -176,6 +192,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--exit-on-error", type=_bool, default=d.exit_on_error, metavar="BOOL")
     p.add_argument("--exit-timeout-secs", type=_non_negative, default=d.exit_timeout_secs)
     p.add_argument("--disable-auto-complete-config", action="store_true")
+    p.add_argument("--backend-directory", type=Path, default=d.backend_directory, metavar="PATH",
+                   help="where Python-based backends live (<dir>/<backend>/model.py)")
+    p.add_argument("--backend-config", action="append", type=_backend_config, default=[],
+                   metavar="<backend>,<setting>=<value>", help="accepted as Triton accepts it (repeatable)")
     p.add_argument("--log-verbose", type=_non_negative, default=d.log_verbose)
     p.add_argument("--http-max-input-size", type=_positive, default=d.http_max_input_size)
     p.add_argument("--model-load-thread-count", type=_positive, default=d.model_load_thread_count)
@@ -410,6 +430,8 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
         disable_auto_complete_config=args.disable_auto_complete_config,
+        backend_directory=args.backend_directory,
+        backend_config=args.backend_config,
         log_verbose=args.log_verbose,
         http_max_input_size=args.http_max_input_size,
         model_load_thread_count=args.model_load_thread_count,

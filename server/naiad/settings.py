@@ -121,6 +121,15 @@ class ServerSettings:
     disable_auto_complete_config: bool = False
     """``--disable-auto-complete-config``: take config.pbtxt as written; no filling from model files."""
 
+    backend_directory: Path = Path("/opt/tritonserver/backends")
+    """``--backend-directory``: where Python-based backends live, as in Triton: a model whose
+    ``backend`` is none of Naiad's runs ``<backend-directory>/<backend>/model.py`` on the Python
+    backend (the vLLM backend's layout)."""
+
+    backend_config: list[str] = field(default_factory=list)
+    """``--backend-config``: Triton's ``<backend>,<setting>=<value>`` (or a global ``<setting>=<value>``)
+    options, accepted as Triton accepts them; Naiad's backends read none (see ``backend_configs``)."""
+
     log_verbose: int = 0
     """``--log-verbose``: verbose logging level (0 = off)."""
 

@@ -34,12 +34,21 @@ _BACKENDS: dict[str, tuple[str, str, str]] = {
 _WITH_RUNTIME = frozenset({"python", "onnxruntime"})
 
 
+def built_in(name: str) -> bool:
+    """Whether ``name`` is one of this server's own backends."""
+    return name in _BACKENDS
+
+
 def create(name: str, runtime: Runtime) -> Backend:
     """A new backend called ``name`` for ``runtime``; UNAVAILABLE with the reason when it cannot be
     used here."""
     entry = _BACKENDS.get(name)
     if entry is None:
-        raise UnavailableError(f"unable to find backend '{name}': it is not supported by this server")
+        raise UnavailableError(  # (Triton's words, then why: neither Naiad's nor Python-based)
+            f"unable to find backend library for backend '{name}', try specifying runtime on the model "
+            f"configuration. '{name}' is none of this server's backends ({', '.join(_BACKENDS)}) and no "
+            "Python-based backend of that name is in --backend-directory"
+        )
     module_name, class_name, remedy = entry
     try:
         module = importlib.import_module(module_name)

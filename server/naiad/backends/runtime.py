@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from naiad.backends import registry
@@ -22,11 +23,16 @@ from naiad.ipc.arena import SharedArenas
 if TYPE_CHECKING:
     from naiad.backends.python.bls import Server
 
+#: The ``runtime`` Triton writes into the config of a model served by a Python-based backend.
+PYTHON_RUNTIME = "model.py"
+
 
 class Runtime:
     """The backends a server uses (each made once, when a model first needs it) and its BLS server."""
 
-    def __init__(self, shared_onnx_threads: bool = False) -> None:
+    def __init__(self, shared_onnx_threads: bool = False, backend_directory: Path | None = None) -> None:
+        #: Where Python-based backends live (``--backend-directory``; see :meth:`python_based`).
+        self.backend_directory = backend_directory
         #: Whether ONNX Runtime sessions share the process-wide thread pools rather than own theirs:
         #: a server that loads and evicts models while it serves does (see
         #: :mod:`naiad.backends.onnxruntime.session`).  Process-wide once the backend exists.
@@ -60,6 +66,15 @@ class Runtime:
             if backend is None:
                 backend = self._backends[name] = registry.create(name, self)
         return backend
+
+    def python_based(self, name: str) -> Path | None:
+        """The ``model.py`` of a Python-based backend called ``name`` (Triton's layout:
+        ``<backend directory>/<name>/model.py``, run on the Python backend), or None: one of this
+        server's own backends, or none found."""
+        if registry.built_in(name) or self.backend_directory is None or not name or "/" in name:
+            return None
+        model_file = self.backend_directory / name / PYTHON_RUNTIME
+        return model_file if model_file.is_file() else None
 
     def loaded_backend(self, name: str) -> Backend | None:
         """The backend called ``name`` if a model has needed it already (never imports one)."""

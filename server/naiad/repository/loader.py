@@ -18,8 +18,8 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from naiad.backends.base import InstanceContext, InstanceHealth
-from naiad.backends.runtime import Runtime
+from naiad.backends.base import Backend, InstanceContext, InstanceHealth
+from naiad.backends.runtime import PYTHON_RUNTIME, Runtime
 from naiad.core.errors import InferenceServerError, InternalError, InvalidArgumentError
 from naiad.core.signature import ModelSignature
 from naiad.repository import config as cfg
@@ -130,6 +130,7 @@ class ModelLoader:
             if not config.name:
                 config.name = name
             cfg.resolve_backend(config, location.path, versions)
+            self._resolve_runtime(config)
             failure = self._complete(config, location.path, versions)
             cfg.normalize(config, name, self.gpu_count)
         except InferenceServerError as exc:
@@ -156,6 +157,32 @@ class ModelLoader:
             failure=failure,
         )
 
+    def _resolve_runtime(self, config: mc.ModelConfig) -> None:
+        """A model whose backend is a Python-based one (``<backend directory>/<backend>/model.py``)
+        gets ``runtime: "model.py"``, as Triton writes it, and runs on the Python backend."""
+        if config.platform == "ensemble" or config.backend == "python":
+            return
+        if not config.runtime and self.runtime.python_based(config.backend) is not None:
+            config.runtime = PYTHON_RUNTIME
+        elif config.runtime == PYTHON_RUNTIME and self.runtime.python_based(config.backend) is None:
+            searched = (self.runtime.backend_directory or Path()) / config.backend / PYTHON_RUNTIME
+            raise InvalidArgumentError(
+                f"unable to find Python backend based backend library '{PYTHON_RUNTIME}' for model "
+                f"'{config.name}', searched: '{searched}'"
+            )
+
+    def _backend(self, config: mc.ModelConfig) -> Backend:
+        """The backend that serves ``config``'s model: the Python backend for a Python-based one."""
+        return self.runtime.backend("python" if config.runtime == PYTHON_RUNTIME else config.backend)
+
+    def _model_file(self, config: mc.ModelConfig, version_dir: Path) -> Path:
+        """The file an instance loads: the version's, or a Python-based backend's ``model.py``."""
+        if config.runtime == PYTHON_RUNTIME:
+            based = self.runtime.python_based(config.backend)
+            if based is not None:
+                return based
+        return version_dir / config.default_model_filename
+
     def _complete(self, config: mc.ModelConfig, model_dir: Path, versions: list[int]) -> str:
         """Let the backend auto-complete the config; the reason if it cannot.
 
@@ -165,7 +192,7 @@ class ModelLoader:
         if config.platform == "ensemble":
             return ""
         try:
-            backend = self.runtime.backend(config.backend)
+            backend = self._backend(config)
             if self.auto_complete:
                 backend.auto_complete(config, model_dir, model_dir / str(versions[-1]) if versions else None)
         except InferenceServerError as exc:
@@ -184,7 +211,7 @@ class ModelLoader:
         overlap = self._overlapping.begin()
         config = plan.config
         samples = warmup_samples(config, plan.path)
-        backend = self.runtime.backend(config.backend)
+        backend = self._backend(config)
         version_dir = plan.path / str(version)
         workers: list[InstanceWorker] = []
         health = InstanceHealth()
@@ -200,7 +227,7 @@ class ModelLoader:
                             model_version=version,
                             model_dir=plan.path,
                             version_dir=version_dir,
-                            model_file=version_dir / config.default_model_filename,
+                            model_file=self._model_file(config, version_dir),
                             config=config,
                             signature=plan.signature,
                             instance_name=instance_name,

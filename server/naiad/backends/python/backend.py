@@ -25,7 +25,7 @@ from naiad.backends.python.instance import PythonModelInstance
 from naiad.backends.python.launcher import Launcher
 from naiad.backends.python.process import ProcessModelInstance
 from naiad.backends.python.spec import PROCESSES_PARAMETER, ModelSpec, ProcessOptions
-from naiad.backends.runtime import Runtime
+from naiad.backends.runtime import PYTHON_RUNTIME, Runtime
 from naiad.codecs.model_config_json import config_to_dict
 from naiad.core.datatypes import WIRE_DTYPE
 from naiad.core.errors import InvalidArgumentError
@@ -113,7 +113,8 @@ class PythonBackend:
         config.parameters[PROCESSES_PARAMETER].string_value = "false" if options.in_process else "true"
         if version_dir is None:
             return
-        model_file = version_dir / (config.default_model_filename or DEFAULT_MODEL_FILE)
+        based = self._runtime.python_based(config.backend) if config.runtime == PYTHON_RUNTIME else None
+        model_file = based or version_dir / (config.default_model_filename or DEFAULT_MODEL_FILE)
         if not model_file.is_file():
             return
         model_name = config.name or model_dir.name
@@ -139,7 +140,8 @@ class PythonBackend:
         options = ProcessOptions.of(context.config, context.model_dir)
         spec = model_spec(context)
         if options.in_process:
-            return PythonModelInstance(spec, self._services)
+            services = pb_utils.ModelServices(self._services.metrics, self._services.bls, spec.version_dir)
+            return PythonModelInstance(spec, services)
         return ProcessModelInstance(
             spec, options, self._launcher, self._runtime, context.health, self.custom_metrics
         )

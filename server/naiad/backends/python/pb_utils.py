@@ -448,12 +448,14 @@ class ModelServices:
     find them as Triton's stub threads do.
     """
 
-    __slots__ = ("bls", "metrics")
+    __slots__ = ("bls", "metrics", "model_dir")
 
-    def __init__(self, metrics: MetricStore, bls: BlsRunner | None = None) -> None:
+    def __init__(self, metrics: MetricStore, bls: BlsRunner | None = None, model_dir: str = "") -> None:
         self.metrics = metrics
         #: ``None`` until the model is served (a model process gets its channel after loading).
         self.bls = bls
+        #: The model's version folder (what :func:`get_model_dir` answers).
+        self.model_dir = model_dir
 
 
 #: The services of the model whose code is running (set around each call into model code).
@@ -473,6 +475,15 @@ def bind_process(services: ModelServices) -> None:
 def _services() -> ModelServices | None:
     services = SERVICES.get()
     return _process_services if services is None else services
+
+
+def get_model_dir() -> str:
+    """The folder of the model's version (``<repository>/<model>/<version>``), as Triton's stub
+    answers it: where a Python-based backend's model finds its files (``model.json``)."""
+    services = _services()
+    if services is None or not services.model_dir:
+        raise TritonModelException("get_model_dir() can only be called while the model is served")
+    return services.model_dir
 
 
 def _bls_runner() -> BlsRunner:

@@ -120,6 +120,12 @@ class ModelSpec:
     output_bytes: tuple[tuple[str, int], ...] = ()
     max_batch_size: int = 0
 
+    @property
+    def version_dir(self) -> str:
+        """The model's version folder (``pb_utils.get_model_dir()``), from ``initialize``'s arguments:
+        for a Python-based backend's model, not where its ``model.py`` is."""
+        return str(Path(self.args["model_repository"]) / self.args["model_version"])
+
 
 @dataclass(frozen=True, slots=True)
 class ProcessOptions:

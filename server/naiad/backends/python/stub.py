@@ -689,7 +689,7 @@ def run(conn: Wire, log: int) -> int:
     # its BLS calls (once it is served) through the channel; bound for the whole process, threads
     # the model starts included.
     publisher = Publisher(pipe.send)
-    services = pb_utils.ModelServices(publisher.store)
+    services = pb_utils.ModelServices(publisher.store, model_dir=spec.version_dir)
     pb_utils.bind_process(services)
     # As Triton's stub does, the model's version folder and the model's folder stay importable for
     # the life of this process, which serves only this model (``unittest.main("model")`` in a model,
