@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -498,6 +500,33 @@ def model_logging(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def python_based_backends(checkouts: Checkouts) -> Suite:
+    """qa/L0_backend_python/python_based_backends: models served by a Python-based backend (``add``,
+    ``sub``: only a ``model.json`` each, the backend's ``model.py`` in the backend directory), loaded in
+    EXPLICIT mode beside a Python and a PyTorch model, with its test.sh's files."""
+    models = checkouts.qa / "python_models"
+
+    def build(repo: Path) -> None:
+        backend = repo.parent / "backends" / "add_sub"
+        backend.mkdir(parents=True)
+        shutil.copyfile(
+            models / "python_based_backends" / "add_sub_backend" / "model.py", backend / "model.py"
+        )
+        for name, operation in (("add", "add"), ("sub", "sub")):
+            (repo / name / "1").mkdir(parents=True)
+            (repo / name / "1" / "model.json").write_text(f'{{ "operation": "{operation}" }}\n')
+            (repo / name / "config.pbtxt").write_text('backend: "add_sub"\n')
+        shutil.copytree(repo / "add" / "1", repo / "add" / "2")
+        qa_model(checkouts, repo, "add_sub")
+        shutil.copytree(repo / "add_sub" / "1", repo / "add_sub" / "2")
+        generator = checkouts.qa / "common" / "gen_qa_pytorch_model.py"
+        subprocess.run([sys.executable, str(generator), "-m", str(repo)], check=True, capture_output=True)
+
+    script = _pytest(checkouts, "L0_backend_python/python_based_backends", "python_based_backends_test.py")
+    args = ("--backend-directory={suite}/backends", "--model-control-mode=explicit", "--log-verbose=1")
+    return Suite("qa-python_based_backends", build, (script,), args)
+
+
 def string_io(checkouts: Checkouts) -> Suite:
     """qa/L0_string_io: BYTES tensors from every client, binary and JSON, unicode and not, through a
     Python identity model.  (test.sh also copies ``onnx_zero_1_object`` from NVIDIA's generated
@@ -855,6 +884,7 @@ def qa_suites(
         *model_unittests(checkouts),
         model_readiness(checkouts),
         *model_logging(checkouts),
+        python_based_backends(checkouts),
         string_io(checkouts),
         *parameters(checkouts),
         *simple_ensemble(checkouts),

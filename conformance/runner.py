@@ -105,7 +105,7 @@ class Suite:
     scripts: tuple[Script, ...]
     server_args: tuple[str, ...] = ()
     #: Where the repository goes under the suite's folder (some models check their own path), and the
-    #: server's environment; ``{suite}`` in either is the suite's folder.
+    #: server's environment; ``{suite}`` in either, and in ``server_args``, is the suite's folder.
     repository: str = "models"
     server_env: dict[str, str] = field(default_factory=dict)
     #: Where the test reads the server's log (a test.sh's ``SERVER_LOG``): a link to it is made there.
@@ -426,7 +426,8 @@ def run_suite(suite: Suite, work: Path, out: TextIO, log: TextIO) -> list[Verdic
         emit(Verdict(s.name, "FAIL", f"model repository not built: {error!r}") for s in suite.scripts)
         return verdicts
     env = {key: value.format(suite=folder) for key, value in suite.server_env.items()}
-    server = Server(repository, free_ports(), suite.server_args, folder / "server.log", env)
+    args = tuple(arg.format(suite=folder) for arg in suite.server_args)
+    server = Server(repository, free_ports(), args, folder / "server.log", env)
     if suite.log_link is not None:
         suite.log_link.unlink(missing_ok=True)
         suite.log_link.symlink_to(server.log_path)
