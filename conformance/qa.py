@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -527,6 +528,48 @@ def python_based_backends(checkouts: Checkouts) -> Suite:
     return Suite("qa-python_based_backends", build, (script,), args)
 
 
+def http_unit_tests(checkouts: Checkouts) -> Suite:
+    """qa/L0_http/http_test.py: raw binary bodies, BYTES element counts, chunked and unsupported
+    encodings, status codes, size overflows, negative dimensions, JSON depth limits, oversized loads
+    and headers, on the ONNX identity models NVIDIA's generator makes (``gen_qa_identity_models.py
+    --onnx``, run here) and ``simple_identity``, with its test.sh's edits; each case as test.sh runs the
+    file (its ``TestResultCollector``), one at a time."""
+    folder = "L0_http"
+
+    def build(repo: Path) -> None:
+        generated = repo.parent / "qa_identity_model_repository"
+        generator = checkouts.qa / "common" / "gen_qa_identity_models.py"
+        subprocess.run(
+            [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"],
+            check=True,
+            capture_output=True,
+            cwd=generator.parent,
+        )
+        for name in (
+            "onnx_zero_1_float32",
+            "onnx_zero_1_object",
+            "onnx_zero_1_float16",
+            "onnx_zero_3_float32",
+        ):
+            copy_model(generated / name, repo)
+        element = derive(repo, "onnx_zero_1_object", "onnx_zero_1_object_1_element")
+        config = element / "config.pbtxt"
+        config.write_text(config.read_text().replace("-1", "1", 1))  # sed "0,/-1/{s/-1/1/}"
+        queue = (
+            "dynamic_batching {\n    max_queue_delay_microseconds: 1000000\n    preferred_batch_size: [ 8 ]\n"
+        )
+        queue += "    default_queue_policy {\n        max_queue_size: 1\n    }\n}\n"
+        derive(repo, "onnx_zero_1_float32", "onnx_zero_1_float32_queue", append=queue)
+        copy_model(checkouts.server / "docs" / "examples" / "model_repository" / "simple_identity", repo)
+        derive(repo, "simple_identity", "simple_identity_int64", ("TYPE_STRING", "TYPE_INT64"))
+
+    cases = re.findall(
+        r"^    def (test_\w+)\(", (checkouts.qa / folder / "http_test.py").read_text(), re.MULTILINE
+    )
+    scripts = tuple(_unittest(checkouts, folder, "http_test.py", f"HttpTest.{case}") for case in cases)
+    return Suite("qa-http", build, scripts, ("--model-control-mode=explicit", "--load-model=*"))
+
+
 def string_io(checkouts: Checkouts) -> Suite:
     """qa/L0_string_io: BYTES tensors from every client, binary and JSON, unicode and not, through a
     Python identity model.  (test.sh also copies ``onnx_zero_1_object`` from NVIDIA's generated
@@ -885,6 +928,7 @@ def qa_suites(
         model_readiness(checkouts),
         *model_logging(checkouts),
         python_based_backends(checkouts),
+        http_unit_tests(checkouts),
         string_io(checkouts),
         *parameters(checkouts),
         *simple_ensemble(checkouts),
