@@ -11,6 +11,7 @@ error message, not memory.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,12 +73,17 @@ def decode_raw_request(
         )
     spec = signature.inputs[0]
     batch = (1,) if signature.max_batch_size > 0 else ()
+    variable = [i for i, d in enumerate(spec.dims) if d == -1]
+    if len(variable) > 1:
+        raise InvalidArgumentError(
+            f"The shape of the raw input '{spec.name}' can not be deduced because there are more than one "
+            "variable-sized dimension"
+        )
     if spec.datatype == "BYTES":
-        dims = tuple(1 if d == -1 else d for d in spec.dims)
-        if math.prod(dims) != 1:
+        dims = tuple(spec.dims)
+        if variable or math.prod(dims) != 1:
             raise InvalidArgumentError(
-                f"Raw request for BYTES input '{spec.name}' needs a single-element shape, "
-                f"got {list(spec.dims)}"
+                f"For BYTE datatype raw input '{spec.name}', the model must have input shape [1]"
             )
         array = np.empty(1, dtype=np.object_)
         array[0] = bytes(body)
@@ -85,9 +91,8 @@ def decode_raw_request(
             model_name, model_version, inputs=[Tensor(spec.name, "BYTES", array.reshape(batch + dims))]
         )
     size = datatypes.ELEMENT_SIZE[spec.datatype]
-    variable = [i for i, d in enumerate(spec.dims) if d == -1]
     fixed = math.prod(d for d in spec.dims if d != -1)
-    if len(variable) > 1 or len(body) % size or (len(body) // size) % max(fixed, 1):
+    if len(body) % size or (len(body) // size) % max(fixed, 1):
         raise InvalidArgumentError(
             f"Raw request for input '{spec.name}' of shape {list(spec.dims)} cannot be deduced from "
             f"{len(body)} bytes of {spec.datatype}"
@@ -248,8 +253,25 @@ def _element_count(shape: Any, name: str) -> tuple[tuple[int, ...], int]:
         dims.append(dim)
     count = math.prod(dims)
     if count > _MAX_DIM:
-        raise InvalidArgumentError(f"the shape of input '{name}' has too many elements: {dims}")
+        raise InvalidArgumentError(
+            f"invalid shape for input '{name}': shape {_shape_text(dims)} causes total element count to "
+            f"exceed maximum size of {_MAX_DIM}"
+        )
     return tuple(dims), count
+
+
+def _shape_text(dims: Sequence[int]) -> str:
+    """A shape as Triton prints it in these messages: ``[2,3]``."""
+    return "[" + ",".join(str(dim) for dim in dims) + "]"
+
+
+def _check_byte_size(name: str, datatype: str, count: int) -> None:
+    size = datatypes.ELEMENT_SIZE.get(datatype, 0)
+    if size > 1 and count > _MAX_DIM // size:
+        raise InvalidArgumentError(
+            f"byte size overflow for input '{name}': element count ({count}) * data type size ({size}) "
+            f"exceeds maximum allowed size ({_MAX_DIM})"
+        )
 
 
 def _decode_input(
@@ -263,6 +285,7 @@ def _decode_input(
     if not isinstance(datatype, str) or not datatypes.is_valid(datatype):
         raise InvalidArgumentError(f"invalid datatype for input {name}")
     shape, count = _element_count(item.get("shape"), name)
+    _check_byte_size(name, datatype, count)
     if len(shape) > RankError.MAX_RANK:
         raise RankError(request.id, name, datatype, shape)
     params = _parameters(item.get("parameters"), f"input '{name}'")
@@ -327,7 +350,7 @@ def _from_json(
         data = [data]
     if datatype == "BYTES":
         flat: list[Any] = []
-        _flatten_strings(data, flat, count)
+        _flatten_strings(data, flat, count, 1)
         if len(flat) != count:
             raise _shape_mismatch()
         array = np.empty(count, dtype=np.object_)
@@ -335,8 +358,8 @@ def _from_json(
         return array.reshape(shape)
     try:
         raw = np.asarray(data)
-    except (ValueError, OverflowError):
-        raise _shape_mismatch() from None
+    except (ValueError, OverflowError):  # ragged, or nested past numpy's 64 dimensions
+        raw = _flattened(data, count)
     if raw.size != count:
         raise _shape_mismatch()
     kind = raw.dtype.kind
@@ -377,10 +400,44 @@ def _big_integers(raw: np.ndarray[Any, Any], target: np.dtype[Any], name: str) -
     return np.array(flat.tolist(), dtype=target)
 
 
-def _flatten_strings(data: list[Any], out: list[Any], limit: int) -> None:
+#: How deep ``data`` may nest arrays: an element at this depth is refused (Triton's HTTP limit).
+MAX_DATA_DEPTH = 100
+
+
+def _too_deep() -> InvalidArgumentError:
+    return InvalidArgumentError(f"JSON nesting depth exceeds maximum allowed limit ({MAX_DATA_DEPTH})")
+
+
+def _flattened(data: list[Any], count: int) -> np.ndarray[Any, Any]:
+    """The elements of ``data`` in order, however its arrays nest (as Triton reads them), refused
+    where they nest :data:`MAX_DATA_DEPTH` deep; without recursion."""
+    flat: list[Any] = []
+    stack: list[tuple[Iterator[Any], int]] = [(iter(data), 1)]
+    while stack:
+        items, depth = stack[-1]
+        for item in items:
+            if isinstance(item, list):
+                if depth + 1 >= MAX_DATA_DEPTH:
+                    raise _too_deep()
+                stack.append((iter(item), depth + 1))
+                break
+            flat.append(item)
+            if len(flat) > count:
+                raise _shape_mismatch()
+        else:
+            stack.pop()
+    try:
+        return np.asarray(flat)
+    except (ValueError, OverflowError):
+        raise _shape_mismatch() from None
+
+
+def _flatten_strings(data: list[Any], out: list[Any], limit: int, depth: int) -> None:
+    if depth >= MAX_DATA_DEPTH:
+        raise _too_deep()
     for item in data:
         if isinstance(item, list):
-            _flatten_strings(item, out, limit)
+            _flatten_strings(item, out, limit, depth + 1)
         elif isinstance(item, str):
             out.append(item.encode("utf-8"))
         else:

@@ -127,7 +127,13 @@ class ModelSignature:
                 f"for '{self.name}'"
             )
         if request.outputs is not None:
+            asked: set[str] = set()
             for output in request.outputs:
+                if output.name in asked:
+                    raise InvalidArgumentError(
+                        f"{_prefix(request)}output '{output.name}' already exists in request"
+                    )
+                asked.add(output.name)
                 if output.name not in self._outputs:
                     raise InvalidArgumentError(
                         f"unexpected inference output '{output.name}' for model '{self.name}'"

@@ -176,6 +176,13 @@ def test_wrong_datatype_and_shape_are_invalid(client: grpcclient.InferenceServer
     assert "unexpected shape for input 'INPUT1' for model 'add_sub'. Expected [4], got [5]" in message
 
 
+def test_an_output_asked_for_twice_is_invalid(client: grpcclient.InferenceServerClient) -> None:
+    inputs = _add_sub_inputs(np.ones(4, np.float32), np.ones(4, np.float32))
+    twice = [grpcclient.InferRequestedOutput("OUTPUT1"), grpcclient.InferRequestedOutput("OUTPUT1")]
+    status, message = _refusal(client.infer, "add_sub", inputs, outputs=twice, request_id="r8")
+    assert (status, message) == ("StatusCode.INVALID_ARGUMENT", "[request id: r8] output 'OUTPUT1' already exists in request")
+
+
 def _add_sub_request(**fields: Any) -> Any:
     request = pb.ModelInferRequest(model_name="add_sub", **fields)
     for name in ("INPUT0", "INPUT1"):

@@ -12,6 +12,7 @@ from tests.support import modes
 from tests.support.http import RawClient
 from tests.support.models import (
     EXTRA_OUTPUT_PY,
+    IDENTITY_PY,
     ONE_OUTPUT_PY,
     SUB_ADD_PY,
     identity_config,
@@ -115,6 +116,11 @@ def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository
     # as_numpy() refuses BF16 (DTYPES' last), as in Triton: that identity passes it through DLPack
     write_model(repo, "identity_bf16", identity_config("identity_bf16", "TYPE_BF16"), DLPACK_IDENTITY_PY)
     write_identity(repo, "batched_identity", "TYPE_INT32", max_batch_size=4)
+    # raw binary requests: a BYTES input of one element, and a shape with two variable dimensions
+    one_string = identity_config("one_string", "TYPE_STRING", 4).replace("[ -1 ]", "[ 1 ]")
+    write_model(repo, "one_string", one_string, IDENTITY_PY)
+    two_variable = identity_config("two_variable", "TYPE_FP16").replace("[ -1 ]", "[ -1, -1 ]")
+    write_model(repo, "two_variable", two_variable, IDENTITY_PY)
     write_model(
         repo,
         "params_echo",

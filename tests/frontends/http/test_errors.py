@@ -59,6 +59,28 @@ CASES = [
         "unexpected inference output 'NOPE' for model 'add_sub'",
     ),
     (
+        "duplicate output",
+        dict(GOOD, outputs=[{"name": "OUTPUT0"}, {"name": "OUTPUT0"}]),
+        "[request id: <id_unknown>] output 'OUTPUT0' already exists in request",
+    ),
+    (
+        "element count overflow",
+        _with(0, shape=[2**4, 2**60 + 2], data=[1.0]),
+        "invalid shape for input 'INPUT0': shape [16,1152921504606846978] causes total element count to "
+        "exceed maximum size of 9223372036854775807",
+    ),
+    (
+        "byte size overflow",
+        _with(0, shape=[2**2, 2**60 + 2], data=[1.0]),
+        "byte size overflow for input 'INPUT0': element count (4611686018427387912) * data type size (4) "
+        "exceeds maximum allowed size (9223372036854775807)",
+    ),
+    (
+        "data nested too deep",
+        _with(0, data=json.loads("[" * 100 + "1, 2, 3, 4" + "]" * 100)),
+        "JSON nesting depth exceeds maximum allowed limit (100)",
+    ),
+    (
         "data vs shape",
         _with(0, data=[1, 2, 3]),
         "Unable to parse 'data': Shape does not match true shape of 'data' field",
@@ -83,6 +105,14 @@ CASES = [
     ("inputs not list", {"inputs": {"INPUT0": 1}}, None),
     ("ragged data", _with(0, data=[[1, 2], [3]]), None),
 ]
+
+
+def test_data_nested_just_within_tritons_limit_is_read(raw: RawClient) -> None:
+    """99 arrays deep (past numpy's 64 dimensions), and ragged: Triton reads the elements in order."""
+    for data in (json.loads("[" * 99 + "1, 2, 3, 4" + "]" * 99), [[1], [2, 3], [[4]]]):
+        response = raw.post_json(URL, _with(0, data=data))
+        assert response.status == 200, response.body
+        assert json.loads(response.body)["outputs"][0]["data"] == [2, 3, 4, 5]
 
 
 @pytest.mark.parametrize(("label", "body", "message"), CASES, ids=[c[0] for c in CASES])
@@ -213,7 +243,7 @@ def test_gzip_bomb_is_bounded(raw: RawClient) -> None:
     bomb = gzip.compress(b"\x00" * (80 * 1024 * 1024))
     response = raw.request("POST", URL, bomb, {"Content-Encoding": "gzip"})
     assert response.status == 400
-    assert "exceeds the maximum allowed value" in response.error
+    assert "exceeds the maximum allowed input size" in response.error
     assert raw.post_json(URL, GOOD).status == 200
 
 

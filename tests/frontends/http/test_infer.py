@@ -254,11 +254,30 @@ def test_raw_binary_request(raw: RawClient) -> None:
     assert header["outputs"][0]["shape"] == [1, 3]
     assert np.frombuffer(response.body[length:], "<i4").tolist() == [1, 2, 3]
     text = raw.request(
-        "POST", "/v2/models/simple_identity/infer", b"he\x00llo", {"Inference-Header-Content-Length": "0"}
+        "POST", "/v2/models/one_string/infer", b"he\x00llo", {"Inference-Header-Content-Length": "0"}
     )
     assert text.status == 200
     length = int(text.headers["inference-header-content-length"])
     assert text.body[length:] == b"\x06\x00\x00\x00he\x00llo"
+
+
+@pytest.mark.parametrize(
+    ("model", "payload", "message"),
+    [
+        ("simple_identity", b"427", "For BYTE datatype raw input 'INPUT0', the model must have input shape [1]"),
+        (
+            "two_variable",
+            bytes(8),
+            "The shape of the raw input 'INPUT0' can not be deduced because there are more than one "
+            "variable-sized dimension",
+        ),
+    ],
+)
+def test_a_raw_binary_request_whose_shape_cannot_be_deduced_is_refused_in_tritons_words(
+    raw: RawClient, model: str, payload: bytes, message: str
+) -> None:
+    response = raw.request("POST", f"/v2/models/{model}/infer", payload, {"Inference-Header-Content-Length": "0"})
+    assert (response.status, response.error) == (400, message)
 
 
 def test_raw_binary_request_needs_a_single_input(raw: RawClient) -> None:

@@ -15,7 +15,7 @@ from naiad.frontends.http.asgi import Receive
 
 def _too_large(size: int, limit: int) -> InvalidArgumentError:
     return InvalidArgumentError(
-        f"Request JSON size of {size} bytes exceeds the maximum allowed value of {limit} bytes. "
+        f"request JSON size of {size} bytes exceeds the maximum allowed input size of {limit} bytes. "
         "Use --http-max-input-size to increase the limit."
     )
 
