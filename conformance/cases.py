@@ -19,7 +19,7 @@ from conformance.models import (
     edit_config,
     place_python_model,
 )
-from conformance.qa import qa_suites
+from conformance.qa import QA_SKIPS, qa_suites
 from conformance.runner import Checkouts, Script, Skip, Suite, unclassified
 
 CLIENT = "client/"
@@ -343,6 +343,7 @@ def skips(checkouts: Checkouts, suites: list[Suite]) -> list[Skip]:
     return [
         *CLIENT_SKIPS,
         *PB_SKIPS,
+        *QA_SKIPS,
         *unclassified(checkouts.client_examples, "*.py", known_clients, CLIENT),
         *unclassified(checkouts.pb_examples, "*", known_pb, PB),
     ]

@@ -18,12 +18,28 @@ from dataclasses import replace
 from pathlib import Path
 
 from conformance.models import copy_model, edit_config, place_python_model
-from conformance.runner import Checkouts, Script, Suite
+from conformance.runner import Checkouts, Script, Skip, Suite
 
 QA = "qa/"
 DYNAMIC_BATCHING = "dynamic_batching {{ preferred_batch_size: [8], max_queue_delay_microseconds: {delay} }}\n"
 #: qa/common (test_util, shm_util...) and our stand-in for the C++ ``triton_shm_monitor`` they import.
 PYTHONPATH = "{common}" + os.pathsep + str(Path(__file__).resolve().parent / "stand_ins")
+
+
+#: qa test cases not run, with the reason.
+QA_SKIPS = (
+    Skip(
+        f"{QA}L0_http/http_test.py::HttpTest.test_negative_dimensions",
+        "expects 500 for a negative dimension (Triton 2.51 too, checked); Naiad answers 400, since bad "
+        "client input must never be a 5xx (issue 16's fuzzing rule)",
+    ),
+    Skip(
+        f"{QA}L0_http/http_test.py::HttpTest.test_repository_index_deeply_nested_json",
+        "a body nested 250,000 arrays deep: Naiad's JSON parser (orjson) refuses nesting past 1,024 "
+        "levels, so the request is refused 400 with 'failed to parse the request JSON buffer: depth "
+        "limit exceeded' (and the server stays live), where Triton parses it and finds 'ready' is no boolean",
+    ),
+)
 
 
 def qa_model(checkouts: Checkouts, repository: Path, name: str, as_name: str | None = None) -> Path:
@@ -566,7 +582,12 @@ def http_unit_tests(checkouts: Checkouts) -> Suite:
     cases = re.findall(
         r"^    def (test_\w+)\(", (checkouts.qa / folder / "http_test.py").read_text(), re.MULTILINE
     )
-    scripts = tuple(_unittest(checkouts, folder, "http_test.py", f"HttpTest.{case}") for case in cases)
+    skipped = {skip.name for skip in QA_SKIPS}
+    scripts = tuple(
+        script
+        for case in cases
+        if (script := _unittest(checkouts, folder, "http_test.py", f"HttpTest.{case}")).name not in skipped
+    )
     return Suite("qa-http", build, scripts, ("--model-control-mode=explicit", "--load-model=*"))
 
 
