@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,6 +260,25 @@ def test_raw_binary_request(raw: RawClient) -> None:
     assert text.status == 200
     length = int(text.headers["inference-header-content-length"])
     assert text.body[length:] == b"\x06\x00\x00\x00he\x00llo"
+
+
+def test_a_chunked_body_that_also_declares_a_length_is_read_as_chunked(server: ServerProcess) -> None:
+    """HTTP/1.1: the encoding overrides the length, as Triton reads it (``requests`` sends both when the
+    caller sets ``Transfer-Encoding`` itself, as NVIDIA's qa L0_http does)."""
+    payload = np.array([[5, 6]], dtype="<i4").tobytes()
+    chunked = f"{len(payload):X}\r\n".encode() + payload + b"\r\n0\r\n\r\n"
+    head = (
+        "POST /v2/models/batched_identity/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 0\r\n"
+        f"Transfer-Encoding: chunked\r\nContent-Length: {len(chunked)}\r\nConnection: close\r\n\r\n"
+    )
+    host, port = server.http_url.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(head.encode() + chunked)
+        answer = b""
+        while data := connection.recv(65536):
+            answer += data
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert answer.endswith(payload)
 
 
 @pytest.mark.parametrize(

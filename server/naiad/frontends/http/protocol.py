@@ -92,10 +92,18 @@ class CoalescedTransport:
 
 class HttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol over a :class:`CoalescedTransport`, flushed as each response
-    completes (before uvicorn starts a pipelined request or arms the keep-alive timer)."""
+    completes (before uvicorn starts a pipelined request or arms the keep-alive timer).
+
+    A request with both ``Transfer-Encoding: chunked`` and ``Content-Length`` is read as chunked, as
+    HTTP/1.1 says (RFC 9112 6.3: the encoding overrides the length) and as Triton reads it, not
+    refused as llhttp does by default: Python's ``requests`` sends both when the caller sets the
+    encoding itself (NVIDIA's qa ``L0_http`` does).  The proxies in front of a pod (nginx, Envoy)
+    refuse or normalize such requests, so none can read the length where this server reads chunks.
+    """
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescedTransport(transport, self.loop))  # type: ignore[arg-type]
+        self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
 
     def on_response_complete(self) -> None:
         self.transport.flush()  # type: ignore[attr-defined]
