@@ -591,6 +591,22 @@ def http_unit_tests(checkouts: Checkouts) -> Suite:
     return Suite("qa-http", build, scripts, ("--model-control-mode=explicit", "--load-model=*"))
 
 
+def generate_endpoint(checkouts: Checkouts) -> Suite:
+    """qa/L0_http/generate_endpoint_test.py: the generate extension (``/generate``,
+    ``/generate_stream``) on qa's ``mock_llm``, each case as its test.sh runs the file."""
+    folder = "L0_http"
+
+    def build(repo: Path) -> None:
+        shutil.copytree(checkouts.qa / "python_models" / "generate_models", repo, dirs_exist_ok=True)
+
+    test_file = "generate_endpoint_test.py"
+    cases = re.findall(
+        r"^    def (test_\w+)\(", (checkouts.qa / folder / test_file).read_text(), re.MULTILINE
+    )
+    scripts = tuple(_unittest(checkouts, folder, test_file, f"GenerateEndpointTest.{case}") for case in cases)
+    return Suite("qa-generate_endpoint", build, scripts, ("--log-verbose=1",))
+
+
 def string_io(checkouts: Checkouts) -> Suite:
     """qa/L0_string_io: BYTES tensors from every client, binary and JSON, unicode and not, through a
     Python identity model.  (test.sh also copies ``onnx_zero_1_object`` from NVIDIA's generated
@@ -950,6 +966,7 @@ def qa_suites(
         *model_logging(checkouts),
         python_based_backends(checkouts),
         http_unit_tests(checkouts),
+        generate_endpoint(checkouts),
         string_io(checkouts),
         *parameters(checkouts),
         *simple_ensemble(checkouts),
