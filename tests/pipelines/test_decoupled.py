@@ -184,7 +184,7 @@ def test_generate_stream_errors(server: ServerProcess) -> None:
     assert json.loads(body) == {"error": "Request for unknown model: 'no_such_model' is not found"}
     status, _, body = _post(server, "/v2/models/square_int32/generate_stream", {"IN": "x"})
     assert status == 400
-    assert json.loads(body) == {"error": "Unable to parse input 'IN' as INT32"}
+    assert json.loads(body) == {"error": "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"}
 
 
 def test_generate_returns_the_single_response(server: ServerProcess) -> None:
@@ -193,6 +193,7 @@ def test_generate_returns_the_single_response(server: ServerProcess) -> None:
     )
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body) == {
+        "id": "x",  # (the request's id, as Triton echoes it)
         "model_name": "add_sub",
         "model_version": "1",
         "OUTPUT0": [2.0, 3.0, 4.0, 5.0],
@@ -202,4 +203,4 @@ def test_generate_returns_the_single_response(server: ServerProcess) -> None:
     assert (status, json.loads(body)) == (200, {"model_name": "square_int32", "model_version": "1", "OUT": 1})
     status, _, body = _post(server, "/v2/models/square_int32/generate", {"IN": 2})
     assert status == 400
-    assert "sent 2 responses to a generate request" in json.loads(body)["error"]
+    assert "generate expects model to produce exactly 1 response" in json.loads(body)["error"]

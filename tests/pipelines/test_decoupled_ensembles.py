@@ -152,9 +152,11 @@ def test_generate_stream_sends_each_answer_as_an_event(server: ServerProcess) ->
     with urllib.request.urlopen(request, timeout=20) as response:
         chunks = response.read().split(b"\n\n")
     events = [json.loads(chunk.removeprefix(b"data: ")) for chunk in chunks if chunk]
+    # (each response's parameters too, as Triton writes them: an ensemble's carry its sequence fields)
+    sequence = {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
     assert events == [
-        {"model_name": "repeat_then_square", "model_version": "1", "OUT": 1, "IDX": 0},
-        {"model_name": "repeat_then_square", "model_version": "1", "OUT": 4, "IDX": 1},
+        {"model_name": "repeat_then_square", "model_version": "1", **sequence, "OUT": 1, "IDX": 0},
+        {"model_name": "repeat_then_square", "model_version": "1", **sequence, "OUT": 4, "IDX": 1},
     ]
 
 

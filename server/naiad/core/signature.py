@@ -116,8 +116,12 @@ class ModelSignature:
         if missing:
             got = ", ".join(f"'{n}'" for n in seen)
             want = ", ".join(f"'{n}'" for n in missing)
+            if len(required) == len(self._inputs):
+                expected = f"{len(required)} inputs"
+            else:  # (Triton's words when some inputs are optional)
+                expected = f"number of inputs between {len(required)} and {len(self._inputs)}"
             raise InvalidArgumentError(
-                f"{_prefix(request)}expected {len(required)} inputs but got {len(request.inputs)} "
+                f"{_prefix(request)}expected {expected} but got {len(request.inputs)} "
                 f"inputs for model '{self.name}'. Got input(s) [{got}], but missing required "
                 f"input(s) [{want}]. Please provide all required input(s)."
             )

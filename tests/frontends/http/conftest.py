@@ -98,6 +98,38 @@ def _dtype_name(dtype: str) -> str:
     return "TYPE_STRING" if dtype == "BYTES" else f"TYPE_{dtype}"
 
 
+#: A generate endpoint's model: ``TEXT`` is ``PROMPT`` then, for each of the optional ``IDS``, its
+#: number; the request's ``STREAM`` flag and its parameters come back as response parameters.
+PROMPTED_CONFIG = """
+backend: "python"
+input [ { name: "PROMPT" data_type: TYPE_STRING dims: [ 1, 1 ] },
+        { name: "STREAM" data_type: TYPE_BOOL dims: [ 1, 1 ] },
+        { name: "IDS" data_type: TYPE_INT32 dims: [ 1, -1 ] optional: true } ]
+output [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1, -1 ] } ]
+"""
+
+PROMPTED_PY = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            prompt = pb_utils.get_input_tensor_by_name(request, "PROMPT").as_numpy()
+            stream = pb_utils.get_input_tensor_by_name(request, "STREAM").as_numpy()
+            ids = pb_utils.get_input_tensor_by_name(request, "IDS")
+            words = [prompt[0, 0]] + [str(i).encode() for i in (ids.as_numpy()[0] if ids else [])]
+            text = pb_utils.Tensor("TEXT", np.array([words], dtype=np.object_))
+            parameters = dict(json.loads(request.parameters()), shapes=str([prompt.shape, stream.shape]))
+            responses.append(pb_utils.InferenceResponse([text], parameters=parameters))
+        return responses
+"""
+
+
 @pytest.fixture(scope="package")
 def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository: Path) -> Path:
     repo = tmp_path_factory.mktemp("http-repo")
@@ -121,6 +153,7 @@ def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository
     write_model(repo, "one_string", one_string, IDENTITY_PY)
     two_variable = identity_config("two_variable", "TYPE_FP16").replace("[ -1 ]", "[ -1, -1 ]")
     write_model(repo, "two_variable", two_variable, IDENTITY_PY)
+    write_model(repo, "prompted", PROMPTED_CONFIG, PROMPTED_PY)
     write_model(
         repo,
         "params_echo",

@@ -301,11 +301,13 @@ class HttpFrontend:
 
     async def _generate(self, call: _Call, name: str, version: str) -> _Reply:
         body = await read_body(call.receive, None, self.max_input_size)
-        return 200, await generate.generate(self.dataplane, body, name, version), [_JSON]
+        return 200, await generate.generate(self.dataplane, body, name, version, self.max_input_size), [_JSON]
 
     async def _generate_stream(self, call: _Call, name: str, version: str) -> _Reply:
         body = await read_body(call.receive, None, self.max_input_size)
-        events = await generate.generate_stream(self.dataplane, body, name, version, call.receive)
+        events = await generate.generate_stream(
+            self.dataplane, body, name, version, call.receive, self.max_input_size
+        )
         return 200, events, generate.SSE_HEADERS
 
     _model_routes: dict[str, tuple[str, Callable[..., Awaitable[_Reply]]]] = {

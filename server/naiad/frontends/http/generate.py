@@ -26,11 +26,11 @@ from naiad.frontends.http.asgi import Receive
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
 
-async def generate(dataplane: DataPlane, body: bytes, name: str, version: str) -> bytes:
+async def generate(dataplane: DataPlane, body: bytes, name: str, version: str, max_input_size: int) -> bytes:
     """The generate response object of the request's one response."""
     if dataplane.loads_on_demand:
         await dataplane.admit(name)
-    request = decode_generate(body, dataplane.signature(name, version), name, version)
+    request = decode_generate(body, dataplane.signature(name, version), name, version, max_input_size)
     responses = []
     async for answer, _ in dataplane.stream(request):
         if isinstance(answer, InferenceServerError):
@@ -39,19 +39,19 @@ async def generate(dataplane: DataPlane, body: bytes, name: str, version: str) -
             responses.append(answer)
     if len(responses) != 1:
         raise InvalidArgumentError(
-            f"model '{name}' sent {len(responses)} responses to a generate request, which returns exactly "
-            "one: use generate_stream"
+            "generate expects model to produce exactly 1 response, use generate stream for model that "
+            f"generates various number of responses (model '{name}' produced {len(responses)})"
         )
     return encode_generate(responses[0])
 
 
 async def generate_stream(
-    dataplane: DataPlane, body: bytes, name: str, version: str, receive: Receive
+    dataplane: DataPlane, body: bytes, name: str, version: str, receive: Receive, max_input_size: int
 ) -> AsyncGenerator[bytes, None]:
     """The SSE body, once the model's first answer is known (errors before it are raised)."""
     if dataplane.loads_on_demand:
         await dataplane.admit(name)
-    request = decode_generate(body, dataplane.signature(name, version), name, version)
+    request = decode_generate(body, dataplane.signature(name, version), name, version, max_input_size)
     answers = dataplane.stream(request)
     first = await anext(answers)
     if isinstance(first[0], InferenceServerError):
