@@ -305,10 +305,10 @@ class HttpFrontend:
 
     async def _generate_stream(self, call: _Call, name: str, version: str) -> _Reply:
         body = await read_body(call.receive, None, self.max_input_size)
-        events = await generate.generate_stream(
+        status, events = await generate.generate_stream(
             self.dataplane, body, name, version, call.receive, self.max_input_size
         )
-        return 200, events, generate.SSE_HEADERS
+        return status, events, generate.SSE_HEADERS
 
     _model_routes: dict[str, tuple[str, Callable[..., Awaitable[_Reply]]]] = {
         "": ("GET", _metadata),

@@ -7,7 +7,8 @@ plain HTTP.  ``generate`` answers with the one response of the request as a JSON
 and response objects are the extension's flat JSON (:mod:`naiad.codecs.generate`).
 
 A request that fails before the model answers gets an ordinary JSON error with its status; once events
-flow the status is 200, so later errors are events.  A client that disconnects mid-stream cancels the
+flow the status is 200 (the error's own when the first answer is the model's error response), so later
+errors are events.  A client that disconnects mid-stream cancels the
 request (the model's ``is_cancelled()`` turns true).
 """
 
@@ -19,9 +20,10 @@ from collections.abc import AsyncGenerator
 import orjson
 
 from naiad.codecs.generate import decode_generate, encode_generate
-from naiad.core.errors import InferenceServerError, InvalidArgumentError
+from naiad.core.errors import ErrorResponse, InferenceServerError, InvalidArgumentError
 from naiad.dataplane import DataPlane, EmptyFinal, StreamItem
 from naiad.frontends.http.asgi import Receive
+from naiad.frontends.http.errors import status_of
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
@@ -47,17 +49,21 @@ async def generate(dataplane: DataPlane, body: bytes, name: str, version: str, m
 
 async def generate_stream(
     dataplane: DataPlane, body: bytes, name: str, version: str, receive: Receive, max_input_size: int
-) -> AsyncGenerator[bytes, None]:
-    """The SSE body, once the model's first answer is known (errors before it are raised)."""
+) -> tuple[int, AsyncGenerator[bytes, None]]:
+    """The status and the SSE body, once the model's first answer is known.  A request that fails
+    before the model answers raises (a JSON error); one whose first answer is the model's error
+    response gets that error as its first event, with the error's status, as Triton sends it."""
     if dataplane.loads_on_demand:
         await dataplane.admit(name)
     request = decode_generate(body, dataplane.signature(name, version), name, version, max_input_size)
     answers = dataplane.stream(request)
     first = await anext(answers)
+    if isinstance(first[0], ErrorResponse):
+        return status_of(first[0]), _events(first, answers, receive)
     if isinstance(first[0], InferenceServerError):
         await answers.aclose()
         raise first[0]
-    return _events(first, answers, receive)
+    return 200, _events(first, answers, receive)
 
 
 def _event(answer: StreamItem) -> bytes:
