@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from naiad.core.errors import ErrorCode, InferenceServerError
+from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
 from naiad.dataplane import DataPlane, EmptyFinal
@@ -59,7 +59,7 @@ CallHandler = Callable[[str, list[msgspec.Raw]], Awaitable[Any]]
 def error_message(error: BaseException) -> ErrorMsg:
     """What the worker re-raises: Triton's code and message (an unexpected exception is INTERNAL)."""
     if isinstance(error, InferenceServerError):
-        return ErrorMsg(error.code.value, error.message)
+        return ErrorMsg(error.code.value, error.message, isinstance(error, ErrorResponse))
     if isinstance(error, asyncio.CancelledError):
         return ErrorMsg(ErrorCode.CANCELLED.value, "request cancelled")
     return ErrorMsg(ErrorCode.INTERNAL.value, f"internal error: {type(error).__name__}: {error}")

@@ -71,10 +71,12 @@ class ResponseMsg(msgspec.Struct, array_like=True):
 
 
 class ErrorMsg(msgspec.Struct, array_like=True):
-    """An :class:`~naiad.core.errors.InferenceServerError`: Triton's code name and the message."""
+    """An :class:`~naiad.core.errors.InferenceServerError`: Triton's code name and the message, and
+    whether it is the model's own error response (:class:`~naiad.core.errors.ErrorResponse`)."""
 
     code: str
     message: str
+    response: bool = False
 
 
 # ---- worker -> engine ----------------------------------------------------------------------------

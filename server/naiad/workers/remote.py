@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from naiad import log_settings
-from naiad.core.errors import ErrorCode, InferenceServerError, UnavailableError
+from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse, PlainRequest, PlainResponse
 from naiad.core.shm import RegionStatus, SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
@@ -66,7 +66,8 @@ ENGINE_GONE = "the inference engine stopped: the server is restarting"
 
 
 def raise_error(message: ErrorMsg) -> InferenceServerError:
-    return InferenceServerError(message.message, _CODES.get(message.code, ErrorCode.INTERNAL))
+    kind = ErrorResponse if message.response else InferenceServerError
+    return kind(message.message, _CODES.get(message.code, ErrorCode.INTERNAL))
 
 
 class CatalogCopy:

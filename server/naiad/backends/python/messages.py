@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from naiad.backends.python import shm
-from naiad.core.errors import ErrorCode, InferenceServerError
+from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 
 
@@ -57,7 +57,7 @@ def pack_answer(answer: InferResponse | InferenceServerError | None) -> PackedAn
     if answer is None:
         return None
     if isinstance(answer, InferenceServerError):
-        return ("error", answer.code.value, answer.message)
+        return ("error", answer.code.value, answer.message, isinstance(answer, ErrorResponse))
     return ("ok", answer.parameters, [_pack_tensor(t) for t in answer.outputs])
 
 
@@ -73,8 +73,9 @@ def unpack_answer(
 ) -> InferResponse | InferenceServerError | None:
     if packed is None:
         return None
-    if packed[0] == "error":
-        return InferenceServerError(packed[2], ErrorCode(packed[1]))
+    if packed[0] == "error":  # (the model's own error response stays one)
+        kind = ErrorResponse if len(packed) > 3 and packed[3] else InferenceServerError
+        return kind(packed[2], ErrorCode(packed[1]))
     outputs = [_unpack_tensor(tensor) for tensor in packed[2]]
     return InferResponse(model_name, model_version, "", outputs, packed[1])
 
