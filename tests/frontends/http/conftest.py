@@ -130,6 +130,31 @@ class TritonPythonModel:
 """
 
 
+#: Decoupled: ``COUNT`` responses carrying ``IN``, then a final one that is an error response.
+STREAMED_CONFIG = """
+backend: "python"
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+STREAMED_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            value = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            for _ in range(int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value)]))
+            failure = pb_utils.InferenceResponse(error=pb_utils.TritonError("the stream broke"))
+            sender.send(failure, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
 @pytest.fixture(scope="package")
 def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository: Path) -> Path:
     repo = tmp_path_factory.mktemp("http-repo")
@@ -154,6 +179,7 @@ def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository
     two_variable = identity_config("two_variable", "TYPE_FP16").replace("[ -1 ]", "[ -1, -1 ]")
     write_model(repo, "two_variable", two_variable, IDENTITY_PY)
     write_model(repo, "prompted", PROMPTED_CONFIG, PROMPTED_PY)
+    write_model(repo, "streamed", STREAMED_CONFIG, STREAMED_PY)
     write_model(
         repo,
         "params_echo",

@@ -67,3 +67,17 @@ def test_a_request_triton_refuses_is_refused_in_its_words(
     status, answer = _post(raw, body)
     assert status == 400
     assert message in str(answer["error"])
+
+
+@pytest.mark.parametrize(("count", "status"), [(0, 500), (2, 200)])
+def test_a_streams_error_response_is_an_event_with_its_status_when_it_comes_first(
+    raw: RawClient, count: int, status: int
+) -> None:
+    """As Triton sends it: the model's error response as the first answer sets the status (the event
+    still comes, as an event); after answers it is one more event."""
+    body = json.dumps({"IN": 7, "COUNT": count}).encode()
+    response = raw.request("POST", "/v2/models/streamed/generate_stream", body, {"Content-Type": "application/json"})
+    assert response.status == status
+    assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+    events = [json.loads(chunk.removeprefix(b"data: ")) for chunk in response.body.split(b"\n\n") if chunk]
+    assert [event.get("OUT", event.get("error")) for event in events] == [7] * count + ["the stream broke"]
