@@ -607,6 +607,43 @@ def generate_endpoint(checkouts: Checkouts) -> Suite:
     return Suite("qa-generate_endpoint", build, scripts, ("--log-verbose=1",))
 
 
+def input_size_limit(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_http/http_input_size_limit_test.py: raw binary, JSON, compressed and string bodies at and
+    past ``--http-max-input-size`` (the default, then 2^27), JSON whose values expand past it, and no
+    memory growth from malformed compressed requests, run as its test.sh runs each case."""
+    folder = "L0_http"
+    test_file = "http_input_size_limit_test.py"
+
+    def build(repo: Path) -> None:
+        generated = repo.parent / "qa_identity_model_repository"
+        generator = checkouts.qa / "common" / "gen_qa_identity_models.py"
+        subprocess.run(
+            [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"],
+            check=True,
+            capture_output=True,
+            cwd=generator.parent,
+        )
+        copy_model(generated / "onnx_zero_1_float32", repo)
+        copy_model(checkouts.server / "docs" / "examples" / "model_repository" / "simple_identity", repo)
+
+    def cases(*names: str) -> tuple[Script, ...]:
+        return tuple(_unittest(checkouts, folder, test_file, f"InferSizeLimitTest.{name}") for name in names)
+
+    default = cases(
+        "test_default_limit_raw_binary",
+        "test_default_limit_json",
+        "test_large_string_in_json",
+        "test_default_limit_compressed",
+        "test_json_dtype_size_expansion_exceeds_limit_error",
+        "test_no_leak_on_invalid_inference_header_length",
+    )
+    increased = cases("test_large_input_raw_binary", "test_large_input_json", "test_large_input_compressed")
+    return [
+        Suite("qa-http_input_size_limit-default", build, default),
+        Suite("qa-http_input_size_limit-increased", build, increased, (f"--http-max-input-size={2**27}",)),
+    ]
+
+
 def string_io(checkouts: Checkouts) -> Suite:
     """qa/L0_string_io: BYTES tensors from every client, binary and JSON, unicode and not, through a
     Python identity model.  (test.sh also copies ``onnx_zero_1_object`` from NVIDIA's generated
@@ -967,6 +1004,7 @@ def qa_suites(
         python_based_backends(checkouts),
         http_unit_tests(checkouts),
         generate_endpoint(checkouts),
+        *input_size_limit(checkouts),
         string_io(checkouts),
         *parameters(checkouts),
         *simple_ensemble(checkouts),

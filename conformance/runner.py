@@ -277,16 +277,19 @@ def _tail(text: str, lines: int = 3) -> str:
     return " | ".join(kept)[:400]
 
 
-def _script_env(script: Script) -> dict[str, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **script.env)
+def _script_env(script: Script, server: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **script.env, **(server or {}))
     if script.pytest:  # NVIDIA's tests are unittest classes: no plugin of this environment should join in
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
 
 
-def run_script(script: Script, ports: Ports, log: TextIO) -> list[Verdict]:
-    """Run one script against the server on ``ports``; its verdicts (one per test case for test files)."""
+def run_script(
+    script: Script, ports: Ports, log: TextIO, server: dict[str, str] | None = None
+) -> list[Verdict]:
+    """Run one script against the server on ``ports``; its verdicts (one per test case for test files).
+    ``server`` is what the script learns of the server's process (``SERVER_PID``, as test.sh exports it)."""
     if script.fixed_ports and not ports.defaults:
         return [
             Verdict(script.name, "SKIP", "hard-codes localhost:8000-8002, which are taken (run isolated)")
@@ -316,7 +319,7 @@ def run_script(script: Script, ports: Ports, log: TextIO) -> list[Verdict]:
             *argv,
         ]
     started = time.monotonic()
-    output, rc = _run(argv, script, report)
+    output, rc = _run(argv, script, report, server)
     elapsed = time.monotonic() - started
     log.write(f"===== {script.name}: {' '.join(argv)} (rc {rc}, {elapsed:.1f}s)\n{output}\n")
     log.flush()
@@ -353,7 +356,9 @@ def _per_case(script: Script, ports: Ports, log: TextIO) -> list[Verdict]:
     return verdicts
 
 
-def _run(argv: list[str], script: Script, report: Path | None) -> tuple[str, int]:
+def _run(
+    argv: list[str], script: Script, report: Path | None, server: dict[str, str] | None = None
+) -> tuple[str, int]:
     """The command's output and exit status (-1: killed at the script's timeout).
 
     A test file whose report is written but whose process does not end (a test left a client's
@@ -362,7 +367,12 @@ def _run(argv: list[str], script: Script, report: Path | None) -> tuple[str, int
     """
     with tempfile.TemporaryFile("w+", errors="replace") as sink:
         process = subprocess.Popen(
-            argv, cwd=script.cwd, env=_script_env(script), stdout=sink, stderr=subprocess.STDOUT, text=True
+            argv,
+            cwd=script.cwd,
+            env=_script_env(script, server),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         deadline = time.monotonic() + script.timeout
         reported: float | None = None
@@ -447,9 +457,11 @@ def run_suite(suite: Suite, work: Path, out: TextIO, log: TextIO) -> list[Verdic
     except RuntimeError as error:
         emit(Verdict(s.name, "FAIL", str(error)) for s in suite.scripts)
         return verdicts
+    assert server.process is not None
+    known = {"SERVER_PID": str(server.process.pid)}
     try:
         for script in suite.scripts:
-            emit(run_script(script, server.ports, log))
+            emit(run_script(script, server.ports, log, known))
     finally:
         server.stop()
     for script in suite.after_stop:
