@@ -243,8 +243,30 @@ def test_gzip_bomb_is_bounded(raw: RawClient) -> None:
     bomb = gzip.compress(b"\x00" * (80 * 1024 * 1024))
     response = raw.request("POST", URL, bomb, {"Content-Encoding": "gzip"})
     assert response.status == 400
-    assert "exceeds the maximum allowed input size" in response.error
+    assert response.error == (
+        "Decompressed data size exceeds the maximum allowed value of 67108864 bytes. Use "
+        "--http-max-input-size to increase the limit."
+    )
     assert raw.post_json(URL, GOOD).status == 200
+
+
+def test_a_body_past_the_limit_is_refused_in_tritons_words_for_its_kind(raw: RawClient) -> None:
+    """A raw binary request's body is its input (Triton words its refusal so); a JSON one's is JSON."""
+    limit = 64 * 1024 * 1024
+    raw_input = raw.request(
+        "POST", "/v2/models/batched_identity/infer", bytes(limit + 4), {"Inference-Header-Content-Length": "0"}
+    )
+    assert (raw_input.status, raw_input.error) == (
+        400,
+        f"Raw input has a byte_size ({limit + 4} bytes) that exceeds the maximum allowed value of {limit} bytes. "
+        "Use --http-max-input-size to increase the limit.",
+    )
+    response = raw.request("POST", URL, b" " * (limit + 1), {"Content-Type": "application/json"})
+    assert (response.status, response.error) == (
+        400,
+        f"request JSON size of {limit + 1} bytes exceeds the maximum allowed input size of {limit} bytes. "
+        "Use --http-max-input-size to increase the limit.",
+    )
 
 
 def test_unknown_model_infer(raw: RawClient) -> None:

@@ -256,16 +256,17 @@ class HttpFrontend:
             declared = int(length) if length is not None else None
         except ValueError:
             raise InvalidArgumentError("invalid Content-Length header") from None
-        body = await read_body(call.receive, declared, self.max_input_size)
+        header_length = headers.get(b"inference-header-content-length")
+        raw = header_length is not None and header_length.strip() == b"0"
         content_encoding = headers.get(b"content-encoding")
+        body = await read_body(call.receive, declared, self.max_input_size, raw and content_encoding is None)
         if content_encoding is not None:
             body = decompress(body, content_encoding.decode("latin-1"), self.max_input_size)
         if self.dataplane.loads_on_demand:
             await self.dataplane.admit(name)
         if self.dataplane.is_decoupled(name, version):
             raise UnsupportedError("HTTP end point doesn't support models with decoupled transaction policy")
-        header_length = headers.get(b"inference-header-content-length")
-        if header_length is not None and header_length.strip() == b"0":
+        if raw:
             signature = self.dataplane.signature(name, version)
             request, binary_output = json_v2.decode_raw_request(body, signature, name, version), True
         else:

@@ -13,21 +13,28 @@ from naiad.core.errors import InvalidArgumentError, UnsupportedError
 from naiad.frontends.http.asgi import Receive
 
 
-def _too_large(size: int, limit: int) -> InvalidArgumentError:
+def _too_large(size: int, limit: int, raw: bool = False) -> InvalidArgumentError:
+    """Triton's words: a raw binary request's (its body is the input) or a JSON request's."""
+    if raw:
+        return InvalidArgumentError(
+            f"Raw input has a byte_size ({size} bytes) that exceeds the maximum allowed value of {limit} "
+            "bytes. Use --http-max-input-size to increase the limit."
+        )
     return InvalidArgumentError(
         f"request JSON size of {size} bytes exceeds the maximum allowed input size of {limit} bytes. "
         "Use --http-max-input-size to increase the limit."
     )
 
 
-async def read_body(receive: Receive, content_length: int | None, limit: int) -> bytes:
+async def read_body(receive: Receive, content_length: int | None, limit: int, raw: bool = False) -> bytes:
+    """The whole body, refused past ``limit`` (``raw``: the body is a raw binary request's input)."""
     if content_length is not None and content_length > limit:
-        raise _too_large(content_length, limit)
+        raise _too_large(content_length, limit, raw)
     first = await receive()
     body: bytes = first.get("body", b"")
     if not first.get("more_body", False):
         if len(body) > limit:
-            raise _too_large(len(body), limit)
+            raise _too_large(len(body), limit, raw)
         return body
     parts = [body]
     size = len(body)
@@ -39,7 +46,7 @@ async def read_body(receive: Receive, content_length: int | None, limit: int) ->
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise _too_large(size, limit)
+            raise _too_large(size, limit, raw)
         parts.append(chunk)
         more = message.get("more_body", False)
     return b"".join(parts)
@@ -61,7 +68,10 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
     except zlib.error as exc:
         raise InvalidArgumentError(f"failed to decompress the request body: {exc}") from None
     if len(out) > limit:
-        raise _too_large(len(out), limit)
+        raise InvalidArgumentError(
+            f"Decompressed data size exceeds the maximum allowed value of {limit} bytes. Use "
+            "--http-max-input-size to increase the limit."
+        )
     if not inflater.eof:
         raise InvalidArgumentError("failed to decompress the request body: truncated stream")
     return out
