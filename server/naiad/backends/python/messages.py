@@ -211,7 +211,27 @@ class Wire:
         if outbox:
             self._outbox = []
             payload = pickle.dumps(outbox, protocol=pickle.HIGHEST_PROTOCOL)
-            self._sock.sendall(_HEADER.pack(len(payload)) + payload)
+            self._write(_HEADER.pack(len(payload)) + payload)
+
+    def _write(self, data: bytes) -> None:
+        """All of ``data``, on a blocking socket or on one an event loop made non-blocking (libuv does
+        so to the sockets it watches: the engine's end of a model process driven from the loop).
+        A frame larger than what the socket holds (BYTES tensors travel in the message) then waits
+        for the peer to read, taking in what the peer sends meanwhile: a model process writing its
+        results while the engine writes an execution must not leave both waiting for the other.
+        (``sendall`` on a non-blocking socket fails midway, losing how much it sent.)"""
+        sock = self._sock
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[sock.send(view) :]
+            except BlockingIOError:
+                readable, _, _ = select.select([sock], [sock], [])
+                if readable:
+                    try:
+                        self._fill(blocking=False)
+                    except EOFError:
+                        raise BrokenPipeError("the peer closed its end") from None
 
     def receive(self) -> Any:
         """The next message, waiting for it; EOFError once the peer closed."""

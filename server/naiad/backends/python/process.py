@@ -852,6 +852,9 @@ class ProcessModelInstance:
             conn.flush()
         except OSError:  # it ended: its reader sees EOF and fails what was sent
             return
+        if conn.has_message():  # (results taken in while a large frame waited to be written)
+            self._readable(child)
+            return
         watch = self._results_watch
         if not watch.limit:
             return
