@@ -644,6 +644,64 @@ def input_size_limit(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def http_restrictions(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_http's restricted APIs: two invalid ``--http-restricted-api`` settings the server must
+    refuse at start with Triton's words (test.sh greps its log), then ``http_restricted_api_test.py``
+    with model-repository, inference and metadata behind headers, on ``docs/examples``' ``simple``; and
+    ``http_request_many_chunks.py`` (chunked requests of many tiny chunks, the server's memory watched)."""
+    folder = "L0_http"
+
+    def build(repo: Path) -> None:
+        copy_model(checkouts.server / "docs" / "examples" / "model_repository" / "simple", repo)
+
+    suites = []
+    for name, args, text in (
+        (
+            "groups",
+            (
+                "--http-restricted-api=model-repository,health:k1=v1",
+                "--http-restricted-api=metadata,health:k2=v2",
+            ),
+            "api 'health' can not be specified in multiple config groups",
+        ),
+        (
+            "unknown",
+            (
+                "--http-restricted-api=model-reposit,health:k1=v1",
+                "--http-restricted-api=metadata,health:k2=v2",
+            ),
+            "unknown restricted api 'model-reposit'",
+        ),
+    ):
+        _, log = _server_log(checkouts, folder, f"http_restricted_{name}_server.log")
+        refused = _logged(checkouts, folder, log.name, text)
+        suites.append(
+            Suite(
+                f"qa-http_restricted_api-{name}", build, (refused,), args, log_link=log, fails_to_start=True
+            )
+        )
+    test_file = "http_restricted_api_test.py"
+    cases = re.findall(
+        r"^    def (test_\w+)\(", (checkouts.qa / folder / test_file).read_text(), re.MULTILINE
+    )
+    restricted = tuple(_unittest(checkouts, folder, test_file, f"RestrictedAPITest.{case}") for case in cases)
+    args = (
+        "--http-restricted-api=model-repository:admin-key=admin-value",
+        "--http-restricted-api=inference,metadata:infer-key=infer-value",
+    )
+    suites.append(Suite("qa-http_restricted_api", build, restricted, args))
+    chunks = Script(
+        f"{QA}{folder}/http_request_many_chunks.py",
+        ("{python}", "http_request_many_chunks.py", "-v"),
+        checkouts.qa / folder,
+        fixed_ports=True,
+        env={"PYTHONPATH": PYTHONPATH.format(common=checkouts.qa / "common")},
+    )
+    chunk_args = ("--allow-client-shm=true", "--model-control-mode=explicit", "--load-model=simple")
+    suites.append(Suite("qa-http_request_many_chunks", build, (chunks,), chunk_args))
+    return suites
+
+
 def string_io(checkouts: Checkouts) -> Suite:
     """qa/L0_string_io: BYTES tensors from every client, binary and JSON, unicode and not, through a
     Python identity model.  (test.sh also copies ``onnx_zero_1_object`` from NVIDIA's generated
@@ -1005,6 +1063,7 @@ def qa_suites(
         http_unit_tests(checkouts),
         generate_endpoint(checkouts),
         *input_size_limit(checkouts),
+        *http_restrictions(checkouts),
         string_io(checkouts),
         *parameters(checkouts),
         *simple_ensemble(checkouts),

@@ -38,7 +38,11 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
         ("--rate-limit=always", "invalid choice"),
         ("--rate-limit-resource=gpu", "expected <name>:<count>[:<device>]"),
         ("--http-restricted-api=inference", "expected <apis>:<header>=<value>"),
-        ("--grpc-restricted-protocol=everything:k=v", "unknown API 'everything'"),
+        ("--grpc-restricted-protocol=everything:k=v", "unknown restricted api 'everything'"),
+        (
+            "--http-restricted-api=model-repository,health:k1=v1 --http-restricted-api=metadata,health:k2=v2",
+            "api 'health' can not be specified in multiple config groups",
+        ),
         ("--auth-key-file=/nonexistent/keys", "cannot read the key file"),
         ("--grpc-header-forward-pattern=(", "--grpc-header-forward-pattern"),
         ("--http-use-ssl=true", "--http-use-ssl needs --http-server-cert and --http-server-key"),
@@ -47,6 +51,6 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
 )
 def test_malformed_flags_are_usage_errors(flag: str, error: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
-        parse_settings(["--model-repository=/models", flag])
+        parse_settings(["--model-repository=/models", *flag.split(" ")])
     assert caught.value.code == 2
     assert error in capsys.readouterr().err

@@ -27,9 +27,9 @@ def parse_restrictions(values: Sequence[str], header_prefix: str = "") -> dict[A
                 api = Api(name.strip())
             except ValueError:
                 allowed = ", ".join(a.value for a in Api)
-                raise ValueError(f"unknown API '{name.strip()}' (allowed: {allowed})") from None
-            if api in restricted:
-                raise ValueError(f"API '{api.value}' is restricted more than once")
+                raise ValueError(f"unknown restricted api '{name.strip()}' (allowed: {allowed})") from None
+            if api in restricted:  # (Triton's words, as for the unknown one)
+                raise ValueError(f"api '{api.value}' can not be specified in multiple config groups")
             restricted[api] = ((header_prefix + header.strip()).lower(), expected)
     return restricted
 
