@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
@@ -90,6 +91,10 @@ class CoalescedTransport:
         return getattr(self._transport, name)
 
 
+#: Chunks with data a chunked request may have (Triton's ``kMaxChunkedChunks``).
+MAX_CHUNKS = 1 << 16
+
+
 class HttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol over a :class:`CoalescedTransport`, flushed as each response
     completes (before uvicorn starts a pipelined request or arms the keep-alive timer).
@@ -101,9 +106,38 @@ class HttpProtocol(HttpToolsProtocol):
     refuse or normalize such requests, so none can read the length where this server reads chunks.
     """
 
+    _chunks = 0
+    _refused = False
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescedTransport(transport, self.loop))  # type: ignore[arg-type]
         self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._chunks = 0
+
+    def on_chunk_header(self) -> None:
+        """A chunked request may have :data:`MAX_CHUNKS` chunks with data, as in Triton (each costs the
+        server far more than its bytes): past them it is answered 400 and the connection closed,
+        reading no more of it.  (The closing chunk, empty, has a header too.)"""
+        self._chunks += 1
+        if self._chunks <= MAX_CHUNKS + 1 or self._refused:
+            return
+        self._refused = True
+        body = orjson.dumps(
+            {
+                "error": f"Chunked request body exceeds maximum of {MAX_CHUNKS} non-empty chunks. Send fewer "
+                "or larger HTTP chunks."
+            }
+        )
+        head = (
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+        )
+        self.transport.pause_reading()
+        self.transport.write(head + body)
+        self.transport.close()
 
     def on_response_complete(self) -> None:
         self.transport.flush()  # type: ignore[attr-defined]
