@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 import struct
 
 import pytest
 
 from tests.support.http import RawClient
+from tests.support.server import ServerProcess
 
 GOOD = {
     "inputs": [
@@ -272,3 +274,35 @@ def test_a_body_past_the_limit_is_refused_in_tritons_words_for_its_kind(raw: Raw
 def test_unknown_model_infer(raw: RawClient) -> None:
     response = raw.post_json("/v2/models/nope/infer", GOOD)
     assert (response.status, response.error) == (404, "Request for unknown model: 'nope' is not found")
+
+
+def _chunked(server_url: str, chunks: int) -> bytes:
+    """A raw binary request for ``batched_identity`` sent as ``chunks`` chunks of one byte each."""
+    host, port = server_url.split(":")
+    head = (
+        "POST /v2/models/batched_identity/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 0\r\n"
+        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        try:
+            connection.sendall(head.encode() + b"1\r\nA\r\n" * chunks + b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):  # (refused before it was all sent)
+            pass
+        answer = b""
+        try:
+            while data := connection.recv(65536):
+                answer += data
+        except ConnectionResetError:
+            pass
+    return answer
+
+
+def test_a_chunked_request_of_too_many_chunks_is_refused_as_triton_refuses_it(server: ServerProcess) -> None:
+    """Triton's limit: 65536 chunks with data (each costs far more than its byte)."""
+    within = _chunked(server.http_url, 65536)  # 65536 bytes of INT32: the request is read
+    assert within.startswith(b"HTTP/1.1 200"), within[:300]
+    past = _chunked(server.http_url, 65536 + 4)
+    assert past.startswith(b"HTTP/1.1 400"), past[:300]
+    assert (
+        b"Chunked request body exceeds maximum of 65536 non-empty chunks. Send fewer or larger HTTP chunks." in past
+    )
