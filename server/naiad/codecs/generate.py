@@ -14,6 +14,7 @@ output of one element as a scalar, a longer one as a flat list, BYTES as text.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -146,7 +147,7 @@ def _fitted(name: str, dims: list[int], count: int) -> tuple[int, ...]:
     for index in range(len(shape) - 1, -1, -1):
         if shape[index] == -1:
             shape[index], left = left, 1
-    if left != 1 and count:
+    if math.prod(shape) != count:  # (elements left over, or none for a shape without a variable dimension)
         raise InvalidArgumentError(f"The schema can not convert input '{name}' to tensor with proper shape")
     return tuple(shape)
 

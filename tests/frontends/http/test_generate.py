@@ -50,6 +50,7 @@ def test_values_take_the_models_shapes_and_the_answer_carries_id_and_parameters(
         ({}, "expected number of inputs between 2 and 3 but got 0 inputs for model 'prompted'"),
         ({"STREAM": False, "other": "x"}, "expected number of inputs between 2 and 3 but got 1 inputs"),
         ({"PROMPT": ["a", "b"], "STREAM": False}, "The schema can not convert input 'PROMPT' to tensor with proper shape"),
+        ({"PROMPT": [], "STREAM": False}, "The schema can not convert input 'PROMPT' to tensor with proper shape"),
         (
             {"PROMPT": "a", "STREAM": False, "PARAMS": {"x": 1}},
             "parameter 'PARAMS' has invalid type. It should be either 'int', 'bool', or 'string'.",
