@@ -1182,7 +1182,7 @@ class ProcessModelInstance:
         if child.reader is not None:  # the process leaves after ``closed``: its reader sees the end
             child.process.wait(_CLOSE_TIMEOUT)
             child.reader.join(_CLOSE_TIMEOUT)
-        # the watcher reads the process's log pipe: it must be gone before the pipe closes (a read of
+        # the watcher reads the process's side channel: it must be gone before it closes (a read of
         # a closed descriptor fails, or reads another file that reused its number)
         self._watcher.join(_CLOSE_TIMEOUT)
         _stop(child.process)
