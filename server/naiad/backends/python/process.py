@@ -23,8 +23,9 @@ cancelled).  ``execute`` blocks in socket I/O,
 releasing the GIL, so N instances compute in N processes at once.  A single instance whose model
 makes no BLS calls is driven from the event loop instead (``start_on_loop``), with executions sent
 ahead under load (a decoupled model's too: its reader thread delivers their responses and results,
-so a burst of requests reaches the model without a round trip per execution).  Log records come
-through a pipe of their own (:mod:`naiad.backends.python.logrelay`).
+so a burst of requests reaches the model without a round trip per execution).  Log records, custom
+metrics and the engine's questions that cannot wait for an execution to end (is the model ready?) go
+through a side channel of their own (:mod:`naiad.backends.python.logrelay`).
 
 A watcher thread per instance learns at once that the model process ended (the template reports its
 exit status), kills it when it crosses the model's memory limit or runs one execution past the
