@@ -544,6 +544,16 @@ def python_based_backends(checkouts: Checkouts) -> Suite:
     return Suite("qa-python_based_backends", build, (script,), args)
 
 
+def _identity_models(checkouts: Checkouts, folder: Path) -> Path:
+    """``$DATADIR/qa_identity_model_repository``'s ONNX models, made by NVIDIA's own generator
+    (``gen_qa_identity_models.py --onnx``) under ``folder``: where they are."""
+    generated = folder / "qa_identity_model_repository"
+    generator = checkouts.qa / "common" / "gen_qa_identity_models.py"
+    command = [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"]
+    subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+    return generated
+
+
 def http_unit_tests(checkouts: Checkouts) -> Suite:
     """qa/L0_http/http_test.py: raw binary bodies, BYTES element counts, chunked and unsupported
     encodings, status codes, size overflows, negative dimensions, JSON depth limits, oversized loads
@@ -553,14 +563,7 @@ def http_unit_tests(checkouts: Checkouts) -> Suite:
     folder = "L0_http"
 
     def build(repo: Path) -> None:
-        generated = repo.parent / "qa_identity_model_repository"
-        generator = checkouts.qa / "common" / "gen_qa_identity_models.py"
-        subprocess.run(
-            [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"],
-            check=True,
-            capture_output=True,
-            cwd=generator.parent,
-        )
+        generated = _identity_models(checkouts, repo.parent)
         for name in (
             "onnx_zero_1_float32",
             "onnx_zero_1_object",
@@ -615,14 +618,7 @@ def input_size_limit(checkouts: Checkouts) -> list[Suite]:
     test_file = "http_input_size_limit_test.py"
 
     def build(repo: Path) -> None:
-        generated = repo.parent / "qa_identity_model_repository"
-        generator = checkouts.qa / "common" / "gen_qa_identity_models.py"
-        subprocess.run(
-            [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"],
-            check=True,
-            capture_output=True,
-            cwd=generator.parent,
-        )
+        generated = _identity_models(checkouts, repo.parent)
         copy_model(generated / "onnx_zero_1_float32", repo)
         copy_model(checkouts.server / "docs" / "examples" / "model_repository" / "simple_identity", repo)
 
