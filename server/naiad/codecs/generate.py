@@ -59,13 +59,16 @@ def _members(body: bytes) -> list[tuple[str, Any]]:
     if not body.strip():
         return []
     try:
-        orjson.loads(body)  # (orjson's limits and messages for malformed JSON)
-        document = json.loads(body, object_pairs_hook=_pairs)
-    except (orjson.JSONDecodeError, ValueError, RecursionError) as exc:
+        document = json.loads(body, object_pairs_hook=_pairs, parse_constant=_not_json)
+    except (ValueError, RecursionError) as exc:  # (malformed, or nested past the recursion limit)
         raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
     if not isinstance(document, _Pairs):
         raise InvalidArgumentError("failed to parse the request JSON buffer: expected a JSON object")
     return list(document)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 class _Pairs(list[tuple[str, Any]]):
