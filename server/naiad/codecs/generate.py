@@ -20,18 +20,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from naiad.codecs.json_v2 import NOT_BOOLEAN, NOT_NUMBER, NOT_SIGNED, NOT_STRING, NOT_UNSIGNED
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.request import InferRequest, InferResponse, Tensor
 from naiad.core.signature import ModelSignature, TensorSpec
 
 _RESERVED = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"})
-#: What a JSON value must be for each datatype, and Triton's words when it is not.
-_NOT_STRING = "attempt to access JSON non-string as string"
-_NOT_BOOLEAN = "attempt to access JSON non-boolean as boolean"
-_NOT_SIGNED = "attempt to access JSON non-signed-integer as signed-integer"
-_NOT_UNSIGNED = "attempt to access JSON non-unsigned-integer as unsigned-integer"
-_NOT_NUMBER = "attempt to access JSON non-number as double"
 
 
 def decode_generate(
@@ -47,7 +42,7 @@ def decode_generate(
     for key, value in members:
         if key == "id":
             if not isinstance(value, str):
-                raise InvalidArgumentError(f"Unable to parse 'id': {_NOT_STRING}")
+                raise InvalidArgumentError(f"Unable to parse 'id': {NOT_STRING}")
             request.id = value
     _Reader(request, signature, max_input_size).read(members)
     return request
@@ -198,21 +193,21 @@ def _array(spec: TensorSpec, values: list[Any]) -> np.ndarray[Any, Any]:
     target = datatypes.NUMPY_DTYPE[datatype]
     if datatype == "BYTES":
         if not all(isinstance(item, str) for item in values):
-            raise InvalidArgumentError(f"Unable to parse 'data': {_NOT_STRING}")
+            raise InvalidArgumentError(f"Unable to parse 'data': {NOT_STRING}")
         array: np.ndarray[Any, Any] = np.empty(len(values), dtype=np.object_)
         array[:] = [item.encode("utf-8") for item in values]
         return array
     if datatype == "BOOL":
         if not all(isinstance(item, bool) for item in values):
-            raise InvalidArgumentError(f"Unable to parse 'data': {_NOT_BOOLEAN}")
+            raise InvalidArgumentError(f"Unable to parse 'data': {NOT_BOOLEAN}")
     elif target.kind in "iu":
-        refusal = _NOT_UNSIGNED if target.kind == "u" else _NOT_SIGNED
+        refusal = NOT_UNSIGNED if target.kind == "u" else NOT_SIGNED
         info = datatypes.integer_range(target)
         for item in values:
             if isinstance(item, bool) or not isinstance(item, int) or not info.min <= item <= info.max:
                 raise InvalidArgumentError(f"Unable to parse 'data': {refusal}")
     elif not all(isinstance(item, int | float) and not isinstance(item, bool) for item in values):
-        raise InvalidArgumentError(f"Unable to parse 'data': {_NOT_NUMBER}")
+        raise InvalidArgumentError(f"Unable to parse 'data': {NOT_NUMBER}")
     return np.array(values, dtype=target)
 
 

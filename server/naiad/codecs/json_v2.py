@@ -334,6 +334,14 @@ def _from_binary(
     return array.reshape(shape)
 
 
+#: Triton's words (its JSON reader's) for a value of the wrong JSON type.
+NOT_STRING = "attempt to access JSON non-string as string"
+NOT_BOOLEAN = "attempt to access JSON non-boolean as boolean"
+NOT_SIGNED = "attempt to access JSON non-signed-integer as signed-integer"
+NOT_UNSIGNED = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+NOT_NUMBER = "attempt to access JSON non-number as double"
+
+
 def _shape_mismatch() -> InvalidArgumentError:
     return InvalidArgumentError("Unable to parse 'data': Shape does not match true shape of 'data' field")
 
@@ -366,7 +374,7 @@ def _from_json(
     target = datatypes.NUMPY_DTYPE[datatype]
     if datatype == "BOOL":
         if kind != "b" and count:
-            raise InvalidArgumentError(f"Unable to parse 'data' of input '{name}': expected booleans")
+            raise InvalidArgumentError(f"Unable to parse 'data': {NOT_BOOLEAN}")
     elif target.kind in _INT_KINDS:
         if kind not in _INT_KINDS and count:
             # numpy types integers past int64 as float64 (losing digits) or object: re-read them exactly
@@ -382,7 +390,7 @@ def _from_json(
                     f"Unable to parse 'data' of input '{name}': a value is out of range for {datatype}"
                 )
     elif kind not in "iuf" and count:
-        raise InvalidArgumentError(f"Unable to parse 'data' of input '{name}': expected numbers")
+        raise InvalidArgumentError(f"Unable to parse 'data': {NOT_NUMBER}")
     return raw.astype(target, copy=False).reshape(shape)
 
 
@@ -392,7 +400,8 @@ def _big_integers(raw: np.ndarray[Any, Any], target: np.dtype[Any], name: str) -
     flat = raw.reshape(-1)
     for value in flat:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidArgumentError(f"Unable to parse 'data' of input '{name}': expected integers")
+            refusal = NOT_UNSIGNED if target.kind == "u" else NOT_SIGNED
+            raise InvalidArgumentError(f"Unable to parse 'data': {refusal}")
         if not info.min <= value <= info.max:
             raise InvalidArgumentError(
                 f"Unable to parse 'data' of input '{name}': a value is out of range for {target.name.upper()}"
@@ -441,7 +450,7 @@ def _flatten_strings(data: list[Any], out: list[Any], limit: int, depth: int) ->
         elif isinstance(item, str):
             out.append(item.encode("utf-8"))
         else:
-            raise InvalidArgumentError("Unable to parse 'data': expected strings for a BYTES input")
+            raise InvalidArgumentError(f"Unable to parse JSON bytes array: {NOT_STRING}")
         if len(out) > limit:
             raise _shape_mismatch()
 

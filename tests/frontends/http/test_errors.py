@@ -99,7 +99,7 @@ CASES = [
         "receiving FP16 data via JSON is not supported. Please use the binary data format for input INPUT0",
     ),
     ("bad datatype", _with(0, datatype="FOO"), "invalid datatype for input INPUT0"),
-    ("string in numbers", _with(0, data=[1, 2, "x", 4]), None),
+    ("string in numbers", _with(0, data=[1, 2, "x", 4]), "Unable to parse 'data': attempt to access JSON non-number as double"),
     ("negative dim", _with(0, shape=[-4]), None),
     ("huge shape", _with(0, shape=[4_000_000_000_000, 4_000_000_000]), None),
     ("overflowing shape", _with(0, shape=[2**62, 2**62, 2**62]), None),
@@ -306,3 +306,21 @@ def test_a_chunked_request_of_too_many_chunks_is_refused_as_triton_refuses_it(se
     assert (
         b"Chunked request body exceeds maximum of 65536 non-empty chunks. Send fewer or larger HTTP chunks." in past
     )
+
+
+@pytest.mark.parametrize(
+    ("datatype", "value", "message"),
+    [
+        ("BOOL", 1, "Unable to parse 'data': attempt to access JSON non-boolean as boolean"),
+        ("BYTES", 1, "Unable to parse JSON bytes array: attempt to access JSON non-string as string"),
+        ("INT32", "x", "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"),
+        ("UINT8", 1.5, "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    ],
+)
+def test_a_value_of_the_wrong_json_type_is_refused_in_tritons_words(
+    raw: RawClient, datatype: str, value: object, message: str
+) -> None:
+    """As Triton 2.51 words them (checked side by side)."""
+    body = {"inputs": [{"name": "INPUT0", "datatype": datatype, "shape": [1], "data": [value]}]}
+    response = raw.post_json(f"/v2/models/identity_{datatype.lower()}/infer", body)
+    assert (response.status, response.error) == (400, message)
