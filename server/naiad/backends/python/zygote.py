@@ -140,12 +140,26 @@ class ModelProcess:
                 return future
             number = next(self._numbers)
             self._asked[number] = future
-            try:
-                os.write(self.log, logrelay.frame((question[0], number, *question[1:])))
-            except OSError:  # ended, or so stuck that a few questions filled the socket
+            if not self._write(logrelay.frame((question[0], number, *question[1:]))):
                 del self._asked[number]
                 future.set_result(None)
         return future
+
+    def _write(self, frame: bytes) -> bool:
+        """Write ``frame`` whole on the non-blocking side channel (a part would garble every later
+        question): False, with nothing written, if the process ended or is so stuck that questions
+        filled the socket; once a part went, the rest follows as the process's reader takes it."""
+        data = memoryview(frame)
+        while data:
+            try:
+                data = data[os.write(self.log, data) :]
+            except BlockingIOError:
+                if len(data) == len(frame):
+                    return False
+                select.select([], [self.log], [], 1.0)
+            except OSError:
+                return False
+        return True
 
     def _no_more_answers(self) -> None:
         with self._asking:
