@@ -191,6 +191,8 @@ class Wire:
         #: Messages of a frame already unpickled, not yet taken.
         self._received: collections.deque[Any] = collections.deque()
         self._outbox: list[Any] = []
+        #: Frames (or their ends) not written yet, in order (see ``flush_ready``).
+        self._unsent: collections.deque[memoryview] = collections.deque()
         #: The peer closed while ``arrives_within`` watched: the next read reports EOF.
         self._closed = False
 
@@ -207,31 +209,60 @@ class Wire:
         self._outbox.append(message)
 
     def flush(self) -> None:
+        """Send what is queued (and anything ``flush_ready`` left unsent), waiting until all of it went."""
+        self._frame()
+        self._write_unsent()
+
+    def flush_ready(self) -> bool:
+        """Send what is queued as far as the socket takes it now, without waiting; False if some is
+        left, sent in order before anything later (by the next ``flush_ready`` or ``flush``).
+
+        The event loop's way to send: a frame larger than what the socket holds (BYTES tensors
+        travel in the message) to a model process busy with an earlier execution would otherwise
+        hold the loop, and every other model's requests, until that execution ends and the process
+        reads again.  The loop sends the rest when the socket is writable."""
+        self._frame()
+        return self._send_ready(socket.MSG_DONTWAIT)
+
+    def _frame(self) -> None:
         outbox = self._outbox
         if outbox:
             self._outbox = []
             payload = pickle.dumps(outbox, protocol=pickle.HIGHEST_PROTOCOL)
-            self._write(_HEADER.pack(len(payload)) + payload)
+            self._unsent.append(memoryview(_HEADER.pack(len(payload)) + payload))
 
-    def _write(self, data: bytes) -> None:
-        """All of ``data``, on a blocking socket or on one an event loop made non-blocking (libuv does
-        so to the sockets it watches: the engine's end of a model process driven from the loop).
-        A frame larger than what the socket holds (BYTES tensors travel in the message) then waits
-        for the peer to read, taking in what the peer sends meanwhile: a model process writing its
-        results while the engine writes an execution must not leave both waiting for the other.
-        (``sendall`` on a non-blocking socket fails midway, losing how much it sent.)"""
-        sock = self._sock
-        view = memoryview(data)
-        while view:
+    def _send_ready(self, flags: int) -> bool:
+        """Write what is unsent; False once the socket takes no more without waiting (at once with
+        ``MSG_DONTWAIT``, else only on a socket an event loop made non-blocking)."""
+        unsent, sock = self._unsent, self._sock
+        while unsent:
+            view = unsent[0]
             try:
-                view = view[sock.send(view) :]
+                sent = sock.send(view, flags)
             except BlockingIOError:
-                readable, _, _ = select.select([sock], [sock], [])
-                if readable:
-                    try:
-                        self._fill(blocking=False)
-                    except EOFError:
-                        raise BrokenPipeError("the peer closed its end") from None
+                return False
+            if sent < len(view):
+                unsent[0] = view[sent:]
+            else:
+                unsent.popleft()
+        return True
+
+    def _write_unsent(self) -> None:
+        """All that is unsent, on a blocking socket or on one an event loop made non-blocking (libuv
+        does so to the sockets it watches: the engine's end of a model process driven from the loop).
+        A frame larger than what the socket holds waits for the peer to read, taking in what the peer
+        sends meanwhile: a model process writing its results while the engine writes an execution
+        must not leave both waiting for the other.  (``sendall`` on a non-blocking socket fails
+        midway, losing how much it sent.)  A blocking socket waits in ``send`` instead, without
+        reading: another thread may be reading it (a decoupled model's reader, on either side)."""
+        sock = self._sock
+        while not self._send_ready(0):
+            readable, _, _ = select.select([sock], [sock], [])
+            if readable:
+                try:
+                    self._fill(blocking=False)
+                except EOFError:
+                    raise BrokenPipeError("the peer closed its end") from None
 
     def receive(self) -> Any:
         """The next message, waiting for it; EOFError once the peer closed."""

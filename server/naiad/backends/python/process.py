@@ -837,7 +837,7 @@ class ProcessModelInstance:
             loop = self._loop
             assert loop is not None
             if self._reading is not None:
-                loop.remove_reader(self._reading.process.conn.fileno())
+                _unwatch(loop, self._reading.process.conn.fileno())
             loop.add_reader(child.process.conn.fileno(), self._readable, child)
             self._reading = child
 
@@ -850,11 +850,12 @@ class ProcessModelInstance:
         self._flushing = False
         conn = child.process.conn
         try:
-            conn.flush()
+            sent = conn.flush_ready()
         except OSError:  # it ended: its reader sees EOF and fails what was sent
             return
-        if conn.has_message():  # (results taken in while a large frame waited to be written)
-            self._readable(child)
+        if not sent:  # a large frame to a busy process: the rest as it reads, the loop serving meanwhile
+            assert self._loop is not None
+            self._loop.add_writer(conn.fileno(), self._drain, child)
             return
         watch = self._results_watch
         if not watch.limit:
@@ -866,6 +867,17 @@ class ProcessModelInstance:
         if watch.worth_it() and self._runtime.in_flight() <= 1 and conn.arrives_within(watch.limit):
             self._readable(child)
 
+    def _drain(self, child: _Child) -> None:
+        """The socket to ``child`` takes more: send what ``_flush`` left (and what was queued since)."""
+        conn = child.process.conn
+        try:
+            sent = conn.flush_ready()
+        except OSError:  # it ended: its reader sees EOF and fails what was sent
+            sent = True
+        if sent:
+            assert self._loop is not None
+            self._loop.remove_writer(conn.fileno())
+
     def _readable(self, child: _Child) -> None:
         """The model process sent something (or ended): answer questions, deliver results."""
         loop = self._loop
@@ -874,7 +886,7 @@ class ProcessModelInstance:
         try:
             messages = conn.receive_ready()
         except (EOFError, OSError):
-            loop.remove_reader(conn.fileno())
+            _unwatch(loop, conn.fileno())
             self._reading = None
             self._lost(child)
             return
@@ -926,7 +938,8 @@ class ProcessModelInstance:
                 return
 
     def _stop_reading(self) -> None:
-        """Take the current socket off the loop before it is closed (from the closing thread)."""
+        """Take the current socket off the loop before it is closed (from the closing thread); what
+        the loop left unsent is sent by the closing thread's ``close`` message, before it."""
         loop, reading = self._loop, self._reading
         if loop is None or reading is None or loop.is_closed():
             return
@@ -936,12 +949,12 @@ class ProcessModelInstance:
         except RuntimeError:
             on_loop = False
         if on_loop or not loop.is_running():
-            loop.remove_reader(fd)
+            _unwatch(loop, fd)
         else:
             removed = threading.Event()
 
             def remove() -> None:
-                loop.remove_reader(fd)
+                _unwatch(loop, fd)
                 removed.set()
 
             loop.call_soon_threadsafe(remove)
@@ -1190,6 +1203,13 @@ class ProcessModelInstance:
         _drop_calls(child)
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+
+def _unwatch(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    """Take a model process's socket off the loop: its results' reader and the writer of a large
+    frame's rest (``_drain``), if any."""
+    loop.remove_reader(fd)
+    loop.remove_writer(fd)
 
 
 def _stop(process: ModelProcess) -> None:
