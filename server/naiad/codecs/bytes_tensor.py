@@ -1,12 +1,17 @@
 """BYTES tensors on the wire: each element a 4-byte little-endian length, then that many bytes.
 
 This framing is shared by HTTP binary data, gRPC raw contents, shared memory and warmup files.  The
-decoder never trusts a length prefix: every prefix is checked against the bytes that remain, so a lying
-prefix is an error and never an allocation.
+decoder never trusts a length prefix: the prefixes must add up to the buffer exactly, so a lying prefix
+is an error and never an allocation (an element is a slice of the buffer).
+
+Tensors of millions of elements cross this codec several times per request when frontend workers
+serve (a worker writes the engine's inputs in this framing, the engine reads them, and back for the
+outputs), so neither direction spends Python per element where it can help it.
 """
 
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Any
 
@@ -15,19 +20,22 @@ import numpy as np
 from naiad.core.errors import InvalidArgumentError
 
 _LEN = struct.Struct("<I")
+#: Elements from which one as long as another are written as one record array: fewer, and the
+#: record array's extra copy costs more than a ``join`` of them.
+_MANY = 64
 
 
 def serialize(array: np.ndarray[Any, Any]) -> bytes:
     """Length-prefix every element of a BYTES array (row-major)."""
-    parts: list[bytes] = []
-    for item in array.reshape(-1):
-        if isinstance(item, str):
-            item = item.encode("utf-8")
-        elif not isinstance(item, (bytes, bytearray, memoryview)):
-            item = str(item).encode("utf-8")
-        parts.append(_LEN.pack(len(item)))
-        parts.append(bytes(item))
-    return b"".join(parts)
+    items = _as_bytes(array)
+    lengths = list(map(len, items))
+    width = lengths[0] if lengths else 0
+    if width and len(lengths) >= _MANY and lengths.count(width) == len(lengths):  # no per-element work
+        record = np.empty(len(items), _records(width))
+        record["n"] = width
+        record["d"] = np.frombuffer(b"".join(items), f"V{width}")
+        return record.tobytes()
+    return b"".join(itertools.chain.from_iterable(zip(map(_LEN.pack, lengths), items, strict=True)))
 
 
 def deserialize(buffer: bytes | bytearray | memoryview, count: int, name: str) -> np.ndarray[Any, Any]:
@@ -35,44 +43,90 @@ def deserialize(buffer: bytes | bytearray | memoryview, count: int, name: str) -
 
     ``count`` comes from the client's declared shape, so it is checked against what the buffer can
     hold (every element needs at least its 4-byte prefix) before the result array is made.
+
+    Elements all as long as the buffer's share per element are read as one numpy record array
+    (a tenth of the time for a tensor of millions of short strings); others in one pass that checks
+    nothing on the way, and a checking pass that words the fault only when the first one found the
+    prefixes inconsistent.
     """
     view = memoryview(buffer)
-    size = len(view)
+    size = view.nbytes
     if count * 4 > size:
         raise InvalidArgumentError(
             f"unexpected number of string elements {count} for input '{name}': "
             f"the data holds at most {size // 4}"
         )
     out = np.empty(count, dtype=np.object_)
+    if count and size % count == 0:
+        width = size // count - 4
+        record = np.ndarray((count,), _records(width), view)
+        if (record["n"] == width).all():
+            out[:] = record["d"].tolist() if width else [b""] * count
+            return out
+    data = bytes(view)
+    unpack = _LEN.unpack_from
+    items = [b""] * count
+    offset = 0
+    try:
+        for i in range(count):
+            (length,) = unpack(data, offset)
+            offset += 4
+            end = offset + length
+            items[i] = data[offset:end]  # (past the end: shorter, and ``offset`` then ends past ``size``)
+            offset = end
+    except struct.error:
+        offset = -1
+    if offset != size:
+        _refuse(view, count, name)
+    out[:] = items
+    return out
+
+
+def _refuse(view: memoryview, count: int, name: str) -> None:
+    """Why ``count`` elements do not fill ``view`` exactly, raised for the first fault."""
+    size = view.nbytes
     offset = 0
     for i in range(count):
         if offset + 4 > size:
             raise InvalidArgumentError(f"incomplete string length for input '{name}' at element {i}")
         (length,) = _LEN.unpack_from(view, offset)
         offset += 4
-        end = offset + length
-        if end > size:
+        if offset + length > size:
             raise InvalidArgumentError(
                 f"string element {i} of input '{name}' declares {length} bytes but only "
                 f"{size - offset} remain"
             )
-        out[i] = bytes(view[offset:end])
-        offset = end
-    if offset != size:
-        raise InvalidArgumentError(
-            f"unexpected trailing {size - offset} bytes after {count} string elements for input '{name}'"
-        )
-    return out
+        offset += length
+    raise InvalidArgumentError(
+        f"unexpected trailing {size - offset} bytes after {count} string elements for input '{name}'"
+    )
 
 
 def serialized_size(array: np.ndarray[Any, Any]) -> int:
     """Byte size of :func:`serialize` without building it."""
-    total = 0
-    for item in array.reshape(-1):
-        if isinstance(item, str):
-            total += 4 + len(item.encode("utf-8"))
-        elif isinstance(item, (bytes, bytearray, memoryview)):
-            total += 4 + len(item)
-        else:
-            total += 4 + len(str(item).encode("utf-8"))
-    return total
+    items = _as_bytes(array)
+    return 4 * len(items) + sum(map(len, items))
+
+
+def _as_bytes(array: np.ndarray[Any, Any]) -> list[bytes]:
+    """The elements as ``bytes`` (row-major): strings in UTF-8, anything else as its ``str``."""
+    items: list[Any] = array.reshape(-1).tolist()
+    if set(map(type, items)) <= {bytes}:
+        return items
+    return [_element(item) for item in items]
+
+
+def _element(item: Any) -> bytes:
+    if type(item) is bytes:
+        return item
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return bytes(item)
+    return str(item).encode("utf-8")
+
+
+def _records(width: int) -> np.dtype[Any]:
+    """Elements ``width`` bytes long, as they lie on the wire: the prefix, then the bytes (``V``:
+    kept whole, trailing NULs too)."""
+    return np.dtype([("n", "<u4"), ("d", f"V{width}")]) if width else np.dtype([("n", "<u4")])
