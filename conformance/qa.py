@@ -640,6 +640,26 @@ def input_size_limit(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def _restriction_refusals(
+    checkouts: Checkouts, folder: str, flag: str, feature: str, build: Callable[[Path], None]
+) -> list[Suite]:
+    """The two invalid restriction settings qa's L0_http and L0_grpc start the server with, which it
+    must refuse at start with Triton's words (test.sh greps its log): an API in two groups, an
+    unknown one.  ``feature``: what Triton calls an API in that frontend's messages."""
+    suites = []
+    kind = flag.removeprefix("--").replace("-", "_")
+    for name, text in (
+        ("groups", f"{feature} 'health' can not be specified in multiple config groups"),
+        ("unknown", f"unknown restricted {feature} 'model-reposit'"),
+    ):
+        first = "model-repository" if name == "groups" else "model-reposit"
+        args = (f"{flag}={first},health:k1=v1", f"{flag}=metadata,health:k2=v2")
+        _, log = _server_log(checkouts, folder, f"{kind.rsplit('_', 1)[0]}_{name}_server.log")
+        refused = _logged(checkouts, folder, log.name, text)
+        suites.append(Suite(f"qa-{kind}-{name}", build, (refused,), args, log_link=log, fails_to_start=True))
+    return suites
+
+
 def http_restrictions(checkouts: Checkouts) -> list[Suite]:
     """qa/L0_http's restricted APIs: two invalid ``--http-restricted-api`` settings the server must
     refuse at start with Triton's words (test.sh greps its log), then ``http_restricted_api_test.py``
@@ -650,32 +670,7 @@ def http_restrictions(checkouts: Checkouts) -> list[Suite]:
     def build(repo: Path) -> None:
         copy_model(checkouts.server / "docs" / "examples" / "model_repository" / "simple", repo)
 
-    suites = []
-    for name, args, text in (
-        (
-            "groups",
-            (
-                "--http-restricted-api=model-repository,health:k1=v1",
-                "--http-restricted-api=metadata,health:k2=v2",
-            ),
-            "api 'health' can not be specified in multiple config groups",
-        ),
-        (
-            "unknown",
-            (
-                "--http-restricted-api=model-reposit,health:k1=v1",
-                "--http-restricted-api=metadata,health:k2=v2",
-            ),
-            "unknown restricted api 'model-reposit'",
-        ),
-    ):
-        _, log = _server_log(checkouts, folder, f"http_restricted_{name}_server.log")
-        refused = _logged(checkouts, folder, log.name, text)
-        suites.append(
-            Suite(
-                f"qa-http_restricted_api-{name}", build, (refused,), args, log_link=log, fails_to_start=True
-            )
-        )
+    suites = _restriction_refusals(checkouts, folder, "--http-restricted-api", "api", build)
     test_file = "http_restricted_api_test.py"
     cases = re.findall(
         r"^    def (test_\w+)\(", (checkouts.qa / folder / test_file).read_text(), re.MULTILINE
@@ -695,6 +690,35 @@ def http_restrictions(checkouts: Checkouts) -> list[Suite]:
     )
     chunk_args = ("--allow-client-shm=true", "--model-control-mode=explicit", "--load-model=simple")
     suites.append(Suite("qa-http_request_many_chunks", build, (chunks,), chunk_args))
+    return suites
+
+
+def grpc_unit_tests(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_grpc/python_unit_test.py as its test.sh runs it: ``GrpcTest`` (an output asked for twice,
+    a BYTES input of ten million ``bytes_contents`` elements) on ``simple`` and qa's ``string_identity``
+    with a variable dimension; two invalid ``--grpc-restricted-protocol`` settings the server must
+    refuse at start with Triton's words; then ``RestrictedProtocolTest`` with model-repository,
+    inference and health behind headers."""
+    folder = "L0_grpc"
+    simple = checkouts.server / "docs" / "examples" / "model_repository" / "simple"
+
+    def build(repo: Path) -> None:
+        copy_model(simple, repo)
+
+    def build_grpc_test(repo: Path) -> None:
+        copy_model(simple, repo)
+        edit_config(qa_model(checkouts, repo, "string_identity"), (r"dims: \[ 1 \]", "dims: [ -1 ]"))
+
+    test_file = "python_unit_test.py"
+    grpc_test = _unittest(checkouts, folder, test_file, "GrpcTest")
+    suites = [Suite("qa-grpc_unit_test", build_grpc_test, (grpc_test,))]
+    suites += _restriction_refusals(checkouts, folder, "--grpc-restricted-protocol", "protocol", build)
+    args = (
+        "--grpc-restricted-protocol=model-repository:admin-key=admin-value",
+        "--grpc-restricted-protocol=inference,health:infer-key=infer-value",
+    )
+    restricted = _unittest(checkouts, folder, test_file, "RestrictedProtocolTest")
+    suites.append(Suite("qa-grpc_restricted_protocol", build, (restricted,), args))
     return suites
 
 
@@ -1060,6 +1084,7 @@ def qa_suites(
         generate_endpoint(checkouts),
         *input_size_limit(checkouts),
         *http_restrictions(checkouts),
+        *grpc_unit_tests(checkouts),
         string_io(checkouts),
         *parameters(checkouts),
         *simple_ensemble(checkouts),

@@ -321,7 +321,10 @@ def _extension_settings(parser: argparse.ArgumentParser, args: argparse.Namespac
         ("--cache-config", lambda: parse_cache_config(args.cache_config)),
         ("--rate-limit-resource", lambda: [parse_resource(r) for r in args.rate_limit_resources]),
         ("--http-restricted-api", lambda: parse_restrictions(args.http_restricted_apis)),
-        ("--grpc-restricted-protocol", lambda: parse_restrictions(args.grpc_restricted_protocols)),
+        (
+            "--grpc-restricted-protocol",
+            lambda: parse_restrictions(args.grpc_restricted_protocols, feature="protocol"),
+        ),
         ("--auth-key-file", lambda: args.auth_key_file and Keyring(args.auth_key_file)),
     ]
     for proto in ("http", "grpc"):

@@ -38,10 +38,15 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
         ("--rate-limit=always", "invalid choice"),
         ("--rate-limit-resource=gpu", "expected <name>:<count>[:<device>]"),
         ("--http-restricted-api=inference", "expected <apis>:<header>=<value>"),
-        ("--grpc-restricted-protocol=everything:k=v", "unknown restricted api 'everything'"),
+        ("--http-restricted-api=everything:k=v", "unknown restricted api 'everything'"),
+        ("--grpc-restricted-protocol=everything:k=v", "unknown restricted protocol 'everything'"),
         (
             "--http-restricted-api=model-repository,health:k1=v1 --http-restricted-api=metadata,health:k2=v2",
-            "api 'health' can not be specified in multiple config groups",
+            "restricted api 'health' can not be specified in multiple config groups",
+        ),
+        (
+            "--grpc-restricted-protocol=model-repository,health:k1=v1 --grpc-restricted-protocol=metadata,health:k2=v2",
+            "restricted protocol 'health' can not be specified in multiple config groups",
         ),
         ("--auth-key-file=/nonexistent/keys", "cannot read the key file"),
         ("--grpc-header-forward-pattern=(", "--grpc-header-forward-pattern"),

@@ -13,9 +13,12 @@ from collections.abc import Sequence
 from naiad.frontends.access.groups import Api
 
 
-def parse_restrictions(values: Sequence[str], header_prefix: str = "") -> dict[Api, tuple[str, str]]:
+def parse_restrictions(
+    values: Sequence[str], header_prefix: str = "", feature: str = "api"
+) -> dict[Api, tuple[str, str]]:
     """API -> (header, value) from the flag values; ``header_prefix`` is prepended to each header
-    (gRPC's ``triton-grpc-protocol-``, as tritonserver does).  Raises ``ValueError`` with the reason."""
+    (gRPC's ``triton-grpc-protocol-``, as tritonserver does).  Raises ``ValueError`` with the reason,
+    in Triton's words, which call an API a ``feature`` ("api" for HTTP, "protocol" for gRPC)."""
     restricted: dict[Api, tuple[str, str]] = {}
     for value in values:
         apis, colon, setting = value.partition(":")
@@ -27,9 +30,13 @@ def parse_restrictions(values: Sequence[str], header_prefix: str = "") -> dict[A
                 api = Api(name.strip())
             except ValueError:
                 allowed = ", ".join(a.value for a in Api)
-                raise ValueError(f"unknown restricted api '{name.strip()}' (allowed: {allowed})") from None
-            if api in restricted:  # (Triton's words, as for the unknown one)
-                raise ValueError(f"api '{api.value}' can not be specified in multiple config groups")
+                raise ValueError(
+                    f"unknown restricted {feature} '{name.strip()}' (allowed: {allowed})"
+                ) from None
+            if api in restricted:
+                raise ValueError(
+                    f"restricted {feature} '{api.value}' can not be specified in multiple config groups"
+                )
             restricted[api] = ((header_prefix + header.strip()).lower(), expected)
     return restricted
 

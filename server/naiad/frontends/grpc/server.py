@@ -99,7 +99,9 @@ class GrpcFrontend:
             )
         self._relay = relay
         self._servicer = InferenceServicer(dataplane, compression, forwarding, relay)
-        restrictions = Restrictions(parse_restrictions(settings.grpc_restricted_protocols, HEADER_PREFIX))
+        restrictions = Restrictions(
+            parse_restrictions(settings.grpc_restricted_protocols, HEADER_PREFIX, "protocol")
+        )
         policy = AccessPolicy(restrictions, keyring)
         self._tls = tls_files(
             settings.grpc_use_ssl,
