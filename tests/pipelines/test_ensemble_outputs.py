@@ -1,7 +1,9 @@
 """What an ensemble answers with, as Triton 2.51 answers (checked side by side, and by NVIDIA's
-qa/L0_simple_ensemble): only the steps the requested outputs need run, an output a composing model
-leaves out is left out of the answer, the answer carries the request's sequence ID and flags, and a
-non-batching ensemble runs batching models (its tensors get and lose a batch dimension of 1)."""
+qa/L0_simple_ensemble and L0_optional_input): only the steps the requested outputs need run; an
+output a composing model leaves out, or an optional input the request leaves out, is absent (the
+steps reading it run without it, and the answer leaves it out); the answer carries the request's
+sequence ID and flags; and a non-batching ensemble runs batching models (its tensors get and lose a
+batch dimension of 1)."""
 
 from __future__ import annotations
 
@@ -51,11 +53,29 @@ class TritonPythonModel:
 """
 
 
-def _python_config(name: str, outputs: str) -> str:
+#: OUT = IN (zeros when it is left out) + IN2 (100 when it is left out): both inputs optional.
+OPTIONAL_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        answers = []
+        for r in requests:
+            a, b = (pb_utils.get_input_tensor_by_name(r, name) for name in ("IN", "IN2"))
+            value = (np.zeros(4, np.float32) if a is None else a.as_numpy()) + (100 if b is None else b.as_numpy())
+            answers.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value.astype(np.float32))]))
+        return answers
+"""
+
+OPTIONAL_IN = "data_type: TYPE_FP32 dims: [ 4 ] optional: true"
+
+
+def _python_config(name: str, outputs: str, inputs: str = tensors("IN")) -> str:
     return f"""
     name: "{name}"
     backend: "python"
-    input [{tensors("IN")}]
+    input [{inputs}]
     output [{outputs}]
     instance_group [{{ kind: KIND_CPU }}]
     """
@@ -79,6 +99,17 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_model(
         repo, "partial_needed", ensemble("partial_needed", needed, tensors("X"), tensors("KEPT", "Y"))
     )
+    optional_inputs = tensors("IN", "IN2", spec=OPTIONAL_IN)
+    write_model(repo, "optional", _python_config("optional", tensors("OUT"), optional_inputs), OPTIONAL_PY)
+    given = step("optional", {"IN": "X", "IN2": "Z"}, {"OUT": "Y"})
+    ensemble_inputs = tensors("X") + ", " + tensors("Z", spec=OPTIONAL_IN)
+    write_model(repo, "optional_input", ensemble("optional_input", given, ensemble_inputs, tensors("Y")))
+    connecting = (
+        step("half", {"IN": "X"}, {"OUT0": "KEPT", "OUT1": "T"})
+        + ", "
+        + step("optional", {"IN": "KEPT", "IN2": "T"}, {"OUT": "Y"})
+    )
+    write_model(repo, "connecting", ensemble("connecting", connecting, tensors("X"), tensors("Y")))
     batched = _python_config("batched_plus", tensors("OUT")) + "max_batch_size: 4\n"
     write_model(repo, "batched_plus", batched, SHIFT_PY.format(by=1))
     over = step("batched_plus", {"IN": "X"}, {"OUT": "Y"})
@@ -157,14 +188,34 @@ def test_an_output_a_composing_model_leaves_out_is_left_out(server: ServerProces
     client.close()
 
 
-def test_an_output_left_out_that_a_later_step_needs_fails_the_request(server: ServerProcess) -> None:
+def test_an_output_left_out_that_a_later_step_needs_fails_that_step(server: ServerProcess) -> None:
+    """The step runs without it, and its model refuses the request as Triton 2.51's does (checked)."""
     client = httpclient.InferenceServerClient(server.http_url)
     with pytest.raises(InferenceServerException) as info:
         client.infer("partial_needed", _inputs())
+    assert info.value.status() == "400"
     assert info.value.message() == (
-        "in ensemble 'partial_needed', step 0 (model 'half'): the model did not produce output 'OUT1'"
+        "in ensemble 'partial_needed', step 1 (model 'plus'): [request id: <id_unknown>] expected 1 inputs "
+        "but got 0 inputs for model 'plus'. Got input(s) [], but missing required input(s) ['IN']. "
+        "Please provide all required input(s)."
     )
     np.testing.assert_array_equal(client.infer("both", _inputs()).as_numpy("P"), X + 1)  # others serve on
+    client.close()
+
+
+def test_an_optional_input_left_out_reaches_the_step_left_out(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    np.testing.assert_array_equal(client.infer("optional_input", _inputs()).as_numpy("Y"), X + 100)
+    z = httpclient.InferInput("Z", [4], "FP32")
+    z.set_data_from_numpy(X * 10)
+    np.testing.assert_array_equal(client.infer("optional_input", [*_inputs(), z]).as_numpy("Y"), X * 11)
+    client.close()
+
+
+def test_an_output_left_out_reaches_an_optional_input_left_out(server: ServerProcess) -> None:
+    """``half`` leaves its OUT1 out; the next step's IN2, which it feeds, is optional."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    np.testing.assert_array_equal(client.infer("connecting", _inputs()).as_numpy("Y"), X + 100)
     client.close()
 
 

@@ -567,6 +567,7 @@ def build_version(
         config.ensemble_scheduling.max_inflight_requests,
         batching=config.max_batch_size > 0,
         fits=_fits(config, steps, models),
+        optional_inputs=tuple(tensor.name for tensor in config.input if tensor.optional),
     )
     return EnsembleVersion(
         config,

@@ -25,8 +25,10 @@ and none is dropped.  The producer itself is not paused: its responses come from
 threads, and blocking one of those on steps that may need the same model instance could deadlock.
 
 As in Triton, a request runs only the steps its requested outputs need (the others' models never see
-it, nor count it), an output a composing model leaves out is left out of the answer (Triton's verbose
-line says so) unless a later step needs it, and every answer with outputs (each of a decoupled
+it, nor count it); an optional ensemble input the request leaves out, or an output a composing model
+leaves out, is a tensor known to be absent: the steps that read it run without it (their model
+refuses the request unless that input is optional for it) and the answer leaves it out (Triton's
+verbose line says so); and every answer with outputs (each of a decoupled
 ensemble's too) carries the request's sequence ID and flags as parameters (``sequence_id``,
 ``sequence_start``, ``sequence_end``; checked side by side with Triton 2.51).
 
@@ -71,6 +73,10 @@ StepRunner = Callable[[InferRequest], Awaitable[InferResponse]]
 _MONOTONIC_NS = time.monotonic_ns
 
 log = logging.getLogger("naiad.scheduling")
+
+#: An ensemble request's tensors by name; ``None`` for one known to be absent: an optional input of
+#: the ensemble the request left out, or an output a composing model left out of its answer.
+Tensors = dict[str, Tensor | None]
 
 #: How many sets of requested outputs an ensemble keeps its steps for (``_stage_for``).
 _PRUNED_KEPT = 64
@@ -187,14 +193,16 @@ class EnsembleScheduler:
         *,
         batching: bool = False,
         fits: dict[tuple[int, str], Fit] | None = None,
+        optional_inputs: tuple[str, ...] = (),
     ) -> None:
         """``outputs`` are the ensemble's output tensors (the intermediate ones stay inside);
         ``max_inflight_requests`` (0: no cap) caps each step's requests in flight; ``batching``: the
         ensemble has a ``max_batch_size``, so each request counts its batch size of inferences (as
         Triton counts an ensemble's).  ``fits``: the step inputs (by step index and input name) and the
         ensemble's outputs (by index -1 and output name) where a batching end meets a non-batching one
-        (see :class:`Fit`)."""
+        (see :class:`Fit`); ``optional_inputs``: the ensemble's inputs a request may leave out."""
         self.batching = batching
+        self._optional_inputs = optional_inputs
         self.name = name
         self.stages = stages
         self.outputs = outputs
@@ -227,9 +235,9 @@ class EnsembleScheduler:
         try:
             if self._decoupled:
                 await self._stream(request)
-                tensors: dict[str, Tensor] = {}
+                tensors: Tensors = {}
             else:
-                tensors = await self._flow(self._stage_for(request), request, _inputs(request))
+                tensors = await self._flow(self._stage_for(request), request, self._given(request))
         except InferenceServerError:
             self.stats.fail(FailureReason.BACKEND, _MONOTONIC_NS() - start)
             raise
@@ -246,7 +254,7 @@ class EnsembleScheduler:
         self.stats.execution(request.batch_size if self.batching else 1, 0, elapsed, 0)
         return self._response(request, tensors)
 
-    def _response(self, request: InferRequest, tensors: dict[str, Tensor]) -> InferResponse:
+    def _response(self, request: InferRequest, tensors: Tensors) -> InferResponse:
         """An answer of the ensemble from its ``tensors``: the outputs ``request`` asks for, and, when
         there are any, its sequence ID and flags as parameters (Triton 2.51 adds them to every
         ensemble answer with outputs, each of a decoupled one's too; not to an answer without)."""
@@ -263,8 +271,14 @@ class EnsembleScheduler:
         }
         return InferResponse(self.name, "", request.id, outputs, sequence)
 
-    def _answer(self, tensors: dict[str, Tensor]) -> list[Tensor]:
-        answer = [tensors[name] for name in self.outputs if name in tensors]
+    def _answer(self, tensors: Tensors) -> list[Tensor]:
+        answer = []
+        for name in self.outputs:
+            tensor = tensors.get(name)
+            if tensor is not None:
+                answer.append(tensor)
+            elif name in tensors:  # (Triton's verbose line)
+                log.debug("Composing models did not output tensor %s", name)
         if self._fits:
             for index, tensor in enumerate(answer):
                 fit = self._fits.get((-1, tensor.name))
@@ -285,19 +299,26 @@ class EnsembleScheduler:
             pruned = self._pruned[wanted] = Stage(needed_for(stage.steps, wanted))
         return pruned
 
+    def _given(self, request: InferRequest) -> Tensors:
+        """The request's inputs, and the optional inputs of the ensemble it left out, as absent."""
+        tensors: Tensors = {tensor.name: tensor for tensor in request.inputs}
+        for name in self._optional_inputs:
+            tensors.setdefault(name, None)
+        return tensors
+
     async def _flow(
         self,
         stage: Stage,
         request: InferRequest,
-        tensors: dict[str, Tensor],
-    ) -> dict[str, Tensor]:
+        tensors: Tensors,
+    ) -> Tensors:
         """Run ``stage``'s steps on ``tensors``, adding their outputs to it."""
         waiting = list(stage.steps)
         if stage.chain is not None:  # one step after the other: no bookkeeping, no tasks
             for step in stage.chain:
                 if any(name not in tensors for _, name in step.inputs):
                     break  # an optional input is missing: say which steps cannot run, below
-                self._collect(step, await self._step(step, request, tensors), tensors, stage)
+                self._collect(step, await self._step(step, request, tensors), tensors)
                 waiting.remove(step)
             else:
                 return tensors
@@ -309,7 +330,7 @@ class EnsembleScheduler:
                     waiting.remove(step)
                 if len(ready) == 1 and not running:  # a chain: no task needed
                     step = ready[0]
-                    self._collect(step, await self._step(step, request, tensors), tensors, stage)
+                    self._collect(step, await self._step(step, request, tensors), tensors)
                     continue
                 for step in ready:
                     running[asyncio.ensure_future(self._step(step, request, tensors))] = step
@@ -317,7 +338,7 @@ class EnsembleScheduler:
                     self._cannot_run(waiting)
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    self._collect(running.pop(task), task.result(), tensors, stage)
+                    self._collect(running.pop(task), task.result(), tensors)
         finally:
             for task in running:
                 task.cancel()
@@ -327,14 +348,18 @@ class EnsembleScheduler:
         names = ", ".join(f"'{step.model_name}'" for step in steps)
         raise UnavailableError(f"ensemble '{self.name}' cannot run steps {names}")
 
-    def _step_request(self, step: Step, request: InferRequest, tensors: dict[str, Tensor]) -> InferRequest:
+    def _step_request(self, step: Step, request: InferRequest, tensors: Tensors) -> InferRequest:
         """A step's request.  An input that other steps (or the ensemble's answer) read too is a
         read-only view: a model that changes an input in place, as Triton's Python models may, then
-        works on a copy of its own (``pb_utils`` makes it), and the others never see its change."""
+        works on a copy of its own (``pb_utils`` makes it), and the others never see its change.
+        A tensor known to be absent is left out, as Triton leaves it out: the step's model then
+        refuses the request unless that input is optional for it."""
         shared, fits = self._shared, self._fits
         inputs = []
         for model_input, name in step.inputs:
             tensor = tensors[name]
+            if tensor is None:
+                continue
             data = _read_only(tensor.data) if name in shared else tensor.data
             fit = fits.get((step.index, model_input)) if fits else None
             inputs.append(Tensor(model_input, tensor.datatype, data if fit is None else fit.apply(data)))
@@ -357,7 +382,7 @@ class EnsembleScheduler:
         self,
         step: Step,
         request: InferRequest,
-        tensors: dict[str, Tensor],
+        tensors: Tensors,
     ) -> InferResponse:
         step_request = self._step_request(step, request, tensors)
         try:
@@ -371,22 +396,13 @@ class EnsembleScheduler:
     def _failed(self, step: Step, error: InferenceServerError) -> InferenceServerError:
         return InferenceServerError(f"{step.label(self.name)}: {error.message}", error.code)
 
-    def _collect(
-        self, step: Step, response: InferResponse, tensors: dict[str, Tensor], stage: Stage | None = None
-    ) -> None:
-        """Add ``step``'s outputs to ``tensors``.  One its model left out fails the request, unless it
-        is only an output of the ensemble (no step of ``stage`` reads it), which then answers without it."""
+    def _collect(self, step: Step, response: InferResponse, tensors: Tensors) -> None:
+        """Add ``step``'s outputs to ``tensors``; one its model left out is known to be absent (as in
+        Triton: the steps that read it run without it, and the answer leaves it out)."""
         by_name = {tensor.name: tensor for tensor in response.outputs}
         for model_output, name in step.outputs:
             tensor = by_name.get(model_output)
-            if tensor is None:
-                if stage is not None and name in self.outputs and not _reads(stage, name):
-                    log.debug("Composing models did not output tensor %s", name)  # (Triton's verbose line)
-                    continue
-                raise UnavailableError(
-                    f"{step.label(self.name)}: the model did not produce output '{model_output}'"
-                )
-            tensors[name] = Tensor(name, tensor.datatype, tensor.data)
+            tensors[name] = None if tensor is None else Tensor(name, tensor.datatype, tensor.data)
 
     # ---- decoupled ensembles -------------------------------------------------------------------
 
@@ -395,7 +411,7 @@ class EnsembleScheduler:
         sink = request.responses
         assert sink is not None, "a decoupled ensemble is only ever streamed"
         run = _Run(request, sink)
-        run.spawn(self._path(run, 0, _inputs(request)))
+        run.spawn(self._path(run, 0, self._given(request)))
         try:
             await run.done
         finally:
@@ -403,7 +419,7 @@ class EnsembleScheduler:
                 path.cancel()
         sink(run.last, True)  # sent once the request is over, as its scheduler counts it
 
-    async def _path(self, run: _Run, index: int, tensors: dict[str, Tensor]) -> None:
+    async def _path(self, run: _Run, index: int, tensors: Tensors) -> None:
         """One set of tensors through stage ``index``: the ensemble's answer at the last stage, else
         the producer's request, each of whose responses starts the next stage on a copy of them."""
         stage = self.stages[index]
@@ -430,7 +446,7 @@ class EnsembleScheduler:
         self,
         step: Step,
         request: InferRequest,
-        tensors: dict[str, Tensor],
+        tensors: Tensors,
         each: Callable[[InferResponse], None],
     ) -> None:
         """Run a producer step, handing each of its responses to ``each`` in order, until its final flag."""
@@ -445,15 +461,6 @@ class EnsembleScheduler:
     def close(self) -> None:
         """Nothing to release: the steps' models own their instances (the repository has already
         waited for this version's requests to finish)."""
-
-
-def _inputs(request: InferRequest) -> dict[str, Tensor]:
-    return {tensor.name: tensor for tensor in request.inputs}
-
-
-def _reads(stage: Stage, name: str) -> bool:
-    """Whether a step of ``stage`` takes the tensor ``name``."""
-    return any(tensor == name for step in _all(stage) for _, tensor in step.inputs)
 
 
 def _all(stage: Stage) -> tuple[Step, ...]:
