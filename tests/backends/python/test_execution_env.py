@@ -8,13 +8,16 @@ left unpacked).
 from __future__ import annotations
 
 import importlib.util
+import io
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests.support.models import write_model
 from tests.support.server import ServerProcess
@@ -100,3 +103,46 @@ def test_models_run_with_their_packed_or_unpacked_execution_environment(tmp_path
             assert extracted != sys.prefix and Path(extracted) != environment
             assert (Path(extracted) / "lib").is_dir()
         assert server.stop() == 0
+
+
+def _malicious(archive: Path, entries: list[tuple[str, bytes | str]]) -> None:
+    """A ``.tar.gz`` of ``entries``: (name, file contents, or a symbolic link's target as text)."""
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, body in entries:
+            info = tarfile.TarInfo(name)
+            if isinstance(body, str):
+                info.type, info.linkname = tarfile.SYMTYPE, body
+                tar.addfile(info)
+            else:
+                info.size = len(body)
+                tar.addfile(info, io.BytesIO(body))
+
+
+def test_an_archive_that_would_write_outside_its_folder_is_refused_whole(tmp_path: Path) -> None:
+    """NVIDIA's qa ``L0_backend_python/env`` zip-slip cases (an entry under ``..``, an absolute one)
+    and a write through a link to outside: the model fails to load with the reason, nothing lands
+    outside, and the server serves its other models."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cases = {
+        "dotdot": ([(f"../../../../../../../..{outside}/dotdot", b"x"), ("bin/activate", b"")], "Path contains '..'"),
+        "absolute": ([(f"{outside}/absolute", b"x"), ("bin/activate", b"")], "Path is absolute"),
+        "through_link": ([("lib", str(outside)), ("lib/through_link", b"x")], "outside the destination"),
+    }
+    repo = tmp_path / "repo"
+    for name, (entries, _) in cases.items():
+        model = write_model(
+            repo, name, CONFIG.format(name=name, count=1, path="$$TRITON_MODEL_DIRECTORY/env.tar.gz"), PROBE_PY
+        )
+        _malicious(model / "env.tar.gz", entries)
+    write_model(repo, "plain", CONFIG.format(name="plain", count=1, path=str(build_environment(tmp_path / "env"))), PROBE_PY)
+    with ServerProcess([repo], ["--model-control-mode=explicit"]) as server:
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            for name, (_, reason) in cases.items():
+                with pytest.raises(InferenceServerException) as caught:
+                    client.load_model(name)
+                assert "cannot be extracted" in str(caught.value) and reason in str(caught.value)
+                assert not client.is_model_ready(name)
+            client.load_model("plain")
+            assert _ask(client, "plain")[0] == "hello from the custom environment"
+    assert list(outside.iterdir()) == []

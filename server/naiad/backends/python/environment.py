@@ -4,7 +4,9 @@ As in Triton, the parameter names a conda-pack archive (``.tar.gz``/``.tgz``/``.
 Triton 23.x, a folder holding an environment; the model then runs with that environment's Python and
 packages.  An archive is extracted once per server into a cache folder named after the archive's
 path, size and modification time, so every instance and every restart reuses it; a conda-pack
-archive's ``conda-unpack`` fixes its prefixes after extraction, as Triton runs it.
+archive's ``conda-unpack`` fixes its prefixes after extraction, as Triton runs it.  An archive with an
+entry that would land outside that folder is refused whole (a model repository is not
+trusted to write elsewhere on the node).
 
 The model process runs the environment's ``bin/python`` with the engine's ``naiad`` package first on
 its path and the engine's own ``site-packages`` last: the environment's packages win, and what the
@@ -22,12 +24,24 @@ import sysconfig
 import tarfile
 import tempfile
 import threading
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from naiad.backends.python.zygote import SOURCE_ROOT
 from naiad.core.errors import InvalidArgumentError
 
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+def _refuse_escape(member: tarfile.TarInfo) -> None:
+    """An entry that would land outside the extraction folder refuses the whole archive, in the
+    words of the library Triton extracts with (libarchive's secure-extraction checks).  ``tarfile``'s
+    ``tar`` filter then refuses writing through a link to outside; links may point outside, as in
+    Triton (a packed venv's ``bin/python`` names the interpreter it was made from)."""
+    name = member.name
+    if name.startswith("/"):
+        raise tarfile.TarError(f"entry '{name}': Path is absolute")
+    if ".." in PurePosixPath(name).parts:
+        raise tarfile.TarError(f"entry '{name}': Path contains '..'")
 
 
 class Environments:
@@ -58,6 +72,8 @@ class Environments:
         scratch = Path(tempfile.mkdtemp(prefix="extracting-", dir=self._cache))
         try:
             with tarfile.open(archive) as tar:
+                for member in tar:
+                    _refuse_escape(member)
                 tar.extractall(scratch, filter="tar")
             unpack = scratch / "bin" / "conda-unpack"
             if unpack.is_file():
