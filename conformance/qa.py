@@ -517,6 +517,47 @@ def model_logging(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def zip_slip(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_backend_python/env's path-traversal cases: a Python model whose ``EXECUTION_ENV_PATH``
+    archive (made by NVIDIA's ``zipslip_test.py``) holds an entry under ``..`` or an absolute one; the
+    server must refuse to start, say why in libarchive's words, and write nothing outside."""
+    folder = "L0_backend_python/env"
+    suites = []
+    for mode, text in (("relative", "Path contains '..'"), ("absolute", "Path is absolute")):
+        model = f"zipslip_{mode}"
+        marker = f"/tmp/zipslip_{mode}_marker_{os.getpid()}"
+
+        def build(repo: Path, model: str = model, mode: str = mode, marker: str = marker) -> None:
+            model_dir = qa_model(checkouts, repo, "identity_fp32", model)
+            edit_config(
+                model_dir,
+                ("^name:.*", f'name: "{model}"'),
+                append='parameters: {key: "EXECUTION_ENV_PATH", value: {string_value: '
+                '"$$TRITON_MODEL_DIRECTORY/malicious_env.tar.gz"}}\n',
+            )
+            script = checkouts.qa / "L0_backend_python" / "env" / "zipslip_test.py"
+            archive = model_dir / "malicious_env.tar.gz"
+            argv = [sys.executable, str(script), "--mode", mode, "--output", str(archive), "--marker", marker]
+            subprocess.run(argv, check=True, capture_output=True)
+
+        _, log = _server_log(checkouts, folder, f"zipslip_{mode}_server.log")
+        nothing_outside = Script(
+            f"{QA}{folder}/test.sh: [ ! -e {marker} ]", ("test", "!", "-e", marker), checkouts.qa / folder
+        )
+        scripts = (_logged(checkouts, folder, log.name, text), nothing_outside)
+        suites.append(
+            Suite(
+                f"qa-env-zipslip_{mode}",
+                build,
+                scripts,
+                ("--log-verbose=1",),
+                log_link=log,
+                fails_to_start=True,
+            )
+        )
+    return suites
+
+
 def python_based_backends(checkouts: Checkouts) -> Suite:
     """qa/L0_backend_python/python_based_backends: models served by a Python-based backend (``add``,
     ``sub``: only a ``model.json`` each, the backend's ``model.py`` in the backend directory), loaded in
@@ -544,14 +585,72 @@ def python_based_backends(checkouts: Checkouts) -> Suite:
     return Suite("qa-python_based_backends", build, (script,), args)
 
 
-def _identity_models(checkouts: Checkouts, folder: Path) -> Path:
-    """``$DATADIR/qa_identity_model_repository``'s ONNX models, made by NVIDIA's own generator
-    (``gen_qa_identity_models.py --onnx``) under ``folder``: where they are."""
+def _identity_models(checkouts: Checkouts, folder: Path, framework: str = "onnx") -> Path:
+    """``$DATADIR/qa_identity_model_repository``'s models of ``framework`` (``onnx``, ``libtorch``),
+    made by NVIDIA's own generator (``gen_qa_identity_models.py --onnx``) under ``folder``: where
+    they are."""
     generated = folder / "qa_identity_model_repository"
     generator = checkouts.qa / "common" / "gen_qa_identity_models.py"
-    command = [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"]
+    command = [sys.executable, str(generator), f"--{framework}", f"--models_dir={generated}"]
     subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
     return generated
+
+
+def nullchar_string(checkouts: Checkouts) -> Suite:
+    """qa/L0_nullchar_string: a string with a NUL in its middle through qa's Python ``string`` model
+    and a TorchScript identity of ``List[str]`` (``libtorch_nobatch_zero_1_object``, made by NVIDIA's
+    generator with ``--libtorch``), back unchanged; HTTP, as its test.sh runs the client."""
+    folder = "L0_nullchar_string"
+    models = ("python_string", "libtorch_nobatch_zero_1_object")
+
+    def build(repo: Path) -> None:
+        model_dir = qa_model(checkouts, repo, "string", "python_string")
+        edit_config(model_dir, ('name: "string"', 'name: "python_string"'))
+        copy_model(_identity_models(checkouts, repo.parent, "libtorch") / models[1], repo)
+
+    scripts = tuple(
+        Script(
+            f"{QA}{folder}/nullchar_string_client.py -m {model}",
+            ("{python}", "nullchar_string_client.py", "-m", model, "-v"),
+            checkouts.qa / folder,
+            fixed_ports=True,
+        )
+        for model in models
+    )
+    return Suite("qa-nullchar_string", build, scripts)
+
+
+#: Python-based stand-ins for the C++ test backends NVIDIA's qa uses (``--backend-directory``).
+STAND_IN_BACKENDS = Path(__file__).resolve().parent / "stand_ins" / "backends"
+
+
+def optional_input(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_optional_input: requests leaving out optional inputs, batched by the dynamic batcher
+    (those with the same inputs together), alone and through ensembles (also with an optional tensor
+    between steps); each case on a server of its own, as its test.sh runs them.  Its models use
+    Triton's C++ ``identity`` test backend, for which a Python-based stand-in serves here
+    (``stand_ins/backends/identity``)."""
+    folder = "L0_optional_input"
+    source = checkouts.qa / folder / "models"
+
+    def build(repo: Path) -> None:
+        for model in source.iterdir():
+            (copy_model(model, repo) / "1").mkdir(exist_ok=True)
+
+    test_file = "optional_input_test.py"
+    cases = re.findall(
+        r"^    def (test_\w+)\(", (checkouts.qa / folder / test_file).read_text(), re.MULTILINE
+    )
+    args = ("--log-verbose=1", f"--backend-directory={STAND_IN_BACKENDS}")
+    return [
+        Suite(
+            f"qa-optional_input-{case}",
+            build,
+            (_unittest(checkouts, folder, test_file, f"OptionalInputTest.{case}"),),
+            args,
+        )
+        for case in cases
+    ]
 
 
 def http_unit_tests(checkouts: Checkouts) -> Suite:
@@ -1080,7 +1179,10 @@ def qa_suites(
         model_readiness(checkouts),
         *model_logging(checkouts),
         python_based_backends(checkouts),
+        *zip_slip(checkouts),
         http_unit_tests(checkouts),
+        nullchar_string(checkouts),
+        *optional_input(checkouts),
         generate_endpoint(checkouts),
         *input_size_limit(checkouts),
         *http_restrictions(checkouts),
