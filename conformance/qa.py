@@ -653,6 +653,35 @@ def optional_input(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def client_timeout(checkouts: Checkouts) -> Suite:
+    """qa/L0_client_timeout's Python library cases: gRPC (sync, async, stream) and HTTP (sync, async)
+    clients whose timeout ends before a model that takes 3 s answers, then long enough ones, on its
+    ``custom_identity_int32`` (Triton's C++ ``identity`` test backend, whose ``execute_delay_ms`` the
+    Python-based stand-in honours).  Its C++ client runs and the non-inference timeouts (a Triton
+    build's test hook, ``TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC``, delays every gRPC answer)
+    are not run."""
+    folder = "L0_client_timeout"
+
+    def build(repo: Path) -> None:
+        (copy_model(checkouts.qa / folder / "models" / "custom_identity_int32", repo) / "1").mkdir(
+            exist_ok=True
+        )
+
+    test_file = "client_infer_timeout_test.py"
+    cases = (
+        "test_grpc_infer",
+        "test_grpc_async_infer",
+        "test_grpc_stream_infer",
+        "test_http_infer",
+        "test_http_async_infer",
+    )
+    scripts = tuple(
+        _unittest(checkouts, folder, test_file, f"ClientInferTimeoutTest.{case}") for case in cases
+    )
+    args = ("--log-verbose=2", f"--backend-directory={STAND_IN_BACKENDS}")
+    return Suite("qa-client_timeout", build, scripts, args)
+
+
 def http_unit_tests(checkouts: Checkouts) -> Suite:
     """qa/L0_http/http_test.py: raw binary bodies, BYTES element counts, chunked and unsupported
     encodings, status codes, size overflows, negative dimensions, JSON depth limits, oversized loads
@@ -1183,6 +1212,7 @@ def qa_suites(
         http_unit_tests(checkouts),
         nullchar_string(checkouts),
         *optional_input(checkouts),
+        client_timeout(checkouts),
         generate_endpoint(checkouts),
         *input_size_limit(checkouts),
         *http_restrictions(checkouts),
