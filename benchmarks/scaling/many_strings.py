@@ -29,6 +29,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import Served, naiad, triton
+from benchmarks.grpc_infer.run import IDENTITY_PY
 
 CONFIG = """
 name: "string_identity"
@@ -39,20 +40,6 @@ output [{ name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] }]
 instance_group [{ kind: KIND_CPU }]
 """
 
-MODEL_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
-            )
-            for r in requests
-        ]
-"""
-
 LIMIT = 512 * 1024 * 1024
 
 
@@ -60,7 +47,7 @@ def _repository() -> Path:
     root = Path(tempfile.mkdtemp(prefix="bench-strings-"))
     (root / "string_identity" / "1").mkdir(parents=True)
     (root / "string_identity" / "config.pbtxt").write_text(textwrap.dedent(CONFIG))
-    (root / "string_identity" / "1" / "model.py").write_text(textwrap.dedent(MODEL_PY))
+    (root / "string_identity" / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_PY))
     return root
 
 
