@@ -829,10 +829,7 @@ class ProcessModelInstance:
         # under load an iteration starts several executions, and the process then wakes once for
         # all of them (each wake-up costs both processes more than the execution's own work); alone,
         # the execution waits only for the rest of an iteration that has nothing else to do
-        if not self._flushing:
-            self._flushing = True
-            assert self._loop is not None
-            self._loop.call_soon(self._flush, child)
+        self._flush_soon(child)
         if self._reading is not child:
             loop = self._loop
             assert loop is not None
@@ -840,6 +837,13 @@ class ProcessModelInstance:
                 _unwatch(loop, self._reading.process.conn.fileno())
             loop.add_reader(child.process.conn.fileno(), self._readable, child)
             self._reading = child
+
+    def _flush_soon(self, child: _Child) -> None:
+        """Write what is queued for ``child`` at the end of this loop iteration (once)."""
+        if not self._flushing:
+            self._flushing = True
+            assert self._loop is not None
+            self._loop.call_soon(self._flush, child)
 
     def _flush(self, child: _Child) -> None:
         """Send what this loop iteration queued for ``child``, in one write.  A lone execution's
@@ -891,8 +895,9 @@ class ProcessModelInstance:
             self._lost(child)
             return
         for message in messages:
-            if message[0] == "is_cancelled":
-                conn.send(self._running[message[1]][message[2]].cancelled)
+            if message[0] == "is_cancelled":  # (after whatever is still unsent: the process reads in order)
+                conn.queue(self._running[message[1]][message[2]].cancelled)
+                self._flush_soon(child)
                 continue
             _, key, slot, requests, done, memory = self._sent.popleft()
             if self._lone_since:
