@@ -20,8 +20,8 @@ import numpy as np
 from naiad.core.errors import InvalidArgumentError
 
 _LEN = struct.Struct("<I")
-#: Elements from which one as long as another are written as one record array: fewer, and the
-#: record array's extra copy costs more than a ``join`` of them.
+#: How many elements, all as long, make writing them as one record array pay: for fewer, the record
+#: array's extra copy costs more than joining them one by one.
 _MANY = 64
 
 

@@ -766,10 +766,7 @@ class ProcessModelInstance:
             else:  # it is busy: with whatever else this loop iteration sends it
                 with self._send_lock:
                     child.process.conn.queue(message)
-                if not self._flushing:
-                    self._flushing = True
-                    assert self._loop is not None
-                    self._loop.call_soon(self._flush_ahead, child)
+                self._flush_soon(child, self._flush_ahead)
         except OSError:  # it ended: its reader fails what was sent
             pass
         self._watch_cancel(child, key, requests)
@@ -838,12 +835,13 @@ class ProcessModelInstance:
             loop.add_reader(child.process.conn.fileno(), self._readable, child)
             self._reading = child
 
-    def _flush_soon(self, child: _Child) -> None:
-        """Write what is queued for ``child`` at the end of this loop iteration (once)."""
+    def _flush_soon(self, child: _Child, flush: Callable[[_Child], None] | None = None) -> None:
+        """Write what is queued for ``child`` at the end of this loop iteration, once, with ``flush``
+        (``_flush``; a decoupled model's: ``_flush_ahead``)."""
         if not self._flushing:
             self._flushing = True
             assert self._loop is not None
-            self._loop.call_soon(self._flush, child)
+            self._loop.call_soon(flush or self._flush, child)
 
     def _flush(self, child: _Child) -> None:
         """Send what this loop iteration queued for ``child``, in one write.  A lone execution's
