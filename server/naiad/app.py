@@ -76,6 +76,7 @@ async def serve(settings: ServerSettings) -> int:
         mode=settings.model_control_mode,
         startup_models=settings.load_models,
         poll_secs=settings.repository_poll_secs,
+        namespacing=settings.model_namespacing,
         cache_dir=settings.repository_cache_dir,
         response_cache=response_cache,
         rate_limiter=rate_limiter,

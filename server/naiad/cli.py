@@ -167,6 +167,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="model repository: a folder, s3://... or gs://... (repeatable)",
     )
     p.add_argument("--repository-poll-secs", type=_positive, default=d.repository_poll_secs)
+    p.add_argument("--model-namespacing", type=_bool, default=d.model_namespacing, metavar="BOOL",
+                   help="each model repository a namespace: models of the same name in several")
     p.add_argument("--repository-cache-dir", type=Path, default=d.repository_cache_dir, metavar="PATH",
                    help="where cloud repositories are mirrored (Naiad extension)")
     p.add_argument("--http-port", type=_port, default=d.http_port)
@@ -410,12 +412,17 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         parser.error("--load-model is only valid with --model-control-mode=explicit")
     if "*" in args.load_models and len(args.load_models) > 1:
         parser.error("--load-model=* loads every model and cannot be combined with other --load-model")
+    budgets = (args.model_memory_budget, args.model_gpu_memory_budget)
+    if args.model_namespacing and (args.load_on_demand or budgets != (None, None)):
+        # (models load and are evicted by the name a request gives, which namespaces make ambiguous)
+        parser.error("--model-namespacing cannot be combined with --load-on-demand or a model memory budget")
     return ServerSettings(
         **_extension_settings(parser, args),
         **_observability_settings(parser, args),
         model_repositories=list(args.model_repositories),
         repository_cache_dir=args.repository_cache_dir,
         repository_poll_secs=args.repository_poll_secs,
+        model_namespacing=args.model_namespacing,
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,

@@ -237,7 +237,7 @@ class DataPlane:
 
     async def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """Statistics extension: Triton's ``{"model_stats": [...]}`` (all models when ``name`` is "")."""
-        return model_statistics(self.registry.models(), name, version)
+        return model_statistics(self.registry, name, version)
 
     async def trace_settings(self, model: str = "") -> dict[str, Any]:
         """Trace extension: the global settings, or those ``model`` is traced with."""
@@ -271,7 +271,7 @@ class DataPlane:
         self.shared_memory.unregister(name)
 
     def _check_trace_model(self, model: str) -> None:
-        if model and model not in self.registry.models():
+        if model and not self.registry.known(model):
             raise InvalidArgumentError(f"Request for unknown model : {model}")
 
     def _manager(self) -> ModelRepository:
@@ -309,7 +309,7 @@ class DataPlane:
         residency = self._residency
         if residency is None or not residency.on_demand(name):
             return
-        model = self.registry.models().get(name)
+        model = self.registry.find(name)
         if model is not None and model.latest_ready() is not None:
             return
         await self._manager().demand(name)
@@ -321,7 +321,7 @@ class DataPlane:
         try:
             routed = self.registry.route(request)
         except InferenceServerError:
-            model = self.registry.models().get(name)
+            model = self.registry.find(name)
             if not residency.on_demand(name) or (model is not None and model.latest_ready() is not None):
                 raise
             await self._manager().demand(name)
@@ -415,7 +415,7 @@ class DataPlane:
                     version.release()
             else:  # from the response cache when the model uses it and has this one
                 stats = version.scheduler.stats
-                response = await cache.answer(request, model.name, version.version, stats, version.submit)
+                response = await cache.answer(request, model.key, version.version, stats, version.submit)
         finally:
             self._done()
         response.model_name = model.name

@@ -74,6 +74,11 @@ class ServerSettings:
     repository_poll_secs: int = 15
     """``--repository-poll-secs``: seconds between repository scans in POLL mode."""
 
+    model_namespacing: bool = False
+    """``--model-namespacing``: each ``--model-repository`` is a namespace, so repositories may hold
+    models of the same name (a name several hold is then ambiguous to requests; an ensemble's steps
+    are looked for in its own repository first), as Triton's option does."""
+
     model_memory_budget: int | None = None
     """``--model-memory-budget`` (Naiad; env ``NAIAD_MODEL_MEMORY_BUDGET``): host memory, in bytes, the
     loaded models may hold; a load that would pass it first unloads the least recently used models loaded

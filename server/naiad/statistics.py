@@ -12,39 +12,43 @@ HTTP (as JSON) and gRPC (parsed into ``ModelStatisticsResponse``, whose field na
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from naiad.core.errors import InvalidArgumentError
 from naiad.repository.model import Model
+from naiad.repository.registry import ModelRegistry
 from naiad.scheduling.stats import SchedulerStats
 
 
-def model_statistics(models: Mapping[str, Model], name: str, version: str) -> dict[str, Any]:
+def model_statistics(registry: ModelRegistry, name: str, version: str) -> dict[str, Any]:
     """``{"model_stats": [...]}`` for every ready version, ``name``'s, or one version of it.
 
     Errors as Triton's (INVALID_ARG): ``requested model '<m>' is not available`` when the model has no
-    ready version, ``requested model version is not available for model '<m>'``.
+    ready version (or, under ``--model-namespacing``, when several repositories hold a model of that
+    name), ``requested model version is not available for model '<m>'``.
     """
-    chosen: list[tuple[str, int]] = []
+    chosen: list[tuple[Model, int]] = []
     if not name:
-        for model_name, listed in sorted(models.items()):
-            chosen += [(model_name, number) for number in listed.ready_versions()]
+        for _, listed in sorted(registry.models().items()):
+            chosen += [(listed, number) for number in listed.ready_versions()]
     else:
-        model = models.get(name)
+        try:
+            model = registry.find(name)
+        except InvalidArgumentError:  # ambiguous
+            model = None
         ready = model.ready_versions() if model is not None else []
-        if not ready:
+        if model is None or not ready:
             raise InvalidArgumentError(f"requested model '{name}' is not available")
         if version:
             if not version.isdigit() or int(version) not in ready:
                 raise InvalidArgumentError(f"requested model version is not available for model '{name}'")
             ready = [int(version)]
-        chosen = [(name, number) for number in ready]
+        chosen = [(model, number) for number in ready]
     stats = []
-    for model_name, number in chosen:
-        scheduler = models[model_name].versions[number].scheduler
+    for model, number in chosen:
+        scheduler = model.versions[number].scheduler
         if scheduler is not None:
-            stats.append(_version_statistics(model_name, number, scheduler.stats))
+            stats.append(_version_statistics(model.name, number, scheduler.stats))
     return {"model_stats": stats}
 
 

@@ -80,6 +80,7 @@ def _entry(model: Model) -> ModelEntry:
         model.default_version,
         model.version_weights,
         None if model.mirror is None else MirrorEntry(model.mirror.version, model.mirror.percent),
+        model.namespace,
     )
 
 
@@ -106,7 +107,7 @@ def models(message: Catalog) -> dict[str, Model]:
             )
             for v in entry.versions
         }
-        rebuilt[entry.name] = Model(
+        model = Model(
             entry.name,
             Path(entry.path),
             config=config,
@@ -117,5 +118,7 @@ def models(message: Catalog) -> dict[str, Model]:
             default_version=entry.default_version,
             version_weights=entry.version_weights,
             mirror=None if entry.mirror is None else Mirror(entry.mirror.version, entry.mirror.percent),
+            namespace=entry.namespace,
         )
+        rebuilt[model.key] = model
     return rebuilt

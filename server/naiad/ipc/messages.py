@@ -205,6 +205,8 @@ class ModelEntry(msgspec.Struct, array_like=True):
     default_version: int | None
     version_weights: dict[int, int] | None = None
     mirror: MirrorEntry | None = None
+    #: Its repository under ``--model-namespacing`` ("" otherwise).
+    namespace: str = ""
 
 
 class Catalog(msgspec.Struct, tag=True, array_like=True):

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from naiad.metrics.config import MetricsConfig
 from naiad.metrics.exposition import Prerendered, escape_label, format_value
+from naiad.repository.layout import model_key
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelState, ModelVersion
 from naiad.scheduling.stats import LATENCY_BUCKETS_NS, NOT_COMPUTED, FailureReason, SchedulerStats
@@ -148,17 +149,23 @@ _SUMMARIES: tuple[tuple[str, str, int, _Read], ...] = (
 @dataclass(frozen=True, slots=True)
 class _Series:
     """One model version's labels, and their text written once: every per-version family prints the
-    same ``model`` and ``version`` pair, with at most one more label sorted in between or around."""
+    same ``model`` and ``version`` pair, with at most one more label sorted in between or around.
+    Under ``--model-namespacing`` a ``namespace`` label (the model's repository) follows ``model``,
+    as Triton's does."""
 
     labels: _Labels
-    model: str  # 'model="<escaped name>"'
+    model: str  # 'model="<escaped name>"' (and ',namespace="<escaped repository>"')
     version: str  # 'version="<number>"'
     plain: str  # both, as most families print them
 
     @classmethod
-    def of(cls, name: str, version: str) -> _Series:
+    def of(cls, name: str, version: str, namespace: str = "") -> _Series:
         model, number = f'model="{escape_label(name)}"', f'version="{version}"'
-        return cls({"model": name, "version": version}, model, number, f"{model},{number}")
+        labels = {"model": name, "version": version}
+        if namespace:
+            model += f',namespace="{escape_label(namespace)}"'
+            labels = {"model": name, "namespace": namespace, "version": version}
+        return cls(labels, model, number, f"{model},{number}")
 
 
 _Row = tuple[_Series, ModelVersion, SchedulerStats]
@@ -176,8 +183,8 @@ class ModelMetrics(Collector):
         self._config = config
         #: Label texts by (model, version), kept while the version is listed.
         self._series: dict[tuple[str, str], _Series] = {}
-        #: Each version's histogram lines by (family, model, version), with the figures they show.
-        self._histogram_lines: dict[tuple[str, str, str], tuple[tuple[int, ...], str]] = {}
+        #: Each version's histogram lines by (family, its labels' text), with the figures they show.
+        self._histogram_lines: dict[tuple[str, str], tuple[tuple[int, ...], str]] = {}
 
     def collect(self) -> Iterator[Metric]:
         previous, self._series = self._series, {}
@@ -247,13 +254,13 @@ class ModelMetrics(Collector):
         a request, and most loaded models are idle between two scrapes, so each version's text is
         kept and rewritten only when its counts or sums moved."""
         previous = self._histogram_lines
-        kept: dict[tuple[str, str, str], tuple[tuple[int, ...], str]] = {}
+        kept: dict[tuple[str, str], tuple[tuple[int, ...], str]] = {}
         for name, doc, buckets_of, summed_ns in _HISTOGRAMS:
             texts: list[str] = []
             for series, _, stats in versions:
                 buckets, summed = buckets_of(stats), summed_ns(stats)
                 figures = (summed, *buckets)
-                key = (name, series.labels["model"], series.labels["version"])
+                key = (name, series.plain)
                 known = previous.get(key)
                 if known is None or known[0] != figures:
                     known = (figures, _histogram_text(name, series, buckets, summed))
@@ -267,23 +274,26 @@ class ModelMetrics(Collector):
         if self._repository.response_cache is None:
             return frozenset()
         return frozenset(
-            name
-            for name, model in self._repository.registry.models().items()
+            model.name
+            for model in self._repository.registry.models().values()
             if model.config is not None and model.config.response_cache.enable
         )
 
     def _serving(self, previous: dict[tuple[str, str], _Series]) -> list[_Row]:
         """Versions holding instances, by model name and version number."""
         rows: list[_Row] = []
-        for name, model in sorted(self._repository.registry.models().items()):
+        for _, model in sorted(self._repository.registry.models().items()):
             for number, mv in sorted(model.versions.items()):
                 if mv.scheduler is not None:
-                    rows.append((self._series_of(previous, name, str(number)), mv, mv.scheduler.stats))
+                    series = self._series_of(previous, model.name, str(number), model.namespace)
+                    rows.append((series, mv, mv.scheduler.stats))
         return rows
 
-    def _series_of(self, previous: dict[tuple[str, str], _Series], name: str, version: str) -> _Series:
-        key = (name, version)
-        series = self._series.get(key) or previous.get(key) or _Series.of(name, version)
+    def _series_of(
+        self, previous: dict[tuple[str, str], _Series], name: str, version: str, namespace: str = ""
+    ) -> _Series:
+        key = (model_key(name, namespace), version)
+        series = self._series.get(key) or previous.get(key) or _Series.of(name, version, namespace)
         self._series[key] = series
         return series
 
@@ -293,7 +303,7 @@ class ModelMetrics(Collector):
         for entry in self._repository.index():
             if not entry.version:
                 continue
-            series = self._series_of(previous, entry.name, entry.version)
+            series = self._series_of(previous, entry.name, entry.version, entry.namespace)
             for state in ModelState:
                 labels = f'{series.model},state="{state.value}",{series.version}'
                 rows.append((labels, int(entry.state == state.value)))

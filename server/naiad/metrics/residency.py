@@ -29,11 +29,13 @@ class ResidencyMetrics(Collector):
         memory = Metric(
             "naiad_model_memory_bytes", "Resident memory each loaded model version measured at load", "gauge"
         )
-        for name, model in sorted(models.items()):
+        for _, model in sorted(models.items()):
             for number, mv in sorted(model.versions.items()):
                 if mv.scheduler is not None:
                     memory.add_sample(
-                        "naiad_model_memory_bytes", {"model": name, "version": str(number)}, mv.memory_bytes
+                        "naiad_model_memory_bytes",
+                        {"model": model.name, "version": str(number)},
+                        mv.memory_bytes,
                     )
         yield memory
         loads = Metric("naiad_model_loads", "Model loads completed, by what asked for them", "counter")

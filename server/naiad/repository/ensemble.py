@@ -64,7 +64,7 @@ def step_runner(resolve: Resolver, cache: ResponseCache | None = None) -> StepRu
         if cache is None or not model.caches_responses or version.scheduler is None:
             return await version.submit(request)
         stats = version.scheduler.stats
-        return await cache.answer(request, model.name, version.version, stats, version.submit)
+        return await cache.answer(request, model.key, version.version, stats, version.submit)
 
     return run
 

@@ -26,26 +26,79 @@ def check_model_name(name: str) -> str:
     return name
 
 
+#: What separates a model's name from its repository in the key of a namespaced model: a NUL, which
+#: no model name contains (:func:`check_model_name`), so no request can name a key by accident.
+_MARK = "\x00"
+
+
+def model_key(name: str, namespace: str = "") -> str:
+    """The key a model is known by in the server: its name, or under ``--model-namespacing`` its
+    name in its repository (``namespace``: the ``--model-repository`` it was found in), so that
+    models of the same name in different repositories are different models (Triton's identifier)."""
+    return f"{name}{_MARK}{namespace}" if namespace else name
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """``(name, namespace)`` of a :func:`model_key` (namespace "" when the model has none)."""
+    name, _, namespace = key.partition(_MARK)
+    return name, namespace
+
+
+def describe(key: str) -> str:
+    """A key as logs show it: the name, with its repository in brackets when it has one."""
+    name, namespace = split_key(key)
+    return f"{name} ({namespace})" if namespace else name
+
+
 @dataclass(frozen=True, slots=True)
 class ModelLocation:
-    """Where a model lives; ``duplicates`` lists other repositories holding the same name."""
+    """Where a model lives; ``duplicates`` lists other repositories holding the same name, and
+    ``namespace`` is the repository's under ``--model-namespacing`` (where names may repeat)."""
 
     name: str
     path: Path
     duplicates: tuple[Path, ...] = ()
+    namespace: str = ""
+
+    @property
+    def key(self) -> str:
+        return model_key(self.name, self.namespace)
 
 
-def locate(roots: list[Path], name: str) -> ModelLocation | None:
-    """Where ``name`` lives, reading only ``<root>/<name>`` in each repository (a stat each).
+@dataclass(frozen=True, slots=True)
+class Root:
+    """A repository as scanned: its folder, and its namespace (``--model-namespacing``) or ""."""
+
+    path: Path
+    namespace: str = ""
+
+
+def locate(roots: list[Root], key: str) -> ModelLocation | None:
+    """Where the model ``key`` names lives, reading only ``<root>/<name>`` in each repository (a stat
+    each; one repository when the key has a namespace).
 
     A request for a model that loads on demand and a load of one model need only its folder; listing
     every repository for them cost milliseconds of the event loop per call with hundreds of models."""
-    if not name or name.startswith(".") or "/" in name or "\x00" in name:  # hidden, or not one segment
+    name, namespace = split_key(key)
+    if not name or name.startswith(".") or "/" in name:  # hidden, or not one segment
         return None
-    found = [folder for root in roots if (folder := root / name).is_dir()]
+    if namespace:
+        for root in roots:
+            if root.namespace == namespace and (folder := root.path / name).is_dir():
+                return ModelLocation(name, folder, namespace=namespace)
+        return None
+    found = [folder for root in roots if (folder := root.path / name).is_dir()]
     if not found:
         return None
     return ModelLocation(name, found[0], tuple(found[1:]))
+
+
+def namespaces_of(roots: list[Root], name: str) -> list[str]:
+    """The keys of the models named ``name`` in namespaced repositories (one per repository that
+    holds a folder of that name), in the repositories' order."""
+    if not name or name.startswith(".") or "/" in name or _MARK in name:
+        return []
+    return [model_key(name, root.namespace) for root in roots if (root.path / name).is_dir()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +125,21 @@ class RepositoryListing:
     def __init__(self) -> None:
         self._listings: dict[Path, _Listing] = {}
 
-    def scan(self, roots: list[Path]) -> dict[str, ModelLocation]:
-        """Hidden folders and files are skipped.  A name found in two repositories is kept with its
-        duplicates listed, so the manager can mark it UNAVAILABLE as Triton does."""
-        if len(self._listings) > len(roots):  # a synced repository's earlier snapshots: forget them
-            for stale in self._listings.keys() - set(roots):
+    def scan(self, roots: list[Root]) -> dict[str, ModelLocation]:
+        """Every model by key.  Hidden folders and files are skipped.  A name found in two
+        repositories is kept with its duplicates listed, so the manager can mark it UNAVAILABLE as
+        Triton does, unless the repositories are namespaces (then each is a model of its own)."""
+        paths = {root.path for root in roots}
+        if len(self._listings) > len(paths):  # a synced repository's earlier snapshots: forget them
+            for stale in self._listings.keys() - paths:
                 del self._listings[stale]
         found: dict[str, ModelLocation] = {}
         for root in roots:
-            for location in self._list(root):
+            for location in self._list(root.path):
+                if root.namespace:
+                    placed = ModelLocation(location.name, location.path, namespace=root.namespace)
+                    found[placed.key] = placed
+                    continue
                 previous = found.get(location.name)
                 if previous is None:
                     found[location.name] = location

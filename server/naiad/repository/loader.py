@@ -25,7 +25,7 @@ from naiad.core.signature import ModelSignature
 from naiad.repository import config as cfg
 from naiad.repository.fingerprint import folder_fingerprint, version_fingerprints
 from naiad.repository.footprint import GpuMemory, OverlappingLoads, gpu_growth, resident_bytes, version_bytes
-from naiad.repository.layout import ModelLocation, available_versions
+from naiad.repository.layout import ModelLocation, available_versions, model_key
 from naiad.repository.model import ModelState, ModelVersion
 from naiad.repository.overrides import LoadRequest, OverrideError, write_model_files
 from naiad.repository.readiness import readiness_of
@@ -71,6 +71,11 @@ class LoadPlan:
     dependencies: tuple[str, ...]
     scratch: Path | None
     failure: str = ""
+    namespace: str = ""
+
+    @property
+    def key(self) -> str:
+        return model_key(self.name, self.namespace)
 
 
 class ModelLoader:
@@ -144,6 +149,7 @@ class ModelLoader:
                 f"at least one version must be available under the version policy of model '{name}'"
             )
         return LoadPlan(
+            namespace=location.namespace,
             name=name,
             path=location.path,
             config=config,

@@ -18,12 +18,19 @@ repository (:mod:`naiad.repository.poller`), EXPLICIT loads the ``--load-model``
 then whatever the load/unload API asks.  In every mode, models matching ``--load-on-demand`` are also
 loaded by the first request naming them, and unloaded again to stay under ``--model-memory-budget``
 (:mod:`naiad.repository.residency` decides which; this manager does it).
+
+Models are known by key (:func:`~naiad.repository.layout.model_key`): their name, or under
+``--model-namespacing`` their name in their repository, so that each repository's model of a name loads,
+polls and unloads on its own.  The repository API names models, not keys: a load or unload of a name
+acts on every repository's model of that name, and an ensemble's step models are looked for in the
+ensemble's repository first, else wherever the only model of that name is (Triton's rules).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import shutil
 import tempfile
@@ -42,7 +49,17 @@ from naiad.core.errors import (
     unknown_model,
 )
 from naiad.repository import ensemble
-from naiad.repository.layout import ModelLocation, RepositoryListing, check_model_name, locate
+from naiad.repository.layout import (
+    ModelLocation,
+    RepositoryListing,
+    Root,
+    check_model_name,
+    describe,
+    locate,
+    model_key,
+    namespaces_of,
+    split_key,
+)
 from naiad.repository.loader import LoadPlan, ModelLoader, NoVersionsError, PollError
 from naiad.repository.model import UNLOADED, Model, ModelState, ModelVersion
 from naiad.repository.overrides import DEFAULT_VERSION, LoadRequest, parse_load_parameters
@@ -80,6 +97,8 @@ class IndexEntry:
     reason: str = ""
     #: Resident bytes the version measured when it loaded, while it holds instances (Naiad extension).
     memory_bytes: int = 0
+    #: Its repository under ``--model-namespacing`` (not shown: Triton's index has no such field).
+    namespace: str = ""
 
 
 class RepositoryUnavailable(Exception):
@@ -109,16 +128,19 @@ class ModelRepository:
         response_cache: ResponseCache | None = None,
         rate_limiter: RateLimiter | None = None,
         residency: Residency | None = None,
+        namespacing: bool = False,
     ) -> None:
         """``registry``: where loaded models are published (what requests resolve in); ``runtime``: the
         server's, which makes the backends; ``response_cache``: the server's (``--cache-config``), for
         ensembles' steps; ``rate_limiter``: the server's (``--rate-limit``), handed to every version's
-        scheduler; ``residency``: which models load on demand and the memory budget (none: neither)."""
+        scheduler; ``residency``: which models load on demand and the memory budget (none: neither);
+        ``namespacing``: ``--model-namespacing`` (each repository a namespace)."""
         self.roots = [open_root(str(r), cache_dir or default_cache_dir()) for r in repositories]
         self.response_cache = response_cache
         self.mode = mode
         self.startup_models = list(startup_models)
         self.poll_secs = poll_secs
+        self.namespacing = namespacing
         self.runtime = runtime
         self._loader = ModelLoader(
             runtime, auto_complete=auto_complete, gpu_count=gpu_count, rate_limiter=rate_limiter
@@ -151,29 +173,30 @@ class ModelRepository:
         Models never loaded are listed by name only; a model that failed before its versions were
         known has one entry without a version.
         """
-        names = set(self._scan()) | set(self._models) | set(self._loading)
+        keys = set(self._scan()) | set(self._models) | set(self._loading)
         entries: list[IndexEntry] = []
-        for name in sorted(names):
-            model = self._models.get(name)
+        for key in sorted(keys):
+            name, namespace = split_key(key)
+            model = self._models.get(key)
             rows: dict[int, tuple[str, str, int]] = {}
             if model is not None:
                 rows = {
                     v: (mv.state.value, mv.reason, mv.memory_bytes if mv.scheduler is not None else 0)
                     for v, mv in model.versions.items()
                 }
-            for number in self._loading.get(name, ()):
+            for number in self._loading.get(key, ()):
                 if rows.get(number, ("",))[0] != ModelState.READY.value:
                     rows[number] = (ModelState.LOADING.value, "", 0)
             for number in sorted(rows):
                 state, reason, memory = rows[number]
                 if not ready_only or state == ModelState.READY.value:
-                    entries.append(IndexEntry(name, str(number), state, reason, memory))
+                    entries.append(IndexEntry(name, str(number), state, reason, memory, namespace))
             if rows or ready_only:
                 continue
             if model is not None and model.reason:
-                entries.append(IndexEntry(name, "", ModelState.UNAVAILABLE.value, model.reason))
+                entries.append(IndexEntry(name, "", ModelState.UNAVAILABLE.value, model.reason, 0, namespace))
             else:
-                entries.append(IndexEntry(name))
+                entries.append(IndexEntry(name, namespace=namespace))
         return entries
 
     def all_ready(self) -> bool:
@@ -237,7 +260,10 @@ class ModelRepository:
         except SyncError as exc:
             raise RepositoryUnavailable(f"failed to read the model repository: {exc.message}") from exc
         if self.mode is ModelControlMode.EXPLICIT:
-            names = sorted(locations) if "*" in self.startup_models else self.startup_models
+            if "*" in self.startup_models:
+                names = sorted(locations)
+            else:
+                names = [key for name in self.startup_models for key in self._keys(name)]
         else:
             names = sorted(locations)
         if self.mode is ModelControlMode.POLL:
@@ -253,18 +279,27 @@ class ModelRepository:
         if self.mode is not ModelControlMode.EXPLICIT:
             raise UnavailableError(CONTROL_DISABLED)
         request = parse_load_parameters(parameters)
-        await self._make_room(name, on_demand=False)
-        try:
-            await self.load(name, request, fresh=True)
-        finally:
-            self.residency.release(name)
+        keys = [name]
+        if self.namespacing and not request.files:  # (files: a model given whole, in no repository)
+            await self._sync()
+            keys = self._keys(name)
+        for key in keys:
+            await self._make_room(key, on_demand=False)
+            try:
+                await self.load(key, request, fresh=keys == [name])
+            finally:
+                self.residency.release(key)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """The repository API's unload (EXPLICIT mode only); unloading an unknown model succeeds."""
         if self.mode is not ModelControlMode.EXPLICIT:
             raise UnavailableError(CONTROL_DISABLED)
-        await self.unload(name, unload_dependents)
-        self.residency.unloaded(name)
+        keys = [name]
+        if self.namespacing:
+            keys = [key for key, model in self._models.items() if model.name == name] or keys
+        for key in keys:
+            await self.unload(key, unload_dependents)
+            self.residency.unloaded(key)
 
     async def refresh(self) -> dict[str, ModelLocation]:
         """Sync cloud repositories (one refresh at a time), then scan every repository."""
@@ -285,13 +320,37 @@ class ModelRepository:
                     await asyncio.to_thread(root.refresh, in_use)
 
     def _scan(self) -> dict[str, ModelLocation]:
-        return self._listing.scan(self._root_paths())
+        return self._listing.scan(self._roots())
 
-    def _locate(self, name: str) -> ModelLocation | None:
-        return locate(self._root_paths(), name)
+    def _locate(self, key: str) -> ModelLocation | None:
+        return locate(self._roots(), key)
 
-    def _root_paths(self) -> list[Path]:
-        return [path for root in self.roots if (path := root.path()) is not None]
+    def _roots(self) -> list[Root]:
+        """The repositories' folders; each its own namespace (its ``--model-repository``) under
+        namespacing."""
+        namespaced = self.namespacing
+        paths = [(root.spec, root.path()) for root in self.roots]
+        return [Root(path, spec if namespaced else "") for spec, path in paths if path is not None]
+
+    def _keys(self, name: str) -> list[str]:
+        """The models a load naming ``name`` loads: itself, or under namespacing every repository's
+        model of that name (``[name]`` when none has one: it then fails as a model found nowhere)."""
+        if not self.namespacing:
+            return [name]
+        return namespaces_of(self._roots(), name) or [name]
+
+    def _dependency(self, namespace: str, name: str) -> str:
+        """The key of the step model ``name`` of an ensemble in ``namespace``: the one in the same
+        repository, else the only model of that name anywhere (Triton's rule), else the same
+        repository's (whose load then fails: the model is missing or ambiguous)."""
+        if not namespace:
+            return name
+        preferred = model_key(name, namespace)
+        if preferred in self._models or self._locate(preferred) is not None:
+            return preferred
+        found = {key for key, model in self._models.items() if model.name == name}
+        found.update(namespaces_of(self._roots(), name))
+        return found.pop() if len(found) == 1 else preferred
 
     # ---- loading ------------------------------------------------------------------------------
 
@@ -321,8 +380,9 @@ class ModelRepository:
         """
         chain = _CHAIN.get()
         if name in chain:
+            shown = split_key(name)[0]
             raise InvalidArgumentError(
-                f"load failed for model '{name}': circular dependency through '{name}'\n"
+                f"load failed for model '{shown}': circular dependency through '{shown}'\n"
             )
         token = _CHAIN.set(chain | {name})
         try:
@@ -465,16 +525,17 @@ class ModelRepository:
         await self.unload(name)
         self.residency.unloaded(name, evicted=True)
 
-    async def _load(self, name: str, request: LoadRequest | None, fresh: bool, record_missing: bool) -> Model:
-        previous = self._models.get(name)
-        self._polling.add(name)
+    async def _load(self, key: str, request: LoadRequest | None, fresh: bool, record_missing: bool) -> Model:
+        previous = self._models.get(key)
+        self._polling.add(key)
         try:
-            plan = await self._poll(name, request, fresh, record_missing, previous)
+            plan = await self._poll(key, request, fresh, record_missing, previous)
         finally:
-            self._polling.discard(name)
+            self._polling.discard(key)
+        name = plan.name
         try:
             routes = _routing(name, plan, request, previous)
-            await self._load_dependencies(name, plan)
+            await self._load_dependencies(plan)
         except InferenceServerError:
             _remove_scratch(plan.scratch)
             raise
@@ -497,13 +558,13 @@ class ModelRepository:
         (logged per version in Triton's words: ``loading: m:1``, ``failed to load 'm' version 1: ...``)."""
         for number in numbers:
             log.info("loading: %s:%d", plan.name, number)
-        self._loading[plan.name] = set(numbers)
+        self._loading[plan.key] = set(numbers)
         try:
             outcomes = await asyncio.gather(
                 *(self._build_version(plan, v) for v in numbers), return_exceptions=True
             )
         finally:
-            self._loading.pop(plan.name, None)
+            self._loading.pop(plan.key, None)
         built: dict[int, ModelVersion] = {}
         failed: dict[int, str] = {}
         for number, outcome in zip(numbers, outcomes, strict=True):
@@ -539,6 +600,7 @@ class ModelRepository:
             source_fingerprint=plan.source_fingerprint,
             version_weights=routes.version_weights,
             mirror=routes.mirror,
+            namespace=plan.namespace,
         )
         self.registry.publish(model)
         log.info("successfully loaded '%s' version(s) %s", plan.name, ", ".join(map(str, plan.versions)))
@@ -549,7 +611,7 @@ class ModelRepository:
 
     async def _poll(
         self,
-        name: str,
+        key: str,
         request: LoadRequest | None,
         fresh: bool,
         record_missing: bool,
@@ -557,27 +619,30 @@ class ModelRepository:
     ) -> LoadPlan:
         """Poll the model; on failure record it (unless an older load still serves) and raise."""
         location: ModelLocation | None = None
+        name, namespace = split_key(key)
         try:
             check_model_name(name)
             if request is None or not request.files:
                 if fresh:
                     await self._sync()
-                location = self._locate(name)
+                location = self._locate(key)
             return await self._run(self._loader.poll, name, location, request)
         except (PollError, InvalidArgumentError, SyncError) as exc:
             message = exc.message
             log.error("failed to load '%s': %s", name, message)
             if isinstance(exc, NoVersionsError):
                 if not _serves(previous) and location is not None:
-                    self.registry.publish(Model(name, location.path, reason=message))
+                    self.registry.publish(Model(name, location.path, reason=message, namespace=namespace))
                 raise InvalidArgumentError(f"load failed for model '{name}': {message}\n") from None
             if not _serves(previous) and (location is not None or record_missing):
                 path = location.path if location is not None else Path(name)
-                self.registry.publish(Model(name, path, reason=message))
+                self.registry.publish(Model(name, path, reason=message, namespace=namespace))
             raise InternalError(f"failed to load '{name}', failed to poll from model repository") from None
 
-    async def _load_dependencies(self, name: str, plan: LoadPlan) -> None:
-        """Load the models ``name`` needs that are not serving yet."""
+    async def _load_dependencies(self, plan: LoadPlan) -> None:
+        """Load the models ``plan``'s model needs that are not serving yet; its dependencies are
+        their keys from now on (namespacing chooses which repository's each is)."""
+        plan.dependencies = tuple(self._dependency(plan.namespace, name) for name in plan.dependencies)
         for dependency in plan.dependencies:
             current = self._models.get(dependency)
             if current is not None and current.ready_versions():
@@ -586,8 +651,9 @@ class ModelRepository:
                 await self.load(dependency)
             except InferenceServerError as exc:
                 self._record_dependency_failure(plan, dependency, exc.message)
+                shown = split_key(dependency)[0]
                 raise InvalidArgumentError(
-                    f"load failed for model '{name}': failed to load '{dependency}': {exc.message.rstrip()}\n"
+                    f"load failed for model '{plan.name}': failed to load '{shown}': {exc.message.rstrip()}\n"
                 ) from None
 
     # ---- unloading ----------------------------------------------------------------------------
@@ -613,7 +679,7 @@ class ModelRepository:
             for mv in serving:
                 mv.stop()
             await self._unload_versions(serving)
-            log.info("successfully unloaded '%s'", name)
+            log.info("successfully unloaded '%s'", describe(name))
         if unload_dependents:
             for dependent in dependents:
                 needed = any(
@@ -665,24 +731,27 @@ class ModelRepository:
     def _complete_ensemble(self, plan: LoadPlan) -> None:
         """An ensemble's configuration says it is decoupled once its step models are known."""
         if ensemble.is_ensemble(plan.config):
-            ensemble.complete_config(plan, self._models)
+            ensemble.complete_config(plan, self.registry.scope(plan.namespace))
 
     async def _build_version(self, plan: LoadPlan, number: int) -> ModelVersion:
         """Ensembles hold no instances: their version is checked and built here, on the loop, against
         the step models loaded just before; every other model builds on the load pool."""
         if ensemble.is_ensemble(plan.config):
-            return ensemble.build_version(
-                plan, number, self._models, self.registry.route, self.response_cache
-            )
+            route = self.registry.route
+            if plan.namespace:
+                route = functools.partial(route, namespace=plan.namespace)
+            models = self.registry.scope(plan.namespace)
+            return ensemble.build_version(plan, number, models, route, self.response_cache)
         return await self._run(self._loader.build_version, plan, number)
 
     def _record_dependency_failure(self, plan: LoadPlan, dependency: str, message: str) -> None:
         """An ensemble whose step model failed to load is listed UNAVAILABLE with the reason."""
-        if ensemble.is_ensemble(plan.config) and not _serves(self._models.get(plan.name)):
+        if ensemble.is_ensemble(plan.config) and not _serves(self._models.get(plan.key)):
             found = dependency in self._models or self._locate(dependency) is not None
-            reason = ensemble.dependency_failure(plan.name, dependency, message if found else None)
+            shown = split_key(dependency)[0]
+            reason = ensemble.dependency_failure(plan.name, shown, message if found else None)
             failed = dict.fromkeys(plan.versions, reason)
-            self.registry.publish(_failure_record(plan, self._models.get(plan.name), failed))
+            self.registry.publish(_failure_record(plan, self._models.get(plan.key), failed))
 
 
 def _serves(model: Model | None) -> bool:
@@ -706,6 +775,7 @@ def _failure_record(plan: LoadPlan, previous: Model | None, failed: dict[int, st
     the attempt UNAVAILABLE (with its reason, or "unloaded" for those that had loaded), next to the
     rows of earlier loads."""
     record = Model(plan.name, plan.path, plan.config, plan.signature, config_json=plan.config_json)
+    record.namespace = plan.namespace
     if previous is not None:
         record.versions = {v: mv for v, mv in previous.versions.items() if mv.scheduler is None}
     for number in plan.versions:

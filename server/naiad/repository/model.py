@@ -12,6 +12,7 @@ from naiad.backends.base import InstanceHealth
 from naiad.core.errors import UnavailableError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
+from naiad.repository.layout import model_key
 from naiad.repository.readiness import Readiness
 from naiad.repository.routing import Mirror
 from naiad.scheduling.scheduler import Scheduler
@@ -144,7 +145,9 @@ class Model:
     ``mirror`` copies a share of them to a shadow version (see :mod:`naiad.repository.registry`);
     ``dependencies`` names the models loaded along with it because it needs them (an ensemble's
     steps): ``unload_dependents`` unloads them too, unless another loaded model still needs them;
-    ``source_fingerprint`` is the state of the model folder it was loaded from (POLL compares it).
+    ``source_fingerprint`` is the state of the model folder it was loaded from (POLL compares it);
+    ``namespace`` is its repository under ``--model-namespacing`` (its :attr:`key` then differs from
+    its name, which other repositories' models may share).
     """
 
     name: str
@@ -159,6 +162,12 @@ class Model:
     source_fingerprint: str = ""
     version_weights: dict[int, int] | None = None
     mirror: Mirror | None = None
+    namespace: str = ""
+
+    @property
+    def key(self) -> str:
+        """What the server knows it by (:func:`~naiad.repository.layout.model_key`)."""
+        return model_key(self.name, self.namespace)
 
     @property
     def platform(self) -> str:

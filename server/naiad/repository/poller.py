@@ -17,7 +17,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from naiad.repository.fingerprint import folder_fingerprint
-from naiad.repository.layout import ModelLocation
+from naiad.repository.layout import ModelLocation, describe
 from naiad.repository.sync.engine import SyncError
 
 if TYPE_CHECKING:
@@ -70,11 +70,11 @@ class Poller:
             if state == self._applied.get(name) or state != self._seen.get(name):
                 continue
             if state is None:
-                log.info("model '%s' was removed from the repository: unloading", name)
+                log.info("model '%s' was removed from the repository: unloading", describe(name))
                 del self._applied[name]
                 actions.append(self.repository.forget(name))
             else:
-                log.info("model '%s' changed in the repository: loading", name)
+                log.info("model '%s' changed in the repository: loading", describe(name))
                 self._applied[name] = state
                 actions.append(self.repository.try_load(name))
         self._seen = current

@@ -12,16 +12,21 @@ Requests naming no version follow the model's routing: the pinned default versio
 READY version, or version weights (:mod:`naiad.repository.routing`).  :meth:`ModelRegistry.route` makes
 the weighted choice for a request that runs, once, in the engine; :meth:`ModelRegistry.resolve` is the
 deterministic answer for everything else (the heaviest READY version stands for the model).
+
+Under ``--model-namespacing`` models are published by key (their name in their repository), and a
+name finds the one model of that name, or fails as ambiguous when several repositories hold one, as
+Triton's does; an ensemble's steps look in their ensemble's repository first (:meth:`ModelRegistry.scope`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from naiad.core.errors import NotFoundError, UnavailableError, unknown_model
+from naiad.core.errors import InvalidArgumentError, NotFoundError, UnavailableError, unknown_model
 from naiad.core.request import InferRequest
 from naiad.repository import routing
+from naiad.repository.layout import model_key
 from naiad.repository.model import Model, ModelState, ModelVersion
 
 
@@ -32,27 +37,66 @@ class ModelRegistry:
     def __init__(self) -> None:
         self._models: dict[str, Model] = {}
         self._view = MappingProxyType(self._models)
+        #: Namespaced models by name, then namespace (empty without ``--model-namespacing``).
+        self._named: dict[str, dict[str, Model]] = {}
 
     def models(self) -> Mapping[str, Model]:
-        """A read-only, live view of the published models (statistics, metrics, the catalog)."""
+        """A read-only, live view of the published models by key (statistics, metrics, the catalog)."""
         return self._view
 
     def publish(self, model: Model) -> None:
-        """Make ``model`` the one requests for its name see (replacing any earlier one at once)."""
-        self._models[model.name] = model
+        """Make ``model`` the one requests for its key see (replacing any earlier one at once)."""
+        self._models[model.key] = model
+        if model.namespace:
+            self._named.setdefault(model.name, {})[model.namespace] = model
 
-    def retire(self, name: str) -> None:
-        """Forget ``name``: requests for it fail as for a model never loaded."""
-        self._models.pop(name, None)
+    def retire(self, key: str) -> None:
+        """Forget ``key``: requests for it fail as for a model never loaded."""
+        model = self._models.pop(key, None)
+        if model is not None and model.namespace:
+            named = self._named.get(model.name, {})
+            named.pop(model.namespace, None)
+            if not named:
+                self._named.pop(model.name, None)
 
-    def resolve(self, name: str, version: str) -> tuple[Model, ModelVersion]:
+    def find(self, name: str, namespace: str = "") -> Model | None:
+        """The model a request naming ``name`` means (``None``: none is published): the one of that
+        name; under namespacing the one in ``namespace`` if there is one, else the only one of that
+        name, else INVALID_ARG in Triton's words (a name several repositories hold)."""
+        model = self._models.get(name)  # (without namespacing, the only lookup)
+        if model is not None or not self._named:
+            return model
+        if namespace and (model := self._models.get(model_key(name, namespace))) is not None:
+            return model
+        named = self._named.get(name)
+        if not named:
+            return None
+        if len(named) > 1:
+            raise InvalidArgumentError(
+                f"There are {len(named)} identifiers of model '{name}' in global map, model namespace "
+                "must be provided to resolve ambiguity."
+            )
+        return next(iter(named.values()))
+
+    def known(self, name: str) -> bool:
+        """Whether a request naming ``name`` finds one model (an ambiguous name finds none)."""
+        try:
+            return self.find(name) is not None
+        except InvalidArgumentError:
+            return False
+
+    def scope(self, namespace: str) -> Mapping[str, Model]:
+        """The models by name as an ensemble in ``namespace`` sees its steps' (see :meth:`find`)."""
+        return self._view if not namespace else _Scope(self, namespace)
+
+    def resolve(self, name: str, version: str, namespace: str = "") -> tuple[Model, ModelVersion]:
         """The model and the version that serves a request for ``version``, with Triton's errors.
 
         ``""`` means the pinned default version if the model has one, else the highest READY one; with
         version weights, the READY version with the largest weight (what answers for the model outside
         a request: readiness, metadata; requests themselves go through :meth:`route`).
         """
-        model = self._models.get(name)
+        model = self._models.get(name) or self.find(name, namespace)
         if model is None:
             raise unknown_model(name)
         if not version:
@@ -71,13 +115,13 @@ class ModelRegistry:
             )
         return model, model_version
 
-    def route(self, request: InferRequest) -> tuple[Model, ModelVersion]:
+    def route(self, request: InferRequest, namespace: str = "") -> tuple[Model, ModelVersion]:
         """:meth:`resolve` for a request that runs: one naming no version of a model with version
         weights goes to a version chosen by weight (a sequence's by its correlation id).  Called once
-        per request, where it runs (the engine)."""
+        per request, where it runs (the engine); ``namespace``: an ensemble step's (see :meth:`find`)."""
         if request.model_version:
-            return self.resolve(request.model_name, request.model_version)
-        model = self._models.get(request.model_name)
+            return self.resolve(request.model_name, request.model_version, namespace)
+        model = self._models.get(request.model_name) or self.find(request.model_name, namespace)
         if model is None:
             raise unknown_model(request.model_name)
         weights = model.version_weights
@@ -123,3 +167,27 @@ def _weighted(model: Model, chosen: int | None) -> ModelVersion:
             f"Request for unknown model: '{model.name}' has no version with a routing weight at ready state"
         )
     return model.versions[chosen]
+
+
+class _Scope(Mapping[str, Model]):
+    """The published models by name, as seen from one namespace (:meth:`ModelRegistry.scope`): a
+    name held there means that model; another name means the only model of that name."""
+
+    def __init__(self, registry: ModelRegistry, namespace: str) -> None:
+        self._registry = registry
+        self._namespace = namespace
+
+    def __getitem__(self, name: str) -> Model:
+        try:
+            model = self._registry.find(name, self._namespace)
+        except InvalidArgumentError:
+            model = None
+        if model is None:
+            raise KeyError(name)
+        return model
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({model.name for model in self._registry.models().values()})
+
+    def __len__(self) -> int:
+        return len({model.name for model in self._registry.models().values()})

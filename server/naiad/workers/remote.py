@@ -431,7 +431,7 @@ class RemoteDataPlane(DataPlane):
         publishes the new catalog before it answers (so the checks before decoding find the model)."""
         if not self._demand.on_demand(name):
             return
-        model = self.registry.models().get(name)
+        model = self.registry.find(name)
         if model is not None and model.latest_ready() is not None:
             return
         await self.link.call("admit", name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,31 @@ def test_a_model_with_no_config_file_is_completed_by_its_model_py(
     (result,) = instances(model_dir).execute([batch])
     assert isinstance(result, InferResponse)
     np.testing.assert_array_equal(result.outputs[0].data, np.full((2, 3), 10, dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    "model_py",
+    [
+        "from completing_base import *\n",  # NVIDIA's L0_model_namespacing models import theirs so
+        "import completing_base\n\nclass TritonPythonModel(completing_base.TritonPythonModel):\n    pass\n",
+    ],
+    ids=["star-import", "subclass"],
+)
+def test_a_completing_class_from_outside_the_model_folder_completes_it(
+    tmp_path: Path, model_py: str
+) -> None:
+    """The model folder's sources never name ``auto_complete_config``: the class (or its base) comes
+    from a module elsewhere on the path, and Triton still completes the configuration with it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "completing_base.py").write_text(textwrap.dedent(COMPLETING_MODEL))
+    model_dir = write_model(
+        tmp_path / "repo", "elsewhere", f"import sys\nsys.path.append({str(shared)!r})\n" + model_py
+    )
+    config = load_config(model_dir)
+    assert config.max_batch_size == 8
+    assert [t.name for t in config.input] == ["IN", "MASK"]
+    assert [t.name for t in config.output] == ["OUT"]
 
 
 def test_auto_complete_agrees_with_a_config_that_already_says_the_same(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -257,9 +258,18 @@ _CALLS_OUT = ("InferenceRequest", "load_model", "unload_model", "is_model_ready"
 
 
 def mentions(folder: Path, word: str) -> bool:
-    """Whether the model's sources mention ``word`` (True when they cannot be read): a conservative
-    test that lets the engine skip work a model cannot need."""
+    """Whether the model's sources mention ``word``: a conservative test that lets the engine skip
+    work a model cannot need.  True when they cannot be read, and when no source in the folder
+    defines ``TritonPythonModel`` on its own (a class imported from a module elsewhere, as NVIDIA's
+    ``L0_model_namespacing`` models import theirs, or one with a base class: the word may be there)."""
     try:
-        return any(word in path.read_text(errors="replace") for path in folder.rglob("*.py"))
+        texts = [path.read_text(errors="replace") for path in folder.rglob("*.py")]
     except OSError:
         return True
+    if not any(_STANDALONE.search(text) for text in texts):
+        return True
+    return any(word in text for text in texts)
+
+
+#: ``class TritonPythonModel:`` (or ``()``, ``(object)``): a model class with no base to inherit from.
+_STANDALONE = re.compile(r"^class\s+TritonPythonModel\s*(\(\s*(object)?\s*\))?\s*:", re.MULTILINE)
