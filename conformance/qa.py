@@ -653,6 +653,47 @@ def optional_input(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def model_namespacing(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_model_namespacing: two repositories under ``--model-namespacing`` holding models of the
+    same name (composing models, ensembles), each of its four layouts on a server of its own in POLL
+    and in EXPLICIT mode, as its test.sh runs them (the dynamic case moves a model out of a repository
+    and back while the server runs).  The models import their class from the folder's ``python_addsub``
+    and ``python_subadd`` (``TRITON_QA_PYTHON_MODEL_DIR``) and complete their configuration with it."""
+    folder = "L0_model_namespacing"
+    source = checkouts.qa / folder
+
+    def builder(layout: str) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:  # repo: <suite>/test_dir/addsub_repo, as test.sh's first one
+            test_dir = repo.parent
+            shutil.rmtree(test_dir)
+            shutil.copytree(source / layout, test_dir)
+            for model in test_dir.glob("*/*"):
+                (model / "1").mkdir(exist_ok=True)
+
+        return build
+
+    modes = {
+        "ModelNamespacePoll": ("--model-control-mode=poll", "--repository-poll-secs=2"),
+        "ModelNamespaceExplicit": ("--model-control-mode=explicit",),
+    }
+    layouts = ("test_duplication", "test_dynamic_resolution", "test_ensemble_duplication")
+    layouts += ("test_no_duplication",)
+    qa_root = {"TRITON_QA_ROOT_DIR": str(checkouts.qa)}
+    return [
+        Suite(
+            f"qa-model_namespacing-{suite}.{layout}",
+            builder(layout),
+            (_unittest(checkouts, folder, "test.py", f"{suite}.{layout}", qa_root),),
+            ("--model-namespacing=true", "--model-repository={suite}/test_dir/subadd_repo", *args),
+            repository="test_dir/addsub_repo",
+            server_env={"TRITON_QA_PYTHON_MODEL_DIR": str(source), "PYTHONDONTWRITEBYTECODE": "1"},
+            script_env={"NAMESPACE_TESTING_DIRCTORY": "{suite}/test_dir"},
+        )
+        for suite, args in modes.items()
+        for layout in layouts
+    ]
+
+
 def client_timeout(checkouts: Checkouts) -> Suite:
     """qa/L0_client_timeout's Python library cases: gRPC (sync, async, stream) and HTTP (sync, async)
     clients whose timeout ends before a model that takes 3 s answers, then long enough ones, on its
@@ -1213,6 +1254,7 @@ def qa_suites(
         nullchar_string(checkouts),
         *optional_input(checkouts),
         client_timeout(checkouts),
+        *model_namespacing(checkouts),
         generate_endpoint(checkouts),
         *input_size_limit(checkouts),
         *http_restrictions(checkouts),

@@ -115,6 +115,9 @@ class Suite:
     fails_to_start: bool = False
     #: Run once the server stopped (a test.sh's checks of the log after ``kill_server``).
     after_stop: tuple[Script, ...] = ()
+    #: What the scripts' environment adds (a test.sh's exports that name the suite's files);
+    #: ``{suite}`` in a value is the suite's folder.
+    script_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -459,6 +462,7 @@ def run_suite(suite: Suite, work: Path, out: TextIO, log: TextIO) -> list[Verdic
         return verdicts
     assert server.process is not None
     known = {"SERVER_PID": str(server.process.pid)}
+    known.update({key: value.format(suite=folder) for key, value in suite.script_env.items()})
     try:
         for script in suite.scripts:
             emit(run_script(script, server.ports, log, known))
