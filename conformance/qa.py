@@ -803,10 +803,17 @@ def input_size_limit(checkouts: Checkouts) -> list[Suite]:
         "test_no_leak_on_invalid_inference_header_length",
     )
     increased = cases("test_large_input_raw_binary", "test_large_input_json", "test_large_input_compressed")
-    return [
+    suites = [
         Suite("qa-http_input_size_limit-default", build, default),
         Suite("qa-http_input_size_limit-increased", build, increased, (f"--http-max-input-size={2**27}",)),
     ]
+    for name, limit in (("zero", "0"), ("negative", "-1024")):  # test.sh: the server must not start
+        _, log = _server_log(checkouts, folder, f"inference_server_{name}_limit.log")
+        refused = _logged(checkouts, folder, log.name, "Error: --http-max-input-size must be greater than 0.")
+        args = (f"--http-max-input-size={limit}",)
+        suite = f"qa-http_input_size_limit-{name}"
+        suites.append(Suite(suite, build, (refused,), args, log_link=log, fails_to_start=True))
+    return suites
 
 
 def _restriction_refusals(

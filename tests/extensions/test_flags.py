@@ -52,6 +52,12 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
         ("--grpc-header-forward-pattern=(", "--grpc-header-forward-pattern"),
         ("--http-use-ssl=true", "--http-use-ssl needs --http-server-cert and --http-server-key"),
         ("--grpc-use-ssl-mutual=true", "--grpc-use-ssl needs"),
+        # Triton's sentence, which qa's L0_http greps the log for (for 0 and -1024)
+        ("--http-max-input-size=0", "\nError: --http-max-input-size must be greater than 0.\n"),
+        ("--http-max-input-size=-1024", "\nError: --http-max-input-size must be greater than 0.\n"),
+        ("--http-max-input-size=many", "expected an integer, got 'many'"),
+        ("--model-namespacing=true --load-on-demand=m*", "--model-namespacing cannot be combined with"),
+        ("--model-namespacing=true --model-memory-budget=1000000", "--model-namespacing cannot be combined with"),
     ],
 )
 def test_malformed_flags_are_usage_errors(flag: str, error: str, capsys: pytest.CaptureFixture[str]) -> None:
