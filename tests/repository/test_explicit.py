@@ -87,6 +87,42 @@ def test_unknown_model_is_a_poll_failure(client: RepositoryClient) -> None:
     assert "nope" not in {entry["name"] for entry in client.index()}
 
 
+@pytest.mark.parametrize("name", ["../etc", "a/../b", "..", "/etc/passwd", "model/", " .. ", "../alpha"])
+def test_a_name_reaching_outside_the_repository_is_refused_as_current_triton_refuses_it(
+    client: RepositoryClient, protocol: str, name: str
+) -> None:
+    """Current Triton's words (qa's L0_input_validation, over gRPC); 2.51 answered "failed to poll"
+    (500).  Over HTTP a name holding a ``/`` is a path of its own that never reaches the load route
+    (404, as from Triton)."""
+    if protocol == "http" and "/" in name:
+        assert error_of(client.load, name)[0] == "404"
+        return
+    assert error_of(client.load, name) == (
+        "400",
+        f"invalid model name '{name}', model name must not contain path traversal characters",
+    )
+    client.unload(name)  # an unload is not checked: there is nothing of that name to unload
+
+
+@pytest.mark.parametrize("name", ["", " ", "\t \n"])
+def test_an_empty_name_is_refused(client: RepositoryClient, protocol: str, name: str) -> None:
+    if protocol == "http" and not name:  # ``/v2/repository/models//load``: no such route (404, as Triton's)
+        assert error_of(client.load, name)[0] == "404"
+        return
+    assert error_of(client.load, name) == (
+        "400",
+        "Model name cannot be empty. Please enter a valid name to deploy.",
+    )
+
+
+@pytest.mark.parametrize("name", ["...", "..alpha", "model..1"])
+def test_a_name_with_dots_inside_one_segment_is_looked_for(client: RepositoryClient, name: str) -> None:
+    assert error_of(client.load, name) == (
+        "500",
+        f"failed to load '{name}', failed to poll from model repository",
+    )
+
+
 def test_unparsable_config_is_a_poll_failure(client: RepositoryClient) -> None:
     status, message = error_of(client.load, "bad_config")
     assert (status, message) == ("500", "failed to load 'bad_config', failed to poll from model repository")

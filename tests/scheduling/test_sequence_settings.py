@@ -64,7 +64,7 @@ def test_string_states(tmp_path: Path) -> None:
     assert state.datatype == "BYTES" and state.initial.tolist() == [[b"hello", b""]]
     write(tmp_path, "short", bytes_tensor.serialize(np.array([b"one"], dtype=np.object_)))
     with pytest.raises(
-        InvalidArgumentError, match=r"data_file 'short'.*unexpected number of string elements"
+        InvalidArgumentError, match=r"data_file 'short'.*expected 2 string elements"
     ):
         settings(tmp_path, "TYPE_STRING", from_file("TYPE_STRING", "short"))
 

@@ -25,6 +25,11 @@ _LEN = struct.Struct("<I")
 _MANY = 64
 
 
+class IncompleteString(InvalidArgumentError):
+    """The last element runs past the end: a fault Triton's backend finds, not its core, so after
+    every other input passed the core's checks (the codecs raise it last)."""
+
+
 def serialize(array: np.ndarray[Any, Any]) -> bytes:
     """Length-prefix every element of a BYTES array (row-major)."""
     items = _as_bytes(array)
@@ -38,8 +43,12 @@ def serialize(array: np.ndarray[Any, Any]) -> bytes:
     return b"".join(itertools.chain.from_iterable(zip(map(_LEN.pack, lengths), items, strict=True)))
 
 
-def deserialize(buffer: bytes | bytearray | memoryview, count: int, name: str) -> np.ndarray[Any, Any]:
-    """Decode exactly ``count`` elements that must fill ``buffer`` exactly.
+def deserialize(
+    buffer: bytes | bytearray | memoryview, count: int, name: str, model: str = "", prefix: str = ""
+) -> np.ndarray[Any, Any]:
+    """Decode exactly ``count`` elements that must fill ``buffer`` exactly (``name``: the input's,
+    ``model``: its model's, ``prefix``: the request's ``[request id: ...] ``, for the errors, which
+    are Triton's).
 
     ``count`` comes from the client's declared shape, so it is checked against what the buffer can
     hold (every element needs at least its 4-byte prefix) before the result array is made.
@@ -52,10 +61,7 @@ def deserialize(buffer: bytes | bytearray | memoryview, count: int, name: str) -
     view = memoryview(buffer)
     size = view.nbytes
     if count * 4 > size:
-        raise InvalidArgumentError(
-            f"unexpected number of string elements {count} for input '{name}': "
-            f"the data holds at most {size // 4}"
-        )
+        _refuse(view, count, name, model, prefix)
     out = np.empty(count, dtype=np.object_)
     if count and size % count == 0:
         width = size // count - 4
@@ -77,29 +83,52 @@ def deserialize(buffer: bytes | bytearray | memoryview, count: int, name: str) -
     except struct.error:
         offset = -1
     if offset != size:
-        _refuse(view, count, name)
+        _refuse(view, count, name, model, prefix)
     out[:] = items
     return out
 
 
-def _refuse(view: memoryview, count: int, name: str) -> None:
-    """Why ``count`` elements do not fill ``view`` exactly, raised for the first fault."""
+def refused_first(earlier: InvalidArgumentError | None, later: InvalidArgumentError) -> InvalidArgumentError:
+    """Which of two inputs' refusals a request is answered with, as Triton orders them: its core
+    checks every input's contents before a backend reads any, and it checks them in its map's order,
+    the reverse of the request's (so of two refused inputs, it names the later one); a backend's
+    fault (:class:`IncompleteString`) comes after every core fault, the first input's first."""
+    if earlier is None:
+        return later
+    if isinstance(later, IncompleteString):
+        return earlier
+    return later
+
+
+def _refuse(view: memoryview, count: int, name: str, model: str, prefix: str) -> None:
+    """Why ``count`` elements do not fill ``view`` exactly, raised for the first fault, as Triton's
+    core words it (it walks the buffer the same way: a length prefix cut short, more elements than
+    the shape says, fewer).  An element that runs past the end passes that walk when it is the last
+    one the shape expects: its backend refuses it then, in the words used here (Triton 2.51's)."""
     size = view.nbytes
-    offset = 0
-    for i in range(count):
-        if offset + 4 > size:
-            raise InvalidArgumentError(f"incomplete string length for input '{name}' at element {i}")
-        (length,) = _LEN.unpack_from(view, offset)
-        offset += 4
-        if offset + length > size:
+    subject = f"inference input '{name}'" + (f" for model '{model}'" if model else "")
+    offset = checked = 0
+    while offset < size:
+        if size - offset < 4:
             raise InvalidArgumentError(
-                f"string element {i} of input '{name}' declares {length} bytes but only "
-                f"{size - offset} remain"
+                f"{prefix}incomplete string length indicator for {subject}, expecting 4 bytes but only "
+                f"{size - offset} bytes available. Please make sure the string length indicator is "
+                "in one buffer."
+            )
+        (length,) = _LEN.unpack_from(view, offset)
+        checked += 1
+        if checked > count:
+            raise InvalidArgumentError(
+                f"{prefix}unexpected number of string elements {checked} for {subject}, expecting {count}"
+            )
+        offset += 4
+        if offset + length > size and checked == count:
+            raise IncompleteString(
+                f"incomplete string data for inference input '{name}', expecting string of length "
+                f"{length} but only {size - offset} bytes available"
             )
         offset += length
-    raise InvalidArgumentError(
-        f"unexpected trailing {size - offset} bytes after {count} string elements for input '{name}'"
-    )
+    raise InvalidArgumentError(f"{prefix}expected {count} string elements for {subject}, got {checked}")
 
 
 def serialized_size(array: np.ndarray[Any, Any]) -> int:

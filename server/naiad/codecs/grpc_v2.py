@@ -241,12 +241,17 @@ def to_infer_request(
             _request_parameter(request, key, value)
     raw = parsed.raw
     used = 0
+    invalid: InvalidArgumentError | None = None  # (see ``bytes_tensor.refused_first``)
     for item in message.inputs[:]:  # (a list: protobuf's container costs twice as much to iterate)
         parameters = _tensor_parameters(item.parameters) if item.parameters else {}
         where = shared_memory.placement(item.name, parameters) if parameters else None
         if where is not None:
             datatype, shape = _datatype(item, request), _shape(item, request)[0]
-            data = shared_memory.read_input(regions, where, item.name, datatype, shape, request)
+            try:
+                data = shared_memory.read_input(regions, where, item.name, datatype, shape, request)
+            except InvalidArgumentError as error:
+                invalid = bytes_tensor.refused_first(invalid, error)
+                continue
             parameters = shared_memory.without_placement(parameters)
             request.inputs.append(Tensor(item.name, datatype, data, parameters))
             continue
@@ -256,16 +261,26 @@ def to_infer_request(
                     f"contents field must not be specified when using raw_input_contents for "
                     f"'{item.name}' for model '{request.model_name}'"
                 )
-            data = _from_contents(item, request)
+            try:
+                data = _from_contents(item, request)
+            except InvalidArgumentError as error:
+                invalid = bytes_tensor.refused_first(invalid, error)
+                continue
         elif used < len(raw):
-            data = _from_raw(item, raw[used], request)
             used += 1
+            try:
+                data = _from_raw(item, raw[used - 1], request)
+            except InvalidArgumentError as error:
+                invalid = bytes_tensor.refused_first(invalid, error)
+                continue
         else:
             raise InvalidArgumentError(
                 f"unable to find data for input tensor '{item.name}' for model '{request.model_name}' "
                 "in request."
             )
         request.inputs.append(Tensor(item.name, item.datatype, data, parameters))
+    if invalid is not None:
+        raise invalid
     if used < len(raw):
         raise InvalidArgumentError(
             f"unexpected additional raw_input_contents for model '{request.model_name}': {len(raw)} "
@@ -413,7 +428,8 @@ def _from_raw(item: _Input, raw: memoryview, request: InferRequest) -> np.ndarra
     datatype = _datatype(item, request)
     shape, count = _shape(item, request)
     if datatype == "BYTES":
-        return bytes_tensor.deserialize(raw, count, item.name).reshape(shape)
+        array = bytes_tensor.deserialize(raw, count, item.name, request.model_name, _prefix(request))
+        return array.reshape(shape)
     expected = count * datatypes.ELEMENT_SIZE[datatype]
     if expected != len(raw):
         raise _size_mismatch(item, request, expected, len(raw))

@@ -167,9 +167,15 @@ def decode_request(
     if not isinstance(inputs, list):
         raise InvalidArgumentError("Unable to parse 'inputs': expected an array")
     offset = 0
+    invalid: InvalidArgumentError | None = None
     for item in inputs:
         tensor, offset = _decode_input(item, binary, offset, request, regions)
-        request.inputs.append(tensor)
+        if isinstance(tensor, InvalidArgumentError):
+            invalid = bytes_tensor.refused_first(invalid, tensor)
+        else:
+            request.inputs.append(tensor)
+    if invalid is not None:
+        raise invalid
     if offset != len(binary):
         raise InvalidArgumentError(
             f"unexpected additional input data for model '{model_name}': {len(binary) - offset} "
@@ -276,7 +282,10 @@ def _check_byte_size(name: str, datatype: str, count: int) -> None:
 
 def _decode_input(
     item: Any, binary: memoryview, offset: int, request: InferRequest, regions: SharedMemoryRegistry
-) -> tuple[Tensor, int]:
+) -> tuple[Tensor | InvalidArgumentError, int]:
+    """The input ``item`` describes and where the next one's binary data starts; the error instead
+    of the tensor when its contents (in the binary section or shared memory) do not match its
+    datatype and shape, which Triton's core checks after every input is read."""
     model_name = request.model_name
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidArgumentError("Unable to parse 'inputs': each needs a string 'name'")
@@ -300,7 +309,10 @@ def _decode_input(
         )
     where = shared_memory.placement(name, params)
     if where is not None:
-        array = shared_memory.read_input(regions, where, name, datatype, shape, request)
+        try:
+            array = shared_memory.read_input(regions, where, name, datatype, shape, request)
+        except InvalidArgumentError as error:
+            return error, offset
         return Tensor(name, datatype, array, shared_memory.without_placement(params)), offset
     tensor_params = {k: v for k, v in params.items() if k != "binary_data_size"}
     if binary_size is not None:
@@ -312,7 +324,10 @@ def _decode_input(
                 f"unexpected size for input '{name}', expecting {binary_size} additional bytes for "
                 f"model '{model_name}'"
             )
-        array = _from_binary(binary[offset:end], datatype, shape, count, name)
+        try:
+            array = _from_binary(binary[offset:end], datatype, shape, count, name, request)
+        except InvalidArgumentError as error:
+            return error, end
         return Tensor(name, datatype, array, tensor_params), end
     return Tensor(
         name, datatype, _from_json(item["data"], datatype, shape, count, name), tensor_params
@@ -320,15 +335,18 @@ def _decode_input(
 
 
 def _from_binary(
-    chunk: memoryview, datatype: str, shape: tuple[int, ...], count: int, name: str
+    chunk: memoryview, datatype: str, shape: tuple[int, ...], count: int, name: str, request: InferRequest
 ) -> np.ndarray[Any, Any]:
+    """A binary input's array, refused in Triton's core's words when the bytes and the shape disagree."""
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    model = request.model_name
     if datatype == "BYTES":
-        return bytes_tensor.deserialize(chunk, count, name).reshape(shape)
+        return bytes_tensor.deserialize(chunk, count, name, model, prefix).reshape(shape)
     expected = count * datatypes.ELEMENT_SIZE[datatype]
     if expected != len(chunk):
         raise InvalidArgumentError(
-            f"input byte size mismatch for input '{name}': expected {expected} bytes for shape "
-            f"{list(shape)} of {datatype}, got {len(chunk)}"
+            f"{prefix}input byte size mismatch for input '{name}' for model '{model}'. Expected "
+            f"{expected}, got {len(chunk)}"
         )
     array = np.frombuffer(chunk, dtype=datatypes.WIRE_DTYPE[datatype], count=count)
     return array.reshape(shape)

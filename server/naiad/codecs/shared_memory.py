@@ -98,7 +98,8 @@ def read_input(
             )
     data = region.read(where.offset, where.byte_size)
     if datatype == "BYTES":
-        return bytes_tensor.deserialize(data, count, name).reshape(shape)
+        prefix = f"[request id: {request.id or '<id_unknown>'}] "
+        return bytes_tensor.deserialize(data, count, name, request.model_name, prefix).reshape(shape)
     return np.frombuffer(data, dtype=datatypes.WIRE_DTYPE[datatype], count=count).reshape(shape)
 
 

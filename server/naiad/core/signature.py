@@ -93,14 +93,14 @@ class ModelSignature:
 
         Raises :class:`InvalidArgumentError` with Triton's message for the first problem found.
         """
-        seen: set[str] = set()
+        seen: dict[str, None] = {}  # (in the request's order)
         batch: int | None = None
         for tensor in request.inputs:
             if tensor.name in seen:
                 raise InvalidArgumentError(
                     f"{_prefix(request)}input '{tensor.name}' already exists in request"
                 )
-            seen.add(tensor.name)
+            seen[tensor.name] = None
             shape = tensor.shape
             spec = self._check_input(request.id, tensor.name, tensor.datatype, shape)
             if self.max_batch_size > 0 and not spec.is_shape_tensor:
@@ -114,8 +114,10 @@ class ModelSignature:
         required = self._required
         missing = [n for n in required if n not in seen] if len(seen) < len(self._inputs) else ()
         if missing:
-            got = ", ".join(f"'{n}'" for n in seen)
-            want = ", ".join(f"'{n}'" for n in missing)
+            # (Triton's lists: no space after a comma; those given in its map's order, the reverse
+            # of the request's, as its core lists them)
+            got = ",".join(f"'{name}'" for name in reversed(seen))
+            want = ",".join(f"'{n}'" for n in missing)
             if len(required) == len(self._inputs):
                 expected = f"{len(required)} inputs"
             else:  # (Triton's words when some inputs are optional)

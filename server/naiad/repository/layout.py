@@ -26,6 +26,24 @@ def check_model_name(name: str) -> str:
     return name
 
 
+#: What C's ``isspace`` calls white space, which Triton trims from a name it is asked to load.
+_SPACE = " \t\n\v\f\r"
+
+
+def check_load_name(name: str) -> None:
+    """Refuse a name a load request gives that is empty (or only white space), or that would reach
+    outside the repository (``..``, or holding a ``/``, once trimmed), in current Triton's words
+    (INVALID_ARG; Triton 2.51 and Naiad before answered "failed to poll from model repository",
+    a 500 for the client's mistake).  Other names are looked for, and a missing one fails to poll."""
+    trimmed = name.strip(_SPACE)
+    if not trimmed:
+        raise InvalidArgumentError("Model name cannot be empty. Please enter a valid name to deploy.")
+    if trimmed == ".." or "/" in trimmed:
+        raise InvalidArgumentError(
+            f"invalid model name '{name}', model name must not contain path traversal characters"
+        )
+
+
 #: What separates a model's name from its repository in the key of a namespaced model: a NUL, which
 #: no model name contains (:func:`check_model_name`), so no request can name a key by accident.
 _MARK = "\x00"

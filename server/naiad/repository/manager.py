@@ -53,6 +53,7 @@ from naiad.repository.layout import (
     ModelLocation,
     RepositoryListing,
     Root,
+    check_load_name,
     check_model_name,
     describe,
     locate,
@@ -278,6 +279,7 @@ class ModelRepository:
         """The repository API's load (EXPLICIT mode only); ``parameters`` as :mod:`overrides` says."""
         if self.mode is not ModelControlMode.EXPLICIT:
             raise UnavailableError(CONTROL_DISABLED)
+        check_load_name(name)
         request = parse_load_parameters(parameters)
         keys = [name]
         if self.namespacing and not request.files:  # (files: a model given whole, in no repository)

@@ -214,6 +214,22 @@ def test_raw_contents_must_match_the_declared_size(stub: pbg.GRPCInferenceServic
     assert _rpc_error(stub.ModelInfer, extra)[0] is grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_of_several_inputs_refused_the_last_is_named(stub: pbg.GRPCInferenceServiceStub) -> None:
+    """Triton's core checks the inputs' contents in its map's order, the reverse of the request's
+    (checked against Triton 2.51); so does the list of those given when some are missing."""
+    both = _add_sub_request(id="both")
+    both.raw_input_contents[0] = b"\0" * 12
+    both.raw_input_contents[1] = b"\0" * 8
+    assert _rpc_error(stub.ModelInfer, both) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "[request id: both] input byte size mismatch for input 'INPUT1' for model 'add_sub'. Expected 16, got 8",
+    )
+    unknown = _add_sub_request()
+    unknown.inputs[1].name = "INPUT9"  # (refused before its contents are looked at)
+    code, message = _rpc_error(stub.ModelInfer, unknown)
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "INPUT9" in message
+
+
 def test_lying_bytes_length_prefixes_are_invalid(stub: pbg.GRPCInferenceServiceStub) -> None:
     request = pb.ModelInferRequest(model_name="identity_bytes")
     request.inputs.add(name="INPUT0", datatype="BYTES", shape=[1, 2])

@@ -158,7 +158,7 @@ class TritonPythonModel:
 @pytest.fixture(scope="package")
 def http_repository(tmp_path_factory: pytest.TempPathFactory, example_repository: Path) -> Path:
     repo = tmp_path_factory.mktemp("http-repo")
-    for name in ("add_sub", "simple_identity", "simple"):
+    for name in ("add_sub", "simple_identity", "simple", "simple_string"):
         if (example_repository / name).exists():
             shutil.copytree(example_repository / name, repo / name)
     add_sub_config = (example_repository / "add_sub" / "config.pbtxt").read_text()

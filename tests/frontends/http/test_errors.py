@@ -171,7 +171,10 @@ def test_binary_size_not_matching_shape(raw: RawClient) -> None:
     body, headers = _binary_request(12, bytes(12))
     response = raw.request("POST", URL, body, headers)
     assert response.status == 400
-    assert "input byte size mismatch for input 'INPUT0'" in response.error
+    assert response.error == (
+        "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model 'add_sub'. "
+        "Expected 16, got 12"
+    )
 
 
 def test_trailing_binary_bytes(raw: RawClient) -> None:
@@ -201,7 +204,71 @@ def test_bytes_length_prefix_past_the_end(raw: RawClient) -> None:
     body, headers = _binary_body(header, payload)
     response = raw.request("POST", "/v2/models/simple_identity/infer", body, headers)
     assert response.status == 400
-    assert "declares 1000 bytes but only 3 remain" in response.error
+    assert response.error == (
+        "incomplete string data for inference input 'INPUT0', expecting string of length 1000 but only "
+        "3 bytes available"
+    )
+
+
+def _strings(*items: bytes, last: bytes | None = None) -> bytes:
+    """Framed BYTES elements; ``last`` is a raw tail (a prefix that lies about what follows)."""
+    return b"".join(struct.pack("<I", len(item)) + item for item in items) + (last or b"")
+
+
+def _two_strings(first: bytes, second: bytes) -> tuple[bytes, dict[str, str]]:
+    """``simple_string`` (INPUT0 and INPUT1, each 16 elements) with these binary sections."""
+    inputs = [
+        {"name": name, "datatype": "BYTES", "shape": [1, 16], "parameters": {"binary_data_size": len(data)}}
+        for name, data in (("INPUT0", first), ("INPUT1", second))
+    ]
+    return _binary_body({"inputs": inputs}, first + second)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "message"),
+    [
+        # both inputs short of elements: Triton's core checks the inputs in its map's order, the
+        # reverse of the request's, and names the second (checked against Triton 2.51)
+        (
+            _strings(*[b"a"] * 14),
+            _strings(*[b"a"] * 14),
+            "[request id: <id_unknown>] expected 16 string elements for inference input 'INPUT1' for "
+            "model 'simple_string', got 14",
+        ),
+        (
+            _strings(*[b"a"] * 18),
+            _strings(*[b"a"] * 18),
+            "[request id: <id_unknown>] unexpected number of string elements 17 for inference input "
+            "'INPUT1' for model 'simple_string', expecting 16",
+        ),
+        # the last element of each runs past the end: its backend finds it, in the request's order
+        (
+            _strings(*[b"a"] * 15, last=struct.pack("<I", 9) + b"ab"),
+            _strings(*[b"a"] * 15, last=struct.pack("<I", 9) + b"ab"),
+            "incomplete string data for inference input 'INPUT0', expecting string of length 9 but only 2 "
+            "bytes available",
+        ),
+        # a core fault of the second comes before the first's backend fault
+        (
+            _strings(*[b"a"] * 15, last=struct.pack("<I", 9) + b"ab"),
+            _strings(*[b"a"] * 14),
+            "[request id: <id_unknown>] expected 16 string elements for inference input 'INPUT1' for "
+            "model 'simple_string', got 14",
+        ),
+        (
+            _strings(*[b"a"] * 16),
+            _strings(*[b"a"] * 15, last=b"\x01\x00"),
+            "[request id: <id_unknown>] incomplete string length indicator for inference input 'INPUT1' "
+            "for model 'simple_string', expecting 4 bytes but only 2 bytes available. Please make sure "
+            "the string length indicator is in one buffer.",
+        ),
+    ],
+    ids=["both-short", "both-long", "both-past-the-end", "core-before-backend", "prefix-cut"],
+)
+def test_which_refused_string_input_is_named(raw: RawClient, first: bytes, second: bytes, message: str) -> None:
+    body, headers = _two_strings(first, second)
+    response = raw.request("POST", "/v2/models/simple_string/infer", body, headers)
+    assert (response.status, response.error) == (400, message)
 
 
 def test_bytes_count_larger_than_payload_allows(raw: RawClient) -> None:
@@ -219,7 +286,7 @@ def test_bytes_count_larger_than_payload_allows(raw: RawClient) -> None:
     body, headers = _binary_body(header, payload)
     response = raw.request("POST", "/v2/models/simple_identity/infer", body, headers)
     assert response.status == 400
-    assert "unexpected number of string elements" in response.error
+    assert f"expected {2**40} string elements for inference input 'INPUT0' for model 'simple_identity', got 1" in response.error
 
 
 @pytest.mark.parametrize("name", ["..", "%2E%2E", "a%2Fb", "x%00y", "%2F..%2Fetc"])
