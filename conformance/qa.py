@@ -676,8 +676,8 @@ def model_namespacing(checkouts: Checkouts) -> list[Suite]:
         "ModelNamespacePoll": ("--model-control-mode=poll", "--repository-poll-secs=2"),
         "ModelNamespaceExplicit": ("--model-control-mode=explicit",),
     }
-    layouts = ("test_duplication", "test_dynamic_resolution", "test_ensemble_duplication")
-    layouts += ("test_no_duplication",)
+    layouts = [f"test_{name}" for name in ("duplication", "dynamic_resolution", "ensemble_duplication")]
+    layouts.append("test_no_duplication")
     qa_root = {"TRITON_QA_ROOT_DIR": str(checkouts.qa)}
     return [
         Suite(
@@ -896,6 +896,63 @@ def grpc_unit_tests(checkouts: Checkouts) -> list[Suite]:
     restricted = _unittest(checkouts, folder, test_file, "RestrictedProtocolTest")
     suites.append(Suite("qa-grpc_restricted_protocol", build, (restricted,), args))
     return suites
+
+
+def input_validation(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_input_validation as its test.sh runs it: required and optional inputs left out
+    (``InputValTest``, qa's Python models), a byte size and string counts that disagree with the
+    shape (``InputShapeTest``: a TorchScript identity test.sh makes with torch, and
+    ``onnx_object_int32_int32`` from NVIDIA's ``gen_qa_models.py --onnx``), then names a load must
+    refuse (``ModelNameValidationTest``, on an empty repository in EXPLICIT mode)."""
+    folder = "L0_input_validation"
+    test_file = "input_validation_test.py"
+    source = checkouts.qa / folder / "models"
+
+    def build_optional(repo: Path) -> None:
+        for model in source.iterdir():
+            copy_model(model, repo)
+
+    def build_shapes(repo: Path) -> None:
+        build_optional(repo)
+        identity = repo / "pt_identity" / "1"
+        identity.mkdir(parents=True)
+        save = "import sys, torch; torch.jit.save(torch.jit.script(torch.nn.Identity()), sys.argv[1])"
+        subprocess.run([sys.executable, "-c", save, identity / "model.pt"], check=True, capture_output=True)
+        (repo / "pt_identity" / "config.pbtxt").write_text(_PT_IDENTITY)
+        generated = repo.parent / "qa_model_repository"
+        generator = checkouts.qa / "common" / "gen_qa_models.py"
+        command = [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"]
+        subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+        copy_model(generated / "onnx_object_int32_int32", repo)
+
+    trt = "TensorRT plans with shape tensors (plan_*_zero_1_float32_int32): TensorRT is image-only here"
+    shapes = _pytest(
+        checkouts,
+        folder,
+        f"{test_file}::InputShapeTest",
+        deselect={"test_wrong_input_shape_tensor_size": trt},
+    )
+    optional = _pytest(checkouts, folder, f"{test_file}::InputValTest")
+    return [
+        Suite("qa-input_validation", build_optional, (optional,)),
+        Suite("qa-input_validation-shapes", build_shapes, (shapes,), ("--allow-client-shm=true",)),
+        Suite(
+            "qa-input_validation-names",
+            lambda repo: None,
+            (_pytest(checkouts, folder, f"{test_file}::ModelNameValidationTest"),),
+            ("--model-control-mode=explicit", "--log-verbose=1"),
+        ),
+    ]
+
+
+#: The TorchScript identity qa/L0_input_validation/test.sh writes the configuration of.
+_PT_IDENTITY = """name: "pt_identity"
+backend: "pytorch"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [8] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [8] } ]
+dynamic_batching { max_queue_delay_microseconds: 1000000 }
+"""
 
 
 def string_io(checkouts: Checkouts) -> Suite:
@@ -1262,6 +1319,7 @@ def qa_suites(
         *optional_input(checkouts),
         client_timeout(checkouts),
         *model_namespacing(checkouts),
+        *input_validation(checkouts),
         generate_endpoint(checkouts),
         *input_size_limit(checkouts),
         *http_restrictions(checkouts),
