@@ -945,6 +945,19 @@ def input_validation(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def scalar_io(checkouts: Checkouts) -> Suite:
+    """qa/L0_scalar_io: ONNX identities whose graph gives the input and output no shape (scalars),
+    served as ``[1]`` and ``[1, 1]`` tensors by their configurations (which name no backend: the
+    model file tells), made by NVIDIA's ``gen_qa_ort_scalar_models.py`` as ``$DATADIR/qa_scalar_models``."""
+
+    def build(repo: Path) -> None:
+        generator = checkouts.qa / "common" / "gen_qa_ort_scalar_models.py"
+        command = [sys.executable, str(generator), f"--models_dir={repo}"]
+        subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+
+    return Suite("qa-scalar_io", build, (_unittest(checkouts, "L0_scalar_io", "scalar_test.py"),))
+
+
 #: The TorchScript identity qa/L0_input_validation/test.sh writes the configuration of.
 _PT_IDENTITY = """name: "pt_identity"
 backend: "pytorch"
@@ -1320,6 +1333,7 @@ def qa_suites(
         client_timeout(checkouts),
         *model_namespacing(checkouts),
         *input_validation(checkouts),
+        scalar_io(checkouts),
         generate_endpoint(checkouts),
         *input_size_limit(checkouts),
         *http_restrictions(checkouts),
