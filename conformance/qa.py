@@ -925,23 +925,18 @@ def input_validation(checkouts: Checkouts) -> list[Suite]:
         subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
         copy_model(generated / "onnx_object_int32_int32", repo)
 
+    def cases(test_class: str, **deselect: str) -> Script:
+        """test.sh's ``pytest input_validation_test.py::<class>``."""
+        script = _pytest(checkouts, folder, test_file, deselect=deselect)
+        return replace(script, argv=(test_file, "-k", test_class))
+
     trt = "TensorRT plans with shape tensors (plan_*_zero_1_float32_int32): TensorRT is image-only here"
-    shapes = _pytest(
-        checkouts,
-        folder,
-        f"{test_file}::InputShapeTest",
-        deselect={"test_wrong_input_shape_tensor_size": trt},
-    )
-    optional = _pytest(checkouts, folder, f"{test_file}::InputValTest")
+    shapes = cases("InputShapeTest", **{"InputShapeTest::test_wrong_input_shape_tensor_size": trt})
+    names = ("--model-control-mode=explicit", "--log-verbose=1")
     return [
-        Suite("qa-input_validation", build_optional, (optional,)),
+        Suite("qa-input_validation", build_optional, (cases("InputValTest"),)),
         Suite("qa-input_validation-shapes", build_shapes, (shapes,), ("--allow-client-shm=true",)),
-        Suite(
-            "qa-input_validation-names",
-            lambda repo: None,
-            (_pytest(checkouts, folder, f"{test_file}::ModelNameValidationTest"),),
-            ("--model-control-mode=explicit", "--log-verbose=1"),
-        ),
+        Suite("qa-input_validation-names", lambda repo: None, (cases("ModelNameValidationTest"),), names),
     ]
 
 
