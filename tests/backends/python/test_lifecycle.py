@@ -300,8 +300,9 @@ def test_a_model_py_that_cannot_import_fails_auto_complete_naming_it(tmp_path: P
 
 
 def test_a_model_py_without_auto_complete_config_that_cannot_import_fails_its_load(tmp_path: Path) -> None:
-    """No process is started to auto-complete a model whose sources never mention it."""
-    model_dir = write_model(tmp_path, "broken", "def oops(:\n", FP32_IO)
+    """No process is started to auto-complete a model whose sources define its class and never
+    mention it (a class from elsewhere, or with a base, is always asked: test_auto_complete.py)."""
+    model_dir = write_model(tmp_path, "broken", "class TritonPythonModel:\n    pass\n\ndef oops(:\n", FP32_IO)
     with pytest.raises(InferenceServerError) as caught:
         get_backend("python").create_instance(instance_context(model_dir))
     assert "failed to load model 'broken'" in caught.value.message
