@@ -271,7 +271,7 @@ class DataPlane:
         self.shared_memory.unregister(name)
 
     def _check_trace_model(self, model: str) -> None:
-        if model and not self.registry.known(model):
+        if model and self.registry.unique(model) is None:
             raise InvalidArgumentError(f"Request for unknown model : {model}")
 
     def _manager(self) -> ModelRepository:

@@ -32,10 +32,7 @@ def model_statistics(registry: ModelRegistry, name: str, version: str) -> dict[s
         for _, listed in sorted(registry.models().items()):
             chosen += [(listed, number) for number in listed.ready_versions()]
     else:
-        try:
-            model = registry.find(name)
-        except InvalidArgumentError:  # ambiguous
-            model = None
+        model = registry.unique(name)  # (an ambiguous name: not available, as in Triton)
         ready = model.ready_versions() if model is not None else []
         if model is None or not ready:
             raise InvalidArgumentError(f"requested model '{name}' is not available")

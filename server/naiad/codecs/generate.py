@@ -22,7 +22,7 @@ import orjson
 
 from naiad.codecs.json_v2 import NOT_BOOLEAN, NOT_NUMBER, NOT_SIGNED, NOT_STRING, NOT_UNSIGNED
 from naiad.core import datatypes
-from naiad.core.errors import InvalidArgumentError
+from naiad.core.errors import InvalidArgumentError, request_prefix
 from naiad.core.request import InferRequest, InferResponse, Tensor
 from naiad.core.signature import ModelSignature, TensorSpec
 
@@ -113,7 +113,7 @@ class _Reader:
         request = self._request
         if spec.name in self._names:
             raise InvalidArgumentError(
-                f"[request id: {request.id or '<id_unknown>'}] input '{spec.name}' already exists in request"
+                f"{request_prefix(request.id)}input '{spec.name}' already exists in request"
             )
         self._names.add(spec.name)
         values = value if isinstance(value, list) else [value]

@@ -29,7 +29,7 @@ from naiad.codecs import bytes_tensor, shared_memory
 from naiad.codecs.classification import class_count
 from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
-from naiad.core.errors import InvalidArgumentError, RankError, check_string_correlation_id
+from naiad.core.errors import InvalidArgumentError, RankError, check_string_correlation_id, request_prefix
 from naiad.core.request import (
     InferRequest,
     InferResponse,
@@ -331,7 +331,7 @@ def plain_request(parsed: ParsedInferRequest) -> PlainRequest | None:
 
 
 def _prefix(request: InferRequest) -> str:
-    return f"[request id: {request.id or '<id_unknown>'}] "
+    return request_prefix(request.id)
 
 
 def _value(parameter: pb.InferParameter) -> ParameterValue | None:

@@ -21,7 +21,7 @@ from naiad.codecs import bytes_tensor, shared_memory
 from naiad.codecs.classification import class_count
 from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
-from naiad.core.errors import InvalidArgumentError, RankError, check_string_correlation_id
+from naiad.core.errors import InvalidArgumentError, RankError, check_string_correlation_id, request_prefix
 from naiad.core.request import (
     RESERVED_PARAMETERS,
     InferRequest,
@@ -338,7 +338,7 @@ def _from_binary(
     chunk: memoryview, datatype: str, shape: tuple[int, ...], count: int, name: str, request: InferRequest
 ) -> np.ndarray[Any, Any]:
     """A binary input's array, refused in Triton's core's words when the bytes and the shape disagree."""
-    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    prefix = request_prefix(request.id)
     model = request.model_name
     if datatype == "BYTES":
         return bytes_tensor.deserialize(chunk, count, name, model, prefix).reshape(shape)

@@ -19,7 +19,7 @@ import numpy as np
 from naiad.codecs import bytes_tensor
 from naiad.codecs.wire import wire_data
 from naiad.core import datatypes
-from naiad.core.errors import InternalError, InvalidArgumentError
+from naiad.core.errors import InternalError, InvalidArgumentError, request_prefix
 from naiad.core.request import InferRequest, Parameters, Tensor
 from naiad.core.shm import Region, SharedMemoryRegistry
 
@@ -93,12 +93,12 @@ def read_input(
         expected = count * datatypes.ELEMENT_SIZE[datatype]
         if expected != where.byte_size:
             raise InvalidArgumentError(
-                f"[request id: {request.id or '<id_unknown>'}] input byte size mismatch for input "
+                f"{request_prefix(request.id)}input byte size mismatch for input "
                 f"'{name}' for model '{request.model_name}'. Expected {expected}, got {where.byte_size}"
             )
     data = region.read(where.offset, where.byte_size)
     if datatype == "BYTES":
-        prefix = f"[request id: {request.id or '<id_unknown>'}] "
+        prefix = request_prefix(request.id)
         return bytes_tensor.deserialize(data, count, name, request.model_name, prefix).reshape(shape)
     return np.frombuffer(data, dtype=datatypes.WIRE_DTYPE[datatype], count=count).reshape(shape)
 

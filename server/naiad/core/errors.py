@@ -54,6 +54,12 @@ class NotFoundError(InferenceServerError):
     code = ErrorCode.NOT_FOUND
 
 
+
+def request_prefix(request_id: str) -> str:
+    """What Triton's core puts before a request's error (its ``LogRequest()``): the request's id,
+    or ``<id_unknown>``."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
+
 class RankError(InvalidArgumentError):
     """An input of more dimensions than numpy can hold (``MAX_RANK``), refused before any array exists.
 
@@ -66,7 +72,7 @@ class RankError(InvalidArgumentError):
 
     def __init__(self, request_id: str, name: str, datatype: str, shape: tuple[int, ...]) -> None:
         super().__init__(
-            f"[request id: {request_id or '<id_unknown>'}] unexpected shape for input '{name}': "
+            f"{request_prefix(request_id)}unexpected shape for input '{name}': "
             f"{len(shape)} dimensions"
         )
         self.request_id = request_id

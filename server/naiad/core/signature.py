@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from naiad.core.errors import InvalidArgumentError, RankError
+from naiad.core.errors import InvalidArgumentError, RankError, request_prefix
 from naiad.core.request import InferRequest, PlainRequest
 
 _BATCH_NOTE = (
@@ -41,11 +41,7 @@ def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
 
 
 def _prefix(request: InferRequest | PlainRequest) -> str:
-    return _id_prefix(request.id)
-
-
-def _id_prefix(request_id: str) -> str:
-    return f"[request id: {request_id or '<id_unknown>'}] "
+    return request_prefix(request.id)
 
 
 def _matches(dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
@@ -162,19 +158,19 @@ class ModelSignature:
             raise InvalidArgumentError(f"unexpected inference input '{name}' for model '{self.name}'")
         if datatype != spec.datatype:
             raise InvalidArgumentError(
-                f"{_id_prefix(request_id)}inference input '{name}' data-type is '{datatype}', but model "
+                f"{request_prefix(request_id)}inference input '{name}' data-type is '{datatype}', but model "
                 f"'{self.name}' expects '{spec.datatype}'"
             )
         if self.max_batch_size > 0 and not spec.is_shape_tensor:
             if len(shape) != len(spec.dims) + 1 or shape[0] < 1 or not _matches(spec.dims, shape[1:]):
                 raise InvalidArgumentError(
-                    f"{_id_prefix(request_id)}unexpected shape for input '{name}' for model "
+                    f"{request_prefix(request_id)}unexpected shape for input '{name}' for model "
                     f"'{self.name}'. Expected {_shape_text(self.full_shape(spec))}, got "
                     f"{_shape_text(shape)}. {_BATCH_NOTE}"
                 )
         elif not _matches(spec.dims, shape):
             raise InvalidArgumentError(
-                f"{_id_prefix(request_id)}unexpected shape for input '{name}' for model "
+                f"{request_prefix(request_id)}unexpected shape for input '{name}' for model "
                 f"'{self.name}'. Expected {_shape_text(spec.dims)}, got {_shape_text(shape)}. "
             )
         return spec

@@ -7,6 +7,7 @@ They are only built when verbose logging is on: callers check ``Logger.isEnabled
 
 from __future__ import annotations
 
+from naiad.core.errors import request_prefix
 from naiad.core.request import InferRequest, InferResponse
 
 #: Triton's request flags: sequence start and end.
@@ -21,7 +22,7 @@ def prepared(request: InferRequest, version: int, batch_size: int) -> str:
     flags |= _SEQUENCE_END if request.sequence_end else 0
     requested = request.model_version or "-1"
     lines = [
-        f"[request id: {request.id or '<id_unknown>'}] prepared: request id: {request.id}, model: "
+        f"{request_prefix(request.id)}prepared: request id: {request.id}, model: "
         f"{request.model_name}, requested version: {requested}, actual version: {version}, flags: "
         f"{flags:#x}, correlation id: {request.sequence_id}, batch size: {batch_size}, priority: "
         f"{request.priority}, timeout (us): {request.timeout_us}",

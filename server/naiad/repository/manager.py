@@ -296,9 +296,7 @@ class ModelRepository:
         """The repository API's unload (EXPLICIT mode only); unloading an unknown model succeeds."""
         if self.mode is not ModelControlMode.EXPLICIT:
             raise UnavailableError(CONTROL_DISABLED)
-        keys = [name]
-        if self.namespacing:
-            keys = [key for key, model in self._models.items() if model.name == name] or keys
+        keys = [model.key for model in self.registry.named(name)] or [name]
         for key in keys:
             await self.unload(key, unload_dependents)
             self.residency.unloaded(key)
@@ -350,7 +348,7 @@ class ModelRepository:
         preferred = model_key(name, namespace)
         if preferred in self._models or self._locate(preferred) is not None:
             return preferred
-        found = {key for key, model in self._models.items() if model.name == name}
+        found = {model.key for model in self.registry.named(name)}
         found.update(namespaces_of(self._roots(), name))
         return found.pop() if len(found) == 1 else preferred
 

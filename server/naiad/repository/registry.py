@@ -78,12 +78,18 @@ class ModelRegistry:
             )
         return next(iter(named.values()))
 
-    def known(self, name: str) -> bool:
-        """Whether a request naming ``name`` finds one model (an ambiguous name finds none)."""
+    def named(self, name: str) -> list[Model]:
+        """Every published model called ``name`` (several only under namespacing)."""
+        found = [self._models[name]] if name in self._models else []
+        return found + list(self._named.get(name, {}).values())
+
+    def unique(self, name: str, namespace: str = "") -> Model | None:
+        """:meth:`find`, where an ambiguous name finds nothing (what Triton answers for an unknown
+        model there: statistics, trace settings, an ensemble's step)."""
         try:
-            return self.find(name) is not None
+            return self.find(name, namespace)
         except InvalidArgumentError:
-            return False
+            return None
 
     def scope(self, namespace: str) -> Mapping[str, Model]:
         """The models by name as an ensemble in ``namespace`` sees its steps' (see :meth:`find`)."""
@@ -178,10 +184,7 @@ class _Scope(Mapping[str, Model]):
         self._namespace = namespace
 
     def __getitem__(self, name: str) -> Model:
-        try:
-            model = self._registry.find(name, self._namespace)
-        except InvalidArgumentError:
-            model = None
+        model = self._registry.unique(name, self._namespace)
         if model is None:
             raise KeyError(name)
         return model
