@@ -19,7 +19,7 @@ import logging
 import signal
 import time
 
-from naiad import log_settings
+from naiad import log_settings, triton_flags
 from naiad.backends.gpus import gpu_count
 from naiad.backends.runtime import Runtime
 from naiad.core.allocator import pin_thresholds
@@ -52,6 +52,7 @@ def configure_logging(settings: ServerSettings) -> None:
 
 
 async def serve(settings: ServerSettings) -> int:
+    triton_flags.log_inert(settings.inert_flags)
     cache_size = parse_cache_config(settings.cache_config)
     response_cache = ResponseCache(cache_size) if cache_size is not None else None
     resources = [parse_resource(text) for text in settings.rate_limit_resources]
@@ -77,6 +78,9 @@ async def serve(settings: ServerSettings) -> int:
         startup_models=settings.load_models,
         poll_secs=settings.repository_poll_secs,
         namespacing=settings.model_namespacing,
+        config_name=settings.model_config_name,
+        load_retries=settings.model_load_retry_count,
+        gpu_limits=settings.model_load_gpu_limit,
         cache_dir=settings.repository_cache_dir,
         response_cache=response_cache,
         rate_limiter=rate_limiter,
@@ -100,6 +104,7 @@ async def serve(settings: ServerSettings) -> int:
         shared_memory=shared_memory,
         response_cache=response_cache,
         peers=peers,
+        server_id=settings.server_id,
     )
     loop = asyncio.get_running_loop()
     runtime.bls = BlsServer(dataplane, loop)
@@ -193,7 +198,7 @@ def _client_ports_free(settings: ServerSettings) -> bool:
     checked once here: a worker that found its port taken would fail after it started, and be
     started again, for ever; the server says so and exits instead, as Triton does."""
     ports = []
-    if settings.allow_http:
+    if settings.allow_http and not settings.reuse_http_port:
         ports.append(("HTTP", settings.http_address, settings.http_port))
     if settings.allow_grpc and not settings.reuse_grpc_port:
         ports.append(("gRPC", settings.grpc_address, settings.grpc_port))

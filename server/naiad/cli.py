@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from naiad import log_settings
+from naiad import log_settings, triton_flags
 from naiad.core.cpu_policy import CPU_POLICIES
 from naiad.frontends.access.keyring import Keyring
 from naiad.frontends.access.restriction import parse_restrictions
@@ -233,6 +233,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     _density_flags(p, d)
     _extension_flags(p, d)
     _observability_flags(p, d)
+    triton_flags.add_flags(p, _bool)
 
 
 def _density_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
@@ -279,7 +280,8 @@ def _observability_settings(parser: argparse.ArgumentParser, args: argparse.Name
     """The settings of :func:`_observability_flags`; a malformed metrics or trace config is a usage error."""
     try:
         parse_metrics_config(args.metrics_config)
-        trace = parse_trace_config(args.trace_config)
+        trace_config = [*triton_flags.trace_items(args), *args.trace_config]
+        trace = parse_trace_config(trace_config)
     except ValueError as error:
         parser.error(str(error))
     if trace.mode == "opentelemetry" and importlib.util.find_spec("opentelemetry.sdk") is None:
@@ -294,7 +296,7 @@ def _observability_settings(parser: argparse.ArgumentParser, args: argparse.Name
         "log_error": args.log_error,
         "log_format": args.log_format,
         "log_file": args.log_file,
-        "trace_config": args.trace_config,
+        "trace_config": trace_config,
     }
 
 
@@ -423,9 +425,15 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
     if args.model_namespacing and (args.load_on_demand or budgets != (None, None)):
         # (models load and are evicted by the name a request gives, which namespaces make ambiguous)
         parser.error("--model-namespacing cannot be combined with --load-on-demand or a model memory budget")
-    return ServerSettings(
+    # (the deprecated --strict-model-config and --response-cache-byte-size fold into two of these)
+    chosen = {
         **_extension_settings(parser, args),
         **_observability_settings(parser, args),
+        "disable_auto_complete_config": args.disable_auto_complete_config,
+    }
+    chosen.update(triton_flags.settings(parser, args))
+    return ServerSettings(
+        **chosen,
         model_repositories=list(args.model_repositories),
         repository_cache_dir=args.repository_cache_dir,
         repository_poll_secs=args.repository_poll_secs,
@@ -446,7 +454,6 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
-        disable_auto_complete_config=args.disable_auto_complete_config,
         backend_directory=args.backend_directory,
         backend_config=args.backend_config,
         log_verbose=args.log_verbose,

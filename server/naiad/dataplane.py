@@ -105,11 +105,13 @@ class DataPlane:
         shared_memory: SharedMemoryRegistry | None = None,
         response_cache: ResponseCache | None = None,
         peers: Peers | None = None,
+        server_id: str = SERVER_NAME,
     ) -> None:
         """``repository``: the manager that loads into ``registry`` (``None`` in a frontend worker,
         whose data plane sends model control to the engine); ``peers``: the servers holding the models
-        not served here (``--peers-file``)."""
+        not served here (``--peers-file``); ``server_id``: the name the metadata gives (``--id``)."""
         self.registry = registry
+        self.server_id = server_id
         self.repository = repository
         self.strict_readiness = strict_readiness
         #: Client system shared memory regions (none can be registered unless ``--allow-client-shm``).
@@ -146,7 +148,7 @@ class DataPlane:
         return self._manager().all_ready() if self.strict_readiness else True
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(EXTENSIONS)}
+        return {"name": self.server_id, "version": SERVER_VERSION, "extensions": list(EXTENSIONS)}
 
     def model_ready(self, name: str, version: str) -> bool:
         """Whether a request for ``version`` ("" = the default version) would be served now."""

@@ -182,6 +182,28 @@ class ServerSettings:
     reuse_grpc_port: bool = False
     """``--reuse-grpc-port``: let several servers listen on the gRPC port (SO_REUSEPORT)."""
 
+    reuse_http_port: bool = False
+    """``--reuse-http-port``: let several servers listen on the HTTP port (SO_REUSEPORT)."""
+
+    server_id: str = "triton"
+    """``--id``: the server's name in its metadata (``GET /v2``, ``ServerMetadata``), as Triton's."""
+
+    model_config_name: str = ""
+    """``--model-config-name``: a model folder's ``configs/<name>.pbtxt`` is its configuration where that
+    file exists, ``config.pbtxt`` elsewhere (one repository for several kinds of machine)."""
+
+    model_load_retry_count: int = 0
+    """``--model-load-retry-count``: a version that fails to load is tried again this many times, at
+    once (a model whose start depends on something that may be briefly away)."""
+
+    inert_flags: list[str] = field(default_factory=list)
+    """Flags of ``tritonserver`` given that tune what Naiad does not have (thread and memory pools):
+    accepted, checked, and named in the log at start (:mod:`naiad.triton_flags`)."""
+
+    model_load_gpu_limit: dict[int, float] = field(default_factory=dict)
+    """``--model-load-gpu-limit <device>:<fraction>``: a GPU instance's load fails once the device's
+    used memory exceeds this share of its total (read from NVML after the instance is created)."""
+
     frontend_workers: int = 0
     """``--frontend-workers`` (Naiad; env ``NAIAD_FRONTEND_WORKERS``): processes that serve HTTP and gRPC
     over one engine (0: the single-process server).  The CLI's default, ``auto``, is 0 on machines with

@@ -99,8 +99,8 @@ class Listeners:
     def __init__(
         self, dataplane: DataPlane, settings: ServerSettings, keyring: Keyring | None, *, reuse_port: bool
     ) -> None:
-        self._servers: list[tuple[UvicornServer, str, int]] = []
-        self._reuse_port = reuse_port
+        #: Each uvicorn server, where it listens, and whether its port is shared (``SO_REUSEPORT``).
+        self._servers: list[tuple[UvicornServer, str, int, bool]] = []
         self._http: HttpFrontend | None = None
         self._keyring = keyring
         restrictions = Restrictions(parse_restrictions(settings.http_restricted_apis))
@@ -122,7 +122,8 @@ class Listeners:
                 "--http",
             )
             server = uvicorn_server(app, settings.http_address, settings.http_port, settings, tls)
-            self._servers.append((server, settings.http_address, settings.http_port))
+            shared = reuse_port or settings.reuse_http_port
+            self._servers.append((server, settings.http_address, settings.http_port, shared))
         if settings.openai_port is not None:
             # imported only when served: it brings pydantic, a tenth of a second of every start-up
             from naiad.frontends.openai.app import OpenAIFrontend
@@ -133,7 +134,7 @@ class Listeners:
                 access=AccessPolicy(restrictions, keyring),
             )
             server = uvicorn_server(openai, settings.openai_address, settings.openai_port, settings)
-            self._servers.append((server, settings.openai_address, settings.openai_port))
+            self._servers.append((server, settings.openai_address, settings.openai_port, reuse_port))
             log.info("serving the OpenAI API on %s:%d", settings.openai_address, settings.openai_port)
         self._grpc: Any = None
         if settings.allow_grpc and importlib.util.find_spec("naiad.frontends.grpc.server") is not None:
@@ -147,13 +148,13 @@ class Listeners:
 
     def add(self, server: UvicornServer) -> None:
         """Another uvicorn server started and stopped with these (the engine's metrics endpoint)."""
-        self._servers.append((server, "", 0))
+        self._servers.append((server, "", 0, False))
 
     async def start(self) -> bool:
         """Start listening; ``False`` when a listener could not (its port taken), said in the log."""
         try:
-            for server, host, port in self._servers:
-                sockets = [_shared_socket(host, port)] if self._reuse_port and host else None
+            for server, host, port, shared in self._servers:
+                sockets = [_shared_socket(host, port)] if shared and host else None
                 self._tasks.append(asyncio.create_task(_serve(server, sockets)))
         except OSError as error:
             log.error("a frontend failed to start: %s", error)
@@ -166,7 +167,7 @@ class Listeners:
                 return False
         if self._keyring is not None:
             self._watch = asyncio.create_task(self._keyring.watch())
-        for (server, _, _), task in zip(self._servers, self._tasks, strict=True):
+        for (server, _, _, _), task in zip(self._servers, self._tasks, strict=True):
             while not server.started and not task.done():
                 await asyncio.sleep(0.01)
         if any(task.done() for task in self._tasks):
@@ -179,7 +180,7 @@ class Listeners:
         ``start``: what started stops)."""
         if self._watch is not None:
             self._watch.cancel()
-        for server, _, _ in self._servers:
+        for server, _, _, _ in self._servers:
             server.should_exit = True
         if self._grpc is not None:
             await self._grpc.stop(grace)

@@ -21,7 +21,7 @@ from naiad.codecs.model_config_json import config_to_dict
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.signature import ModelSignature, TensorSpec
-from naiad.repository.layout import CONFIG_FILE
+from naiad.repository.layout import CONFIG_FILE, CONFIGS_FOLDER
 from naiad.scheduling.cache import refuse_decoupled
 
 ModelConfig = mc.ModelConfig
@@ -135,9 +135,20 @@ def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def read_config(model_dir: Path) -> mc.ModelConfig:
-    """The model's ``config.pbtxt`` if present, else an empty config (auto-complete may fill it)."""
-    path = model_dir / CONFIG_FILE
+def config_path(model_dir: Path, config_name: str = "") -> Path:
+    """Where the model's configuration is: ``configs/<config_name>.pbtxt`` where ``--model-config-name``
+    names one the folder has, else ``config.pbtxt`` (Triton's rule)."""
+    if config_name:
+        custom = model_dir / CONFIGS_FOLDER / f"{config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return model_dir / CONFIG_FILE
+
+
+def read_config(model_dir: Path, config_name: str = "") -> mc.ModelConfig:
+    """The model's configuration (:func:`config_path`) if present, else an empty config (auto-complete
+    may fill it)."""
+    path = config_path(model_dir, config_name)
     if not path.exists():
         return ModelConfig()
     try:

@@ -63,6 +63,17 @@ class GpuMemory:
         return tuple(readings)
 
 
+    def used_share(self, device: int) -> float | None:
+        """The share of device ``device``'s memory in use now (``None`` where NVML does not answer)."""
+        if not 0 <= device < len(self._handles):
+            return None
+        try:
+            info = self._nvml.nvmlDeviceGetMemoryInfo(self._handles[device])
+            return int(info.used) / int(info.total) if info.total else None
+        except Exception:
+            return None
+
+
 def gpu_growth(before: tuple[int, ...], after: tuple[int, ...]) -> tuple[int, ...]:
     """What used memory grew by on each device (never negative)."""
     return tuple(max(0, a - b) for a, b in zip(after, before, strict=True))

@@ -14,6 +14,8 @@ from pathlib import Path
 from naiad.core.errors import InvalidArgumentError
 
 CONFIG_FILE = "config.pbtxt"
+#: Where ``--model-config-name`` looks for a model's other configurations (``configs/<name>.pbtxt``).
+CONFIGS_FOLDER = "configs"
 
 
 def check_model_name(name: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.backends.base import Backend, InstanceContext, InstanceHealth
 from naiad.backends.runtime import PYTHON_RUNTIME, Runtime
-from naiad.core.errors import InferenceServerError, InternalError, InvalidArgumentError
+from naiad.core.errors import InferenceServerError, InternalError, InvalidArgumentError, UnavailableError
 from naiad.core.signature import ModelSignature
 from naiad.repository import config as cfg
 from naiad.repository.fingerprint import folder_fingerprint, version_fingerprints
@@ -88,13 +89,22 @@ class ModelLoader:
         auto_complete: bool = True,
         gpu_count: int = 0,
         rate_limiter: RateLimiter | None = None,
+        config_name: str = "",
+        retries: int = 0,
+        gpu_limits: Mapping[int, float] | None = None,
     ) -> None:
+        """``config_name``: ``--model-config-name``; ``retries``: ``--model-load-retry-count``;
+        ``gpu_limits``: ``--model-load-gpu-limit`` (device: the share of its memory past which a GPU
+        instance's load fails)."""
         self.runtime = runtime
         self.auto_complete = auto_complete
         self.gpu_count = gpu_count
         #: Measures versions' GPU footprints (for ``--model-gpu-memory-budget``); only where GPUs are.
         self.gpu_memory = GpuMemory.open() if gpu_count else None
         self.rate_limiter = rate_limiter
+        self.config_name = config_name
+        self.retries = retries
+        self.gpu_limits = dict(gpu_limits or {})
         self._overlapping = OverlappingLoads()
 
     def poll(self, name: str, location: ModelLocation | None, request: LoadRequest | None) -> LoadPlan:
@@ -128,7 +138,7 @@ class ModelLoader:
             if request is not None and request.config is not None:
                 config = cfg.parse_json(request.config)
             else:
-                config = cfg.read_config(location.path)
+                config = cfg.read_config(location.path, self.config_name)
                 if request is not None and request.config_override is not None:
                     config = cfg.merge_json(config, request.config_override)
             versions = available_versions(location.path)
@@ -189,6 +199,16 @@ class ModelLoader:
                 return based
         return version_dir / config.default_model_filename
 
+    def _check_gpu_limit(self, name: str, device: int) -> None:
+        """``--model-load-gpu-limit``: checked after each GPU instance is created, as Triton checks it, so
+        that an instance cannot take what the limit keeps free before the check sees it."""
+        share = self.gpu_memory.used_share(device) if self.gpu_memory is not None else None
+        if share is not None and share > self.gpu_limits[device]:
+            raise UnavailableError(
+                f"can not create model '{name}': memory limit set for GPU {device} has exceeded, "
+                "model loading is rejected."
+            )
+
     def _complete(self, config: mc.ModelConfig, model_dir: Path, versions: list[int]) -> str:
         """Let the backend auto-complete the config; the reason if it cannot.
 
@@ -209,9 +229,21 @@ class ModelLoader:
         return ""
 
     def build_version(self, plan: LoadPlan, version: int) -> ModelVersion:
-        """Create, warm up and schedule every instance of one version; READY, or raise the reason."""
+        """Create, warm up and schedule every instance of one version; READY, or raise the reason of
+        its last try (``retries`` more after the first, at once, as Triton's)."""
         if plan.failure:
             raise InternalError(plan.failure)
+        for attempt in range(self.retries):
+            try:
+                return self._build_version(plan, version)
+            except Exception as exc:
+                log.info(
+                    "loading model '%s' version %d failed (try %d of %d): %s",
+                    plan.name, version, attempt + 1, self.retries + 1, getattr(exc, "message", exc),
+                )
+        return self._build_version(plan, version)
+
+    def _build_version(self, plan: LoadPlan, version: int) -> ModelVersion:
         started, resident = time.monotonic_ns(), resident_bytes()
         gpu_before = self.gpu_memory.used() if self.gpu_memory is not None else ()
         overlap = self._overlapping.begin()
@@ -244,6 +276,8 @@ class ModelLoader:
                         instance = backend.create_instance(context)
                         worker = InstanceWorker(instance, instance_name)
                         workers.append(worker)
+                        if kind == "GPU" and device in self.gpu_limits:
+                            self._check_gpu_limit(plan.name, device)
                         if samples:
                             run_warmup(instance, samples)
         except BaseException:

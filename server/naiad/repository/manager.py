@@ -130,12 +130,17 @@ class ModelRepository:
         rate_limiter: RateLimiter | None = None,
         residency: Residency | None = None,
         namespacing: bool = False,
+        config_name: str = "",
+        load_retries: int = 0,
+        gpu_limits: Mapping[int, float] | None = None,
     ) -> None:
         """``registry``: where loaded models are published (what requests resolve in); ``runtime``: the
         server's, which makes the backends; ``response_cache``: the server's (``--cache-config``), for
         ensembles' steps; ``rate_limiter``: the server's (``--rate-limit``), handed to every version's
         scheduler; ``residency``: which models load on demand and the memory budget (none: neither);
-        ``namespacing``: ``--model-namespacing`` (each repository a namespace)."""
+        ``namespacing``: ``--model-namespacing`` (each repository a namespace); ``config_name``,
+        ``load_retries``, ``gpu_limits``: ``--model-config-name``, ``--model-load-retry-count``,
+        ``--model-load-gpu-limit`` (see :class:`ModelLoader`)."""
         self.roots = [open_root(str(r), cache_dir or default_cache_dir()) for r in repositories]
         self.response_cache = response_cache
         self.mode = mode
@@ -144,7 +149,13 @@ class ModelRepository:
         self.namespacing = namespacing
         self.runtime = runtime
         self._loader = ModelLoader(
-            runtime, auto_complete=auto_complete, gpu_count=gpu_count, rate_limiter=rate_limiter
+            runtime,
+            auto_complete=auto_complete,
+            gpu_count=gpu_count,
+            rate_limiter=rate_limiter,
+            config_name=config_name,
+            retries=load_retries,
+            gpu_limits=gpu_limits,
         )
         self.registry = registry
         #: What is published, read-only: changes go through ``registry.publish`` and ``retire``.

@@ -414,6 +414,7 @@ class RemoteDataPlane(DataPlane):
             tracer=link.tracer,
             shared_memory=link.shared_memory,
             peers=Peers(settings.peers_file),
+            server_id=settings.server_id,
         )
         self.link = link
         self._catalog = link.catalog
