@@ -127,8 +127,10 @@ def test_a_failed_load_is_tried_again(tmp_path: Path) -> None:
     with ServerProcess([tmp_path / "twice"], ["--model-load-retry-count=1"]) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         assert client.is_model_ready("flaky")
-        assert "loading model 'flaky' version 1 failed (try 1 of 2): " in server.log()
+        # each failed try in Triton's words, then the load that worked
+        assert "failed to load 'flaky' version 1: " in server.log()
         assert "failing the first load" in server.log()
+        assert "successfully loaded 'flaky'" in server.log()
 
 
 class _Nvml:

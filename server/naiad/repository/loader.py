@@ -90,12 +90,10 @@ class ModelLoader:
         gpu_count: int = 0,
         rate_limiter: RateLimiter | None = None,
         config_name: str = "",
-        retries: int = 0,
         gpu_limits: Mapping[int, float] | None = None,
     ) -> None:
-        """``config_name``: ``--model-config-name``; ``retries``: ``--model-load-retry-count``;
-        ``gpu_limits``: ``--model-load-gpu-limit`` (device: the share of its memory past which a GPU
-        instance's load fails)."""
+        """``config_name``: ``--model-config-name``; ``gpu_limits``: ``--model-load-gpu-limit`` (device:
+        the share of its memory past which a GPU instance's load fails)."""
         self.runtime = runtime
         self.auto_complete = auto_complete
         self.gpu_count = gpu_count
@@ -103,7 +101,6 @@ class ModelLoader:
         self.gpu_memory = GpuMemory.open() if gpu_count else None
         self.rate_limiter = rate_limiter
         self.config_name = config_name
-        self.retries = retries
         self.gpu_limits = dict(gpu_limits or {})
         self._overlapping = OverlappingLoads()
 
@@ -229,21 +226,9 @@ class ModelLoader:
         return ""
 
     def build_version(self, plan: LoadPlan, version: int) -> ModelVersion:
-        """Create, warm up and schedule every instance of one version; READY, or raise the reason of
-        its last try (``retries`` more after the first, at once, as Triton's)."""
+        """Create, warm up and schedule every instance of one version; READY, or raise the reason."""
         if plan.failure:
             raise InternalError(plan.failure)
-        for attempt in range(self.retries):
-            try:
-                return self._build_version(plan, version)
-            except Exception as exc:
-                log.info(
-                    "loading model '%s' version %d failed (try %d of %d): %s",
-                    plan.name, version, attempt + 1, self.retries + 1, getattr(exc, "message", exc),
-                )
-        return self._build_version(plan, version)
-
-    def _build_version(self, plan: LoadPlan, version: int) -> ModelVersion:
         started, resident = time.monotonic_ns(), resident_bytes()
         gpu_before = self.gpu_memory.used() if self.gpu_memory is not None else ()
         overlap = self._overlapping.begin()

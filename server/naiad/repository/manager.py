@@ -154,9 +154,9 @@ class ModelRepository:
             gpu_count=gpu_count,
             rate_limiter=rate_limiter,
             config_name=config_name,
-            retries=load_retries,
             gpu_limits=gpu_limits,
         )
+        self._load_retries = load_retries
         self.registry = registry
         #: What is published, read-only: changes go through ``registry.publish`` and ``retire``.
         self._models = registry.models()
@@ -746,13 +746,20 @@ class ModelRepository:
 
     async def _build_version(self, plan: LoadPlan, number: int) -> ModelVersion:
         """Ensembles hold no instances: their version is checked and built here, on the loop, against
-        the step models loaded just before; every other model builds on the load pool."""
+        the step models loaded just before; every other model builds on the load pool, tried again
+        ``--model-load-retry-count`` times after a failure (each failure logged as Triton logs it)."""
         if ensemble.is_ensemble(plan.config):
             route = self.registry.route
             if plan.namespace:
                 route = functools.partial(route, namespace=plan.namespace)
             models = self.registry.scope(plan.namespace)
             return ensemble.build_version(plan, number, models, route, self.response_cache)
+        for _ in range(self._load_retries):  # --model-load-retry-count: again at once, as Triton
+            try:
+                return await self._run(self._loader.build_version, plan, number)
+            except Exception as exc:
+                reason = _reason(plan.name, number, exc)
+                log.error("failed to load '%s' version %d: %s", plan.name, number, reason)
         return await self._run(self._loader.build_version, plan, number)
 
     def _record_dependency_failure(self, plan: LoadPlan, dependency: str, message: str) -> None:
