@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import tritonclient.grpc as grpcclient
 from naiad.cli import parse_settings
+from naiad.tracing.config import parse_trace_config
 from tritonclient.utils import InferenceServerException
 
 from tests.support.modes import frontend_workers  # noqa: F401  (fixture: both server modes)
@@ -35,7 +36,8 @@ def test_a_triton_command_line_reaches_the_settings(capsys: pytest.CaptureFixtur
             "--strict-model-config=true",
             "--response-cache-byte-size=4096",
             "--trace-file=/tmp/trace.json",
-            "--trace-level=TIMESTAMPS",
+            "--trace-level=MIN",
+            "--trace-level=tensors",
             "--trace-rate=5",
             "--trace-config=count=7",
             "--http-thread-count=16",
@@ -54,7 +56,15 @@ def test_a_triton_command_line_reaches_the_settings(capsys: pytest.CaptureFixtur
     assert settings.disable_auto_complete_config is True
     assert settings.cache_config == ["local,size=4096"]
     # the deprecated trace flags go first, so --trace-config overrides them, as in Triton
-    assert settings.trace_config == ["level=TIMESTAMPS", "triton,file=/tmp/trace.json", "rate=5", "count=7"]
+    assert settings.trace_config == [
+        "level=MIN",
+        "level=tensors",
+        "triton,file=/tmp/trace.json",
+        "rate=5",
+        "count=7",
+    ]
+    # MIN (and MAX, ON, TRUE) is Triton's older name of TIMESTAMPS; levels add up
+    assert parse_trace_config(settings.trace_config).level == ("TIMESTAMPS", "TENSORS")
     assert settings.inert_flags == [
         "--http-thread-count",
         "--buffer-manager-thread-count",

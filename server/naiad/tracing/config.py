@@ -13,6 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
+#: The other spellings Triton's parser takes for a level (any case): older releases' MIN and MAX, booleans.
+LEVEL_ALIASES = {
+    "FALSE": "OFF",
+    "TRUE": "TIMESTAMPS",
+    "ON": "TIMESTAMPS",
+    "MIN": "TIMESTAMPS",
+    "MAX": "TIMESTAMPS",
+}
 MODES = ("triton", "opentelemetry")
 #: Where OTLP/HTTP spans go unless ``opentelemetry,url=`` says otherwise (Triton's default).
 DEFAULT_OTLP_URL = "http://localhost:4318/v1/traces"
@@ -58,6 +66,7 @@ def parse_trace_config(items: Sequence[str]) -> TraceConfig:
         if mode == "":
             if key == "level":
                 level = value.strip().upper()
+                level = LEVEL_ALIASES.get(level, level)
                 if level not in LEVELS:
                     raise ValueError(f"invalid --trace-config level '{value}': expected {', '.join(LEVELS)}")
                 levels.append(level)
