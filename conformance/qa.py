@@ -28,6 +28,19 @@ PYTHONPATH = "{common}" + os.pathsep + str(Path(__file__).resolve().parent / "st
 
 #: qa test cases not run, with the reason.
 QA_SKIPS = (
+    *(
+        Skip(
+            f"{QA}L0_decoupled/decoupled_test.py::DecoupledTest.{case}",
+            "about 20 minutes per trial (each of its 72 streams waits for its model's 1 s delays and "
+            "0.5-20 s executions), longer than the rest of the run; its paths (many responses per request, "
+            "alone and through five ensembles) are test_response_order's too",
+        )
+        for case in ("test_one_to_many", "test_one_to_multi_many")
+    ),
+    Skip(
+        f"{QA}L0_decoupled/test.sh: --grpc-max-response-pool-size=1",
+        "a flag newer than Triton 2.51 (the reference), which Naiad does not take",
+    ),
     Skip(
         f"{QA}L0_http/http_test.py::HttpTest.test_negative_dimensions",
         "expects 500 for a negative dimension (Triton 2.51 too, checked); Naiad answers 400, since bad "
@@ -1303,6 +1316,226 @@ def aio_clients(
     ]
 
 
+def custom_model_config(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_custom_model_config as its test.sh runs it: an ONNX model (NVIDIA's ``gen_qa_models.py
+    --onnx``) whose ``config.pbtxt`` serves versions 1 and 3 and whose ``configs/`` holds ``h100`` (1),
+    ``v100`` (2) and ``config`` (3); a server per ``--model-config-name`` shows the version policy it
+    serves (``/config``, grepped), a name without a file falls back to ``config.pbtxt``, and an empty
+    name stops the server at start."""
+    folder = "L0_custom_model_config"
+    model = "onnx_nobatch_float32_float32_float32"
+    policy = "version_policy: {{ specific: {{ versions: [{}] }}}}"
+
+    def build(repo: Path) -> None:
+        generated = repo.parent / "qa_model_repository"
+        generator = checkouts.qa / "common" / "gen_qa_models.py"
+        command = [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"]
+        subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+        target = copy_model(generated / model, repo)
+        (target / "configs").mkdir()
+        edit_config(target, ("^version_policy:.*", policy.format("1,3")))
+        for name, versions in (("h100", "1"), ("v100", "2"), ("config", "3")):
+            text = (target / "config.pbtxt").read_text()
+            text = re.sub("^version_policy:.*", policy.format(versions), text, flags=re.MULTILINE)
+            (target / "configs" / f"{name}.pbtxt").write_text(text)
+
+    def served(versions: str) -> Script:
+        """test.sh's ``curl .../config`` and its grep of the version policy."""
+        expected = '"version_policy":{"specific":{"versions":[' + versions + "]}}"
+        return Script(
+            f"{QA}{folder}/test.sh: {model}/config has {expected}",
+            ("curl", "-sf", f"http://{{http}}/v2/models/{model}/config"),
+            checkouts.qa / folder,
+            expect=re.escape(expected),
+        )
+
+    suites = [
+        Suite(
+            f"qa-custom_model_config-{name or 'default'}",
+            build,
+            (served(versions),),
+            (f"--model-config-name={name}",) if name else (),
+        )
+        for name, versions in (("", "1,3"), ("h100", "1"), ("v100", "2"), ("config", "3"), ("h200", "1,3"))
+    ]
+    _, log = _server_log(checkouts, folder, "inference_server_empty_name.log")
+    refused = _logged(checkouts, folder, log.name, "Error: empty argument for --model-config-name")
+    suites.append(
+        Suite(
+            "qa-custom_model_config-empty",
+            build,
+            (refused,),
+            ("--model-config-name=",),
+            log_link=log,
+            fails_to_start=True,
+        )
+    )
+    return suites
+
+
+def load_retry(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_lifecycle's ``test_load_retry`` (in its test.sh): ``retry_model``, whose first load fails,
+    stops a server started without retries, and is ready on one with ``--model-load-retry-count=1``."""
+    folder = "L0_lifecycle"
+
+    def build(repo: Path) -> None:
+        copy_model(checkouts.qa / folder / "retry_model", repo)
+
+    _, log = _server_log(checkouts, folder, "inference_server_retry.log")
+    failed = _logged(checkouts, folder, log.name, "failing first load attempt")
+    ready = Script(
+        f"{QA}{folder}/test.sh: retry_model ready after a retry",
+        ("curl", "-sf", "http://{http}/v2/models/retry_model/ready"),
+        checkouts.qa / folder,
+    )
+    none = ("--model-control-mode=none",)
+    return [
+        Suite("qa-lifecycle-load_retry-none", build, (failed,), none, log_link=log, fails_to_start=True),
+        Suite("qa-lifecycle-load_retry", build, (ready,), (*none, "--model-load-retry-count=1")),
+    ]
+
+
+def decoupled_streams(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_decoupled as its test.sh runs it: decoupled models answering 0, 1 or many responses per
+    request, alone and as ensemble steps (``simple_repeat``, ``sequence_repeat``, ``fan_repeat`` with a
+    TorchScript step from NVIDIA's ``gen_qa_models.py --libtorch``, ``repeat_square``, ``nested_square``),
+    in the order their delays give, over one gRPC stream; the model refusing a request; and the refusal
+    of a decoupled model outside a stream.  Two trials, as test.sh's: ``python`` (the repository
+    NVIDIA's qa image assembles, python_backend's ``repeat`` and ``square`` examples as the two models)
+    and ``custom`` (Triton's C++ ``repeat`` and ``square`` backends, for which Python-based stand-ins
+    serve here); then ``NonDecoupledTest``: the ``repeat`` backend's model made not decoupled, whose
+    response and final flag, sent apart, reach the client as one response.  Not run (``QA_SKIPS``):
+    ``test_one_to_many`` and ``test_one_to_multi_many``, about 20 minutes each per trial (their
+    models' delays), and test.sh's second server of each trial, with ``--grpc-max-response-pool-size``
+    (a flag newer than Triton 2.51)."""
+    folder = "L0_decoupled"
+    source = checkouts.qa / folder / "models"
+    test_file = "decoupled_test.py"
+    torch_model = "libtorch_nobatch_int32_int32_int32"
+
+    def common(repo: Path) -> None:
+        for model in source.iterdir():
+            (copy_model(model, repo) / "1").mkdir(exist_ok=True)
+        generated = repo.parent / "qa_model_repository"
+        generator = checkouts.qa / "common" / "gen_qa_models.py"
+        command = [sys.executable, str(generator), "--libtorch", f"--models_dir={generated}"]
+        subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+        edit_config(copy_model(generated / torch_model, repo), (r"dims:.*\[.*\]", "dims: [ 1 ]"))
+
+    def python_trial(repo: Path) -> None:
+        common(repo)
+        examples = checkouts.pb_examples / "decoupled"
+        for name, stem in (("repeat_int32", "repeat"), ("square_int32", "square")):
+            place_python_model(repo, name, examples / f"{stem}_model.py", examples / f"{stem}_config.pbtxt")
+
+    def custom_trial(repo: Path) -> None:
+        common(repo)
+        for name in ("repeat_int32", "square_int32"):
+            (copy_model(checkouts.server / "src" / "test" / "models" / name, repo) / "1").mkdir()
+
+    def non_decoupled(repo: Path) -> None:
+        model = copy_model(checkouts.server / "src" / "test" / "models" / "repeat_int32", repo)
+        (model / "1").mkdir()
+        edit_config(model, ("decoupled: True", "decoupled: False"))
+
+    cases = ("one_to_none", "one_to_one", "no_streaming", "response_order", "wrong_shape")
+
+    def scripts() -> tuple[Script, ...]:
+        return tuple(_unittest(checkouts, folder, test_file, f"DecoupledTest.test_{case}") for case in cases)
+
+    backends = (f"--backend-directory={STAND_IN_BACKENDS}",)
+    return [
+        Suite("qa-decoupled_streams-python", python_trial, scripts(), backends),
+        Suite("qa-decoupled_streams-custom", custom_trial, scripts(), backends),
+        Suite(
+            "qa-decoupled_streams-non_decoupled",
+            non_decoupled,
+            (_unittest(checkouts, folder, test_file, "NonDecoupledTest"),),
+            backends,
+        ),
+    ]
+
+
+def cmdline_trace(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_cmdline_trace's Triton-mode cases as its test.sh runs them: ``simple``
+    (``onnx_int32_int32_int32`` from NVIDIA's ``gen_qa_models.py --onnx``, version 1), ten gRPC and
+    ten HTTP requests from its ``trace_client.py`` under the deprecated ``--trace-file``,
+    ``--trace-level``, ``--trace-rate`` and ``--trace-log-frequency`` flags (levels ``OFF``, ``MIN``,
+    ``MAX``, ``TIMESTAMPS``), then, once the server stopped, NVIDIA's ``trace_summary.py`` over the
+    trace file(s) and test.sh's counts of traced requests: every one at rate 1, 3 at rate 6, 2 at rate
+    9, none (and no file) when off, and a file per two traces with ``--trace-log-frequency=2``.  Its
+    ensemble and OpenTelemetry cases are not run (ensembles of qa's ``nop`` C++ models)."""
+    folder = "L0_cmdline_trace"
+    here = checkouts.qa / folder
+    requests = (
+        'for p in $(seq 10); do "{python}" trace_client.py -i grpc -u {grpc} && '
+        '"{python}" trace_client.py -i http -u {http} || exit 1; done'
+    )
+
+    def builder(name: str) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            for stale in here.glob(f"trace_{name}.log*"):
+                stale.unlink()
+            generated = repo.parent / "qa_model_repository"
+            generator = checkouts.qa / "common" / "gen_qa_models.py"
+            command = [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"]
+            subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+            simple = copy_model(generated / "onnx_int32_int32_int32", repo, "simple")
+            shutil.rmtree(simple / "2")
+            shutil.rmtree(simple / "3")
+            edit_config(simple, ("^name:.*", 'name: "simple"'))
+
+        return build
+
+    def counted(file: str, count: int) -> Script:
+        """test.sh's ``trace_summary.py -t <file>`` and its two ``grep -c`` checks."""
+        summary = f"summary_{file.removeprefix('trace_')}"
+        check = (
+            f'"{{python}}" ../common/trace_summary.py -t {file} > {summary} && '
+            f'test "$(grep -c COMPUTE_INPUT_END {summary})" = {count} && '
+            f'test "$(grep -c ^simple {summary})" = {count}'
+        )
+        return Script(
+            f"{QA}{folder}/test.sh: {file} holds {count} traces of simple", ("bash", "-c", check), here
+        )
+
+    rate = "--trace-rate={}".format
+    cases: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, int], ...]], ...] = (
+        ("off", ("--trace-level=OFF", rate(1)), ()),
+        ("min", ("--trace-level=MIN", rate(1)), (("trace_min.log", 20),)),
+        ("max", ("--http-thread-count=1", "--trace-level=MAX", rate(9)), (("trace_max.log", 2),)),
+        ("1", ("--trace-level=TIMESTAMPS", rate(1)), (("trace_1.log", 20),)),
+        ("6", ("--http-thread-count=1", "--trace-level=TIMESTAMPS", rate(6)), (("trace_6.log", 3),)),
+        (
+            "frequency",
+            ("--http-thread-count=1", "--trace-level=TIMESTAMPS", rate(6), "--trace-log-frequency=2"),
+            (("trace_frequency.log.0", 2), ("trace_frequency.log.1", 1)),
+        ),
+        ("9", ("--http-thread-count=1", "--trace-level=TIMESTAMPS", rate(9)), (("trace_9.log", 2),)),
+    )
+    suites = []
+    for name, args, files in cases:
+        trace = here / f"trace_{name}.log"
+        clients = Script(
+            f"{QA}{folder}/test.sh: trace_client.py x10 gRPC and HTTP, {' '.join(args)}",
+            ("bash", "-c", requests),
+            here,
+        )
+        checks = tuple(counted(file, count) for file, count in files) or (
+            Script(f"{QA}{folder}/test.sh: no trace_off.log", ("test", "!", "-e", str(trace)), here),
+        )
+        suites.append(
+            Suite(
+                f"qa-cmdline_trace-{name}",
+                builder(name),
+                (clients,),
+                (f"--trace-file={trace}", *args),
+                after_stop=checks,
+            )
+        )
+    return suites
+
+
 def qa_suites(
     checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
 ) -> list[Suite]:
@@ -1337,4 +1570,8 @@ def qa_suites(
         *parameters(checkouts),
         *simple_ensemble(checkouts),
         *aio_clients(checkouts, http_repository, grpc_repository),
+        *custom_model_config(checkouts),
+        *load_retry(checkouts),
+        *decoupled_streams(checkouts),
+        *cmdline_trace(checkouts),
     ]
