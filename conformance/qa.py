@@ -1441,7 +1441,11 @@ def decoupled_streams(checkouts: Checkouts) -> list[Suite]:
     cases = ("one_to_none", "one_to_one", "no_streaming", "response_order", "wrong_shape")
 
     def scripts() -> tuple[Script, ...]:
-        return tuple(_unittest(checkouts, folder, test_file, f"DecoupledTest.test_{case}") for case in cases)
+        # (test_response_order's 60 streams wait out their models' delays: about 11 minutes)
+        return tuple(
+            replace(_unittest(checkouts, folder, test_file, f"DecoupledTest.test_{case}"), timeout=1500)
+            for case in cases
+        )
 
     backends = (f"--backend-directory={STAND_IN_BACKENDS}",)
     return [

@@ -62,7 +62,6 @@ class GpuMemory:
                 readings.append(0)
         return tuple(readings)
 
-
     def used_share(self, device: int) -> float | None:
         """The share of device ``device``'s memory in use now (``None`` where NVML does not answer)."""
         if not 0 <= device < len(self._handles):
