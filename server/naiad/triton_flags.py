@@ -91,9 +91,10 @@ def _host_policy(text: str) -> str:
 
 
 def _gpu_limit(text: str) -> tuple[int, float]:
+    """``<device>:<fraction>``; Triton takes any number (past 1 it never refuses), not a negative one here."""
     device, fraction = _pair(":", float)(text)
-    if not 0.0 < fraction <= 1.0:
-        raise argparse.ArgumentTypeError(f"the fraction must be in (0, 1], got {fraction} in '{text}'")
+    if fraction < 0:
+        raise argparse.ArgumentTypeError(f"the fraction must not be negative, got {fraction} in '{text}'")
     return int(device), float(fraction)
 
 

@@ -115,7 +115,7 @@ def test_defaults_change_nothing() -> None:
         ("--allow-vertex-ai=true", "--allow-vertex-ai=true: Naiad has no Vertex AI frontend"),
         ("--cuda-memory-pool-byte-size=67108864", "expected <integer>:<int>, got '67108864'"),
         ("--sagemaker-safe-port-range=8000", "expected <integer>-<int>, got '8000'"),
-        ("--model-load-gpu-limit=0:1.5", "the fraction must be in (0, 1], got 1.5"),
+        ("--model-load-gpu-limit=0:-0.5", "the fraction must not be negative, got -0.5"),
         ("--model-load-gpu-limit=0.5", "expected <integer>:<float>, got '0.5'"),
         ("--host-policy=gpu_0,cores=1", "Unsupported host policy setting 'cores'"),
         ("--host-policy=gpu_0", "--host-policy option format is '<policy name>,<setting>=<value>'"),
