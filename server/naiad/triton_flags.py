@@ -44,6 +44,8 @@ NO_EFFECT = {
     "--sagemaker-safe-port-range": "no SageMaker frontend",
     "--vertex-ai-port": "no Vertex AI frontend",
     "--vertex-ai-default-model": "no Vertex AI frontend",
+    "--grpc-infer-allocation-pool-size": "no pool of gRPC request states to keep",
+    "--min-supported-compute-capability": "every GPU CUDA_VISIBLE_DEVICES shows is used",
 }
 
 _HOST_POLICY_SETTINGS = ("numa-node", "cpu-cores", "gpu-device")
@@ -54,6 +56,13 @@ def _int(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
 
 
 def _pair(separator: str, second: type[int] | type[float]) -> Any:
@@ -146,6 +155,8 @@ def add_flags(p: argparse.ArgumentParser, boolean: Any) -> None:
         "--vertex-ai-port",
     ):
         p.add_argument(flag, type=_int, metavar="N")
+    p.add_argument("--grpc-infer-allocation-pool-size", type=_int, metavar="N")
+    p.add_argument("--min-supported-compute-capability", type=_float, metavar="FLOAT")
     p.add_argument("--pinned-memory-pool-byte-size", type=_int, metavar="BYTES")
     p.add_argument(
         "--cuda-memory-pool-byte-size", type=_pair(":", int), action="append", metavar="<device>:<bytes>"

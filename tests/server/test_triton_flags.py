@@ -120,6 +120,7 @@ def test_defaults_change_nothing() -> None:
         ("--host-policy=gpu_0,cores=1", "Unsupported host policy setting 'cores'"),
         ("--host-policy=gpu_0", "--host-policy option format is '<policy name>,<setting>=<value>'"),
         ("--http-thread-count=many", "expected an integer, got 'many'"),
+        ("--min-supported-compute-capability=seven", "expected a number, got 'seven'"),
         ("--model-load-retry-count=-1", "--model-load-retry-count must be 0 or more"),
         ("--trace-level=LOUD", "invalid --trace-config level 'LOUD'"),
     ],
@@ -190,3 +191,57 @@ def _listeners(port: int) -> int:
         if int(fields[1].split(":")[1], 16) == port and fields[3] == "0A":
             count += 1
     return count
+
+
+#: Every flag of ``tritonserver --help`` (Triton 2.51) but ``--help``, with a value it takes (``None``: a
+#: switch; the certificate flags with their TLS switch off: they only name files).
+TRITON_2_51_FLAGS = {
+    "allow-cpu-metrics": "true", "allow-gpu-metrics": "false", "allow-grpc": "true", "allow-http": "true",
+    "allow-metrics": "true", "allow-sagemaker": "false", "allow-vertex-ai": "false",
+    "backend-config": "python,shm-default-byte-size=1048576", "backend-directory": "/opt/tritonserver/backends",
+    "buffer-manager-thread-count": "2", "cache-config": "local,size=1048576",
+    "cache-directory": "/opt/tritonserver/caches", "cuda-memory-pool-byte-size": "0:67108864",
+    "cuda-virtual-address-size": "0:1073741824", "disable-auto-complete-config": None,
+    "enable-peer-access": "true", "exit-on-error": "true", "exit-timeout-secs": "30",
+    "grpc-address": "0.0.0.0", "grpc-header-forward-pattern": "^x-", "grpc-http2-max-ping-strikes": "2",
+    "grpc-http2-max-pings-without-data": "2", "grpc-http2-min-recv-ping-interval-without-data": "300000",
+    "grpc-infer-allocation-pool-size": "8", "grpc-infer-response-compression-level": "none",
+    "grpc-keepalive-permit-without-calls": "false", "grpc-keepalive-time": "7200000",
+    "grpc-keepalive-timeout": "20000", "grpc-max-connection-age": "60000", "grpc-max-connection-age-grace": "1000",
+    "grpc-port": "8001", "grpc-restricted-protocol": "model-repository:k=v", "grpc-root-cert": "/tls/ca.pem",
+    "grpc-server-cert": "/tls/cert.pem", "grpc-server-key": "/tls/key.pem", "grpc-use-ssl": "false",
+    "grpc-use-ssl-mutual": "false", "host-policy": "gpu_0,cpu-cores=0-7", "http-address": "0.0.0.0",
+    "http-header-forward-pattern": "^x-", "http-port": "8000", "http-restricted-api": "shared-memory:k=v",
+    "http-thread-count": "8", "id": "triton", "load-model": "m", "log-error": "true", "log-file": "/tmp/t.log",
+    "log-format": "default", "log-info": "true", "log-verbose": "0", "log-warning": "true",
+    "metrics-address": "0.0.0.0", "metrics-config": "summary_latencies=true", "metrics-interval-ms": "2000",
+    "metrics-port": "8002", "min-supported-compute-capability": "6.0", "model-config-name": "h100",
+    "model-control-mode": "explicit", "model-load-gpu-limit": "0:0.9", "model-load-retry-count": "1",
+    "model-load-thread-count": "4", "model-namespacing": "false", "model-repository": "/models",
+    "model-store": "/models", "pinned-memory-pool-byte-size": "268435456", "rate-limit": "off",
+    "rate-limit-resource": "R1:10:0", "repoagent-directory": "/opt/tritonserver/repoagents",
+    "repository-poll-secs": "15", "response-cache-byte-size": "1024", "reuse-grpc-port": "false",
+    "reuse-http-port": "false", "sagemaker-port": "8080", "sagemaker-safe-port-range": "8000-8002",
+    "sagemaker-thread-count": "8", "strict-model-config": "false", "strict-readiness": "true",
+    "trace-config": "rate=100", "trace-count": "-1", "trace-file": "/tmp/trace.json", "trace-level": "OFF",
+    "trace-log-frequency": "0", "trace-rate": "1000", "vertex-ai-default-model": "m", "vertex-ai-port": "8080",
+    "vertex-ai-thread-count": "8",
+}  # fmt: skip
+
+
+def test_every_flag_of_tritonserver_2_51_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    """A Triton 2.51 command line starts Naiad: each of its flags parses (``--response-cache-byte-size``
+    and ``--cache-config``, which Triton refuses together, each on its own)."""
+    assert len(TRITON_2_51_FLAGS) == 86
+    argv = [
+        f"--{flag}" if value is None else f"--{flag}={value}"
+        for flag, value in TRITON_2_51_FLAGS.items()
+        if flag != "response-cache-byte-size"
+    ]
+    settings = parse_settings(argv)
+    assert settings.model_control_mode.value == "explicit" and settings.load_models == ["m"]
+    assert settings.disable_auto_complete_config and settings.model_config_name == "h100"
+    assert parse_settings(["--model-repository=/m", "--response-cache-byte-size=1024"]).cache_config == [
+        "local,size=1024"
+    ]
+    assert "Error" not in capsys.readouterr().err
