@@ -117,7 +117,6 @@ def test_defaults_change_nothing() -> None:
         ("--sagemaker-safe-port-range=8000", "expected <integer>-<int>, got '8000'"),
         ("--model-load-gpu-limit=0:-0.5", "the fraction must not be negative, got -0.5"),
         ("--model-load-gpu-limit=0.5", "expected <integer>:<float>, got '0.5'"),
-        ("--host-policy=gpu_0,cores=1", "Unsupported host policy setting 'cores'"),
         ("--host-policy=gpu_0", "--host-policy option format is '<policy name>,<setting>=<value>'"),
         ("--http-thread-count=many", "expected an integer, got 'many'"),
         ("--min-supported-compute-capability=seven", "expected a number, got 'seven'"),
