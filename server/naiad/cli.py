@@ -233,7 +233,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     _density_flags(p, d)
     _extension_flags(p, d)
     _observability_flags(p, d)
-    triton_flags.add_flags(p, _bool)
+    triton_flags.add_flags(p, _bool, _integer)
 
 
 def _density_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:

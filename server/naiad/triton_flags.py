@@ -49,13 +49,6 @@ NO_EFFECT = {
 }
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
-
-
 def _float(text: str) -> float:
     try:
         return float(text)
@@ -101,8 +94,9 @@ def _gpu_limit(text: str) -> tuple[int, float]:
     return int(device), float(fraction)
 
 
-def add_flags(p: argparse.ArgumentParser, boolean: Any) -> None:
-    """Add the flags (``boolean``: the CLI's parser of Triton's boolean spellings)."""
+def add_flags(p: argparse.ArgumentParser, boolean: Any, integer: Any) -> None:
+    """Add the flags (``boolean``, ``integer``: the CLI's parsers of Triton's boolean spellings and of
+    integers, so that a value is refused in the same words whatever flag it is given to)."""
     p.add_argument(
         "--id",
         dest="server_id",
@@ -117,7 +111,7 @@ def add_flags(p: argparse.ArgumentParser, boolean: Any) -> None:
     )
     p.add_argument(
         "--model-load-retry-count",
-        type=_int,
+        type=integer,
         default=0,
         metavar="N",
         help="tries after a version's failed load",
@@ -133,12 +127,12 @@ def add_flags(p: argparse.ArgumentParser, boolean: Any) -> None:
     p.add_argument("--reuse-http-port", type=boolean, default=False, metavar="BOOL")
     # deprecated in Triton, turned into their replacements
     p.add_argument("--strict-model-config", type=boolean, metavar="BOOL")
-    p.add_argument("--response-cache-byte-size", type=_int, metavar="BYTES")
+    p.add_argument("--response-cache-byte-size", type=integer, metavar="BYTES")
     p.add_argument("--trace-file", metavar="PATH")
     p.add_argument("--trace-level", action="append", default=[], metavar="OFF|TIMESTAMPS|TENSORS")
-    p.add_argument("--trace-rate", type=_int, metavar="N")
-    p.add_argument("--trace-count", type=_int, metavar="N")
-    p.add_argument("--trace-log-frequency", type=_int, metavar="N")
+    p.add_argument("--trace-rate", type=integer, metavar="N")
+    p.add_argument("--trace-count", type=integer, metavar="N")
+    p.add_argument("--trace-log-frequency", type=integer, metavar="N")
     # Triton's internals and frontends Naiad has not
     for flag in (
         "--http-thread-count",
@@ -148,10 +142,10 @@ def add_flags(p: argparse.ArgumentParser, boolean: Any) -> None:
         "--sagemaker-port",
         "--vertex-ai-port",
     ):
-        p.add_argument(flag, type=_int, metavar="N")
-    p.add_argument("--grpc-infer-allocation-pool-size", type=_int, metavar="N")
+        p.add_argument(flag, type=integer, metavar="N")
+    p.add_argument("--grpc-infer-allocation-pool-size", type=integer, metavar="N")
     p.add_argument("--min-supported-compute-capability", type=_float, metavar="FLOAT")
-    p.add_argument("--pinned-memory-pool-byte-size", type=_int, metavar="BYTES")
+    p.add_argument("--pinned-memory-pool-byte-size", type=integer, metavar="BYTES")
     p.add_argument(
         "--cuda-memory-pool-byte-size", type=_pair(":", int), action="append", metavar="<device>:<bytes>"
     )
