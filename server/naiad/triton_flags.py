@@ -168,8 +168,8 @@ def _warn(text: str) -> None:
 
 def settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
     """What the flags set: Triton's warnings for deprecated ones on stderr, the usage errors Triton
-    makes, and the settings (``disable_auto_complete_config``, ``cache_config`` and ``trace_config``
-    with the deprecated flags folded in, as Triton folds them)."""
+    makes, and the settings (``disable_auto_complete_config`` and ``cache_config`` with the deprecated
+    flags folded in, as Triton folds them; the trace flags fold in :func:`trace_items`)."""
     if args.allow_sagemaker:
         parser.error("--allow-sagemaker=true: Naiad has no SageMaker frontend")
     if args.allow_vertex_ai:
