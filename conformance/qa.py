@@ -1540,6 +1540,115 @@ def cmdline_trace(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def shared_memory(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_shared_memory as its test.sh runs it, each case on a server of its own, once per protocol
+    (``CLIENT_TYPE``): registration refused without ``--allow-client-shm`` (status still answered),
+    then with it registration, re-registration, unregistration before, during and after inference,
+    regions too small or too large, offsets and byte sizes out of bounds or overflowing, reserved
+    names, keys that are no shared memory object, and a page-sized offset near the end of a large
+    region for a Python, an ONNX and a TorchScript add/sub (``BACKENDS``: TensorRT is image-only here
+    and OpenVINO is no Naiad backend).  ``simple`` is the examples' ONNX add/sub NVIDIA's CI image
+    places in ``models``; the unregister-during-inference cases serve qa's ``execute_delayed_model``
+    as ``simple``, as test.sh does; the add/sub models of other backends come from NVIDIA's generator
+    (``gen_qa_models.py``, ``$DATADIR/qa_model_repository``)."""
+    folder = "L0_shared_memory"
+    test_file = "shared_memory_test.py"
+    text = (checkouts.qa / folder / test_file).read_text()
+
+    def build_simple(repo: Path) -> None:
+        copy_model(checkouts.server / "docs" / "examples" / "model_repository" / "simple", repo)
+
+    def build_delayed(repo: Path) -> None:
+        qa_model(checkouts, repo, "execute_delayed_model", "simple")
+
+    backends = ("python", "onnx", "libtorch")
+
+    def build_backends(repo: Path) -> None:
+        model = place_python_model(
+            repo,
+            "python_int32_int32_int32",
+            checkouts.qa / "python_models" / "add_sub" / "model.py",
+            checkouts.qa / "python_models" / "add_sub" / "config.pbtxt",
+        )
+        edit_config(
+            model,
+            ("TYPE_FP32", "TYPE_INT32"),
+            ('name: "add_sub"', 'name: "python_int32_int32_int32"'),
+            append="max_batch_size: 8\n",
+        )
+        generated = repo.parent / "qa_model_repository"
+        generator = checkouts.qa / "common" / "gen_qa_models.py"
+        command = [sys.executable, str(generator), "--onnx", "--libtorch", f"--models_dir={generated}"]
+        subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+        for backend in backends[1:]:
+            name = f"{backend}_int32_int32_int32"
+            target = repo / name
+            target.mkdir()
+            shutil.copytree(generated / name / "1", target / "1")
+            for part in ("config.pbtxt", "output0_labels.txt"):
+                shutil.copy(generated / name / part, target / part)
+
+    def case(test: str, client: str, env: dict[str, str] | None = None) -> Script:
+        return _unittest(checkouts, folder, test_file, test, {"CLIENT_TYPE": client, **(env or {})})
+
+    allowed = ("--log-verbose=1", "--allow-client-shm=true")
+    registration = re.findall(
+        r"^    def (test_\w+)\(", text.split("class TestSharedMemoryUnregister")[0], re.M
+    )
+    registration = [
+        t
+        for t in registration
+        if t not in ("test_client_shm_disabled_by_default", "test_large_shm_register_offset")
+    ]
+    suites = []
+    for client in ("http", "grpc"):
+        suites.append(
+            Suite(
+                f"qa-shared_memory-disabled-{client}",
+                build_simple,
+                (case("SharedMemoryTest.test_client_shm_disabled_by_default", client),),
+                ("--log-verbose=1",),
+            )
+        )
+        suites.extend(
+            Suite(
+                f"qa-shared_memory-{test}-{client}",
+                build_simple,
+                (case(f"SharedMemoryTest.{test}", client),),
+                allowed,
+            )
+            for test in registration
+        )
+        suites.extend(
+            Suite(
+                f"qa-shared_memory-{test}_{client}",
+                build_delayed,
+                (case(f"TestSharedMemoryUnregister.{test}_{client}", client),),
+                allowed,
+            )
+            for test in (
+                "test_unregister_shm_during_inference_single_req",
+                "test_unregister_shm_during_inference_multiple_req",
+                "test_unregister_shm_after_inference",
+            )
+        )
+        suites.append(
+            Suite(
+                f"qa-shared_memory-large_offset-{client}",
+                build_backends,
+                (
+                    case(
+                        "SharedMemoryTest.test_large_shm_register_offset",
+                        client,
+                        {"BACKENDS": " ".join(backends)},
+                    ),
+                ),
+                allowed,
+            )
+        )
+    return suites
+
+
 def qa_suites(
     checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
 ) -> list[Suite]:
@@ -1578,4 +1687,5 @@ def qa_suites(
         *load_retry(checkouts),
         *decoupled_streams(checkouts),
         *cmdline_trace(checkouts),
+        *shared_memory(checkouts),
     ]

@@ -393,6 +393,8 @@ class DataPlane:
             for output in request.outputs:
                 if output.parameters:  # it goes to shared memory or asks for classification
                     return self._answer_into_memory(request, model, version, signature)
+        if request.regions is not None:  # its inputs came from shared memory
+            return self._answer_into_memory(request, model, version, signature)
         return self._answer(request, model, version, signature, verbose)  # the common case
 
     async def _answer(
@@ -432,16 +434,17 @@ class DataPlane:
     async def _answer_into_memory(
         self, request: InferRequest, model: Model, version: ModelVersion, signature: ModelSignature
     ) -> InferResponse:
-        """:meth:`_answer` for a request with outputs to write into shared memory or to classify."""
-        targets = shared_memory.hold_outputs(self.shared_memory, request)
+        """:meth:`_answer` for a request with outputs to write into shared memory or to classify, or
+        inputs read from shared memory: its regions are held until it is answered."""
+        held = shared_memory.hold(self.shared_memory, request)
         try:
             response = await self._answer(request, model, version, signature, False)
             response.outputs = classify_outputs(
                 request, signature, version.model_dir, response.outputs, self._label_files
             )
-            shared_memory.write_outputs(targets, response.outputs)
+            shared_memory.write_outputs(held.targets, response.outputs)
         finally:
-            shared_memory.release_outputs(self.shared_memory, targets)
+            shared_memory.release(self.shared_memory, held)
         return response
 
     def in_flight(self) -> int:

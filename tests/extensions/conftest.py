@@ -104,6 +104,29 @@ response_cache { enable: true }
 """
 
 
+#: add_sub that answers once the file its request's ``gate`` parameter names exists, having written
+#: ``<gate>.started`` (so a test knows the request is in flight and decides when it ends).
+GATED_PY = """
+import json, os, time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            gate = json.loads(request.parameters())["gate"]
+            open(gate + ".started", "w").close()
+            deadline = time.monotonic() + 30
+            while not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+
+
 @pytest.fixture(scope="session")
 def ext_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("extension_models")
@@ -133,6 +156,10 @@ def ext_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         output [{ name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] }]
         """,
         STRINGS_PY,
+    )
+    add_sub = (root / "add_sub" / "config.pbtxt").read_text()
+    write_model(
+        root, "gated", add_sub.replace("add_sub", "gated").replace("KIND_CPU", "KIND_CPU count: 2"), GATED_PY
     )
     write_identity(root, "wide", "TYPE_FP32")  # (dims [-1]: outputs of any size to classify)
     write_model(root, "counting", COUNTING_CONFIG, COUNTING_PY)
@@ -272,7 +299,7 @@ RESTRICTIONS = {"admin-key": "secret", "infer-key": "abc"}
 @pytest.fixture(scope="session")
 def restricted_server(add_sub_repository: Path, frontend_workers: int) -> Iterator[ServerProcess]:
     """Model repository and shared memory need ``admin-key: secret``; inference ``infer-key: abc``."""
-    args = []
+    args = ["--allow-client-shm=true"]
     for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
         args += [f"{flag}=model-repository,shared-memory:admin-key=secret", f"{flag}=inference:infer-key=abc"]
     with ServerProcess([add_sub_repository], args, frontend_workers=frontend_workers) as server:
@@ -303,7 +330,7 @@ def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def auth_server(add_sub_repository: Path, key_file: Path, frontend_workers: int) -> Iterator[ServerProcess]:
-    args = [f"--auth-key-file={key_file}"]
+    args = [f"--auth-key-file={key_file}", "--allow-client-shm=true"]  # (shm unregister: an admin call)
     with ServerProcess([add_sub_repository], args, frontend_workers=frontend_workers) as server:
         yield server
 

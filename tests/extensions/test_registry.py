@@ -24,12 +24,18 @@ def key() -> Iterator[str]:
 def test_an_unregistered_region_stays_usable_by_the_request_holding_it(key: str) -> None:
     registry = SharedMemoryRegistry(enabled=True)
     registry.register("r", key, 0, 64)
+    retired: list[str] = []
+    registry.retired = retired.append
     region = registry.acquire("r")
     registry.unregister("r")
-    assert registry.status() == []
-    region.write(0, memoryview(b"\xff\xff"))  # the descriptor is still open
+    assert [status.name for status in registry.status()] == ["r"]  # awaiting its request, as in Triton
+    assert registry.acquire("r") is region  # ...and still usable by new ones
+    region.write(0, memoryview(b"\xff\xff"))
     registry.release(region)
-    with pytest.raises(OSError):  # ...and closed once the last holder let go
+    assert retired == [] and registry.get("r") is region
+    registry.release(region)
+    assert registry.status() == [] and retired == ["r"]  # gone with the last holder
+    with pytest.raises(OSError):  # ...its descriptor closed
         region.read(0, 1)
     assert Path(f"/dev/shm{key}").read_bytes()[:3] == b"\xff\xff\x02"
 
@@ -70,7 +76,10 @@ def test_the_servers_own_python_worker_regions_are_reserved() -> None:
         registry.register("x", "/naiad-worker.shm", 0, 8)
 
 
-def test_nothing_registers_while_disabled(key: str) -> None:
+def test_nothing_registers_or_unregisters_while_disabled(key: str) -> None:
     registry = SharedMemoryRegistry(enabled=False)
-    with pytest.raises(InferenceServerError, match="--allow-client-shm=true"):
-        registry.register("x", key, 0, 8)
+    for call in (lambda: registry.register("x", key, 0, 8), registry.unregister):
+        with pytest.raises(InferenceServerError, match="--allow-client-shm=true") as caught:
+            call()
+        assert caught.value.code.value == "UNSUPPORTED"
+    assert registry.status() == []

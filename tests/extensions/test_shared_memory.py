@@ -7,8 +7,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -145,16 +148,24 @@ def test_registration_bounds(client: Client, regions: Regions) -> None:
     for byte_size, offset in [(SIZE + 1, 0), (SIZE, 1), (1, SIZE), (0, SIZE + 1), (0, 0), (8, 2**62)]:
         with refused(invalid, "failed to register shared memory region 'x': invalid args"):
             register("x", key, byte_size, offset=offset)
-    for bad_key in [f"/naiad_test_{os.getpid()}_missing", "/../../etc/passwd", "/", "/.."]:
+    for bad_key in [f"/naiad_test_{os.getpid()}_missing", "/../../etc/passwd", "/..", "//a/b"]:
         with refused(invalid, f"Unable to open shared memory region: '{bad_key}'"):
             register("x", bad_key, 8)
-    reserved = "/triton_python_backend_shm_region_x"
-    with refused(invalid, "as the key contains the reserved prefix 'triton_python_backend_shm_region_'"):
-        register("x", reserved, 8)
+    for bad_key in ["/", "///", ""]:  # Triton's words for a key of nothing but '/'s
+        with refused(invalid, f"cannot register shared memory region 'x' - invalid shm key '{bad_key}'"):
+            register("x", bad_key, 8)
+    for reserved in ["triton_python_backend_shm_region_x", "/triton_python_backend_shm_region_x",
+                     "///triton_python_backend_shm_region_x"]:
+        with refused(invalid, f"cannot register shared memory region 'x' with key '{reserved}' as the key "
+                     "contains the reserved prefix 'triton_python_backend_shm_region_'"):
+            register("x", reserved, 8)
     register("r", key, SIZE)
     with refused(status_of(client.protocol, 400, "ALREADY_EXISTS"), "shared memory region 'r' already in manager"):
         register("r", key, SIZE)
-    assert list(client.shm_status()) == ["r"]
+    with refused(invalid, "invalid shm key '/'"):  # the key is checked before the name, as in Triton
+        register("r", "/", SIZE)
+    register("s", "//" + key.lstrip("/"), SIZE)  # leading '/'s dropped, as shm_open drops them
+    assert sorted(client.shm_status()) == ["r", "s"]
 
 
 def test_negative_registration_over_http(ext_server: ServerProcess) -> None:
@@ -243,22 +254,78 @@ def test_region_truncated_while_registered(client: Client, regions: Regions, ext
 
 
 def test_shared_memory_is_off_by_default(protocol: str, plain_server: ServerProcess) -> None:
+    """Registering and unregistering either kind is refused as Triton refuses it (UNSUPPORTED); the
+    status answers, empty."""
     with client_for(protocol, plain_server) as client:
-        regions = Regions(client)
+        handle = shm.create_shared_memory_region("r", f"/naiad_test_{os.getpid()}_off", SIZE)
         try:
-            regions.create("r", register=False)
-            with refused(
-                status_of(protocol, 503, "UNAVAILABLE"),
-                "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
-            ):
-                client.client.register_system_shared_memory("r", regions.key("r"), SIZE)
+            disabled = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+            calls = [
+                lambda: client.client.register_system_shared_memory("r", f"/naiad_test_{os.getpid()}_off", SIZE),
+                lambda: client.client.unregister_system_shared_memory("r"),
+                client.client.unregister_system_shared_memory,
+                lambda: client.client.register_cuda_shared_memory("c", base64.b64encode(bytes(64)).decode(), 0, 16),
+                client.client.unregister_cuda_shared_memory,
+            ]
+            for call in calls:
+                with refused(status_of(protocol, 501, "UNIMPLEMENTED"), disabled):
+                    call()
             assert client.shm_status() == {}
+            status = client.client.get_cuda_shared_memory_status()
+            assert not (status if protocol == "http" else status.regions)
         finally:
-            regions.close()
+            shm.destroy_shared_memory_region(handle)
 
 
-def test_cuda_shared_memory_answers_as_triton_without_gpus(protocol: str, plain_server: ServerProcess) -> None:
-    with client_for(protocol, plain_server) as client:
+def test_unregistering_waits_for_the_requests_holding_a_region(
+    client: Client, regions: Regions, ext_server: ServerProcess, tmp_path: Path
+) -> None:
+    """Triton's "awaiting unregister": a region a request in flight reads or writes stays registered,
+    and usable by new requests, until the last of them ends; then it goes without a second call."""
+    a, b = np.arange(4, dtype=np.float32), np.full(4, 10, dtype=np.float32)
+    shm.set_shared_memory_region(regions.create("in"), [a, b])
+    out = regions.create("out")
+
+    def infer(gate: Path) -> None:
+        with client_for(client.protocol, ext_server) as own:
+            inputs, outputs = _add_sub(own)
+            outputs[0].set_shared_memory("out", 16)
+            outputs[1].set_shared_memory("out", 16, offset=32)
+            own.client.infer("gated", inputs, outputs=outputs, parameters={"gate": str(gate)})
+
+    def started(gate: Path) -> None:
+        deadline = time.monotonic() + 30
+        while not Path(f"{gate}.started").exists():
+            assert time.monotonic() < deadline, "the request never reached the model"
+            time.sleep(0.01)
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    with ThreadPoolExecutor(2) as pool:
+        answered = [pool.submit(infer, first)]
+        started(first)
+        client.client.unregister_system_shared_memory()  # every region, while one request holds both
+        assert sorted(client.shm_status()) == ["in", "out"]
+        with refused(status_of(client.protocol, 400, "ALREADY_EXISTS"), "shared memory region 'in' already in manager"):
+            client.client.register_system_shared_memory("in", regions.key("in"), SIZE)
+        answered.append(pool.submit(infer, second))  # a region awaiting unregistration still serves
+        started(second)
+        first.touch()
+        answered[0].result(timeout=30)
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(out, np.float32, [4]), a + b)
+        assert sorted(client.shm_status()) == ["in", "out"]  # the second request holds them still
+        shm.set_shared_memory_region(out, [np.zeros(12, dtype=np.float32)])
+        second.touch()
+        answered[1].result(timeout=30)
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(out, np.float32, [4], offset=32), a - b)
+    assert client.shm_status() == {}
+    with refused(status_of(client.protocol, 404, "NOT_FOUND"), "Unable to find system shared memory region: 'in'"):
+        client.shm_status("in")
+    client.client.register_system_shared_memory("in", regions.key("in"), SIZE)  # the name is free again
+    assert list(client.shm_status()) == ["in"]
+
+
+def test_cuda_shared_memory_answers_as_triton_without_gpus(protocol: str, ext_server: ServerProcess) -> None:
+    with client_for(protocol, ext_server) as client:
         client.client.unregister_cuda_shared_memory()
         status = client.client.get_cuda_shared_memory_status()
         assert not (status if protocol == "http" else status.regions)

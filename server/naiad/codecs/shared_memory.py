@@ -19,7 +19,7 @@ import numpy as np
 from naiad.codecs import bytes_tensor
 from naiad.codecs.wire import wire_data
 from naiad.core import datatypes
-from naiad.core.errors import InternalError, InvalidArgumentError, request_prefix
+from naiad.core.errors import InternalError, InvalidArgumentError, NotFoundError, request_prefix
 from naiad.core.request import InferRequest, Parameters, Tensor
 from naiad.core.shm import Region, SharedMemoryRegistry
 
@@ -97,6 +97,10 @@ def read_input(
                 f"'{name}' for model '{request.model_name}'. Expected {expected}, got {where.byte_size}"
             )
     data = region.read(where.offset, where.byte_size)
+    if request.regions is None:
+        request.regions = [where.region]
+    else:
+        request.regions.append(where.region)
     if datatype == "BYTES":
         prefix = request_prefix(request.id)
         return bytes_tensor.deserialize(data, count, name, request.model_name, prefix).reshape(shape)
@@ -116,24 +120,43 @@ class OutputTarget:
     region: Region
 
 
-def hold_outputs(registry: SharedMemoryRegistry, request: InferRequest) -> dict[str, OutputTarget]:
-    """The requested outputs that go to shared memory, by name, their regions held open (see
-    :meth:`SharedMemoryRegistry.acquire`); give them back with :func:`release_outputs`."""
-    targets: dict[str, OutputTarget] = {}
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The regions a request holds while it runs: its outputs' targets by name, and the regions its
+    inputs were read from (an input's bytes were copied out; the region is held only so that an
+    unregistration waits for the request, as in Triton)."""
+
+    targets: dict[str, OutputTarget]
+    inputs: list[Region]
+
+
+def hold(registry: SharedMemoryRegistry, request: InferRequest) -> Held:
+    """Hold the regions of ``request`` (see :meth:`SharedMemoryRegistry.acquire`): those of its
+    outputs going to shared memory, and those its inputs were read from that are still registered
+    (a frontend worker read them; one unregistered since lost nothing); give them back with
+    :func:`release`."""
+    held = Held({}, [])
     try:
         for output in request.outputs or ():
             where = placement(output.name, output.parameters)
             if where is not None:
-                targets[output.name] = OutputTarget(where, registry.acquire(where.region))
+                held.targets[output.name] = OutputTarget(where, registry.acquire(where.region))
+        for name in request.regions or ():
+            try:
+                held.inputs.append(registry.acquire(name))
+            except NotFoundError:
+                pass
     except BaseException:
-        release_outputs(registry, targets)
+        release(registry, held)
         raise
-    return targets
+    return held
 
 
-def release_outputs(registry: SharedMemoryRegistry, targets: dict[str, OutputTarget]) -> None:
-    for target in targets.values():
+def release(registry: SharedMemoryRegistry, held: Held) -> None:
+    for target in held.targets.values():
         registry.release(target.region)
+    for region in held.inputs:
+        registry.release(region)
 
 
 def shm_outputs(request: InferRequest) -> Collection[str]:

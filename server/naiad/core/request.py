@@ -93,6 +93,8 @@ class InferRequest:
     ``timestamps`` is a list only for a request being traced (``--trace-config``): the data plane and
     the scheduler append Triton's trace points to it as ``(name, time.monotonic_ns())``.
     ``output_memory``, when set, is where the response's outputs are going (:class:`OutputMemory`).
+    ``regions`` names the client shared memory regions its inputs were read from: the data plane holds
+    them while the request runs, as Triton does (an unregistration meanwhile waits for it).
     """
 
     model_name: str
@@ -112,6 +114,7 @@ class InferRequest:
     on_cancel: Callable[[], None] | None = None
     timestamps: list[tuple[str, int]] | None = None
     output_memory: OutputMemory | None = None
+    regions: list[str] | None = None
 
     def cancel(self) -> None:
         """The client gave up on the request: mark it, and tell the backend that asked to know."""

@@ -11,6 +11,12 @@ descriptor, a read past the end is a short read (an error for that request), an 
 its data until the region is unregistered, and every access is checked against the registered window
 first, so nothing outside it is ever read or written.
 
+A region a request in flight reads or writes is held (:meth:`SharedMemoryRegistry.acquire`) until the
+request is answered.  Unregistering it meanwhile succeeds, as in Triton: the region stays listed and
+usable until the last request holding it ends, and goes then, without a second call (a client that
+unregisters everything while a slow request runs must not break that request, nor find the region
+gone from under it).
+
 Regions are only touched on the event loop (registration, request decoding, writing outputs), so the
 registry needs no lock.  Messages and error codes are Triton's, where Triton has one.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from naiad.core.errors import (
@@ -27,7 +34,7 @@ from naiad.core.errors import (
     InternalError,
     InvalidArgumentError,
     NotFoundError,
-    UnavailableError,
+    UnsupportedError,
 )
 
 #: Where ``shm_open`` keys live (Linux).
@@ -52,9 +59,10 @@ class RegionStatus:
 class Region:
     """One registered window ``[offset, offset + byte_size)`` of a shared memory object.
 
-    ``users`` counts the requests that will write outputs into the region; when it is unregistered
-    meanwhile, its descriptor stays open until the last of them is done, so a descriptor number is
-    never reused under a pending write.
+    ``users`` counts the requests in flight that read or write the region; ``closing`` is set when it
+    is unregistered meanwhile (Triton's "awaiting unregister"): it stays registered, and its
+    descriptor open, until the last of them is done, so a descriptor number is never reused under a
+    pending write.
     """
 
     __slots__ = ("_fd", "byte_size", "closing", "key", "name", "offset", "users")
@@ -123,23 +131,25 @@ class Region:
 
 
 def _key_path(name: str, key: str) -> str:
-    """``/dev/shm/<key>``, for a key as ``shm_open`` takes it: one optional leading '/', no other."""
-    base = key[1:] if key.startswith("/") else key
+    """``/dev/shm/<key>``, for a key as ``shm_open`` takes it (leading '/'s dropped, no other '/'),
+    after Triton's checks of a key (one of only '/'s, one of a reserved prefix), in Triton's words."""
+    base = key.lstrip("/")
+    if not base:
+        raise InvalidArgumentError(f"cannot register shared memory region '{name}' - invalid shm key '{key}'")
     for prefix in RESERVED_PREFIXES:
         if base.startswith(prefix):
             raise InvalidArgumentError(
                 f"cannot register shared memory region '{name}' with key '{key}' as the key contains "
                 f"the reserved prefix '{prefix}'"
             )
-    if not base or base in (".", "..") or "/" in base or "\0" in base or len(base) > 255:
+    if base in (".", "..") or "/" in base or "\0" in base or len(base) > 255:
         raise InvalidArgumentError(f"Unable to open shared memory region: '{key}'")
     return os.path.join(SHM_FOLDER, base)
 
 
-def _open(name: str, key: str) -> int:
+def _open(path: str, key: str) -> int:
     """An open descriptor on the key's object; never follows a link, only opens regular files
     (``O_NONBLOCK``: a FIFO planted under the key must not hang the event loop in ``open``)."""
-    path = _key_path(name, key)
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
@@ -155,20 +165,28 @@ def _open(name: str, key: str) -> int:
 class SharedMemoryRegistry:
     """The server's registered system shared memory regions, by name.
 
-    ``enabled`` is ``--allow-client-shm``: when false nothing can be registered (Triton's message),
-    so no request can name a region either.
+    ``enabled`` is ``--allow-client-shm``: when false nothing can be registered or unregistered
+    (Triton's message; the status stays readable, and empty), so no request can name a region either.
+    ``retired``, when set, is told the name of a region unregistered while in use once its last
+    request ended and it went (the engine tells its frontend workers' copies then).
     """
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self._regions: dict[str, Region] = {}
+        self.retired: Callable[[str], None] | None = None
+
+    def require_enabled(self) -> None:
+        """Triton's refusal of registration and unregistration when client shared memory is off."""
+        if not self.enabled:
+            raise UnsupportedError(_DISABLED)
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        if not self.enabled:
-            raise UnavailableError(_DISABLED)
+        self.require_enabled()
+        path = _key_path(name, key)
         if name in self._regions:
             raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
-        fd = _open(name, key)
+        fd = _open(path, key)
         try:
             size = os.fstat(fd).st_size
             if offset < 0 or byte_size <= 0 or offset + byte_size > size:
@@ -191,30 +209,41 @@ class SharedMemoryRegistry:
         return region
 
     def unregister(self, name: str = "") -> None:
-        """Forget the named region (all regions for ``""``); unknown names are not an error."""
-        names = [name] if name else list(self._regions)
-        for each in names:
-            region = self._regions.pop(each, None)
+        """Forget the named region (all regions for ``""``): at once, or, for one a request in flight
+        holds, when the last of them ends.  Unknown names are not an error."""
+        self.require_enabled()
+        self.forget(name)
+
+    def forget(self, name: str = "") -> None:
+        """:meth:`unregister` whatever ``enabled`` says: a frontend worker's copy following the
+        engine's registry, the server's shutdown."""
+        for each in [name] if name else list(self._regions):
+            region = self._regions.get(each)
             if region is None:
                 continue
             region.closing = True
             if not region.users:
+                del self._regions[each]
                 region.close()
 
     def acquire(self, name: str) -> Region:
-        """The named region, kept open until :meth:`release` even if it is unregistered meanwhile."""
+        """The named region, kept registered and open until :meth:`release` even if it is
+        unregistered meanwhile."""
         region = self.get(name)
         region.users += 1
         return region
 
-    @staticmethod
-    def release(region: Region) -> None:
+    def release(self, region: Region) -> None:
         region.users -= 1
         if region.closing and not region.users:
             region.close()
+            if self._regions.get(region.name) is region:
+                del self._regions[region.name]
+                if self.retired is not None:
+                    self.retired(region.name)
 
     def close(self) -> None:
-        self.unregister()
+        self.forget()
 
 
 def _status(region: Region) -> RegionStatus:

@@ -74,6 +74,7 @@ class FrontendWorkers:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self.published = PublishedSignatures()
+        dataplane.shared_memory.retired = self._region_retired
 
     # ---- readiness and catalog ------------------------------------------------------------------
 
@@ -116,6 +117,14 @@ class FrontendWorkers:
             link.send(message)
         if waiting:
             await asyncio.wait(waiting, timeout=10)
+
+    def _region_retired(self, name: str) -> None:
+        """A region unregistered while requests held it went with the last of them: the workers'
+        copies go too (sent before that request's answer, on the same channel)."""
+        message = RegionChange(next(self._ids), name, None, 0, 0)
+        for link in self.links:
+            if link is not None and not link.lost.is_set():
+                link.send(message)
 
     # ---- control calls from workers -------------------------------------------------------------
 
@@ -189,8 +198,12 @@ class FrontendWorkers:
             return None
         if method == "unregister_region":
             name = arg(0, str)
+            before = {region.name for region in dp.shared_memory.status()}
             await dp.unregister_region(name)
-            await self._broadcast(RegionChange(next(self._ids), name, None, 0, 0), wait=True)
+            # The regions gone now; one a request in flight holds goes when it ends (_region_retired).
+            gone = before.difference(region.name for region in dp.shared_memory.status())
+            for each in sorted(gone):
+                await self._broadcast(RegionChange(next(self._ids), each, None, 0, 0), wait=True)
             return None
         raise UnsupportedError(f"unknown engine call '{method}'")
 

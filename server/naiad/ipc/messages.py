@@ -60,6 +60,8 @@ class RequestMsg(msgspec.Struct, array_like=True):
     #: The catalog (its id) whose signature of the model the worker checked the request against;
     #: 0 when it did not (or the check failed: the engine words the error).
     validated: int = 0
+    #: The client shared memory regions the worker read inputs from (``InferRequest.regions``).
+    regions: list[str] | None = None
 
 
 class ResponseMsg(msgspec.Struct, array_like=True):

@@ -98,6 +98,7 @@ def request_message(request: InferRequest, arena: Arena, blocks: list[int]) -> R
         request.sequence_end,
         request.headers,
         request.timestamps is not None,
+        regions=request.regions,
     )
 
 
@@ -307,6 +308,7 @@ def request_from(message: RequestMsg, arena: Arena) -> InferRequest:
         message.sequence_end,
         message.headers,
         timestamps=[] if message.traced else None,
+        regions=message.regions,
     )
 
 

@@ -181,10 +181,8 @@ class EngineLink:
 
     def _region(self, change: RegionChange) -> None:
         try:
-            if change.key is None:
-                self.shared_memory.unregister(change.name)
-            else:
-                self.shared_memory.unregister(change.name)
+            self.shared_memory.forget(change.name)
+            if change.key is not None:
                 self.shared_memory.register(change.name, change.key, change.offset, change.byte_size)
         except InferenceServerError as error:
             log.warning(

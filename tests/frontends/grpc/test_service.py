@@ -134,14 +134,8 @@ def test_statistics_trace_and_logging_extensions_answer(client: grpcclient.Infer
     assert client.get_log_settings().settings["log_info"].bool_param
 
 
-def test_shared_memory_has_no_regions_and_unregistering_succeeds(
-    client: grpcclient.InferenceServerClient,
-) -> None:
-    # Clients (Triton's shm examples) unregister everything at start-up and expect success.
-    client.unregister_system_shared_memory()
-    client.unregister_system_shared_memory("region")
-    client.unregister_cuda_shared_memory()
-    client.unregister_cuda_shared_memory("region")
+def test_shared_memory_status_answers_with_no_regions(client: grpcclient.InferenceServerClient) -> None:
+    # Without --allow-client-shm unregistering is refused too (tests/extensions/test_shared_memory.py).
     assert not client.get_system_shared_memory_status().regions
     assert not client.get_cuda_shared_memory_status().regions
     assert _refusal(client.get_system_shared_memory_status, "region") == (
@@ -153,13 +147,12 @@ def test_shared_memory_has_no_regions_and_unregistering_succeeds(
 
 
 def test_registering_shared_memory_is_refused(client: grpcclient.InferenceServerClient) -> None:
+    disabled = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
     assert _refusal(client.register_system_shared_memory, "region", "/key", 64) == (
-        "StatusCode.UNAVAILABLE",
-        "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
+        "StatusCode.UNIMPLEMENTED", disabled
     )
     assert _refusal(client.register_cuda_shared_memory, "region", b"\0" * 64, 0, 64) == (
-        "StatusCode.INVALID_ARGUMENT",
-        "failed to register CUDA shared memory region: 'region', GPUs not supported",
+        "StatusCode.UNIMPLEMENTED", disabled
     )
 
 

@@ -465,6 +465,7 @@ class InferenceServicer:
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> pb.SystemSharedMemoryRegisterResponse:
+        self.dataplane.shared_memory.require_enabled()
         if not request.name:
             raise InvalidArgumentError("'region name' is necessary to register system shared memory region")
         await self.dataplane.register_region(request.name, request.key, request.offset, request.byte_size)
@@ -486,6 +487,7 @@ class InferenceServicer:
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
+        self.dataplane.shared_memory.require_enabled()
         raise InvalidArgumentError(
             f"failed to register CUDA shared memory region: '{request.name}', GPUs not supported"
         )
@@ -493,6 +495,7 @@ class InferenceServicer:
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self.dataplane.shared_memory.require_enabled()
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # ---- trace and logging ------------------------------------------------------------------------

@@ -332,7 +332,7 @@ class HttpFrontend:
         if extension == "systemsharedmemory":
             answer = await shared_memory.system(self.dataplane, call.method, rest, body)
         else:
-            answer = await shared_memory.cuda(call.method, rest, body)
+            answer = await shared_memory.cuda(self.dataplane, call.method, rest, body)
         return _not_found() if answer is None else answer
 
     # ---- repository extension --------------------------------------------------------------------

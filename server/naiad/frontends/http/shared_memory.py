@@ -3,6 +3,8 @@
 ``[/region/<name>]/status`` (GET), ``/region/<name>/register`` (POST, a JSON body) and
 ``[/region/<name>]/unregister`` (POST; all regions without a name).  CUDA regions answer as Triton
 built without GPU support does: status and unregister succeed on an empty set, register is refused.
+Without ``--allow-client-shm`` registering and unregistering either kind is refused first (Triton's
+UNSUPPORTED, 501), and the status answers.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ async def system(dataplane: DataPlane, method: str, rest: list[str], read_body: 
             for r in await dataplane.region_status(region)
         ]
         return 200, orjson.dumps(regions), [_JSON]
+    dataplane.shared_memory.require_enabled()
     if action == "unregister":
         await dataplane.unregister_region(region)
         return 200, b"", [_JSON]
@@ -63,7 +66,7 @@ async def system(dataplane: DataPlane, method: str, rest: list[str], read_body: 
     return 200, b"", [_JSON]
 
 
-async def cuda(method: str, rest: list[str], read_body: ReadBody) -> Answer | None:
+async def cuda(dataplane: DataPlane, method: str, rest: list[str], read_body: ReadBody) -> Answer | None:
     """Serve a CUDA shared memory route as a server without GPUs does; ``None``: no such route."""
     route = _route(rest)
     if route is None or route[1] not in ("status", "register", "unregister"):
@@ -75,6 +78,7 @@ async def cuda(method: str, rest: list[str], read_body: ReadBody) -> Answer | No
         if region:
             raise NotFoundError(f"Unable to find cuda shared memory region: '{region}'")
         return 200, b"[]", [_JSON]
+    dataplane.shared_memory.require_enabled()
     if action == "unregister":
         return 200, b"", [_JSON]
     if not region:
