@@ -1649,6 +1649,90 @@ def shared_memory(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def _identity_config(name: str, max_batch_size: int, datatype: str, delay_ms: int, extra: str) -> str:
+    """A model configuration as qa/L0_request_cancellation/test.sh echoes it: Triton's ``identity``
+    backend, one instance, ``execute_delay_ms``."""
+    return (
+        f'name: "{name}"\nbackend: "identity"\nmax_batch_size: {max_batch_size}\n'
+        f'input [{{ name: "INPUT0" \n data_type: {datatype} \n dims: [ -1 ] }}]\n'
+        f'output [{{ name: "OUTPUT0" \n data_type: {datatype} \n dims: [ -1 ] }}]\n'
+        "instance_group [{ count: 1 \n kind: KIND_CPU }]\n"
+        f"{extra}"
+        f'parameters [{{ key: "execute_delay_ms" \n value: {{ string_value: "{delay_ms}" }} }}]\n'
+    )
+
+
+def request_cancellation(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_request_cancellation's Python end-to-end cases, as its test.sh runs them: requests
+    cancelled by the client while queued in the dynamic batcher, backlogged or waiting in a direct or
+    oldest sequence batcher (the whole sequence ends, and ``nv_inference_request_failure`` counts them
+    with ``reason="CANCELED"``), inside an ensemble, and on a stream (``scheduler_test.py``, on the
+    Python-based stand-in for Triton's ``identity`` backend); then a TorchScript model with implicit
+    state whose cancelled sequence must leave no state for the next ones (``implicit_state_test.py``).
+    Not run: the C++ unit test and C++ gRPC client, and ``grpc_cancellation_test.py``, which counts
+    Triton's own gRPC log lines (its state objects' "StateRelease") and uses a Triton build's delay
+    hooks (``TRITONSERVER_DELAY_GRPC_*``)."""
+    folder = "L0_request_cancellation"
+    source = checkouts.qa / folder
+
+    def build_schedulers(repo: Path) -> None:
+        models = {
+            "dynamic_batch": (2, "dynamic_batching { max_queue_delay_microseconds: 600000 }\n"),
+            "sequence_direct": (
+                1,
+                "sequence_batching { direct { } \n max_sequence_idle_microseconds: 6000000 }\n",
+            ),
+            "sequence_oldest": (
+                1,
+                "sequence_batching { oldest { max_candidate_sequences: 1 } \n "
+                "max_sequence_idle_microseconds: 6000000 }\n",
+            ),
+        }
+        for name, (batch, extra) in models.items():
+            (repo / name / "1").mkdir(parents=True)
+            (repo / name / "config.pbtxt").write_text(_identity_config(name, batch, "TYPE_FP32", 6000, extra))
+        (repo / "ensemble_model" / "1").mkdir(parents=True)
+        step = (
+            '{{ model_name: "dynamic_batch" \n model_version: -1 \n '
+            'input_map {{ key: "INPUT0" \n value: "{0}" }} \n '
+            'output_map {{ key: "OUTPUT0" \n value: "{1}" }} }}'
+        )
+        steps = f"{step.format('INPUT0', 'out')},\n{step.format('out', 'OUTPUT0')}"
+        (repo / "ensemble_model" / "config.pbtxt").write_text(
+            'name: "ensemble_model"\nplatform: "ensemble"\nmax_batch_size: 1\n'
+            'input [{ name: "INPUT0" \n data_type: TYPE_FP32 \n dims: [ -1 ] }]\n'
+            'output [{ name: "OUTPUT0" \n data_type: TYPE_FP32 \n dims: [ -1 ] }]\n'
+            f"ensemble_scheduling {{ step [\n{steps}\n] }}\n"
+        )
+
+    def build_state(repo: Path) -> None:
+        model = repo / "sequence_state"
+        (model / "1").mkdir(parents=True)
+        shutil.copyfile(source / "implicit_state_model" / "config.pbtxt", model / "config.pbtxt")
+        shutil.copyfile(source / "implicit_state_model" / "model.pt", model / "1" / "model.pt")
+
+    test_file = "scheduler_test.py"
+    cases = re.findall(r"^    def (test_\w+)\(", (source / test_file).read_text(), re.MULTILINE)
+    scheduler = tuple(_unittest(checkouts, folder, test_file, f"TestScheduler.{case}") for case in cases)
+    env, log = _server_log(checkouts, folder, "implicit_state_test.server.log")
+    state = _unittest(checkouts, folder, "implicit_state_test.py", extra_env=env)
+    return [
+        Suite(
+            "qa-request_cancellation-scheduler",
+            build_schedulers,
+            scheduler,
+            ("--log-verbose=2", f"--backend-directory={STAND_IN_BACKENDS}"),
+        ),
+        Suite(
+            "qa-request_cancellation-implicit_state",
+            build_state,
+            (state,),
+            ("--log-verbose=1",),
+            log_link=log,
+        ),
+    ]
+
+
 def qa_suites(
     checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
 ) -> list[Suite]:
@@ -1688,4 +1772,5 @@ def qa_suites(
         *decoupled_streams(checkouts),
         *cmdline_trace(checkouts),
         *shared_memory(checkouts),
+        *request_cancellation(checkouts),
     ]

@@ -13,12 +13,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import pytest
 from google.protobuf import text_format
 from naiad.backends.base import ExecuteResult
+from naiad.core.errors import CancelledError, InvalidArgumentError
 from naiad.core.request import InferRequest, InferResponse, Tensor
 from naiad.scheduling.queue import QueuedRequest
 from naiad.scheduling.sequence_batcher import SequenceBatchScheduler
 from naiad.scheduling.sequence_settings import sequence_settings_of
+from naiad.scheduling.stats import FailureReason
 from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -264,6 +267,47 @@ def test_oldest_answers_in_the_order_requests_were_received() -> None:
         assert answered == ["hold"] + [name for name, _, _ in order]
         corrids = [[int(s["CORRID"]) for s in batch] for batch in instance.batches]
         assert corrids == [[9], [1, 2], [3, 4], [1, 2]]  # no null requests in an oldest batch
+        await close(batcher)
+
+    run(test)
+
+
+def test_cancelling_a_waiting_request_ends_its_whole_sequence() -> None:
+    """As in Triton: a request cancelled while it waits for its turn, or for a slot in the backlog,
+    cancels every request of its sequence still waiting (each counted CANCELED); the request running
+    finishes, then the slot goes to the backlog; the ID needs START again."""
+    config = f'name: "m" max_batch_size: 1 sequence_batching {{ direct {{ }} {CONTROLS} }}'
+
+    async def test() -> None:
+        instance = Recorder()
+        batcher = scheduler(config, instance)  # one slot
+        running = asyncio.create_task(batcher.submit(request("hold-a1", 1, 1, start=True)))
+        assert await asyncio.to_thread(instance.entered.wait, WAIT)
+        queued = [asyncio.create_task(batcher.submit(request(f"a{n}", 1, n))) for n in (2, 3)]
+        backlog = [asyncio.create_task(batcher.submit(request("b1", 2, 10, start=True)))]
+        backlog.append(asyncio.create_task(batcher.submit(request("b2", 2, 20))))
+        await asyncio.sleep(0)
+        assert batcher.stats.pending == 4
+
+        backlog[1].cancel()  # a backlogged sequence: both its requests go
+        await asyncio.wait(backlog, timeout=WAIT)
+        assert backlog[1].cancelled()
+        with pytest.raises(CancelledError, match="Request was cancelled"):
+            await backlog[0]
+        queued[0].cancel()  # a sequence holding the slot: its waiting requests go, the running one stays
+        await asyncio.wait(queued, timeout=WAIT)
+        assert queued[0].cancelled()
+        assert str(queued[1].exception()) == "Request was cancelled"
+        assert batcher.stats.pending == 0
+        assert batcher.stats.failures[FailureReason.CANCELED] == 4
+
+        late = asyncio.create_task(batcher.submit(request("c1", 3, 100, start=True)))  # waits for the slot
+        instance.release.set()
+        assert total(await running) == 1
+        assert total(await late) == 100  # the cancelled sequence freed its slot
+        with pytest.raises(InvalidArgumentError, match="must specify the START flag"):
+            await batcher.submit(request("a4", 1, 4))
+        assert [int(s["CORRID"]) for batch in instance.batches for s in batch] == [1, 3]
         await close(batcher)
 
     run(test)

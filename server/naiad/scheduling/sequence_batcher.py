@@ -59,7 +59,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from naiad.backends.base import ExecuteResult, Rescheduled
-from naiad.core.errors import InvalidArgumentError, UnavailableError
+from naiad.core.errors import CancelledError, InvalidArgumentError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Tensor
 from naiad.scheduling.batcher import next_batch
 from naiad.scheduling.loop_scheduler import LoopScheduler, loop_driven
@@ -77,7 +77,7 @@ _MONOTONIC_NS = time.monotonic_ns
 class _Sequence:
     """One live sequence: its slot (instance and index), its queued requests and its implicit state."""
 
-    __slots__ = ("correlation_id", "instance", "last_ns", "pending", "running", "slot", "states")
+    __slots__ = ("cancelled", "correlation_id", "instance", "last_ns", "pending", "running", "slot", "states")
 
     def __init__(self, correlation_id: int | str, now_ns: int) -> None:
         self.correlation_id = correlation_id
@@ -87,6 +87,7 @@ class _Sequence:
         self.running = False
         self.last_ns = now_ns
         self.states: dict[str, Array] = {}
+        self.cancelled = False  # a waiting request was cancelled: the sequence ends after the running one
 
 
 class _Instance:
@@ -191,14 +192,31 @@ class SequenceBatchScheduler(LoopScheduler):
             return await entry.future
         except asyncio.CancelledError:
             if entry.state != TAKEN:
-                sequence.pending.remove(entry)
-                self.stats.fail(FailureReason.CANCELED, _MONOTONIC_NS() - now)
-                if settings.iterative and not sequence.pending and not sequence.running:
-                    self._end(sequence)  # (it may have been rescheduled: its slot is free now)
-                self._check_drained()
+                self._cancel(sequence, entry)
             else:  # with an instance already: counted when its execution finishes
                 request.cancel()
             raise
+
+    def _cancel(self, sequence: _Sequence, entry: QueuedRequest) -> None:
+        """A request of ``sequence`` was cancelled while it waited (for its turn, or for a slot in the
+        backlog): as in Triton, the whole sequence ends.  Each of its requests still waiting fails
+        CANCELLED and counts as such, a later request of its ID needs START, and its slot is freed
+        (once the request running now, if one is, has finished)."""
+        now = _MONOTONIC_NS()
+        sequence.pending.remove(entry)
+        self.stats.fail(FailureReason.CANCELED, now - entry.enqueue_ns)
+        while sequence.pending:
+            waiting = sequence.pending.popleft()
+            self.stats.fail(FailureReason.CANCELED, now - waiting.enqueue_ns)
+            if not waiting.future.done():
+                waiting.future.set_exception(CancelledError("Request was cancelled"))
+        if self._sequences.get(sequence.correlation_id) is sequence:
+            del self._sequences[sequence.correlation_id]
+        if sequence.running:
+            sequence.cancelled = True
+        else:
+            self._end(sequence)  # (an iterative one may have been rescheduled: its slot is free now)
+        self._check_drained()
 
     def _check(self, request: InferRequest) -> None:
         name = self.settings.model_name
@@ -419,7 +437,9 @@ class SequenceBatchScheduler(LoopScheduler):
             if result is not None:
                 self._deliver(sequence, entry, result, execution, now)
             if sequence.instance >= 0 and (
-                request.sequence_end or (self.settings.iterative and not sequence.pending)
+                request.sequence_end
+                or sequence.cancelled
+                or (self.settings.iterative and not sequence.pending)
             ):
                 self._release(sequence)
         self._dispatch_due(now)

@@ -7,7 +7,9 @@ convention, and so does this module, with the same precedence and messages:
 * otherwise names of the form ``<name>__<index>`` give the position (``INPUT__0``, ``NAMED_INDEX``);
 * otherwise inputs are passed in config order (``STRICT_CONFIG_ORDERING``, with a warning);
 * a ``forward`` taking one ``Dict(str, Tensor)`` gets every input under its config name;
-* outputs are ``<name>__<index>`` positions in the returned tuple, or else config order.
+* outputs are ``<name>__<index>`` positions in the returned tuple, or else config order;
+* implicit sequence states (``sequence_batching.state``) are an input and an output each, at the
+  positions their ``<name>__<index>`` names give, and need every input to follow that form too.
 
 Everything here is checked when an instance loads, so a config that cannot work fails then, naming
 the tensor, instead of failing every request.
@@ -70,13 +72,9 @@ def bind_inputs(
         raise UnsupportedError(
             f"unable to load model '{model}': batch_input is not supported by this server yet"
         )
-    if config.sequence_batching.state:
-        raise UnsupportedError(
-            f"unable to load model '{model}': implicit sequence state is not supported by the pytorch "
-            "backend of this server yet"
-        )
+    states = config.sequence_batching.state
     controls = _controls(config)
-    expected = len(config.input) + len(controls)
+    expected = len(config.input) + len(controls) + len(states)
     if arguments is not None and not dict_input and len(arguments) != expected:
         raise InvalidArgumentError(
             f"unable to load model '{model}', configuration expects {expected} inputs, model provides "
@@ -101,9 +99,40 @@ def bind_inputs(
             )
         position = len(config.input) + offset if dict_input else index
         bindings[name] = Binding(name, datatype, (1,), position=position)
+    if states:
+        if dict_input or positions != [named_index(io.name) for io in config.input]:
+            raise InvalidArgumentError(
+                f"PyTorch model '{model}' is using sequence batching with state but not all inputs and "
+                "outputs follow the <name>__<index> naming convention. "
+            )
+        for state in states:
+            bindings[state.input_name] = _bind_state(config, state.input_name, state)
     if not dict_input:
         _check_positions(model, bindings, expected)
     return bindings
+
+
+def _bind_state(config: mc.ModelConfig, name: str, state: mc.ModelSequenceBatching.State) -> Binding:
+    """An implicit state's input or output: Triton's PyTorch backend takes its position from its name
+    alone (``<name>__<index>``), whatever convention the other tensors follow."""
+    index = named_index(name)
+    if index is None:
+        raise InvalidArgumentError(
+            f"PyTorch model '{config.name}' is using sequence batching with state but state '{name}' does "
+            "not follow the <name>__<index> naming convention. "
+        )
+    config_type = mc.DataType.Name(state.data_type)
+    datatype = datatypes.config_to_protocol(config_type)
+    if not tensors.supported(datatype):
+        raise InternalError(
+            f"unsupported datatype {config_type} for state '{name}' for model '{config.name}'"
+        )
+    if datatype == "BYTES" and len(state.dims) + (1 if config.max_batch_size > 0 else 0) > 1:
+        raise InternalError(
+            f"Triton only supports 1 dimensional List of String as state for '{name}' for model "
+            f"'{config.name}'"
+        )
+    return Binding(name, datatype, tuple(state.dims), position=index)
 
 
 def bind_outputs(config: mc.ModelConfig) -> dict[str, Binding]:
@@ -121,10 +150,13 @@ def bind_outputs(config: mc.ModelConfig) -> dict[str, Binding]:
             model,
         )
         indices = list(range(len(parsed)))
-    return {
+    bindings = {
         io.name: _bind(model, "output", io, index, config.max_batch_size)
         for io, index in zip(config.output, indices, strict=True)
     }
+    for state in config.sequence_batching.state:
+        bindings[state.output_name] = _bind_state(config, state.output_name, state)
+    return bindings
 
 
 def _input_positions(
