@@ -26,6 +26,17 @@ DYNAMIC_BATCHING = "dynamic_batching {{ preferred_batch_size: [8], max_queue_del
 PYTHONPATH = "{common}" + os.pathsep + str(Path(__file__).resolve().parent / "stand_ins")
 
 
+#: qa/L0_model_update's cases that load KIND_GPU instances.
+MODEL_UPDATE_GPU_CASES = (
+    "test_gpu_instance_update",
+    "test_gpu_cpu_instance_update",
+    "test_instance_name_update",
+    "test_instance_signature",
+    "test_direct_scheduler_update_with_ongoing_sequences",
+    "test_oldest_scheduler_update_with_ongoing_sequences",
+)
+
+
 #: qa test cases not run, with the reason.
 QA_SKIPS = (
     *(
@@ -40,6 +51,13 @@ QA_SKIPS = (
     Skip(
         f"{QA}L0_decoupled/test.sh: --grpc-max-response-pool-size=1",
         "a flag newer than Triton 2.51 (the reference), which Naiad does not take",
+    ),
+    *(
+        Skip(
+            f"{QA}L0_model_update/instance_update_test.py::TestInstanceUpdate.{case}",
+            "needs a GPU (KIND_GPU instances)",
+        )
+        for case in MODEL_UPDATE_GPU_CASES
     ),
     Skip(
         f"{QA}L0_http/http_test.py::HttpTest.test_negative_dimensions",
@@ -1733,6 +1751,54 @@ def request_cancellation(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def model_update(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_model_update/instance_update_test.py as its test.sh runs it, under each of its three
+    rate limiter settings: a model loaded again with only its ``instance_group`` changed keeps the
+    instances it had, creates the ones added and finalizes the ones removed (qa's ``model_init_del``
+    counts its ``initialize`` and ``finalize`` calls in files), also while requests run, with
+    batching, rate limiter resources and sequence batchers; a change to anything else loads it anew."""
+    folder = "L0_model_update"
+    test_file = "instance_update_test.py"
+
+    def build(repo: Path) -> None:
+        model = copy_model(checkouts.qa / "python_models" / "model_init_del", repo)
+        (model / "1").mkdir()
+        shutil.move(model / "model.py", model / "1" / "model.py")
+
+    cases = re.findall(
+        r"^    def (test_\w+)\(", (checkouts.qa / folder / test_file).read_text(), re.MULTILINE
+    )
+    scripts = tuple(
+        _unittest(checkouts, folder, test_file, f"TestInstanceUpdate.{case}")
+        for case in cases
+        if case not in MODEL_UPDATE_GPU_CASES
+    )
+    modes = {
+        "off": ("--rate-limit=off",),
+        "execution_count": ("--rate-limit=execution_count",),
+        "execution_count_with_explicit_resource": (
+            "--rate-limit=execution_count",
+            "--rate-limit-resource=R1:10",
+        ),
+    }
+    env = {"MODEL_LOG_DIR": "{suite}", "PYTHONDONTWRITEBYTECODE": "True"}
+    return [
+        Suite(
+            f"qa-model_update-{mode}",
+            build,
+            scripts,
+            ("--model-control-mode=explicit", *args, "--log-verbose=2"),
+            server_env=env,
+            script_env={
+                **env,
+                "RATE_LIMIT_MODE": mode,
+                "PYTHONPATH": "{suite}" + os.pathsep + str(checkouts.qa / "common"),
+            },
+        )
+        for mode, args in modes.items()
+    ]
+
+
 def qa_suites(
     checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
 ) -> list[Suite]:
@@ -1773,4 +1839,5 @@ def qa_suites(
         *cmdline_trace(checkouts),
         *shared_memory(checkouts),
         *request_cancellation(checkouts),
+        *model_update(checkouts),
     ]

@@ -281,7 +281,7 @@ def _tail(text: str, lines: int = 3) -> str:
 
 
 def _script_env(script: Script, server: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **script.env, **(server or {}))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **script.env, **(server or {})}  # the suite's last
     if script.pytest:  # NVIDIA's tests are unittest classes: no plugin of this environment should join in
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"

@@ -321,9 +321,13 @@ def dependencies(config: mc.ModelConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys(step.model_name for step in config.ensemble_scheduling.step))
 
 
-def fingerprint_text(config: mc.ModelConfig) -> str:
+def fingerprint_text(config: mc.ModelConfig, instances: bool = True) -> str:
     """The configuration as it matters to a loaded version: everything but the version policy, which
-    decides *which* versions load and so must not force a reload of the ones that stay."""
+    decides *which* versions load and so must not force a reload of the ones that stay.  Without
+    ``instances``, the instance groups are left out too: what a version loaded again with only its
+    instances changed keeps (an instance update, see ``ModelLoader.build_version``)."""
     document = config_to_dict(config)
     document.pop("version_policy", None)
+    if not instances:
+        document.pop("instance_group", None)
     return json.dumps(document, sort_keys=True)

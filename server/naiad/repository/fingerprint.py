@@ -14,6 +14,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from naiad.repository.layout import CONFIG_FILE, CONFIGS_FOLDER
+
 #: Folders that are not part of a model: Python writes ``__pycache__`` beside a module it imports (the
 #: user's tools, another server; ours compiles models' sources without it), and counting them would
 #: make that import a change to the model (POLL reloaded it).
@@ -53,10 +55,15 @@ def folder_fingerprint(paths: Iterable[Path]) -> str:
     return _digest(_files(path) for path in paths)
 
 
-def version_fingerprints(model_dir: Path, versions: Iterable[int], config_text: str) -> dict[int, str]:
-    """Per version: its files, the model-level files (outside any version folder) and the config."""
+def version_fingerprints(
+    model_dir: Path, versions: Iterable[int], config_text: str, config_files: bool = True
+) -> dict[int, str]:
+    """Per version: its files, the model-level files (outside any version folder) and the config.
+    Without ``config_files`` the configuration files are left out (``config_text`` stands for them)."""
     files = _files(model_dir)
     shared = [f for f in files if not f[0].split("/", 1)[0].isdigit()]
+    if not config_files:
+        shared = [f for f in shared if f[0] != CONFIG_FILE and not f[0].startswith(f"{CONFIGS_FOLDER}/")]
     out: dict[int, str] = {}
     for version in versions:
         prefix = f"{version}/"

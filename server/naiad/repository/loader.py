@@ -13,7 +13,7 @@ import logging
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,8 @@ class LoadPlan:
     scratch: Path | None
     failure: str = ""
     namespace: str = ""
+    #: Per version, the fingerprint without the instance groups (``fingerprint_text(instances=False)``).
+    base_fingerprints: dict[int, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -164,6 +166,9 @@ class ModelLoader:
             config_json=cfg.to_json(config),
             versions=selected,
             fingerprints=version_fingerprints(location.path, selected, cfg.fingerprint_text(config)),
+            base_fingerprints=version_fingerprints(
+                location.path, selected, cfg.fingerprint_text(config, instances=False), config_files=False
+            ),
             source_fingerprint=source_fingerprint,
             dependencies=cfg.dependencies(config),
             scratch=scratch,
@@ -225,10 +230,22 @@ class ModelLoader:
             return f"{type(exc).__name__}: {exc}"
         return ""
 
-    def build_version(self, plan: LoadPlan, version: int) -> ModelVersion:
-        """Create, warm up and schedule every instance of one version; READY, or raise the reason."""
+    def build_version(
+        self, plan: LoadPlan, version: int, previous: ModelVersion | None = None
+    ) -> ModelVersion:
+        """Create, warm up and schedule every instance of one version; READY, or raise the reason.
+
+        ``previous``: the version loaded now, when only its instance groups changed (Triton's
+        instance update): each instance whose signature the new groups still have is taken over
+        instead of created (no ``initialize``, no warm-up; its old version's last executions on it
+        finish first), and the old version, unloaded once the new one is published, finalizes only
+        the instances not taken over.  Statistics carry on."""
         if plan.failure:
             raise InternalError(plan.failure)
+        kept: dict[str, list[InstanceWorker]] = {}
+        for old in previous.workers if previous is not None else ():
+            kept.setdefault(old.signature, []).append(old)
+        taken: list[InstanceWorker] = []
         started, resident = time.monotonic_ns(), resident_bytes()
         gpu_before = self.gpu_memory.used() if self.gpu_memory is not None else ()
         overlap = self._overlapping.begin()
@@ -237,13 +254,19 @@ class ModelLoader:
         backend = self._backend(config)
         version_dir = plan.path / str(version)
         workers: list[InstanceWorker] = []
-        health = InstanceHealth()
+        health = previous.health if previous is not None and previous.health is not None else InstanceHealth()
         try:
             for group in config.instance_group:
                 kind = _KIND_NAMES.get(group.kind, "CPU")
                 devices = list(group.gpus) if kind == "GPU" else [0]
                 for device in devices:
+                    signature = _instance_signature(group, device)
                     for index in range(group.count):
+                        if kept.get(signature):
+                            old = kept[signature].pop(0)
+                            taken.append(old)
+                            workers.append(old.successor())
+                            continue
                         instance_name = f"{group.name}_{index}"  # (Triton's name: the group's, its index)
                         context = InstanceContext(
                             model_name=plan.name,
@@ -259,7 +282,7 @@ class ModelLoader:
                             health=health,
                         )
                         instance = backend.create_instance(context)
-                        worker = InstanceWorker(instance, instance_name)
+                        worker = InstanceWorker(instance, instance_name, signature)
                         workers.append(worker)
                         if kind == "GPU" and device in self.gpu_limits:
                             self._check_gpu_limit(plan.name, device)
@@ -267,17 +290,24 @@ class ModelLoader:
                             run_warmup(instance, samples)
         except BaseException:
             self._overlapping.end(overlap)
+            for old in taken:  # the old version keeps serving with them
+                old.kept = False
             for worker in workers:
-                worker.close()
+                if worker.instance not in {old.instance for old in taken}:
+                    worker.close()
             raise
         loads = self._overlapping.end(overlap)
         # the scheduler owns the workers from here on, even if it raises
         scheduler = create_scheduler(config, workers, plan.path, self.rate_limiter)
+        if previous is not None and previous.scheduler is not None:
+            scheduler.stats.carry_over(previous.scheduler.stats)
         model_version = ModelVersion(
             version,
             ModelState.READY,
             scheduler=scheduler,
             fingerprint=plan.fingerprints[version],
+            base_fingerprint=plan.base_fingerprints.get(version, ""),
+            workers=tuple(workers),
             model_name=plan.name,
             model_dir=plan.path,
             scratch=plan.scratch,
@@ -296,3 +326,15 @@ class ModelLoader:
         if health.failure:  # an instance gave up between loading and now
             model_version.fail(health.failure)
         return model_version
+
+
+def _instance_signature(group: mc.ModelInstanceGroup, device: int) -> str:
+    """What identifies an instance of ``group`` on ``device`` for an instance update: the group
+    without its name, count and device list (Triton matches instances so: renaming or regrouping
+    them keeps them)."""
+    plain = mc.ModelInstanceGroup()
+    plain.CopyFrom(group)
+    plain.ClearField("name")
+    plain.ClearField("count")
+    plain.ClearField("gpus")
+    return f"{device}:{plain.SerializeToString(deterministic=True).hex()}"

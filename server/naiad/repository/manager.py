@@ -102,6 +102,11 @@ class IndexEntry:
     namespace: str = ""
 
 
+#: How long a load that updated instances in place waits for the old version's last requests (and
+#: so for the instances removed to be finalized) before it returns (see ``ModelRepository._publish``).
+RETIRE_WAIT_S = 2.0
+
+
 class RepositoryUnavailable(Exception):
     """A repository could not be read at all (a cloud repository that failed to sync at start)."""
 
@@ -176,6 +181,8 @@ class ModelRepository:
         #: evictable yet (see ``_fit``), and the pass running.
         self._refit: asyncio.TimerHandle | None = None
         self._refits: set[asyncio.Task[None]] = set()
+        #: Versions whose instances were updated in place, unloading in the background (``_publish``).
+        self._retiring: set[asyncio.Task[None]] = set()
 
     # ---- what the repositories hold ---------------------------------------------------------------
 
@@ -552,7 +559,8 @@ class ModelRepository:
             raise
         self._complete_ensemble(plan)
         reused = _reusable(plan, previous)
-        built, failed = await self._build(plan, [v for v in plan.versions if v not in reused])
+        updated = _updatable(plan, previous, reused)
+        built, failed = await self._build(plan, [v for v in plan.versions if v not in reused], updated)
         if failed:
             await self._unload_versions(list(built.values()))
             _remove_scratch(plan.scratch)
@@ -560,10 +568,10 @@ class ModelRepository:
                 self.registry.publish(_failure_record(plan, previous, failed))
             details = "".join(f"version {v} is at UNAVAILABLE state: {failed[v]};" for v in sorted(failed))
             raise InvalidArgumentError(f"load failed for model '{name}': {details}\n")
-        return await self._publish(plan, previous, {**reused, **built}, routes)
+        return await self._publish(plan, previous, {**reused, **built}, routes, set(updated.values()))
 
     async def _build(
-        self, plan: LoadPlan, numbers: list[int]
+        self, plan: LoadPlan, numbers: list[int], updated: dict[int, ModelVersion]
     ) -> tuple[dict[int, ModelVersion], dict[int, str]]:
         """Build versions on the load pool, in parallel: those that loaded, and why the others did not
         (logged per version in Triton's words: ``loading: m:1``, ``failed to load 'm' version 1: ...``)."""
@@ -572,7 +580,7 @@ class ModelRepository:
         self._loading[plan.key] = set(numbers)
         try:
             outcomes = await asyncio.gather(
-                *(self._build_version(plan, v) for v in numbers), return_exceptions=True
+                *(self._build_version(plan, v, updated.get(v)) for v in numbers), return_exceptions=True
             )
         finally:
             self._loading.pop(plan.key, None)
@@ -589,9 +597,19 @@ class ModelRepository:
         return built, failed
 
     async def _publish(
-        self, plan: LoadPlan, previous: Model | None, versions: dict[int, ModelVersion], routes: _Routing
+        self,
+        plan: LoadPlan,
+        previous: Model | None,
+        versions: dict[int, ModelVersion],
+        routes: _Routing,
+        updated: set[ModelVersion],
     ) -> Model:
-        """Swap the new model in, then retire the versions it replaces (after their requests)."""
+        """Swap the new model in, then retire the versions it replaces (after their requests).
+
+        Versions whose instances were ``updated`` in place retire as their last requests end, the
+        instances removed finalized then: the load waits for that up to ``RETIRE_WAIT_S``, and
+        leaves the rest to the background, since a long request on an instance kept must not hold
+        the update (Triton's rule; the old version's requests are not told apart by instance)."""
         replaced = (
             [] if previous is None else [mv for mv in previous.serving() if mv not in versions.values()]
         )
@@ -617,7 +635,13 @@ class ModelRepository:
         log.info("successfully loaded '%s' version(s) %s", plan.name, ", ".join(map(str, plan.versions)))
         if plan.scratch not in {mv.scratch for mv in model.serving()}:
             _remove_scratch(plan.scratch)
-        await self._unload_versions(replaced)
+        retiring = [mv for mv in replaced if mv in updated]
+        if retiring:
+            task = asyncio.create_task(self._unload_versions(retiring))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+            await asyncio.wait({task}, timeout=RETIRE_WAIT_S)
+        await self._unload_versions([mv for mv in replaced if mv not in retiring])
         return model
 
     async def _poll(
@@ -724,6 +748,7 @@ class ModelRepository:
             await self._poller.stop()
         for name in list(self._models):
             await self.unload(name)
+        await asyncio.gather(*self._retiring)
         self._pool.shutdown(wait=False)
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -744,7 +769,9 @@ class ModelRepository:
         if ensemble.is_ensemble(plan.config):
             ensemble.complete_config(plan, self.registry.scope(plan.namespace))
 
-    async def _build_version(self, plan: LoadPlan, number: int) -> ModelVersion:
+    async def _build_version(
+        self, plan: LoadPlan, number: int, previous: ModelVersion | None
+    ) -> ModelVersion:
         """Ensembles hold no instances: their version is checked and built here, on the loop, against
         the step models loaded just before; every other model builds on the load pool, tried again
         ``--model-load-retry-count`` times after a failure (each failure logged as Triton logs it)."""
@@ -756,11 +783,11 @@ class ModelRepository:
             return ensemble.build_version(plan, number, models, route, self.response_cache)
         for _ in range(self._load_retries):  # --model-load-retry-count: again at once, as Triton
             try:
-                return await self._run(self._loader.build_version, plan, number)
+                return await self._run(self._loader.build_version, plan, number, previous)
             except Exception as exc:
                 reason = _reason(plan.name, number, exc)
                 log.error("failed to load '%s' version %d: %s", plan.name, number, reason)
-        return await self._run(self._loader.build_version, plan, number)
+        return await self._run(self._loader.build_version, plan, number, previous)
 
     def _record_dependency_failure(self, plan: LoadPlan, dependency: str, message: str) -> None:
         """An ensemble whose step model failed to load is listed UNAVAILABLE with the reason."""
@@ -786,6 +813,30 @@ def _reusable(plan: LoadPlan, previous: Model | None) -> dict[int, ModelVersion]
         if old is not None and old.state is ModelState.READY and old.fingerprint == plan.fingerprints[number]:
             reused[number] = old
     return reused
+
+
+def _updatable(
+    plan: LoadPlan, previous: Model | None, reused: dict[int, ModelVersion]
+) -> dict[int, ModelVersion]:
+    """Loaded versions whose instances the new load updates in place (Triton's instance update):
+    READY, the same files and the same configuration but for the instance groups.  (A sequence
+    batcher's live sequences stay with the old version, as a full reload leaves them: Triton keeps
+    them on the instances they run on until they end.)"""
+    if previous is None or plan.config.platform == "ensemble":
+        return {}
+    updated: dict[int, ModelVersion] = {}
+    for number in plan.versions:
+        old = previous.versions.get(number)
+        if (
+            number not in reused
+            and old is not None
+            and old.state is ModelState.READY
+            and old.workers
+            and old.base_fingerprint
+            and old.base_fingerprint == plan.base_fingerprints.get(number)
+        ):
+            updated[number] = old
+    return updated
 
 
 def _failure_record(plan: LoadPlan, previous: Model | None, failed: dict[int, str]) -> Model:

@@ -20,6 +20,8 @@ from naiad.scheduling.scheduler import Scheduler
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from naiad.scheduling.worker import InstanceWorker
+
 #: The reason Triton gives a version that was unloaded on purpose (it does not count against readiness).
 UNLOADED = "unloaded"
 
@@ -61,6 +63,10 @@ class ModelVersion:
     gpu_memory_bytes: tuple[int, ...] = ()
     #: What its instances report about their model processes (restarts; giving up, see ``fail``).
     health: InstanceHealth | None = None
+    #: The fingerprint without the instance groups: a reload that changes only those updates the
+    #: instances in place (``ModelLoader.build_version``), which ``workers`` are then handed over from.
+    base_fingerprint: str = ""
+    workers: tuple[InstanceWorker, ...] = ()
     #: Set by ``fail``: UNAVAILABLE because its model kept crashing after it loaded.
     crashed: bool = False
     #: Whether a readiness request asks its instances (see :mod:`naiad.repository.readiness`), and,

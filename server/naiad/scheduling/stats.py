@@ -149,6 +149,24 @@ class SchedulerStats:
     def pending(self) -> int:
         return self._pending()
 
+    def carry_over(self, old: SchedulerStats) -> None:
+        """Start from ``old``'s counts: a version whose instances were updated in place is the same
+        version to its statistics and metrics, as in Triton (requests the old scheduler still
+        finishes afterwards stay with it)."""
+        for name in SchedulerStats.__slots__:
+            if name in ("_pending", "samples", "batches"):
+                continue
+            value = getattr(old, name)
+            if isinstance(value, list | dict):
+                value = value.copy()
+            setattr(self, name, value)
+        for size, batch in old.batches.items():
+            copy = self.batches[size] = BatchStats()
+            copy.count = batch.count
+            copy.compute_input_ns = batch.compute_input_ns
+            copy.compute_infer_ns = batch.compute_infer_ns
+            copy.compute_output_ns = batch.compute_output_ns
+
     def fail(self, reason: FailureReason, duration_ns: int) -> None:
         """Count one failed request."""
         self.failure_count += 1

@@ -158,11 +158,22 @@ def _failure(exc: BaseException) -> InferenceServerError:
 
 
 class InstanceWorker:
-    """A model instance and, once started, the thread that runs its executions in order."""
+    """A model instance and, once started, the thread that runs its executions in order.
 
-    def __init__(self, instance: ModelInstance, name: str) -> None:
+    ``signature`` is what identifies the instance's configuration apart from its group's name and
+    count (kind, device, rate limiter resources...): a version loaded again with only its instance
+    groups changed keeps the instances whose signature it still has (Triton's instance update).  The
+    new version's worker then takes the instance over (:meth:`successor`): ``kept`` tells the old
+    worker's thread not to close it, and the new worker's thread starts once the old one ended, so
+    the instance never runs executions of both versions at once.
+    """
+
+    def __init__(self, instance: ModelInstance, name: str, signature: str = "") -> None:
         self.instance = instance
         self.name = name
+        self.signature = signature
+        self.kept = False
+        self._predecessor: InstanceWorker | None = None
         #: Requests this instance's thread has taken from the job queue (written by that thread only).
         self.started = 0
         #: The rate limiter's gate for this instance (``None``: it runs whenever it is free).
@@ -180,8 +191,18 @@ class InstanceWorker:
         )
         self._thread.start()
 
+    def successor(self) -> InstanceWorker:
+        """A worker for this worker's instance in a new version of the model (see the class)."""
+        self.kept = True
+        worker = InstanceWorker(self.instance, self.name, self.signature)
+        worker._predecessor = self
+        return worker
+
     def _run(self, jobs: Jobs, finished: Callable[[Execution], None]) -> None:
         instance = self.instance
+        if self._predecessor is not None:  # the old version's last executions on it come first
+            self._predecessor.join(None)
+            self._predecessor = None
         try:
             while True:
                 execution = jobs.get()
@@ -201,7 +222,8 @@ class InstanceWorker:
                 execution.end_ns = time.monotonic_ns()
                 finished(execution)
         finally:
-            instance.close()
+            if not self.kept:
+                instance.close()
 
     @staticmethod
     def run_batch(instance: ModelInstance, entries: list[QueuedRequest], name: str) -> list[ExecuteResult]:
@@ -223,12 +245,12 @@ class InstanceWorker:
             return [InternalError(message) for _ in entries]
         return results
 
-    def join(self, timeout: float) -> None:
+    def join(self, timeout: float | None) -> None:
         """Wait for the thread to finish its work and release the instance."""
         if self._thread is not None:
             self._thread.join(timeout)
 
     def close(self) -> None:
         """Release a worker that never started (a version whose load failed midway)."""
-        if self._thread is None:
+        if self._thread is None and not self.kept:
             self.instance.close()
