@@ -820,8 +820,8 @@ def _updatable(
 ) -> dict[int, ModelVersion]:
     """Loaded versions whose instances the new load updates in place (Triton's instance update):
     READY, the same files and the same configuration but for the instance groups.  (A sequence
-    batcher's live sequences stay with the old version, as a full reload leaves them: Triton keeps
-    them on the instances they run on until they end.)"""
+    still open then must start again, as after a full reload: the new scheduler does not know it,
+    where Triton keeps it on its instance until it ends.)"""
     if previous is None or plan.config.platform == "ensemble":
         return {}
     updated: dict[int, ModelVersion] = {}
