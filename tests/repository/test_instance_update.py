@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from tests.support.models import write_model
 from tests.support.server import ServerProcess
@@ -34,6 +35,8 @@ def bump(kind):
 
 class TritonPythonModel:
     def initialize(self, args):
+        if os.path.exists(os.path.join(COUNTS, "refuse")):
+            raise Exception("this instance refuses to start")
         bump("initialize")
 
     def execute(self, requests):
@@ -164,3 +167,24 @@ def test_a_request_running_on_a_kept_instance_does_not_hold_the_update(
         running.join(30)
         assert not running.is_alive()
     assert os.path.exists(f"{gate}.started")
+
+
+def test_a_failed_update_leaves_the_old_instances_serving(
+    server: ServerProcess, repo: Path, counts: Path
+) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        (counts / "refuse").touch()  # the instance to add fails to start
+        with pytest.raises(InferenceServerException, match="this instance refuses to start"):
+            _reload(client, repo, _config("{ count: 3 kind: KIND_CPU }"))
+        assert _counted(counts) == (2, 0)  # the two instances kept were neither closed nor restarted
+        for _ in range(4):
+            _infer(client)
+        (counts / "refuse").unlink()
+        _reload(client, repo, _config("{ count: 1 kind: KIND_CPU }"))
+        assert _counted(counts) == (2, 1)
+        _infer(client)
+        client.unload_model("counted")
+        deadline = time.monotonic() + 30
+        while _counted(counts) != (2, 2):
+            assert time.monotonic() < deadline, _counted(counts)
+            time.sleep(0.05)

@@ -293,12 +293,16 @@ class ModelLoader:
             for old in taken:  # the old version keeps serving with them
                 old.kept = False
             for worker in workers:
-                if worker.instance not in {old.instance for old in taken}:
-                    worker.close()
+                worker.close()  # (not the instances taken over)
             raise
         loads = self._overlapping.end(overlap)
         # the scheduler owns the workers from here on, even if it raises
-        scheduler = create_scheduler(config, workers, plan.path, self.rate_limiter)
+        try:
+            scheduler = create_scheduler(config, workers, plan.path, self.rate_limiter)
+        except BaseException:
+            for old in taken:
+                old.kept = False
+            raise
         if previous is not None and previous.scheduler is not None:
             scheduler.stats.carry_over(previous.scheduler.stats)
         model_version = ModelVersion(

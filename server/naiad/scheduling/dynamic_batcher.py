@@ -56,10 +56,13 @@ class DynamicBatchScheduler(LoopScheduler):
         self._direct = not policy.batching and policy.levels == (QueuePolicy(),)
         # A single instance that says it is safe to run on the loop (see ``_run_inline``) does so
         # while its executions stay shorter than _INLINE_LIMIT_NS on average.
+        # (Not an instance taken over from an older version, whose last execution may still run on
+        # the instance's old thread: the loop would run the model at the same time.)
         self._inline = (
             self._direct
             and len(self._workers) == 1
             and bool(getattr(self._workers[0].instance, "inline_safe", False))
+            and not self._workers[0].taken_over
         )
         # Instances whose model runs in model processes that can be driven from the loop (see
         # ``_start_on_loop``) take executions without their threads: no hand-off per execution,

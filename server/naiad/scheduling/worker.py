@@ -250,7 +250,13 @@ class InstanceWorker:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    @property
+    def taken_over(self) -> bool:
+        """Whether this worker took its instance over from an older version's (:meth:`successor`)."""
+        return self._predecessor is not None
+
     def close(self) -> None:
-        """Release a worker that never started (a version whose load failed midway)."""
-        if self._thread is None and not self.kept:
+        """Release a worker that never started (a version whose load failed midway); an instance
+        taken over stays with the version it came from."""
+        if self._thread is None and not self.kept and self._predecessor is None:
             self.instance.close()
