@@ -95,3 +95,42 @@ def test_freed_resources_go_to_the_instance_that_ran_least_for_its_priority() ->
     for thread in threads:
         thread.join(5)
     assert order == ["idle", "busy"]
+
+
+def test_a_resource_no_flag_declares_is_sized_by_the_instances_loaded_now() -> None:
+    """As in Triton: ``R`` has as many as the most demanding instance loaded needs, and shrinks back
+    when that instance goes (an unload, or an instance update that removes it)."""
+
+    def attach(limiter: RateLimiter, *counts: int) -> list[Any]:
+        config = mc.ModelConfig(name="m")
+        for count in counts:
+            group = config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+            group.rate_limiter.resources.add(name="R", count=count)
+        workers = [SimpleNamespace(gate=None) for _ in counts]
+        limiter.attach(config, workers)  # type: ignore[arg-type]
+        return [worker.gate for worker in workers]
+
+    def runs_beside(holder: Any, other: Any) -> bool:
+        """Whether ``other`` gets its resources while ``holder`` holds its own."""
+        holder.acquire()
+        granted = threading.Event()
+
+        def take() -> None:
+            other.acquire()
+            granted.set()
+            other.release()
+
+        thread = threading.Thread(target=take)
+        thread.start()
+        beside = granted.wait(0.5)
+        holder.release()
+        thread.join(5)
+        return beside
+
+    limiter = RateLimiter([])
+    first, second = attach(limiter, 2, 2)
+    assert not runs_beside(first, second)  # R is 2: one at a time
+    (large,) = attach(limiter, 4)
+    assert runs_beside(first, second)  # R is 4 while the instance needing 4 is loaded
+    large.retire()
+    assert not runs_beside(first, second)  # ...and 2 again once it went

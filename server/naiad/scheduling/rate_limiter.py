@@ -7,7 +7,8 @@ one, across all models: two models that each need the one ``gpu_slot`` there is 
 
 Resources are counted per device (an instance's GPU, or device 0 for CPU instances) unless declared
 ``global``.  How many of each exist comes from ``--rate-limit-resource=<name>:<count>[:<device>]``;
-a resource no flag declares has as many as the most demanding instance needs, as in Triton.  When
+a resource no flag declares has as many as the most demanding instance loaded needs, as in Triton
+(an instance that goes, unloaded or removed by an instance update, no longer counts).  When
 resources free up they go to the waiting instances in order of executions run times priority, then
 arrival, so a ``priority: 2`` instance gets about half the turns of a ``priority: 1`` one.
 
@@ -17,6 +18,7 @@ scheduler keeps forming batches meanwhile.  One lock guards the counts; waiting 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.core.errors import InternalError, InvalidArgumentError
 from naiad.scheduling.worker import InstanceWorker
+
+log = logging.getLogger("naiad.scheduling")
 
 #: A resource pool: (name, device), device ``None`` for a global resource.
 Pool = tuple[str, int | None]
@@ -46,7 +50,7 @@ class _Waiter:
     granted: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Gate:
     """One instance's way through the limiter: :meth:`acquire` before an execution, :meth:`release`
     after it (both on the instance's thread)."""
@@ -60,6 +64,10 @@ class Gate:
     def acquire(self) -> None:
         self.limiter.acquire(self)
         self._held = True
+
+    def retire(self) -> None:
+        """Its instance is gone: its needs no longer size the resources no flag declares."""
+        self.limiter.retire(self)
 
     def release(self) -> None:
         if self._held:
@@ -76,6 +84,8 @@ class RateLimiter:
         self._declared: dict[tuple[str, int | None], int] = {(n, d): c for n, c, d in resources}
         self._total: dict[Pool, int] = {}
         self._free: dict[Pool, int] = {}
+        #: The gates of the instances loaded now.
+        self._gates: set[Gate] = set()
         self._waiting: list[_Waiter] = []
         self._arrivals = 0
         self._lock = threading.Lock()
@@ -93,27 +103,61 @@ class RateLimiter:
                 f"model '{config.name}' has {len(workers)} instances for {len(groups)} configured"
             )
         with self._lock:
-            for worker, (group, device) in zip(workers, groups, strict=True):
-                needs = self._needs(group.rate_limiter, device)
-                if needs:
-                    worker.gate = Gate(self, needs, max(1, group.rate_limiter.priority))
+            gates = [
+                (worker, Gate(self, needs, max(1, group.rate_limiter.priority)))
+                for worker, (group, device) in zip(workers, groups, strict=True)
+                if (needs := self._needs(group.rate_limiter, device))
+            ]
+            for worker, gate in gates:
+                worker.gate = gate
+                self._gates.add(gate)
+            self._size()
+
+    def retire(self, gate: Gate) -> None:
+        with self._lock:
+            if gate in self._gates:
+                self._gates.discard(gate)
+                self._size()
+                self._grant()
+
+    def _declared_count(self, pool: Pool) -> int | None:
+        return self._declared.get(pool, self._declared.get((pool[0], None)))
 
     def _needs(self, settings: Any, device: int) -> dict[Pool, int]:
         needs: dict[Pool, int] = {}
         for resource in settings.resources:
             pool: Pool = (resource.name, None if getattr(resource, "global") else device)
-            declared = self._declared.get(pool, self._declared.get((resource.name, None)))
+            declared = self._declared_count(pool)
             if declared is not None and declared < resource.count:
                 raise InvalidArgumentError(
                     f"Resource count for '{resource.name}' is limited to {declared} which will prevent "
                     "scheduling of one or more model instances, the minimum required count is "
                     f"{resource.count}"
                 )
-            total = declared if declared is not None else max(resource.count, self._total.get(pool, 0))
-            self._free[pool] = self._free.get(pool, total) + total - self._total.get(pool, total)
-            self._total[pool] = total
             needs[pool] = needs.get(pool, 0) + resource.count
         return needs
+
+    def _size(self) -> None:
+        """Each resource's count from the instances loaded now (lock held): the declared count, else
+        the most any one of them needs; what executions hold stays held (``free`` moves by the
+        change).  Logged as Triton logs its resource map (``--log-verbose`` 1)."""
+        totals: dict[Pool, int] = {}
+        for gate in self._gates:
+            for pool, count in gate.needs.items():
+                declared = self._declared_count(pool)
+                totals[pool] = declared if declared is not None else max(count, totals.get(pool, 0))
+        for pool, total in totals.items():
+            self._free[pool] = self._free.get(pool, total) + total - self._total.get(pool, total)
+        for pool in set(self._total) - set(totals):  # (no instance left that could hold it)
+            del self._free[pool]
+        self._total = totals
+        if log.isEnabledFor(logging.DEBUG):
+            lines = ["", "Max Resource Map===>"]
+            for device in sorted({pool[1] for pool in totals}, key=lambda d: -1 if d is None else d):
+                lines.append(f"\tDevice: {'GLOBAL' if device is None else device}")
+                counts = sorted((name, count) for (name, where), count in totals.items() if where == device)
+                lines += [f"\t\tResource: {name}\t Count: {count}" for name, count in counts]
+            log.debug("\n".join(lines) + "\n")
 
     def acquire(self, gate: Gate) -> None:
         """Block until ``gate``'s resources are granted to it."""

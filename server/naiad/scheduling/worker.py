@@ -224,6 +224,8 @@ class InstanceWorker:
         finally:
             if not self.kept:
                 instance.close()
+            if self.gate is not None:  # (a successor has a gate of its own)
+                self.gate.retire()
 
     @staticmethod
     def run_batch(instance: ModelInstance, entries: list[QueuedRequest], name: str) -> list[ExecuteResult]:
@@ -260,3 +262,5 @@ class InstanceWorker:
         taken over stays with the version it came from."""
         if self._thread is None and not self.kept and self._predecessor is None:
             self.instance.close()
+        if self._thread is None and self.gate is not None:
+            self.gate.retire()
