@@ -82,7 +82,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, protocol: str) -> Iterator[
         (model_dir / "warmup").mkdir()
         (model_dir / "warmup" / "input0").write_bytes(b"\x01\x02")
     write_marked(repo, "zero_batch", "z", config_extra=_warmup("zero_data: true", batch_size=0, dims="-1"))
-    with ServerProcess([repo], ["--model-control-mode=explicit"]) as process:
+    with ServerProcess([repo], ["--model-control-mode=explicit", "--log-verbose=1"]) as process:
         yield process
 
 
@@ -93,10 +93,14 @@ def client(protocol: str, server: ServerProcess) -> Iterator[RepositoryClient]:
     client.close()
 
 
-def test_warmup_runs_every_sample_count_times_before_ready(client: RepositoryClient) -> None:
+def test_warmup_runs_every_sample_count_times_before_ready(client: RepositoryClient, server: ServerProcess) -> None:
     client.load("warm")
     # 3 executions of "zeros" and 1 of "random" happened before the first request
     assert client.infer("warm", batched=True) == ("w:1", 5)
+    for sample, iterations in (("zeros", 3), ("random", 1)):  # logged as Triton logs them
+        for iteration in range(1, iterations + 1):
+            line = f"model 'warm' instance warm_0_0 is running warmup sample '{sample}' for iteration {iteration}"
+            assert server.logged(line)
 
 
 def test_warmup_from_a_data_file(client: RepositoryClient) -> None:

@@ -287,7 +287,7 @@ class ModelLoader:
                         if kind == "GPU" and device in self.gpu_limits:
                             self._check_gpu_limit(plan.name, device)
                         if samples:
-                            run_warmup(instance, samples)
+                            run_warmup(instance, samples, plan.name, instance_name)
         except BaseException:
             self._overlapping.end(overlap)
             for old in taken:  # the old version keeps serving with them

@@ -11,6 +11,7 @@ repository index and load errors show them: clients and operators match on them.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from naiad.core.request import InferRequest, Tensor
 
 WARMUP_DIR = "warmup"
 
+
+log = logging.getLogger("naiad.repository")
 
 @dataclass(frozen=True, slots=True)
 class WarmupSample:
@@ -116,11 +119,19 @@ def _from_file(name: str, datatype: str, count: int, folder: Path, file: str) ->
     return np.frombuffer(content[:needed], dtype=datatypes.WIRE_DTYPE[datatype]).copy()
 
 
-def run_warmup(instance: ModelInstance, samples: list[WarmupSample]) -> None:
-    """Execute every sample on ``instance``; the first failing sample fails the load, with Triton's
+def run_warmup(instance: ModelInstance, samples: list[WarmupSample], model: str, name: str) -> None:
+    """Execute every sample on ``instance`` (``name`` of model ``model``), each iteration logged at
+    ``--log-verbose`` 1 in Triton's words; the first failing sample fails the load, with Triton's
     INVALID_ARG ``failed to run warmup sample '<name>': <error>; <error>; ``."""
     for sample in samples:
-        for _ in range(sample.count):
+        for iteration in range(1, sample.count + 1):
+            log.debug(
+                "model '%s' instance %s is running warmup sample '%s' for iteration %d",
+                model,
+                name,
+                sample.name,
+                iteration,
+            )
             try:
                 results = instance.execute(sample.requests)
             except InferenceServerError as exc:
