@@ -56,17 +56,20 @@ def folder_fingerprint(paths: Iterable[Path]) -> str:
 
 
 def version_fingerprints(
-    model_dir: Path, versions: Iterable[int], config_text: str, config_files: bool = True
-) -> dict[int, str]:
-    """Per version: its files, the model-level files (outside any version folder) and the config.
-    Without ``config_files`` the configuration files are left out (``config_text`` stands for them)."""
+    model_dir: Path, versions: Iterable[int], config_text: str, base_text: str
+) -> tuple[dict[int, str], dict[int, str]]:
+    """Per version, from one walk of the folder: its fingerprint (its files, the model-level files
+    outside any version folder, and ``config_text``), and its base fingerprint (the same with
+    ``base_text``, the configuration without its instance groups, in place of the configuration
+    files, which an instance update changes)."""
     files = _files(model_dir)
     shared = [f for f in files if not f[0].split("/", 1)[0].isdigit()]
-    if not config_files:
-        shared = [f for f in shared if f[0] != CONFIG_FILE and not f[0].startswith(f"{CONFIGS_FOLDER}/")]
-    out: dict[int, str] = {}
+    unconfigured = [f for f in shared if f[0] != CONFIG_FILE and not f[0].startswith(f"{CONFIGS_FOLDER}/")]
+    full: dict[int, str] = {}
+    base: dict[int, str] = {}
     for version in versions:
         prefix = f"{version}/"
         own = [f for f in files if f[0].startswith(prefix)]
-        out[version] = _digest([config_text, shared, own])
-    return out
+        full[version] = _digest([config_text, shared, own])
+        base[version] = _digest([base_text, unconfigured, own])
+    return full, base

@@ -157,6 +157,8 @@ class ModelLoader:
             raise NoVersionsError(
                 f"at least one version must be available under the version policy of model '{name}'"
             )
+        full_text, base_text = cfg.fingerprint_text(config), cfg.fingerprint_text(config, instances=False)
+        fingerprints, base_fingerprints = version_fingerprints(location.path, selected, full_text, base_text)
         return LoadPlan(
             namespace=location.namespace,
             name=name,
@@ -165,10 +167,8 @@ class ModelLoader:
             signature=cfg.signature_of(config),
             config_json=cfg.to_json(config),
             versions=selected,
-            fingerprints=version_fingerprints(location.path, selected, cfg.fingerprint_text(config)),
-            base_fingerprints=version_fingerprints(
-                location.path, selected, cfg.fingerprint_text(config, instances=False), config_files=False
-            ),
+            fingerprints=fingerprints,
+            base_fingerprints=base_fingerprints,
             source_fingerprint=source_fingerprint,
             dependencies=cfg.dependencies(config),
             scratch=scratch,
