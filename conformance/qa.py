@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from conformance.models import copy_model, edit_config, place_python_model
 from conformance.runner import Checkouts, Script, Skip, Suite
@@ -58,6 +59,22 @@ QA_SKIPS = (
             "needs a GPU (KIND_GPU instances)",
         )
         for case in MODEL_UPDATE_GPU_CASES
+    ),
+    *(
+        Skip(
+            f"{QA}L0_logging/test.sh: at least {count} log records in log_file.log{verbose}",
+            "counts tritonserver's own lines in that flow: at default verbosity those of its GPU, "
+            "pinned-memory, DCGM and backend set-up; at --log-verbose=1 also its gRPC completion queue's "
+            "per-RPC 'Ready for RPC' lines and the ONNX Runtime backend's (test.sh allows 40 for those); "
+            f"Naiad logs {naiad} records there, Triton's request, model and server lines among them (the "
+            "check of at least 31 runs)",
+        )
+        for count, verbose, naiad in ((19, "", "8"), (75, " at --log-verbose=1", "53"))
+    ),
+    Skip(
+        f"{QA}L0_logging/test.sh: ./logging_test",
+        "a C++ unit test of the log callback in Triton's common library (a C API, not the server's "
+        "behaviour)",
     ),
     Skip(
         f"{QA}L0_http/http_test.py::HttpTest.test_negative_dimensions",
@@ -1478,6 +1495,21 @@ def decoupled_streams(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def simple_onnx(checkouts: Checkouts, repo: Path) -> Path:
+    """A test.sh's ``simple``: ``onnx_int32_int32_int32`` from NVIDIA's ``gen_qa_models.py --onnx``
+    (generated beside ``repo``), its version 1 alone, renamed."""
+    generated = repo.parent / "qa_model_repository"
+    if not (generated / "onnx_int32_int32_int32").is_dir():
+        generator = checkouts.qa / "common" / "gen_qa_models.py"
+        command = [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"]
+        subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+    simple = copy_model(generated / "onnx_int32_int32_int32", repo, "simple")
+    shutil.rmtree(simple / "2")
+    shutil.rmtree(simple / "3")
+    edit_config(simple, ("^name:.*", 'name: "simple"'))
+    return simple
+
+
 def cmdline_trace(checkouts: Checkouts) -> list[Suite]:
     """qa/L0_cmdline_trace's Triton-mode cases as its test.sh runs them: ``simple``
     (``onnx_int32_int32_int32`` from NVIDIA's ``gen_qa_models.py --onnx``, version 1), ten gRPC and
@@ -1498,14 +1530,7 @@ def cmdline_trace(checkouts: Checkouts) -> list[Suite]:
         def build(repo: Path) -> None:
             for stale in here.glob(f"trace_{name}.log*"):
                 stale.unlink()
-            generated = repo.parent / "qa_model_repository"
-            generator = checkouts.qa / "common" / "gen_qa_models.py"
-            command = [sys.executable, str(generator), "--onnx", f"--models_dir={generated}"]
-            subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
-            simple = copy_model(generated / "onnx_int32_int32_int32", repo, "simple")
-            shutil.rmtree(simple / "2")
-            shutil.rmtree(simple / "3")
-            edit_config(simple, ("^name:.*", 'name: "simple"'))
+            simple_onnx(checkouts, repo)
 
         return build
 
@@ -1556,6 +1581,261 @@ def cmdline_trace(checkouts: Checkouts) -> list[Suite]:
             )
         )
     return suites
+
+
+PROTOCOLS = ("http", "grpc")
+REFUSED_LOG_FILE = "log file location can not be updated through network protocol"
+#: qa/L0_logging/test.sh's ``SERVER_ERROR_LOG``.
+ERROR_LOG = "inference_server_error_log_file.log"
+#: A log record's first line as qa/L0_logging/test.sh counts them.
+LOG_RECORD = "^[IWEV][0-9][0-9][0-9][0-9].*"
+#: test.sh's ``LOG_REGEX``, after the level letter (for ``grep -P``).
+LOG_REGEX = (
+    r"(?P<month>\d{2})(?P<day>\d{2}) (?P<timestamp>\d{2}:\d{2}:\d{2}\.\d{6}) (?P<pid>\d+) "
+    r"(?P<file>[\w\.]+):(?P<line>\d+)] (?P<message>.*)"
+)
+
+
+def _braced(text: str) -> str:
+    """``text`` kept as it is through a Script's ``str.format`` of its arguments."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def logging_suites(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_logging as its test.sh runs it, each server of it a suite: the log settings each set of
+    ``--log-*`` flags reports (``GET /v2/logging``), changed at run time (``POST``), where the lines go
+    (the console, ``--log-file`` relative to the server's folder, nothing when off), what a level or a
+    format changes in the file, the updates refused, ``logging_endpoint_test.py`` (the settings over
+    HTTP and gRPC) and ``log_format_test.py`` (every record of a server at ``--log-verbose`` 2^31-1 in
+    both formats, escaped or not, parsed; log injection through an input's name), then a model that
+    cannot load: information lines on standard output, warnings and errors on standard error.  The
+    model is ``simple`` (``onnx_int32_int32_int32``, version 1); where test.sh runs the C++ builds of
+    ``simple_http_infer_client`` and ``simple_grpc_infer_client``, their Python originals in NVIDIA's
+    client examples run."""
+    folder = "L0_logging"
+    here = checkouts.qa / folder
+    name = f"{QA}{folder}/test.sh"
+
+    def build(repo: Path) -> None:
+        for stale in ("log_file.log", "curl.out"):
+            (here / stale).unlink(missing_ok=True)
+        simple_onnx(checkouts, repo)
+
+    def check(what: str, command: str) -> Script:
+        return Script(f"{name}: {what}", ("bash", "-c", command), here)
+
+    def count(pattern: str, file: str, test: str, grep: str = "grep -c") -> str:
+        """test.sh's ``test $(grep -c <pattern> <file>) <test>``."""
+        return f"""test "$({grep} '{pattern}' {file})" {test}"""
+
+    def settings(file: str, info: str, warning: str, error: str, verbose: int, log_format: str) -> Script:
+        """test.sh's ``verify_correct_settings``."""
+        fields = {
+            "log_file": f'"{file}"',
+            "log_info": info,
+            "log_warning": warning,
+            "log_error": error,
+            "log_verbose_level": str(verbose),
+            "log_format": f'"{log_format}"',
+        }
+        greps = " && ".join(count(f'"{key}":{value}', "./curl.out", "= 1") for key, value in fields.items())
+        shown = ", ".join(f"{key}={value}" for key, value in fields.items())
+        return check(f"GET /v2/logging: {shown}", f"curl -s -o ./curl.out {{http}}/v2/logging && {greps}")
+
+    def post(body: str, status: str = "200") -> Script:
+        """A ``POST /v2/logging`` that answers ``status`` (``!200``: anything but 200)."""
+        test = f'test "$code" != {status[1:]}' if status.startswith("!") else f'test "$code" = {status}'
+        curl = f"curl -s -w '%{{{{http_code}}}}' -o ./curl.out -d'{_braced(body)}' {{http}}/v2/logging"
+        return check(f"POST /v2/logging {body} answers {status}", f"code=$({curl}); {test}")
+
+    def records(what: str, file: str, test: str) -> Script:
+        return check(f"{what} ({file})", count(LOG_RECORD, file, test))
+
+    def lines(what: str, file: str, text: str, test: str) -> Script:
+        return check(f"{what} ({file})", count(text, file, test))
+
+    def streamed(what: str, levels: str, file: str, test: str) -> Script:
+        """test.sh's ``grep -c -P "<levels>$LOG_REGEX" <file>``."""
+        return check(what, count(_braced(levels + LOG_REGEX), file, test, "grep -c -P"))
+
+    get = check("GET /v2/logging", "curl -s -o ./curl.out {http}/v2/logging")
+    clients = Script(
+        f"{name}: simple_http_infer_client and simple_grpc_infer_client",
+        ("bash", "-c", " && ".join(f'"{{python}}" simple_{k}_infer_client.py -u {{{k}}}' for k in PROTOCOLS)),
+        checkouts.client_examples,
+    )
+    console = "inference_server_log_file.log"  # (test.sh's SERVER_LOG)
+    log_file = ("--log-file=log_file.log",)
+
+    def suite(label: str, args: tuple[str, ...], scripts: tuple[Script, ...], **options: Any) -> Suite:
+        """One of test.sh's servers: its checks named after its flags (each server makes some twice)."""
+        flags = " ".join(args) or "no flags"
+        scripts = tuple(
+            replace(s, name=f"{s.name} [{flags}]") if s.name.startswith(name) else s for s in scripts
+        )
+        after = options.pop("after_stop", ())
+        return Suite(
+            f"qa-logging-{label}",
+            options.pop("build", build),
+            scripts,
+            args,
+            after_stop=tuple(
+                replace(s, name=f"{s.name} [{flags}]") if s.name.startswith(name) else s for s in after
+            ),
+            server_cwd=here,
+            log_link=options.pop("log_link", here / console),
+            **options,
+        )
+
+    def endpoint_build(repo: Path) -> None:
+        build(repo)
+        models = here / "log_models"  # log_format_test.py's own servers serve it (test.sh's MODELSDIR)
+        shutil.rmtree(models, ignore_errors=True)
+        models.mkdir()
+        shutil.copytree(repo / "simple", models / "simple")
+
+    def invalid_build(repo: Path) -> None:
+        build(repo)
+        (repo / "simple" / "1").rename(repo / "simple" / "01")
+
+    same_day = "test \"$({end} -n 1 log_file.log | awk '{{{{print $1}}}}')\" {op} \"I$(date '+%m%d')\""
+    return [
+        suite(
+            "default",
+            (),
+            (
+                settings("", "true", "true", "true", 0, "default"),
+                clients,
+                check("more than 30 lines on the console", "test $(wc -l < ./server.log) -gt 30"),
+            ),
+            log_link=here / "server.log",
+        ),
+        suite(
+            "file",
+            log_file,
+            (
+                settings("log_file.log", "true", "true", "true", 0, "default"),
+                clients,
+                records("no log record on the console", console, "-le 0"),
+            ),
+        ),
+        suite(
+            "file-dynamic",
+            (*log_file, "--log-verbose=1"),
+            (
+                check(
+                    "POST /v2/logging of log_file refused",
+                    """curl -s -o ./curl.out -d'{{"log_file":"other_log.log"}}' {http}/v2/logging && """
+                    + count(f'"error":"{REFUSED_LOG_FILE}"', "./curl.out", "= 1"),
+                ),
+                settings("log_file.log", "true", "true", "true", 1, "default"),
+                clients,
+                records("at least 31 log records", "log_file.log", "-ge 31"),
+                records("no log record on the console", console, "-le 0"),
+            ),
+        ),
+        suite(
+            "info",
+            (*log_file, "--log-info=false", "--log-verbose=1"),
+            (
+                get,
+                settings("log_file.log", "false", "true", "true", 1, "default"),
+                clients,
+                lines("no information line", "log_file.log", "Started HTTPService at", "-eq 0"),
+                post('{"log_info":true}'),
+                settings("log_file.log", "true", "true", "true", 1, "default"),
+                clients,
+            ),
+            after_stop=(
+                lines(
+                    "the information line at exit",
+                    "log_file.log",
+                    "Waiting for in-flight requests to complete",
+                    "-eq 1",
+                ),
+            ),
+        ),
+        suite(
+            "warning",
+            ("--log-warning=false",),
+            (get, settings("", "true", "false", "true", 0, "default"), clients),
+        ),
+        suite(
+            "error",
+            ("--log-error=false",),
+            (get, settings("", "true", "true", "false", 0, "default"), clients),
+        ),
+        suite(
+            "verbose",
+            (*log_file, "--log-verbose=1"),
+            (
+                get,
+                settings("log_file.log", "true", "true", "true", 1, "default"),
+                clients,
+                lines("two verbose lines of /v2/logging", "log_file.log", "/v2/logging", "-eq 2"),
+                post('{"log_verbose_level":0}'),
+                settings("log_file.log", "true", "true", "true", 0, "default"),
+                get,
+                lines("no verbose line more", "log_file.log", "/v2/logging", "-le 3"),
+            ),
+        ),
+        suite(
+            "format",
+            (*log_file, "--log-verbose=1", "--log-format=ISO8601"),
+            (
+                get,
+                settings("log_file.log", "true", "true", "true", 1, "ISO8601"),
+                clients,
+                check("the first line is no default-format line", same_day.format(end="head", op="!=")),
+                post('{"log_format":"default"}'),
+                settings("log_file.log", "true", "true", "true", 1, "default"),
+                check("the last line is a default-format line", same_day.format(end="tail", op="=")),
+            ),
+        ),
+        suite(
+            "negative",
+            ("--log-warn=false",),
+            (
+                *(
+                    script
+                    for flag in ("log_info", "log_warning", "log_error")
+                    for script in (
+                        post(f'{{"{flag}":1}}', "!200"),
+                        post(f'{{"{flag}":False}}', "!200"),
+                        post(f'{{"{flag}":"false"}}', "!200"),
+                        post(f'{{"{flag}":true}}'),
+                    )
+                ),
+                post('{"log_verbose_level":-1}', "!200"),
+                post('{"log_verbose_level":"1"}', "!200"),
+                post('{"log_verbose_level":0}'),
+            ),
+            log_link=here / "server.log",
+        ),
+        suite(
+            "endpoint",
+            (),
+            (_unittest(checkouts, folder, "logging_endpoint_test.py"),),
+            build=endpoint_build,
+            log_link=here / console.replace("log_file", "unittest"),
+            # its own servers, on the default ports, once this one stopped
+            after_stop=(_pytest(checkouts, folder, "log_format_test.py", timeout=900.0),),
+        ),
+        suite(
+            "streams",
+            ("--log-verbose=1",),
+            (
+                streamed("information lines on standard output", "I", console, "!= 0"),
+                streamed("no warning or error on standard output", "(W|E)", console, "= 0"),
+                streamed("no information line on standard error", "I", ERROR_LOG, "= 0"),
+                streamed("warnings on standard error", "W", ERROR_LOG, "!= 0"),
+                streamed("errors on standard error", "E", ERROR_LOG, "!= 0"),
+            ),
+            build=invalid_build,
+            fails_to_start=True,
+            error_log_link=here / ERROR_LOG,
+        ),
+    ]
 
 
 def shared_memory(checkouts: Checkouts) -> list[Suite]:
@@ -1842,4 +2122,5 @@ def qa_suites(
         *shared_memory(checkouts),
         *request_cancellation(checkouts),
         *model_update(checkouts),
+        *logging_suites(checkouts),
     ]

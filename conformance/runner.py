@@ -6,6 +6,7 @@ tiny fake script folder, with no NVIDIA checkout and no server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -118,6 +119,11 @@ class Suite:
     #: What the scripts' environment adds (a test.sh's exports that name the suite's files);
     #: ``{suite}`` in a value is the suite's folder.
     script_env: dict[str, str] = field(default_factory=dict)
+    #: Where the server runs (a test.sh's folder, for flags that name files relative to it).
+    server_cwd: Path | None = None
+    #: Where the test reads the server's standard error, kept apart from its output (a test.sh's
+    #: ``SERVER_ERROR_LOG``): a link to it is made there.
+    error_log_link: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -184,7 +190,15 @@ class Server:
     """``naiad serve`` on ``ports`` over ``repository``, logging to ``log_path``; stopped with SIGTERM."""
 
     def __init__(
-        self, repository: Path, ports: Ports, args: Sequence[str], log_path: Path, env: dict[str, str]
+        self,
+        repository: Path,
+        ports: Ports,
+        args: Sequence[str],
+        log_path: Path,
+        env: dict[str, str],
+        *,
+        cwd: Path | None = None,
+        error_log_path: Path | None = None,
     ) -> None:
         self.command = [
             sys.executable,
@@ -200,15 +214,20 @@ class Server:
         self.ports = ports
         self.env = env
         self.log_path = log_path
+        self.error_log_path = error_log_path
+        self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        with self.log_path.open("ab") as log:
+        with contextlib.ExitStack() as files:
+            log = files.enter_context(self.log_path.open("ab"))
+            errors = files.enter_context(self.error_log_path.open("ab")) if self.error_log_path else None
             self.process = subprocess.Popen(
                 self.command,
                 stdout=log,
-                stderr=subprocess.STDOUT,
+                stderr=errors if errors is not None else subprocess.STDOUT,
                 start_new_session=True,
+                cwd=self.cwd,
                 env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env),
             )
         return self.process
@@ -440,10 +459,13 @@ def run_suite(suite: Suite, work: Path, out: TextIO, log: TextIO) -> list[Verdic
         return verdicts
     env = {key: value.format(suite=folder) for key, value in suite.server_env.items()}
     args = tuple(arg.format(suite=folder) for arg in suite.server_args)
-    server = Server(repository, free_ports(), args, folder / "server.log", env)
-    if suite.log_link is not None:
-        suite.log_link.unlink(missing_ok=True)
-        suite.log_link.symlink_to(server.log_path)
+    error_log = folder / "server.error.log" if suite.error_log_link is not None else None
+    ports, log_path = free_ports(), folder / "server.log"
+    server = Server(repository, ports, args, log_path, env, cwd=suite.server_cwd, error_log_path=error_log)
+    for link, target in ((suite.log_link, server.log_path), (suite.error_log_link, error_log)):
+        if link is not None and target is not None:
+            link.unlink(missing_ok=True)
+            link.symlink_to(target)
     if suite.fails_to_start:
         status = server.ended()
         if status is None or status == 0:

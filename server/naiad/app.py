@@ -25,7 +25,7 @@ from naiad.backends.runtime import Runtime
 from naiad.core.allocator import pin_thresholds
 from naiad.core.cpu_policy import apply_cpu_policy
 from naiad.core.shm import SharedMemoryRegistry
-from naiad.dataplane import BlsServer, DataPlane
+from naiad.dataplane import EXTENSIONS, SERVER_VERSION, BlsServer, DataPlane
 from naiad.engine.workers import FrontendWorkers
 from naiad.frontends.access.keyring import Keyring
 from naiad.frontends.listeners import Listeners, uvicorn_server
@@ -36,7 +36,7 @@ from naiad.repository.manager import ModelRepository, RepositoryUnavailable
 from naiad.repository.peers import Peers
 from naiad.repository.registry import ModelRegistry
 from naiad.repository.residency import Residency
-from naiad.repository.summary import model_rows, table
+from naiad.repository.summary import OPTIONS_HEADER, model_rows, table
 from naiad.scheduling.cache import ResponseCache, parse_cache_config
 from naiad.scheduling.rate_limiter import RateLimiter, parse_resource
 from naiad.settings import ServerSettings
@@ -138,15 +138,13 @@ async def serve(settings: ServerSettings) -> int:
         if workers is not None:
             await workers.start()
             log.info("serving through %d frontend workers", settings.frontend_workers)
-        log.info(
-            "serving HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
-            settings.http_address,
-            settings.http_port,
-            settings.grpc_address,
-            settings.grpc_port,
-            settings.metrics_address,
-            settings.metrics_port,
-        )
+        # tritonserver's words, which users and their tooling wait for in the log
+        if settings.allow_grpc:
+            log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.grpc_port)
+        if settings.allow_http:
+            log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+        if settings.allow_metrics:
+            log.info("Started Metrics Service at %s:%d", settings.metrics_address, settings.metrics_port)
     status = 0 if started else 1
     # (nothing is loaded for a server that could not listen: it exits at once)
     loader = asyncio.create_task(repository.start()) if started else None
@@ -160,6 +158,7 @@ async def serve(settings: ServerSettings) -> int:
         elif loader.done():
             complete = loader.result()
             log.info("\n%s\n", table(model_rows(repository.index())), extra={"verbatim": True})
+            log.info("\n%s\n", table(option_rows(settings), OPTIONS_HEADER), extra={"verbatim": True})
             if not complete and settings.exit_on_error:
                 log.error("creating server: Internal - failed to load all models")  # (Triton's words)
                 status = 1
@@ -173,7 +172,7 @@ async def serve(settings: ServerSettings) -> int:
     await stop.wait()
 
     deadline = time.monotonic() + settings.exit_timeout_secs
-    log.info("exit requested: draining in-flight requests (up to %ds)", settings.exit_timeout_secs)
+    log.info("Waiting for in-flight requests to complete.")
     if workers is not None:
         # The workers drain first: the engine keeps serving what they forward until they are gone.
         await workers.stop(deadline)
@@ -183,6 +182,7 @@ async def serve(settings: ServerSettings) -> int:
     if loader is not None and not loader.done():
         loader.cancel()
         await asyncio.gather(loader, return_exceptions=True)
+    log.info("All models are stopped, unloading models")
     await repository.close()
     runtime.close()
     shared_memory.close()
@@ -191,6 +191,29 @@ async def serve(settings: ServerSettings) -> int:
         metrics.stop()
     log.info("stopped")
     return status
+
+
+def option_rows(settings: ServerSettings) -> list[tuple[str, str]]:
+    """tritonserver's options table, the rows Naiad has a setting for (no pinned or CUDA memory
+    pools, no compute capability), in its order and words; then Naiad's frontend workers."""
+    rows = [
+        ("server_id", settings.server_id),
+        ("server_version", SERVER_VERSION),
+        ("server_extensions", " ".join(EXTENSIONS)),
+    ]
+    rows += [(f"model_repository_path[{i}]", path) for i, path in enumerate(settings.model_repositories)]
+    rows.append(("model_control_mode", f"MODE_{settings.model_control_mode.name}"))
+    rows += [(f"startup_models_{i}", name) for i, name in enumerate(settings.load_models)]
+    rows += [
+        ("strict_model_config", str(int(settings.disable_auto_complete_config))),
+        ("model_config_name", settings.model_config_name),
+        ("rate_limit", "EXEC_COUNT" if settings.rate_limit == "execution_count" else "OFF"),
+        ("strict_readiness", str(int(settings.strict_readiness))),
+        ("exit_timeout", str(settings.exit_timeout_secs)),
+        ("cache_enabled", str(int(bool(settings.cache_config)))),
+        ("frontend_workers", str(settings.frontend_workers)),
+    ]
+    return rows
 
 
 def _client_ports_free(settings: ServerSettings) -> bool:

@@ -509,5 +509,12 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def tritonserver() -> int:
+    """The ``tritonserver`` command: ``naiad serve`` under Triton's name, so that what starts Triton
+    starts Naiad unchanged (a KServe serving runtime's ``tritonserver --model-store=...``, a
+    Deployment's ``/opt/tritonserver/bin/tritonserver``, scripts that launch ``tritonserver``)."""
+    return main(["serve", *sys.argv[1:]])
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,7 +25,7 @@ from naiad.core.errors import InferenceServerError, InvalidArgumentError, Unavai
 from naiad.core.request import InferRequest, InferResponse, PlainRequest, PlainResponse, Tensor
 from naiad.core.shm import RegionStatus, SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
-from naiad.core.verbose import prepared, response_outputs
+from naiad.core.verbose import prepared, response_outputs, state_change
 from naiad.repository.manager import IndexEntry, ModelRepository
 from naiad.repository.model import Model, ModelVersion
 from naiad.repository.peers import Peer, Peers
@@ -385,6 +385,7 @@ class DataPlane:
             batch = signature.validate(request)
             if verbose:
                 _log.debug(prepared(request, version.version, batch if signature.max_batch_size else 0))
+                _log.debug(state_change(request.id, "INITIALIZED", "PENDING"))
         if model.decoupled:
             raise UnsupportedError(f"model '{model.name}' is decoupled: its responses can only be streamed")
         if model.mirror is not None:
@@ -520,13 +521,31 @@ class DataPlane:
             self._done()
 
     async def drain(self, timeout: float) -> bool:
-        """Refuse new requests and wait up to ``timeout`` seconds for in-flight ones."""
+        """Refuse new requests and wait up to ``timeout`` seconds for in-flight ones, saying each
+        second, in tritonserver's words, which model versions still have some."""
         self.exiting = True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            busy = [
+                (model.name, number, version.inflight)
+                for model in self.registry.models().values()
+                for number, version in model.versions.items()
+                if version.inflight > 0
+            ]
+            seconds = max(0, round(left))
+            found = "Timeout %d: Found %d model versions that have in-flight inferences"
+            _log.info(found, seconds, len(busy))
+            for name, number, count in busy:
+                _log.info("Model '%s' (version %d) has %d in-flight inferences", name, number, count)
+            if self._idle.is_set():
+                return True
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._idle.wait(), min(1.0, left))
+            except TimeoutError:
+                pass
 
 
 class BlsServer:

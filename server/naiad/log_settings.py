@@ -2,10 +2,12 @@
 
 Lines look like tritonserver's: ``I1121 20:19:06.136285 32154 manager.py:312] "message"`` (UTC, level
 letter E/W/I, pid, source file and line, the message JSON-quoted so that one record is one line, as
-Triton does unless ``TRITON_SERVER_ESCAPE_LOG_MESSAGES=0``), or with ``--log-format ISO8601``
-``2026-11-21T20:19:06Z I 32154 manager.py:312] "message"``; ``--log-format json`` (Naiad) writes one
-JSON object per line for log pipelines.  Verbose lines are Python's DEBUG records (``log_verbose_level``
-N shows records down to ``DEBUG + 1 - N``) and print with Triton's letter ``I``.
+Triton does unless ``TRITON_SERVER_ESCAPE_LOG_MESSAGES=0``; a record marked ``verbatim`` (a table)
+keeps its lines, one with a ``heading`` (a model configuration) has only that line quoted), or with
+``--log-format ISO8601`` ``2026-11-21T20:19:06Z I 32154 manager.py:312] "message"``; ``--log-format
+json`` (Naiad) writes one JSON object per line for log pipelines.  Verbose lines are Python's DEBUG
+records of the server's own loggers (``log_verbose_level`` N shows records down to ``DEBUG + 1 - N``)
+and print with Triton's letter ``I``.
 
 The settings live here, process-wide like Triton's global logger: :func:`configure` installs them at
 start, :func:`document` and :func:`update` serve ``GET/POST /v2/logging`` and gRPC LogSettings.
@@ -19,7 +21,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -33,7 +35,7 @@ _BOOLEANS = ("log_info", "log_warning", "log_error")
 
 @dataclass(frozen=True, slots=True)
 class LogSettings:
-    """Triton's log settings (``log_file`` empty: standard error)."""
+    """Triton's log settings (``log_file`` empty: the console, see :class:`ConsoleHandler`)."""
 
     log_file: str = ""
     log_info: bool = True
@@ -54,7 +56,10 @@ class TritonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         message = _message(self, record)
-        if self.escape and not getattr(record, "verbatim", False):  # (tables, the parser's lines)
+        heading = getattr(record, "heading", None)
+        if heading is not None:  # a heading line, then an object's lines as they are (a config)
+            message = f"{orjson.dumps(heading).decode() if self.escape else heading}\n{message}"
+        elif self.escape and not getattr(record, "verbatim", False):  # (tables, the parser's lines)
             message = orjson.dumps(message).decode()
         letter = _LETTERS.get(record.levelno, "E" if record.levelno > logging.ERROR else "I")
         when = time.gmtime(record.created)
@@ -80,9 +85,25 @@ class JsonFormatter(logging.Formatter):
             "line": record.lineno,
             "message": record.getMessage(),
         }
+        heading = getattr(record, "heading", None)
+        if heading is not None:
+            document["message"] = f"{heading}\n{document['message']}"
         if record.exc_info:
             document["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(document).decode()
+
+
+class ConsoleHandler(logging.StreamHandler[TextIO]):
+    """Triton's console: information and verbose lines on standard output, warnings and errors on
+    standard error (a log collector that reads the streams apart then sees Triton's split)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stdout)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # (under the handler's lock: ``Handler.handle`` takes it around ``emit``)
+        self.stream = sys.stderr if record.levelno >= logging.WARNING else sys.stdout
+        super().emit(record)
 
 
 class _Gate(logging.Filter):
@@ -101,7 +122,13 @@ class _Gate(logging.Filter):
             return settings.log_warning
         if level >= logging.INFO:
             return settings.log_info
-        return settings.log_verbose_level > 0 and level >= _verbose_threshold(settings.log_verbose_level)
+        # Verbose lines are the server's own, as tritonserver's are: the libraries' debug records
+        # (grpc's "Loaded running loop" per call, botocore's every request) would drown them.
+        return (
+            settings.log_verbose_level > 0
+            and level >= _verbose_threshold(settings.log_verbose_level)
+            and (record.name == "naiad" or record.name.startswith("naiad."))
+        )
 
 
 class LogControl:
@@ -112,7 +139,7 @@ class LogControl:
         if settings.log_file:
             self._handler: logging.Handler = logging.FileHandler(settings.log_file, mode="a")
         else:
-            self._handler = logging.StreamHandler(sys.stderr)
+            self._handler = ConsoleHandler()
         self._gate = _Gate(settings)
         self._handler.addFilter(self._gate)
         root = logging.getLogger()

@@ -123,3 +123,29 @@ def test_a_suite_whose_server_must_fail_to_start_reads_its_log(tmp_path: Path, b
             ("FAIL", "unexpected success starting naiad serve (exit None)")
         ] * 2
     assert out.getvalue().count("\n") == 2
+
+
+def test_a_suite_server_runs_in_its_folder_with_its_errors_apart(tmp_path: Path) -> None:
+    """``server_cwd``: flags naming files relative to the test's folder land there; ``error_log_link``:
+    the server's standard error is kept apart from its output (a test.sh's ``SERVER_ERROR_LOG``)."""
+    folder = tmp_path / "qa"
+    folder.mkdir()
+
+    def build(repo: Path) -> None:
+        write_model(repo, "identity", identity_config("identity", "TYPE_FP32", 8), IDENTITY_PY)
+        (repo / "identity" / "01").mkdir()  # not a version: a warning
+
+    def grep(pattern: str, file: str, absent: bool = False) -> Script:
+        command = f"{'! ' if absent else ''}grep -q \"{pattern}\" {file}"
+        return Script(f"{file}: {'no ' if absent else ''}{pattern}", ("bash", "-c", command), folder)
+
+    in_file = Suite("file", build, (grep("^W.*'01'", "relative.log"),), ("--log-file=relative.log",), server_cwd=folder)
+    apart = Suite(
+        "apart",
+        build,
+        (grep("^W.*'01'", "err.log"), grep("^W", "out.log", absent=True), grep("^I.*Started HTTPService", "out.log")),
+        log_link=folder / "out.log",
+        error_log_link=folder / "err.log",
+    )
+    verdicts = [v for suite in (in_file, apart) for v in run_suite(suite, tmp_path / "work", io.StringIO(), io.StringIO())]
+    assert [v.outcome for v in verdicts] == ["PASS"] * 4, verdicts

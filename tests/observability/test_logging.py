@@ -30,8 +30,8 @@ def _chat(client: RawClient, tag: str) -> None:
 
 def _lines(server: ServerProcess, tag: str) -> list[str]:
     """The model's own lines (through ``pb_utils.Logger``) about request ``tag``, not the server's
-    ``prepared`` line, which names the request too at verbose level 1."""
-    return [line for line in server.log().splitlines() if tag in line and "prepared: request id" not in line]
+    (``prepared``, ``Setting state``), which name the request too at verbose level 1."""
+    return [line for line in server.log().splitlines() if tag in line and "[request id: " not in line]
 
 
 def test_settings_change_what_the_server_logs_at_once(server: ServerProcess, client: RawClient) -> None:

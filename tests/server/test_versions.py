@@ -89,3 +89,34 @@ def test_policy_selects_versions(
 def test_unselected_version_is_not_found(client: httpclient.InferenceServerClient) -> None:
     with pytest.raises(httpclient.InferenceServerException, match="'specific' version 2 is not found"):
         _infer(client, "specific", "2")
+
+
+def test_ignored_version_folders_are_warned_about(server: ServerProcess) -> None:
+    """Triton's two warnings, once per model: the folders that are not versions say why."""
+    warnings = [line for line in server.log().splitlines() if line.startswith("W")]
+    zeros = "\"ignore version directory '01' which contains leading zeros in its directory name\""
+    not_numbers = "\"ignore version directory 'latest' which fails to convert to integral number\""
+    assert sum(line.endswith(zeros) for line in warnings) == len(POLICIES)
+    assert sum(line.endswith(not_numbers) for line in warnings) == len(POLICIES)
+
+
+def test_version_zero_is_a_version(tmp_path: Path) -> None:
+    """``0`` is a version (only a zero before other digits makes a name no version), and a model's own
+    folders beside its versions (custom configs) are no versions nor warned about."""
+    config = """
+    backend: "python"
+    version_policy: { all: {} }
+    input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    """
+    for version in (0, 1):
+        write_model(tmp_path, "zero", config, PLUS_VERSION_PY, version=version)
+    (tmp_path / "zero" / "configs").mkdir()
+    with ServerProcess([tmp_path]) as process:
+        client = httpclient.InferenceServerClient(process.http_url)
+        try:
+            assert client.get_model_metadata("zero")["versions"] == ["0", "1"]
+            assert _infer(client, "zero", "0") == 100
+        finally:
+            client.close()
+        assert "ignore version directory" not in process.log()

@@ -36,6 +36,17 @@ def prepared(request: InferRequest, version: int, batch_size: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def state_change(request_id: str, before: str, after: str) -> str:
+    """Triton's line for a request moving on (``PENDING`` in a queue, ``EXECUTING``, ``RELEASED``):
+    where a request that never answered stopped."""
+    return f"{request_prefix(request_id)}Setting state from {before} to {after}"
+
+
+def infer_failed(request_id: str, message: str) -> str:
+    """Triton's frontends' line for an inference refused or failed (its error as the client gets it)."""
+    return f"{request_prefix(request_id)}Infer failed: {message}"
+
+
 def response_outputs(response: InferResponse) -> list[str]:
     """Triton's ``add response output`` line for each output of a response."""
     return [

@@ -59,8 +59,10 @@ def uvicorn_server(
         http=HttpProtocol,  # httptools, one write per response
         lifespan="off",
         access_log=False,
-        log_level="info" if settings.log_verbose else "warning",
-        log_config=None,  # uvicorn's records go through the server's own handler and format
+        # its warnings and errors go through the server's own handler and format; its start and stop
+        # lines ("Uvicorn running on ...") are not a Triton server's (the app logs tritonserver's)
+        log_level="warning",
+        log_config=None,
         timeout_graceful_shutdown=settings.exit_timeout_secs,
         timeout_keep_alive=75,
         backlog=4096,

@@ -191,6 +191,18 @@ def resolve_backend(config: mc.ModelConfig, model_dir: Path, versions: list[int]
         config.platform = BACKEND_PLATFORM[config.backend]
 
 
+def autofilled(config: mc.ModelConfig) -> mc.ModelConfig:
+    """``config`` as Triton's server-side autofill leaves it (its backend resolved, the model file's
+    default name filled), before the backend's own auto-complete; for the verbose log."""
+    filled = mc.ModelConfig()
+    filled.CopyFrom(config)
+    if not filled.default_model_filename:
+        filename = PLATFORM_FILENAME.get(filled.platform) or DEFAULT_FILENAME.get(filled.backend)
+        if filename:
+            filled.default_model_filename = filename
+    return filled
+
+
 def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
     """Fill Triton's defaults in place and check the fields every backend relies on."""
     if config.name and config.name != name:

@@ -6,6 +6,7 @@ is accepted only if it is a single, ordinary path segment.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -13,9 +14,13 @@ from pathlib import Path
 
 from naiad.core.errors import InvalidArgumentError
 
+log = logging.getLogger("naiad.repository")
+
 CONFIG_FILE = "config.pbtxt"
 #: Where ``--model-config-name`` looks for a model's other configurations (``configs/<name>.pbtxt``).
 CONFIGS_FOLDER = "configs"
+#: Folders a model's folder may hold beside its versions: warm-up data, initial states, custom configs.
+_BESIDE_VERSIONS = frozenset(("warmup", "initial_state", CONFIGS_FOLDER))
 
 
 def check_model_name(name: str) -> str:
@@ -197,12 +202,22 @@ class RepositoryListing:
 
 
 def available_versions(model_dir: Path) -> list[int]:
-    """Numeric version folders, ascending.  Names with a leading zero are ignored, as Triton does."""
+    """Numeric version folders, ascending.  As Triton: a name with a leading zero (``01``, not
+    ``0``) or that is no number is ignored with a warning, unless it is one of Triton's own folders
+    beside the versions (warm-up data, initial states, custom configs)."""
     versions: list[int] = []
     if not model_dir.is_dir():
         return versions
     for entry in model_dir.iterdir():
         name = entry.name
-        if entry.is_dir() and name.isdigit() and name.isascii() and not name.startswith("0"):
+        if not entry.is_dir() or name in _BESIDE_VERSIONS:
+            continue
+        if len(name) > 1 and name.startswith("0"):
+            log.warning(
+                "ignore version directory '%s' which contains leading zeros in its directory name", name
+            )
+        elif name.isdigit() and name.isascii():
             versions.append(int(name))
+        else:
+            log.warning("ignore version directory '%s' which fails to convert to integral number", name)
     return sorted(versions)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.backends.base import Backend, InstanceContext, InstanceHealth
@@ -144,6 +145,11 @@ class ModelLoader:
             if not config.name:
                 config.name = name
             cfg.resolve_backend(config, location.path, versions)
+            if log.isEnabledFor(logging.DEBUG):
+                # Triton's verbose line after its server-side autofill: users read it to see what a
+                # config without ``backend`` (or a model file's name) was taken to be
+                text = text_format.MessageToString(cfg.autofilled(config))
+                log.debug("%s", text, extra={"heading": "Server side auto-completed config: "})
             self._resolve_runtime(config)
             failure = self._complete(config, location.path, versions)
             cfg.normalize(config, name, self.gpu_count)

@@ -714,7 +714,8 @@ class ModelRepository:
             for mv in serving:
                 mv.stop()
             await self._unload_versions(serving)
-            log.info("successfully unloaded '%s'", describe(name))
+            for mv in serving:
+                log.info("successfully unloaded '%s' version %d", describe(name), mv.version)
         if unload_dependents:
             for dependent in dependents:
                 needed = any(

@@ -1,5 +1,6 @@
-"""The model table Triton logs once its start-up loads are done (``| Model | Version | Status |``): what
-a user reads first in a server's log to see what loaded, and why the rest did not.
+"""The tables Triton logs at start: the models once its start-up loads are done (``| Model | Version |
+Status |``), what a user reads first in a server's log to see what loaded and why the rest did not; and
+the server's options (``| Option | Value |``, its rows made by the composition root).
 
 Laid out as Triton lays it out: one row per version the loads tried, by model name then version, a
 status of ``READY`` or ``UNAVAILABLE: <reason>``, each line of a reason that spans lines on a row of
@@ -15,6 +16,7 @@ from naiad.repository.manager import IndexEntry
 from naiad.repository.model import ModelState
 
 HEADER = ("Model", "Version", "Status")
+OPTIONS_HEADER = ("Option", "Value")
 
 
 def model_rows(index: Iterable[IndexEntry]) -> list[tuple[str, str, str]]:
@@ -28,7 +30,7 @@ def model_rows(index: Iterable[IndexEntry]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def table(rows: Sequence[tuple[str, str, str]], header: tuple[str, str, str] = HEADER) -> str:
+def table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...] = HEADER) -> str:
     """``rows`` boxed as Triton boxes its tables (no trailing newline)."""
     lines: list[tuple[str, ...]] = []
     for row in rows:

@@ -134,7 +134,7 @@ class LoopScheduler(ABC):
 
         def done(results: list[ExecuteResult]) -> None:
             if log.isEnabledFor(logging.DEBUG):
-                log_released(len(entries), worker.name)
+                log_released(entries, worker.name)
             if len(results) != len(entries):
                 message = f"backend returned {len(results)} responses for {len(entries)} requests"
                 results = [InternalError(message) for _ in entries]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from naiad.backends.base import ExecuteResult, ModelInstance, Rescheduled
 from naiad.core.errors import CancelledError, ErrorResponse, InferenceServerError, InternalError
 from naiad.core.request import InferResponse
+from naiad.core.verbose import state_change
 from naiad.scheduling.queue import QueuedRequest
 from naiad.scheduling.stats import FailureReason, SchedulerStats
 
@@ -140,14 +141,19 @@ Jobs = queue.SimpleQueue[Execution | None]
 
 
 def log_executing(entries: list[QueuedRequest], name: str) -> None:
-    """Triton's verbose line as an instance starts an execution (``--log-verbose`` 1 and up)."""
+    """Triton's verbose lines as an instance starts an execution (``--log-verbose`` 1 and up)."""
+    for entry in entries:
+        log.debug(state_change(entry.request.id, "PENDING", "EXECUTING"))
     model = entries[0].request.model_name
     log.debug("model %s, instance %s, executing %d requests", model, name, len(entries))
 
 
-def log_released(count: int, name: str) -> None:
-    """Triton's verbose line once an execution's requests are released."""
-    log.debug("TRITONBACKEND_ModelInstanceExecute: model instance name %s released %d requests", name, count)
+def log_released(entries: list[QueuedRequest], name: str) -> None:
+    """Triton's verbose lines once an execution's requests are released."""
+    for entry in entries:
+        log.debug(state_change(entry.request.id, "EXECUTING", "RELEASED"))
+    released = "TRITONBACKEND_ModelInstanceExecute: model instance name %s released %d requests"
+    log.debug(released, name, len(entries))
 
 
 def _failure(exc: BaseException) -> InferenceServerError:
@@ -241,7 +247,7 @@ class InstanceWorker:
             return [_failure(exc) for _ in entries]
         finally:
             if verbose:
-                log_released(len(entries), name)
+                log_released(entries, name)
         if len(results) != len(entries):
             message = f"backend returned {len(results)} responses for {len(entries)} requests"
             return [InternalError(message) for _ in entries]

@@ -141,7 +141,7 @@ class GrpcFrontend:
         except RuntimeError as error:
             raise RuntimeError(f"gRPC frontend cannot listen on {self.address}: {error}") from error
         await asyncio.gather(*(server.start() for server in self._servers))
-        log.info("gRPC frontend listening on %s", self.address)
+        log.debug("gRPC frontend listening on %s", self.address)
 
     async def stop(self, grace_seconds: float) -> None:
         """Refuse new calls, end streams, give running calls ``grace_seconds``, then cancel the rest."""

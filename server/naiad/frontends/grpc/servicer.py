@@ -29,6 +29,7 @@ from naiad.core.errors import (
     UnsupportedError,
 )
 from naiad.core.request import InferRequest, InferResponse
+from naiad.core.verbose import infer_failed
 from naiad.dataplane import DataPlane, EmptyFinal
 from naiad.frontends.forwarding import HeaderForwarding
 from naiad.frontends.grpc import errors, extensions
@@ -155,30 +156,35 @@ class InferenceServicer:
         if log.isEnabledFor(logging.DEBUG):
             self._log_handler("ModelInferHandler")
         parsed = None
-        if self.relay is not None:
-            parsed = grpc_v2.parse_infer_request(data)
-            message = parsed.message
-            version = grpc_v2.model_version(message.model_version)
-            peer = self._peer(message.model_name, version, context)
-            if peer is not None:
-                self.dataplane.forwarded(message.model_name)
-                metadata = relayed_metadata(context.invocation_metadata() or ())
-                timeout = context.time_remaining()
-                return await self.relay.unary(peer, message.model_name, "ModelInfer", data, metadata, timeout)
-        if self.dataplane.tracer.enabled:
-            return await self._traced_infer(data, context)
-        if parsed is None:
-            parsed = grpc_v2.parse_infer_request(data)
-        headers = metadata_headers(context)
-        body = None
-        if self._plain and (plain := grpc_v2.plain_request(parsed)) is not None:
-            body = await self.dataplane.infer_plain(plain, headers, grpc_v2.encode_plain_response)
-        if body is None:
-            response = await self._infer(parsed, headers)
-            body = grpc_v2.encode_infer_response(response, grpc_v2.shm_outputs(parsed.message))
-        if self.compression is not None:
-            context.set_compression(self.compression)
-        return body
+        try:
+            if self.relay is not None:
+                parsed = grpc_v2.parse_infer_request(data)
+                message = parsed.message
+                version = grpc_v2.model_version(message.model_version)
+                peer = self._peer(message.model_name, version, context)
+                if peer is not None:
+                    self.dataplane.forwarded(message.model_name)
+                    metadata = relayed_metadata(context.invocation_metadata() or ())
+                    name, timeout = message.model_name, context.time_remaining()
+                    return await self.relay.unary(peer, name, "ModelInfer", data, metadata, timeout)
+            if self.dataplane.tracer.enabled:
+                return await self._traced_infer(data, context)
+            if parsed is None:
+                parsed = grpc_v2.parse_infer_request(data)
+            headers = metadata_headers(context)
+            body = None
+            if self._plain and (plain := grpc_v2.plain_request(parsed)) is not None:
+                body = await self.dataplane.infer_plain(plain, headers, grpc_v2.encode_plain_response)
+            if body is None:
+                response = await self._infer(parsed, headers)
+                body = grpc_v2.encode_infer_response(response, grpc_v2.shm_outputs(parsed.message))
+            if self.compression is not None:
+                context.set_compression(self.compression)
+            return body
+        except InferenceServerError as error:
+            if log.isEnabledFor(logging.DEBUG):  # Triton's line for an inference refused or failed
+                log.debug(infer_failed(_request_id(data), error.message))
+            raise
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[bytes], context: Context
@@ -315,10 +321,14 @@ class InferenceServicer:
             in_order = not decoupled
             async for answer, final in self.dataplane.stream(request):
                 if isinstance(answer, InferenceServerError):
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug(infer_failed(request_id, answer.message))
                     emit(answer if grpc_errors else grpc_v2.encode_stream_error(answer.message, request_id))
                 elif empty_final or not isinstance(answer, EmptyFinal):
                     emit(grpc_v2.encode_stream_response(answer, final, in_shm))
         except InferenceServerError as error:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(infer_failed(request_id, error.message))
             in_band = not (grpc_errors and accepted)
             emit(grpc_v2.encode_stream_error(error.message, request_id) if in_band else error)
         except Exception as error:
@@ -514,6 +524,14 @@ class InferenceServicer:
             settings = await self.dataplane.update_log_settings(extensions.log_changes(request))
             return extensions.log_response(settings)
         return extensions.log_response(await self.dataplane.log_settings())
+
+
+def _request_id(data: bytes) -> str:
+    """The id of a ModelInfer request that failed, for the log ("" when it does not even parse)."""
+    try:
+        return grpc_v2.parse_infer_request(data).message.id
+    except Exception:
+        return ""
 
 
 def _parsing(

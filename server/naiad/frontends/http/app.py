@@ -18,6 +18,7 @@ import orjson
 
 from naiad.codecs import json_v2
 from naiad.core.errors import InferenceServerError, InvalidArgumentError, RankError, UnsupportedError
+from naiad.core.verbose import infer_failed
 from naiad.dataplane import DataPlane
 from naiad.frontends.access.policy import AccessPolicy
 from naiad.frontends.forwarding import HeaderForwarding
@@ -67,6 +68,8 @@ class _Call:
     trace: Trace | None = None
     #: The path and query as the client sent them (what a request forwarded to a peer asks for).
     target: bytes = b""
+    #: An inference's request id, once its body is read ("" before; Triton's verbose failure line).
+    request_id: str | None = None
 
 
 class HttpFrontend:
@@ -117,6 +120,8 @@ class HttpFrontend:
             status, body, extra = await self._route(call)
         except InferenceServerError as exc:
             status, body, extra = status_of(exc), error_body(exc.message), []
+            if call.request_id is not None and log.isEnabledFor(logging.DEBUG):
+                log.debug(infer_failed(call.request_id, exc.message))
         except Exception as exc:  # a bug must cost one request, never the server
             log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
             status, body, extra = 500, error_body(f"internal error: {type(exc).__name__}: {exc}"), []
@@ -247,6 +252,7 @@ class HttpFrontend:
         self, call: _Call, name: str, version: str
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         headers = call.headers
+        call.request_id = ""
         tracer = self.dataplane.tracer
         trace = None
         if tracer.enabled:
@@ -279,6 +285,7 @@ class HttpFrontend:
                 )
             except RankError as exc:  # more dimensions than an array holds: the model's own shape error
                 raise self.dataplane.signature(name, version).refusal(exc) from None
+        call.request_id = request.id
         if self.forwarding is not None:
             pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.items()]
             self.forwarding.apply(request, pairs)
