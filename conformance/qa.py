@@ -1495,6 +1495,192 @@ def decoupled_streams(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def _grep_count(pattern: str, file: str, test: str, grep: str = "grep -c") -> str:
+    """A test.sh's ``test $(grep -c <pattern> <file>) <test>``."""
+    return f"""test "$({grep} '{pattern}' {file})" {test}"""
+
+
+def _json_fields(fields: dict[str, str], file: str = "./curl.out") -> str:
+    """A test.sh's ``grep -c '"<key>":<value>' ./curl.out`` = 1 for each field (values as grep patterns)."""
+    return " && ".join(_grep_count(f'"{key}":{value}', file, "= 1") for key, value in fields.items())
+
+
+def trace_suites(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_trace's Triton-mode trace settings as its test.sh runs them on ``simple``
+    (``onnx_int32_int32_int32``, version 1), each server a suite: tracing switched on through the API
+    after a start at ``level=OFF``; a model's own setting (``log_frequency`` 2, then ``trace_rate`` 1
+    and ``trace_level`` OFF, then cleared back to the global one with ``null``), its ``trace_file``
+    refused; ``trace_count`` 5 counting down to 0 and closing the file as ``global_count.log.0``;
+    values out of range refused; ``trace_endpoint_test.py`` (the settings over HTTP and gRPC, updated
+    and cleared).  After each server, NVIDIA's ``trace_summary.py`` counts the traces in the files.  The
+    requests are ``L0_cmdline_trace/trace_client.py``'s (one inference each), where test.sh runs the C++
+    ``simple_http_infer_client`` and ``simple_grpc_infer_client``, which make one each too.  Not run:
+    its ensemble, BLS, decoupled, cancellation, stress and OpenTelemetry cases (C++ backends, an OTLP
+    collector)."""
+    folder = "L0_trace"
+    here = checkouts.qa / folder
+    name = f"{QA}{folder}/test.sh"
+
+    def build(repo: Path) -> None:
+        for pattern in ("*trace*.log*", "global_count.log*", "summary_*.log*", "curl.out"):
+            for stale in here.glob(pattern):
+                if not stale.is_symlink():
+                    stale.unlink()
+        simple_onnx(checkouts, repo)
+
+    def check(what: str, command: str) -> Script:
+        return Script(f"{name}: {what}", ("bash", "-c", command), here)
+
+    def settings(level: str, rate: str, count: str, frequency: str, file: str) -> dict[str, str]:
+        return {
+            "trace_level": f'\\["{level}"\\]',
+            "trace_rate": f'"{rate}"',
+            "trace_count": f'"{count}"',
+            "log_frequency": f'"{frequency}"',
+            "trace_file": f'"{file}"',
+            "trace_mode": '"triton"',
+        }
+
+    def shown(fields: dict[str, str]) -> str:
+        return ", ".join(f"{key}={value}" for key, value in fields.items()).replace("\\", "")
+
+    def update(model: str, body: str, fields: dict[str, str] | None, ok: bool = True) -> Script:
+        """test.sh's ``update_(global_)trace_setting`` and the fields it then greps for."""
+        path = f"v2/models/{model}/trace/setting" if model else "v2/trace/setting"
+        curl = f"curl -s -w '%{{{{http_code}}}}' -o ./curl.out -X POST {{http}}/{path} -d '{_braced(body)}'"
+        command = f'code=$({curl}); test "$code" {"=" if ok else "!="} 200'
+        what = f"POST /{path} {body} {'answers 200' if ok else 'refused'}"
+        if fields:
+            command += " && " + _json_fields(fields)
+            what += f": {shown(fields)}"
+        return check(what, command)
+
+    def get(model: str, fields: dict[str, str]) -> Script:
+        curl = f"curl -s -o ./curl.out {{http}}/v2/models/{model}/trace/setting"
+        return check(
+            f"GET /v2/models/{model}/trace/setting: {shown(fields)}", f"{curl} && {_json_fields(fields)}"
+        )
+
+    def requests(rounds: int) -> Script:
+        one = '"{python}" ../L0_cmdline_trace/trace_client.py -i {protocol} -u {{{protocol}}}'
+        loop = " && ".join(one.format(python="{python}", protocol=p) for p in ("http", "grpc"))
+        return check(
+            f"{rounds} x (an HTTP and a gRPC request)", f"for p in $(seq {rounds}); do {loop} || exit 1; done"
+        )
+
+    def traced(file: str, count: int) -> Script:
+        summary = f"summary_{file}"
+        command = (
+            f'"{{python}}" ../common/trace_summary.py -t {file} > {summary} && '
+            + _grep_count("COMPUTE_INPUT_END", summary, f"= {count}")
+            + " && "
+            + _grep_count("^simple", summary, f"= {count}")
+        )
+        return check(f"{file} holds {count} traces of simple", command)
+
+    def absent(file: str) -> Script:
+        return check(f"no {file}", f"test ! -e {file}")
+
+    def suite(
+        label: str, args: tuple[str, ...], scripts: tuple[Script, ...], after: tuple[Script, ...]
+    ) -> Suite:
+        flags = " ".join(args)
+        return Suite(
+            f"qa-trace-{label}",
+            build,
+            tuple(replace(s, name=f"{s.name} [{flags}]") if s.name.startswith(name) else s for s in scripts),
+            args,
+            server_cwd=here,
+            log_link=here / f"inference_server_{label}.log",
+            after_stop=tuple(replace(s, name=f"{s.name} [{flags}]") for s in after),
+        )
+
+    def config(file: str, level: str, rate: int) -> tuple[str, ...]:
+        return (
+            "--trace-config",
+            f"triton,file={file}",
+            "--trace-config",
+            f"level={level}",
+            "--trace-config",
+            f"rate={rate}",
+        )
+
+    refused = _grep_count(
+        '"error":"trace file location can not be updated through network protocol"', "./curl.out", "= 1"
+    )
+    return [
+        suite(
+            "off-to-min",
+            config("trace_off_to_min.log", "OFF", 1),
+            (
+                update(
+                    "",
+                    '{"trace_level":["TIMESTAMPS"]}',
+                    settings("TIMESTAMPS", "1", "-1", "0", "trace_off_to_min.log"),
+                ),
+                requests(10),
+            ),
+            (traced("trace_off_to_min.log", 20),),
+        ),
+        suite(
+            "model-setting",
+            config("global_trace.log", "TIMESTAMPS", 6),
+            (
+                update("simple", '{"trace_file":"global_trace.log"}', None, ok=False),
+                check("the trace file's update refused with Triton's message", refused),
+                update(
+                    "simple",
+                    '{"log_frequency":"2"}',
+                    settings("TIMESTAMPS", "6", "-1", "2", "global_trace.log"),
+                ),
+                requests(10),
+            ),
+            (absent("simple_trace.log"), traced("global_trace.log.0", 2), traced("global_trace.log.1", 1)),
+        ),
+        suite(
+            "model-clear",
+            config("global_trace.log", "TIMESTAMPS", 6),
+            (
+                update("simple", '{"trace_rate":"1"}', None),
+                update(
+                    "simple", '{"trace_level":["OFF"]}', settings("OFF", "1", "-1", "0", "global_trace.log")
+                ),
+                requests(10),
+                update(
+                    "simple",
+                    '{"trace_level":null}',
+                    settings("TIMESTAMPS", "1", "-1", "0", "global_trace.log"),
+                ),
+                requests(5),
+            ),
+            (absent("update_trace.log"), traced("global_trace.log", 10)),
+        ),
+        suite(
+            "count",
+            config("global_count.log", "TIMESTAMPS", 1),
+            (
+                requests(10),
+                get("simple", settings("TIMESTAMPS", "1", "-1", "0", "global_count.log")),
+                update("", '{"trace_count":"5"}', settings("TIMESTAMPS", "1", "5", "0", "global_count.log")),
+                requests(10),
+                get("simple", settings("TIMESTAMPS", "1", "0", "0", "global_count.log")),
+                check("global_count.log.0 written once the count reached 0", "test -f ./global_count.log.0"),
+                *(
+                    update("simple", f'{{"{key}":"10000000000"}}', None, ok=False)
+                    for key in ("trace_count", "trace_rate", "log_frequency")
+                ),
+            ),
+            (traced("global_count.log", 20), traced("global_count.log.0", 5)),
+        ),
+        suite(
+            "endpoint",
+            config("global_unittest.log", "TIMESTAMPS", 1),
+            (_unittest(checkouts, folder, "trace_endpoint_test.py"),),
+            (),
+        ),
+    ]
+
+
 def simple_onnx(checkouts: Checkouts, repo: Path) -> Path:
     """A test.sh's ``simple``: ``onnx_int32_int32_int32`` from NVIDIA's ``gen_qa_models.py --onnx``
     (generated beside ``repo``), its version 1 alone, renamed."""
@@ -1624,10 +1810,6 @@ def logging_suites(checkouts: Checkouts) -> list[Suite]:
     def check(what: str, command: str) -> Script:
         return Script(f"{name}: {what}", ("bash", "-c", command), here)
 
-    def count(pattern: str, file: str, test: str, grep: str = "grep -c") -> str:
-        """test.sh's ``test $(grep -c <pattern> <file>) <test>``."""
-        return f"""test "$({grep} '{pattern}' {file})" {test}"""
-
     def settings(file: str, info: str, warning: str, error: str, verbose: int, log_format: str) -> Script:
         """test.sh's ``verify_correct_settings``."""
         fields = {
@@ -1638,7 +1820,7 @@ def logging_suites(checkouts: Checkouts) -> list[Suite]:
             "log_verbose_level": str(verbose),
             "log_format": f'"{log_format}"',
         }
-        greps = " && ".join(count(f'"{key}":{value}', "./curl.out", "= 1") for key, value in fields.items())
+        greps = _json_fields(fields)
         shown = ", ".join(f"{key}={value}" for key, value in fields.items())
         return check(f"GET /v2/logging: {shown}", f"curl -s -o ./curl.out {{http}}/v2/logging && {greps}")
 
@@ -1649,14 +1831,14 @@ def logging_suites(checkouts: Checkouts) -> list[Suite]:
         return check(f"POST /v2/logging {body} answers {status}", f"code=$({curl}); {test}")
 
     def records(what: str, file: str, test: str) -> Script:
-        return check(f"{what} ({file})", count(LOG_RECORD, file, test))
+        return check(f"{what} ({file})", _grep_count(LOG_RECORD, file, test))
 
     def lines(what: str, file: str, text: str, test: str) -> Script:
-        return check(f"{what} ({file})", count(text, file, test))
+        return check(f"{what} ({file})", _grep_count(text, file, test))
 
     def streamed(what: str, levels: str, file: str, test: str) -> Script:
         """test.sh's ``grep -c -P "<levels>$LOG_REGEX" <file>``."""
-        return check(what, count(_braced(levels + LOG_REGEX), file, test, "grep -c -P"))
+        return check(what, _grep_count(_braced(levels + LOG_REGEX), file, test, "grep -c -P"))
 
     get = check("GET /v2/logging", "curl -s -o ./curl.out {http}/v2/logging")
     clients = Script(
@@ -1726,7 +1908,7 @@ def logging_suites(checkouts: Checkouts) -> list[Suite]:
                 check(
                     "POST /v2/logging of log_file refused",
                     """curl -s -o ./curl.out -d'{{"log_file":"other_log.log"}}' {http}/v2/logging && """
-                    + count(f'"error":"{REFUSED_LOG_FILE}"', "./curl.out", "= 1"),
+                    + _grep_count(f'"error":"{REFUSED_LOG_FILE}"', "./curl.out", "= 1"),
                 ),
                 settings("log_file.log", "true", "true", "true", 1, "default"),
                 clients,
@@ -2123,4 +2305,5 @@ def qa_suites(
         *request_cancellation(checkouts),
         *model_update(checkouts),
         *logging_suites(checkouts),
+        *trace_suites(checkouts),
     ]
