@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,12 @@ def test_updates_are_checked_as_triton_checks_them(tracer: Tracer) -> None:
         tracer.update("", {"trace_rate": ["abc"]})
     with pytest.raises(InvalidArgumentError, match="Expecting value >= -1, got:-5"):
         tracer.update("", {"trace_count": ["-5"]})
+    for key, limits in (("trace_count", "-1, 2147483647"), ("trace_rate", "0, 4294967295"), ("log_frequency", "0, 4294967295")):
+        message = f"Unable to parse '{key}', value is out of range [ {limits} ], got: 10000000000"
+        with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+            tracer.update("m", {key: ["10000000000"]})
+    tracer.update("", {"trace_rate": ["2147483647"]})  # the largest a C int holds
+    assert tracer.settings()["trace_rate"] == "2147483647"
     with pytest.raises(InvalidArgumentError, match="Expect only one trace level 'OFF'"):
         tracer.update("", {"trace_level": ["OFF", "TIMESTAMPS"]})
     with pytest.raises(InvalidArgumentError, match="sample rate must be non-zero"):

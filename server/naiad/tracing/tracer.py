@@ -280,6 +280,10 @@ class Tracer:
         self.enabled = any(scope.level != ("OFF",) for scope in [self._global, *self._models.values()])
 
 
+#: What a C ``int`` holds: the range Triton parses the numbers of a trace setting in.
+_INT32 = (-(2**31), 2**31 - 1)
+
+
 def _parse(key: str, values: Sequence[str] | None) -> Any:
     """One key of an update: its new value, ``None`` to clear it, or ``_UNCHANGED`` to ignore it."""
     if values is None:
@@ -296,6 +300,11 @@ def _parse(key: str, values: Sequence[str] | None) -> Any:
         number = int(text)
     except ValueError:
         raise InvalidArgumentError(f"Unable to parse '{key}', got: {text}") from None
+    if not _INT32[0] <= number <= _INT32[1]:  # (Triton reads them with std::stoi)
+        low, high = (-1, _INT32[1]) if key == "trace_count" else (0, 2**32 - 1)
+        raise InvalidArgumentError(
+            f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {text}"
+        )
     if key == "trace_count" and number < -1:
         raise InvalidArgumentError(f"Unable to parse 'trace_count'. Expecting value >= -1, got:{text}")
     if key != "trace_count" and number < 0:
