@@ -82,6 +82,27 @@ def free_port() -> int:
             return port
 
 
+def exit_lines(model: str, version: int = 1) -> list[str]:
+    """What tritonserver logs as it stops, in its order, for a server serving one model version."""
+    return [
+        "Waiting for in-flight requests to complete.",
+        "model versions that have in-flight inferences",
+        "All models are stopped, unloading models",
+        f"successfully unloaded '{model}' version {version}",
+    ]
+
+
+def in_order(log: str, texts: Sequence[str]) -> bool:
+    """Whether each of ``texts`` is in ``log``, each after the one before it."""
+    at = 0
+    for text in texts:
+        at = log.find(text, at)
+        if at < 0:
+            return False
+        at += len(text)
+    return True
+
+
 class ServerProcess:
     """``with ServerProcess([repo]) as server: ... server.http_url ...``"""
 
