@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.utils import InferenceServerException
 
 from tests.support.models import write_model
 from tests.support.server import EXAMPLES, ServerProcess, exit_lines, in_order
@@ -68,12 +70,29 @@ def _infer(server: ServerProcess, model: str, request_id: str) -> None:
         client.close()
 
 
+def _refused(server: ServerProcess, model: str, input_name: str, request_id: str) -> None:
+    """An inference the server refuses, over HTTP and gRPC (ids ``<id>-http`` and ``<id>-grpc``)."""
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        for client, module, protocol in ((http, httpclient, "http"), (grpc, grpcclient, "grpc")):
+            tensor = module.InferInput(input_name, [1], "INT32")
+            tensor.set_data_from_numpy(np.array([7], dtype=np.int32))
+            with pytest.raises(InferenceServerException):
+                client.infer(model, [tensor], request_id=f"{request_id}-{protocol}")
+    finally:
+        http.close()
+        grpc.close()
+
+
 def test_start_request_and_stop_lines(tmp_path: Path, frontend_workers: int) -> None:
     repo = tmp_path / "repo"
     write_model(repo, "bare", BARE, IDENTITY_PY)
     server = ServerProcess([repo], ["--log-verbose=1"], frontend_workers=frontend_workers)
     with server:
         _infer(server, "bare", "tagged")
+        _refused(server, "nope", "INPUT0", "unknown")
+        _refused(server, "bare", "WRONG", "wrong")
         assert server.logged('"[request id: tagged] Setting state from EXECUTING to RELEASED"')
         assert server.stop() == 0
         log = server.log()
@@ -111,6 +130,14 @@ def test_start_request_and_stop_lines(tmp_path: Path, frontend_workers: int) -> 
 
     assert in_order(log, exit_lines("bare")), log
     assert '"Timeout 30: Found 0 model versions that have in-flight inferences"' in messages
+
+    # a refused inference, over each protocol, with the error its client got; as in Triton, the
+    # request's id once the request exists (its model found), none before
+    unknown = "\"[request id: <id_unknown>] Infer failed: Request for unknown model: 'nope' is not found\""
+    assert messages.count(unknown) == 2, log
+    for protocol in ("http", "grpc"):
+        failed = f'"[request id: wrong-{protocol}] Infer failed: '
+        assert sum(m.startswith(failed) and "WRONG" in m for m in messages) == 1, log
 
     # verbose lines are the server's: none of uvicorn's start lines nor grpc's debug records
     for chatter in ("Uvicorn running", "Started server process", "_cygrpc", "Loaded running loop"):

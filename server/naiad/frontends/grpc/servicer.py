@@ -183,7 +183,7 @@ class InferenceServicer:
             return body
         except InferenceServerError as error:
             if log.isEnabledFor(logging.DEBUG):  # Triton's line for an inference refused or failed
-                log.debug(infer_failed(_request_id(data), error.message))
+                log.debug(infer_failed(self._failed_request_id(data), error.message))
             raise
 
     async def ModelStreamInfer(
@@ -405,6 +405,16 @@ class InferenceServicer:
         answer = await self.relay.unary(peer, request.name, method, data, metadata, context.time_remaining())
         return response_type.FromString(answer)
 
+    def _failed_request_id(self, data: bytes) -> str:
+        """The id Triton's failure line names: the request's once the request exists (its model and
+        version found), else none, as Triton's request is made only for a model it has."""
+        try:
+            message = grpc_v2.parse_infer_request(data).message
+            self.dataplane.signature(message.model_name, grpc_v2.model_version(message.model_version))
+        except Exception:
+            return ""
+        return message.id
+
     def _log_handler(self, handler: str) -> None:
         """Triton's verbose lines for an inference RPC taken up (``--log-verbose`` 1 and up)."""
         self._handled += 1
@@ -524,14 +534,6 @@ class InferenceServicer:
             settings = await self.dataplane.update_log_settings(extensions.log_changes(request))
             return extensions.log_response(settings)
         return extensions.log_response(await self.dataplane.log_settings())
-
-
-def _request_id(data: bytes) -> str:
-    """The id of a ModelInfer request that failed, for the log ("" when it does not even parse)."""
-    try:
-        return grpc_v2.parse_infer_request(data).message.id
-    except Exception:
-        return ""
 
 
 def _parsing(
