@@ -196,11 +196,16 @@ def autofilled(config: mc.ModelConfig) -> mc.ModelConfig:
     default name filled), before the backend's own auto-complete; for the verbose log."""
     filled = mc.ModelConfig()
     filled.CopyFrom(config)
-    if not filled.default_model_filename:
-        filename = PLATFORM_FILENAME.get(filled.platform) or DEFAULT_FILENAME.get(filled.backend)
-        if filename:
-            filled.default_model_filename = filename
+    _fill_model_filename(filled)
     return filled
+
+
+def _fill_model_filename(config: mc.ModelConfig) -> None:
+    """The model file's name, where the config names none: its platform's or backend's default."""
+    if not config.default_model_filename:
+        filename = PLATFORM_FILENAME.get(config.platform) or DEFAULT_FILENAME.get(config.backend)
+        if filename:
+            config.default_model_filename = filename
 
 
 def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
@@ -216,10 +221,7 @@ def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
         config.version_policy.latest.num_versions = 1
     elif config.version_policy.HasField("latest") and config.version_policy.latest.num_versions < 1:
         raise InvalidArgumentError(f"version_policy latest num_versions must be >= 1 for '{name}'")
-    if not config.default_model_filename:
-        filename = PLATFORM_FILENAME.get(config.platform) or DEFAULT_FILENAME.get(config.backend)
-        if filename:
-            config.default_model_filename = filename
+    _fill_model_filename(config)
     if not config.HasField("optimization"):
         config.optimization.input_pinned_memory.enable = True
         config.optimization.output_pinned_memory.enable = True
