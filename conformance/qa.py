@@ -72,6 +72,12 @@ QA_SKIPS = (
         for count, verbose, naiad in ((19, "", "8"), (75, " at --log-verbose=1", "53"))
     ),
     Skip(
+        f"{QA}L0_metrics/metrics_config_test.py::MetricsConfigTest.test_model_namespacing_label_with_namespace_on",
+        "expects the namespace label to name the repositories at NVIDIA's CI path "
+        "(/opt/tritonserver/qa/L0_metrics/...), where this checkout is not; the label itself (the "
+        "repository's path) is tests/repository/test_namespacing.py's",
+    ),
+    Skip(
         f"{QA}L0_logging/test.sh: ./logging_test",
         "a C++ unit test of the log callback in Triton's common library (a C API, not the server's "
         "behaviour)",
@@ -1681,6 +1687,99 @@ def trace_suites(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+def metrics_suites(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_metrics's metric-family cases as its test.sh runs them: ``metrics_config_test.py``'s
+    checks of which families ``/metrics`` shows under each ``--metrics-config`` (counters by default,
+    histograms, summaries with and without counters, with the response cache, custom quantiles), on
+    its ``unit_test_models`` (C++ ``identity`` models, here on the identity stand-in), and the
+    ``namespace`` label left out without ``--model-namespacing`` (its ensemble of Python models).
+    Not run: its CPU, pinned-memory and GPU metrics, queue-size and histogram-value cases."""
+    folder = "L0_metrics"
+    here = checkouts.qa / folder
+
+    def units(repo: Path) -> None:
+        for name in ("identity_cache_on", "identity_cache_off"):
+            (copy_model(here / "unit_test_models" / name, repo) / "1").mkdir()
+
+    def namespaced(repo: Path) -> None:
+        for model in (here / "model_namespacing_repos" / "addsub_repo").iterdir():
+            copy_model(model, repo)
+        (repo / "addsub_ensemble" / "1").mkdir(exist_ok=True)
+
+    def suite(label: str, args: tuple[str, ...], cases: tuple[str, ...], **options: Any) -> Suite:
+        flags = " ".join(args)
+        env = options.pop("env", {})
+        scripts = tuple(
+            replace(
+                _unittest(checkouts, folder, "metrics_config_test.py", f"MetricsConfigTest.{case}", env),
+                name=f"{QA}{folder}/metrics_config_test.py::MetricsConfigTest.{case} [{flags}]",
+            )
+            for case in cases
+        )
+        return Suite(f"qa-metrics-{label}", options.pop("build", units), scripts, args, **options)
+
+    explicit = ("--model-control-mode=explicit", f"--backend-directory={STAND_IN_BACKENDS}")
+    off = (*explicit, "--load-model=identity_cache_off")
+    summaries = ("--metrics-config", "summary_latencies=true")
+    missing = ("test_cache_counters_missing", "test_cache_summaries_missing")
+    quantiles = "0.1:0.0.1,0.7:0.01,0.75:0.01"  # (test.sh's, "0.0.1" included)
+    return [
+        suite(
+            "default",
+            off,
+            (
+                "test_inf_counters_exist",
+                "test_inf_histograms_missing",
+                "test_inf_summaries_missing",
+                *missing,
+            ),
+        ),
+        suite(
+            "histograms",
+            (*off, "--metrics-config", "histogram_latencies=true"),
+            ("test_inf_counters_exist", "test_inf_histograms_exist", "test_inf_summaries_missing", *missing),
+        ),
+        suite(
+            "summaries", (*off, *summaries), ("test_inf_counters_exist", "test_inf_summaries_exist", *missing)
+        ),
+        suite(
+            "summaries-only",
+            (*off, *summaries, "--metrics-config", "counter_latencies=false"),
+            ("test_inf_counters_missing", "test_inf_summaries_exist", *missing),
+        ),
+        suite(
+            "cache",
+            (
+                *explicit,
+                "--cache-config",
+                "local,size=1048576",
+                "--load-model=identity_cache_on",
+                *summaries,
+                "--metrics-config",
+                "counter_latencies=true",
+            ),
+            (
+                "test_inf_counters_exist",
+                "test_inf_summaries_exist_with_cache",
+                "test_cache_counters_exist",
+                "test_cache_summaries_exist",
+            ),
+        ),
+        suite(
+            "quantiles",
+            (*off, *summaries, "--metrics-config", f"summary_quantiles={quantiles}"),
+            ("test_summaries_custom_quantiles",),
+            env={"SUMMARY_QUANTILES": quantiles},
+        ),
+        suite(
+            "namespace-off",
+            ("--model-namespacing=false", "--allow-metrics=true"),
+            ("test_model_namespacing_label_with_namespace_off",),
+            build=namespaced,
+        ),
+    ]
+
+
 def simple_onnx(checkouts: Checkouts, repo: Path) -> Path:
     """A test.sh's ``simple``: ``onnx_int32_int32_int32`` from NVIDIA's ``gen_qa_models.py --onnx``
     (generated beside ``repo``), its version 1 alone, renamed."""
@@ -2306,4 +2405,5 @@ def qa_suites(
         *model_update(checkouts),
         *logging_suites(checkouts),
         *trace_suites(checkouts),
+        *metrics_suites(checkouts),
     ]

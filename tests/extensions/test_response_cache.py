@@ -8,11 +8,13 @@ import json
 import random
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tests.extensions.clients import client_for
+from tests.support.models import IDENTITY_PY, write_model
 from tests.support.server import ServerProcess
 
 
@@ -111,3 +113,29 @@ def test_a_decoupled_model_with_the_cache_is_refused_at_load(ext_server: ServerP
     assert entry.get("state") != "READY"
     assert "Response Cache does not currently support model decoupled_cached with 'decoupled' transaction " \
            "policy. Please disable the response cache." in entry.get("reason", "")
+
+
+def test_a_caching_models_families_before_any_request(tmp_path: Path) -> None:
+    """As Triton 2.51 shows them (checked side by side): a model that uses the cache has its per-model
+    cache counters from its load on, at 0, and no request summary, whose family is then not declared
+    at all while its other summaries are."""
+    write_model(
+        tmp_path,
+        "cached",
+        """
+        backend: "python"
+        input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
+        output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]
+        response_cache { enable: true }
+        """,
+        IDENTITY_PY,
+    )
+    args = ["--cache-config=local,size=1048576", "--metrics-config=summary_latencies=true"]
+    with ServerProcess([tmp_path], args) as server:
+        with urllib.request.urlopen(f"http://{server.metrics_url}/metrics") as answer:
+            text = answer.read().decode()
+    for family in ("nv_cache_num_hits_per_model", "nv_cache_num_misses_per_model",
+                   "nv_cache_hit_duration_per_model", "nv_cache_miss_duration_per_model"):
+        assert f'{family}{{model="cached",version="1"}} 0\n' in text
+    assert "nv_inference_request_summary" not in text
+    assert 'nv_inference_queue_summary_us_count{model="cached",version="1"} 0\n' in text

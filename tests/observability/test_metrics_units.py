@@ -55,6 +55,15 @@ def test_metrics_config_takes_tritons_keys_and_rejects_others() -> None:
     for bad in ("bogus=1", "counter_latencies", "summary_latencies=maybe", "summary_quantiles=2:0.1"):
         with pytest.raises(ValueError):
             parse_metrics_config([bad])
+    # quantiles read as Triton reads them (std::stod), the unreadable pairs skipped with its words
+    # (qa/L0_metrics passes "0.1:0.0.1,0.7:0.01,0.75:0.01")
+    lenient = parse_metrics_config(["summary_quantiles=0.1:0.0.1,0.7:0.01,bad,0.8:x"])
+    assert lenient.summary_quantiles == ((0.1, 0.0), (0.7, 0.01))
+    assert lenient.faults == (
+        "Invalid option: [bad]. No ':' delimiter found. Expected format is <quantile>:<error>",
+        "Invalid option: [0.8:x]. Error: stod",
+    )
+    assert parse_metrics_config(["summary_quantiles=x:y"]).summary_quantiles == DEFAULT_QUANTILES
 
 
 def test_stats_buckets_are_le_and_sum_to_the_observations() -> None:

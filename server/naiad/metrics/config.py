@@ -7,6 +7,7 @@ histograms can.  Settings are ``key=value``; an unknown key or a malformed value
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -36,6 +37,8 @@ class MetricsConfig:
     histogram_latencies: bool = True
     summary_latencies: bool = False
     summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_QUANTILES
+    #: ``summary_quantiles`` pairs that were skipped, in Triton's words (logged as errors at start).
+    faults: tuple[str, ...] = ()
 
 
 def parse_metrics_config(items: Sequence[str]) -> MetricsConfig:
@@ -53,7 +56,9 @@ def parse_metrics_config(items: Sequence[str]) -> MetricsConfig:
         elif key == "summary_latencies":
             config = replace(config, summary_latencies=_flag(key, value))
         elif key == "summary_quantiles":
-            config = replace(config, summary_quantiles=_quantiles(value))
+            quantiles, faults = _quantiles(value)
+            # as Triton: the pairs it could read, or the defaults when it could read none
+            config = replace(config, summary_quantiles=quantiles or config.summary_quantiles, faults=faults)
         else:
             raise ValueError(f"unknown --metrics-config setting '{key}'")
     return config
@@ -68,17 +73,36 @@ def _flag(key: str, value: str) -> bool:
     raise ValueError(f"--metrics-config {key} expects true or false, got '{value}'")
 
 
-def _quantiles(value: str) -> tuple[tuple[float, float], ...]:
-    """``0.5:0.05,0.9:0.01``: each quantile and its allowed error, both in [0, 1]."""
+def _quantiles(value: str) -> tuple[tuple[tuple[float, float], ...], tuple[str, ...]]:
+    """``0.5:0.05,0.9:0.01``: each quantile and its allowed error, both in [0, 1], read as Triton reads
+    them (each number from the start of its text, as ``std::stod``: ``0.0.1`` is 0.0); a pair without
+    ``:`` or a number is skipped with Triton's error line (returned, for the log).  Out of [0, 1] is
+    a usage error."""
     pairs: list[tuple[float, float]] = []
+    faults: list[str] = []
     for part in value.split(","):
         quantile, sep, error = part.partition(":")
-        fault = f"--metrics-config summary_quantiles: '{part}' is not <quantile>:<error>, both in [0, 1]"
-        try:
-            pair = (float(quantile), float(error))
-        except ValueError:
-            raise ValueError(fault) from None
-        if not sep or not all(0.0 <= x <= 1.0 for x in pair):
-            raise ValueError(fault)
-        pairs.append(pair)
-    return tuple(pairs)
+        if not sep:
+            faults.append(
+                f"Invalid option: [{part}]. No ':' delimiter found. Expected format is <quantile>:<error>"
+            )
+            continue
+        pair = (_leading_number(quantile), _leading_number(error))
+        if pair[0] is None or pair[1] is None:
+            faults.append(f"Invalid option: [{part}]. Error: stod")
+            continue
+        if not all(0.0 <= x <= 1.0 for x in pair):
+            raise ValueError(
+                f"--metrics-config summary_quantiles: '{part}': quantile and error must be in [0, 1]"
+            )
+        pairs.append((pair[0], pair[1]))
+    return tuple(pairs), tuple(faults)
+
+
+def _leading_number(text: str) -> float | None:
+    """The number ``text`` starts with (after spaces), as C's ``strtod`` reads it; None if none."""
+    match = _NUMBER.match(text)
+    return float(match.group()) if match else None
+
+
+_NUMBER = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")

@@ -223,14 +223,20 @@ class ModelMetrics(Collector):
             "gauge",
             [(series.plain, stats.pending) for series, _, stats in versions],
         )
-        # the response cache's families appear once it has looked something up, as in Triton
-        cached = [(series, s) for series, _, s in versions if s.cache_hit_count or s.cache_miss_count]
+        # the response cache's families: for every version of a model that uses the cache, from its
+        # load on, at 0 until it looks something up (as Triton 2.51 shows them, checked)
+        caching = self._cached_models()
+        cached = [
+            (series, s)
+            for series, _, s in versions
+            if series.labels["model"] in caching or s.cache_hit_count or s.cache_miss_count
+        ]
         for name, doc, read in _CACHE if cached else ():
             yield _lines(name, doc, "counter", [(series.plain, read(stats)) for series, stats in cached])
         if self._config.histogram_latencies:
             yield from self._histograms(versions)
         if self._config.summary_latencies:
-            yield from _summaries(versions, self._config.summary_quantiles, self._cached_models())
+            yield from _summaries(versions, self._config.summary_quantiles, caching)
             if self._repository.response_cache is not None:
                 yield from _cache_summaries()
         yield self._states(previous)
@@ -362,7 +368,7 @@ def _summaries(
     """Exact quantiles over the window's requests (NaN when it holds none), cumulative count and sum.
 
     As Triton: the compute summaries leave out requests answered from the cache, and a model using
-    the cache has no request summary at all."""
+    the cache has no request summary at all (nor is the family declared while no model has one)."""
     oldest = time.monotonic_ns() - SUMMARY_WINDOW_NS
     recent = {id(stats): [s for s in stats.samples or () if s[0] >= oldest] for _, _, stats in versions}
     for name, doc, position, summed_ns in _SUMMARIES:
@@ -379,7 +385,8 @@ def _summaries(
             count = stats.success_count - stats.cache_hit_count if computed else stats.success_count
             family.add_sample(f"{name}_count", labels, count)
             family.add_sample(f"{name}_sum", labels, summed_ns(stats) / 1e3)
-        yield family
+        if family.samples or position != _REQUEST:
+            yield family
 
 
 #: Positions in a :data:`~naiad.scheduling.stats.Sample`: the request duration, the first compute one.

@@ -7,6 +7,7 @@ CPU and GPU gauges runs only when one of them is collected.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
@@ -28,6 +29,8 @@ from naiad.repository.peers import Peers
 from naiad.scheduling.stats import SchedulerStats
 from naiad.settings import ServerSettings
 
+log = logging.getLogger("naiad.metrics")
+
 
 class ServerMetrics:
     """The server's collectors; ``start()`` before models load, ``stop()`` at exit."""
@@ -36,6 +39,8 @@ class ServerMetrics:
         self, repository: ModelRepository, settings: ServerSettings, peers: Peers | None = None
     ) -> None:
         config = parse_metrics_config(settings.metrics_config)
+        for fault in config.faults:
+            log.error("%s", fault)
         if config.summary_latencies:
             SchedulerStats.samples_kept = SUMMARY_SAMPLES
         self._collectors: list[Collector] = [ModelMetrics(repository, config)]
