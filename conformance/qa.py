@@ -1707,7 +1707,7 @@ def metrics_suites(checkouts: Checkouts) -> list[Suite]:
         (repo / "addsub_ensemble" / "1").mkdir(exist_ok=True)
 
     def suite(label: str, args: tuple[str, ...], cases: tuple[str, ...], **options: Any) -> Suite:
-        flags = " ".join(args)
+        flags = " ".join(arg for arg in args if not arg.startswith("--backend-directory"))
         env = options.pop("env", {})
         scripts = tuple(
             replace(

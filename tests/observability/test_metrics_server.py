@@ -5,12 +5,15 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 from naiad.metrics.gpu import open_gpus
 
 from tests.observability.conftest import LABEL, samples, scrape, types, value
 from tests.scheduling.models import infer
 from tests.support.http import RawClient
+from tests.support.models import IDENTITY_PY, write_model
 from tests.support.server import ServerProcess
 
 #: Triton's per-model families and their types.
@@ -101,3 +104,72 @@ def test_allow_metrics_false_serves_no_metrics(repo: Path, frontend_workers: int
     with ServerProcess([repo], ["--allow-metrics=false"], frontend_workers=frontend_workers) as server:
         with pytest.raises(OSError), socket.create_connection(("127.0.0.1", server.metrics_port), timeout=2):
             pass
+
+
+#: A decoupled model whose first response comes at once and its last 0.6 s later.
+SLOW_END_PY = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            tensor = pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy())
+            sender.send(pb_utils.InferenceResponse([tensor]))
+            time.sleep(0.6)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def test_first_response_histogram_as_tritons(tmp_path: Path) -> None:
+    """``histogram_latencies=true`` given: Triton's ``nv_inference_first_response_histogram_ms``, in
+    its buckets (100, 500, 2000, 5000 ms) or those a model's ``model_metrics`` sets; a decoupled
+    model's requests counted at their first response, not their last."""
+    io = """
+    input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    """
+    write_model(tmp_path, "plain", f'backend: "python"\nmax_batch_size: 8\n{io}', IDENTITY_PY)
+    buckets = 'model_metrics { metric_control [ { metric_identifier { family: "nv_inference_first_response_histogram_ms" } histogram_options { buckets: [ 1, 10 ] } } ] }'
+    write_model(tmp_path, "tuned", f'backend: "python"\nmax_batch_size: 8\n{io}\n{buckets}', IDENTITY_PY)
+    decoupled = 'model_transaction_policy { decoupled: true }'
+    write_model(tmp_path, "streamed", f'backend: "python"\n{io}\n{decoupled}', SLOW_END_PY)
+    family = "nv_inference_first_response_histogram_ms"
+    with ServerProcess([tmp_path], ["--metrics-config=histogram_latencies=true"]) as server:
+        for model in ("plain", "plain", "tuned"):
+            assert infer(server.http_url, model, "first").status == 200
+        _stream_once(server, "streamed")
+        text = scrape(server)
+    assert types(text)[family] == "histogram"
+    assert value(text, f"{family}_count", model="plain", version="1") == 2
+    assert value(text, f"{family}_bucket", model="plain", version="1", le="5000") == 2
+    assert (model_bucket := {labels for (name, labels) in samples(text) if name == f"{family}_bucket" and ("model", "tuned") in labels})
+    assert {dict(labels)["le"] for labels in model_bucket} == {"1", "10", "+Inf"}
+    assert value(text, f"{family}_count", model="tuned", version="1") == 1
+    # the first of its two responses came at once: within 500 ms, where its end (0.6 s) is not
+    assert value(text, f"{family}_bucket", model="streamed", version="1", le="500") == 1
+    assert value(text, f"{family}_count", model="streamed", version="1") == 1
+
+
+def test_first_response_histogram_is_off_by_default(server: ServerProcess) -> None:
+    """As in Triton, where it is the one histogram and off unless asked for (Naiad's own latency
+    histograms are on)."""
+    assert "nv_inference_first_response_histogram_ms" not in scrape(server)
+
+
+def _stream_once(server: ServerProcess, model: str) -> None:
+    answers: list[object] = []
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        client.start_stream(callback=lambda result, error: answers.append(error or result))
+        tensor = grpcclient.InferInput("INPUT0", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([3], dtype=np.int32))
+        client.async_stream_infer(model, [tensor])
+        client.stop_stream()  # (waits for the stream's end)
+    finally:
+        client.close()
+    assert len(answers) == 1 and not isinstance(answers[0], Exception), answers

@@ -75,6 +75,23 @@ def test_stats_buckets_are_le_and_sum_to_the_observations() -> None:
     assert stats.samples is None  # kept only with summary_latencies
 
 
+def test_first_responses_are_counted_in_whole_milliseconds() -> None:
+    """As Triton: the duration floored to milliseconds, then ``le`` its bucket's bound."""
+    stats = SchedulerStats(lambda: 0)
+    stats.observe(5_000_000, 0, 1, 1, 1)
+    assert stats.first_response_buckets is None  # not counted unless asked for
+    stats.count_first_responses((100, 500), decoupled=False)
+    for ns in (99_999_999, 100_999_999, 101_000_000, 10**10):
+        stats.observe(ns, 0, 1, 1, 1)
+    assert stats.first_response_buckets == [2, 1, 1]
+    assert stats.first_response_ms == 99 + 100 + 101 + 10_000
+    streamed = SchedulerStats(lambda: 0)
+    streamed.count_first_responses((100,), decoupled=True)
+    streamed.observe(10**9, 0, 1, 1, 1)  # a decoupled request's end: its first response was counted
+    streamed.first_response(1_000_000)
+    assert streamed.first_response_buckets == [1, 0]
+
+
 @pytest.mark.skipif(not cpu.available(), reason="CPU metrics read /proc (Linux only)")
 def test_cpu_gauges_read_proc() -> None:
     metrics = cpu.CpuMetrics()

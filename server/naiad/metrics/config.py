@@ -28,8 +28,9 @@ class MetricsConfig:
     """What ``--metrics-config`` chose (Triton's keys and defaults, except ``histogram_latencies``).
 
     ``counter_latencies``: the ``nv_inference_*_duration_us`` counters; ``histogram_latencies``:
-    the ``nv_inference_{request,queue,compute}_histogram_ms`` histograms (Naiad; Triton's key of the
-    same name turns on a first-response histogram, off by default there); ``summary_latencies``: the
+    the ``nv_inference_{request,queue,compute}_histogram_ms`` histograms (Naiad, on by default), and
+    when given as true Triton's ``nv_inference_first_response_histogram_ms`` too (Triton's key of the
+    same name, whose one histogram is off by default there); ``summary_latencies``: the
     ``nv_inference_*_summary_us`` summaries over a sliding window, with ``summary_quantiles``.
     """
 
@@ -37,6 +38,9 @@ class MetricsConfig:
     histogram_latencies: bool = True
     summary_latencies: bool = False
     summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_QUANTILES
+    #: Triton's ``nv_inference_first_response_histogram_ms``: only when ``histogram_latencies=true``
+    #: is given, as in Triton, where that is its one histogram and off by default.
+    first_response_histogram: bool = False
     #: ``summary_quantiles`` pairs that were skipped, in Triton's words (logged as errors at start).
     faults: tuple[str, ...] = ()
 
@@ -52,7 +56,8 @@ def parse_metrics_config(items: Sequence[str]) -> MetricsConfig:
         if key == "counter_latencies":
             config = replace(config, counter_latencies=_flag(key, value))
         elif key == "histogram_latencies":
-            config = replace(config, histogram_latencies=_flag(key, value))
+            enabled = _flag(key, value)
+            config = replace(config, histogram_latencies=enabled, first_response_histogram=enabled)
         elif key == "summary_latencies":
             config = replace(config, summary_latencies=_flag(key, value))
         elif key == "summary_quantiles":
@@ -83,19 +88,16 @@ def _quantiles(value: str) -> tuple[tuple[tuple[float, float], ...], tuple[str, 
     for part in value.split(","):
         quantile, sep, error = part.partition(":")
         if not sep:
-            faults.append(
-                f"Invalid option: [{part}]. No ':' delimiter found. Expected format is <quantile>:<error>"
-            )
+            missing = "No ':' delimiter found. Expected format is <quantile>:<error>"
+            faults.append(f"Invalid option: [{part}]. {missing}")
             continue
-        pair = (_leading_number(quantile), _leading_number(error))
-        if pair[0] is None or pair[1] is None:
+        read_quantile, read_error = _leading_number(quantile), _leading_number(error)
+        if read_quantile is None or read_error is None:
             faults.append(f"Invalid option: [{part}]. Error: stod")
             continue
-        if not all(0.0 <= x <= 1.0 for x in pair):
-            raise ValueError(
-                f"--metrics-config summary_quantiles: '{part}': quantile and error must be in [0, 1]"
-            )
-        pairs.append((pair[0], pair[1]))
+        if not (0.0 <= read_quantile <= 1.0 and 0.0 <= read_error <= 1.0):
+            raise ValueError(f"--metrics-config summary_quantiles: '{part}': both numbers must be in [0, 1]")
+        pairs.append((read_quantile, read_error))
     return tuple(pairs), tuple(faults)
 
 

@@ -22,7 +22,13 @@ from naiad.metrics.exposition import Prerendered, escape_label, format_value
 from naiad.repository.layout import model_key
 from naiad.repository.manager import ModelRepository
 from naiad.repository.model import ModelState, ModelVersion
-from naiad.scheduling.stats import LATENCY_BUCKETS_NS, NOT_COMPUTED, FailureReason, SchedulerStats
+from naiad.scheduling.stats import (
+    FIRST_RESPONSE_FAMILY,
+    LATENCY_BUCKETS_NS,
+    NOT_COMPUTED,
+    FailureReason,
+    SchedulerStats,
+)
 
 #: Summaries report quantiles of the requests of the last minute (as prometheus-cpp's default window).
 SUMMARY_WINDOW_NS = 60_000_000_000
@@ -235,6 +241,8 @@ class ModelMetrics(Collector):
             yield _lines(name, doc, "counter", [(series.plain, read(stats)) for series, stats in cached])
         if self._config.histogram_latencies:
             yield from self._histograms(versions)
+        if self._config.first_response_histogram:
+            yield _first_responses(versions)
         if self._config.summary_latencies:
             yield from _summaries(versions, self._config.summary_quantiles, caching)
             if self._repository.response_cache is not None:
@@ -358,6 +366,28 @@ def _histogram_text(name: str, series: _Series, buckets: list[int], summed_ns: i
     lines.append(f"{name}_count{{{plain}}} {total}\n")
     lines.append(f"{name}_sum{{{plain}}} {format_value(summed_ns / 1e6)}\n")
     return "".join(lines)
+
+
+def _first_responses(versions: list[_Row]) -> Metric:
+    """Triton's ``nv_inference_first_response_histogram_ms``: each version's requests by the whole
+    milliseconds to their first response, in its buckets (Triton's, or its model's ``model_metrics``)."""
+    name = FIRST_RESPONSE_FAMILY
+    lines: list[str] = []
+    for series, _, stats in versions:
+        buckets = stats.first_response_buckets
+        if buckets is None:  # (an ensemble's: not counted)
+            continue
+        plain = series.plain
+        cumulative = 0
+        for bound, count in zip(stats.first_response_bounds, buckets, strict=False):
+            cumulative += count
+            lines.append(f'{name}_bucket{{{plain},le="{_bound(float(bound))}"}} {cumulative}\n')
+        total = cumulative + buckets[-1]
+        lines.append(f'{name}_bucket{{{plain},le="+Inf"}} {total}\n')
+        lines.append(f"{name}_count{{{plain}}} {total}\n")
+        lines.append(f"{name}_sum{{{plain}}} {stats.first_response_ms}\n")
+    doc = "Duration from request to first response in milliseconds"
+    return Prerendered(name, doc, "histogram", "".join(lines))
 
 
 def _summaries(

@@ -43,6 +43,7 @@ class ServerMetrics:
             log.error("%s", fault)
         if config.summary_latencies:
             SchedulerStats.samples_kept = SUMMARY_SAMPLES
+        SchedulerStats.first_responses = config.first_response_histogram
         self._collectors: list[Collector] = [ModelMetrics(repository, config)]
         if repository.response_cache is not None:
             self._collectors.append(CacheMetrics(repository.response_cache))

@@ -17,6 +17,7 @@ from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.scheduling.scheduler import Scheduler
 from naiad.scheduling.sequence_batcher import SequenceBatchScheduler
 from naiad.scheduling.sequence_settings import sequence_settings_of
+from naiad.scheduling.stats import FIRST_RESPONSE_BOUNDS_MS, FIRST_RESPONSE_FAMILY, SchedulerStats
 from naiad.scheduling.worker import InstanceWorker
 
 if TYPE_CHECKING:
@@ -42,11 +43,25 @@ def create_scheduler(
     try:
         if limiter is not None:
             limiter.attach(config, workers)
-        if config.HasField("sequence_batching"):
-            return SequenceBatchScheduler(sequence_settings_of(config, model_dir), workers)
-        policy = policy_of(config)
+        scheduler: Scheduler = (
+            SequenceBatchScheduler(sequence_settings_of(config, model_dir), workers)
+            if config.HasField("sequence_batching")
+            else DynamicBatchScheduler(policy_of(config), workers)
+        )
     except BaseException:
         for worker in workers:
             worker.close()
         raise
-    return DynamicBatchScheduler(policy, workers)
+    if SchedulerStats.first_responses:
+        decoupled = config.model_transaction_policy.decoupled
+        scheduler.stats.count_first_responses(first_response_bounds(config), decoupled)
+    return scheduler
+
+
+def first_response_bounds(config: mc.ModelConfig) -> tuple[float, ...]:
+    """The bucket bounds (ms) of the model's first-response histogram: its ``model_metrics``' for
+    Triton's family, else Triton's defaults."""
+    for control in config.model_metrics.metric_control:
+        if control.metric_identifier.family == FIRST_RESPONSE_FAMILY and control.histogram_options.buckets:
+            return tuple(control.histogram_options.buckets)
+    return FIRST_RESPONSE_BOUNDS_MS

@@ -24,6 +24,11 @@ LATENCY_BUCKETS_NS: tuple[int, ...] = (
 )  # fmt: skip
 _FIRST_BUCKET_NS = LATENCY_BUCKETS_NS[0]
 
+#: Triton's default bounds (ms) of ``nv_inference_first_response_histogram_ms`` (a model's
+#: ``model_metrics`` may set others).
+FIRST_RESPONSE_BOUNDS_MS: tuple[float, ...] = (100, 500, 2000, 5000)
+FIRST_RESPONSE_FAMILY = "nv_inference_first_response_histogram_ms"
+
 #: One successful request's durations for the latency summaries: (monotonic ns when recorded, request,
 #: queue, compute input, compute infer, compute output), all ns; the compute ones are :data:`NOT_COMPUTED`
 #: for a request answered from the response cache (Triton's compute summaries leave those out).
@@ -91,6 +96,9 @@ class SchedulerStats:
 
     #: How many recent requests each version keeps for summaries (0: none); set once at start-up.
     samples_kept = 0
+    #: Whether schedulers count their versions' first responses (``--metrics-config
+    #: histogram_latencies=true``, Triton's first-response histogram); set once at start-up.
+    first_responses = False
 
     __slots__ = (
         "_pending",
@@ -108,6 +116,10 @@ class SchedulerStats:
         "failure_count",
         "failure_ns",
         "failures",
+        "first_response_bounds",
+        "first_response_buckets",
+        "first_response_in_observe",
+        "first_response_ms",
         "inference_count",
         "last_inference_ms",
         "queue_buckets",
@@ -144,6 +156,18 @@ class SchedulerStats:
         self.compute_buckets = [0] * buckets
         kept = SchedulerStats.samples_kept
         self.samples: deque[Sample] | None = deque(maxlen=kept) if kept else None
+        self.first_response_bounds: tuple[float, ...] = FIRST_RESPONSE_BOUNDS_MS
+        self.first_response_buckets: list[int] | None = None
+        self.first_response_in_observe = True
+        self.first_response_ms = 0
+
+    def count_first_responses(self, bounds: tuple[float, ...], decoupled: bool) -> None:
+        """Count each request's time to its first response in buckets with upper ``bounds`` (ms; one
+        more counts the rest): at its success, or for a ``decoupled`` model, whose first response
+        comes before the end, where the data plane sees it (:meth:`first_response`)."""
+        self.first_response_bounds = bounds
+        self.first_response_buckets = [0] * (len(bounds) + 1)
+        self.first_response_in_observe = not decoupled
 
     @property
     def pending(self) -> int:
@@ -209,3 +233,14 @@ class SchedulerStats:
         samples = self.samples
         if samples is not None:
             samples.append((time.monotonic_ns(), request_ns, queue_ns, input_ns, infer_ns, output_ns))
+        if self.first_response_buckets is not None and self.first_response_in_observe:
+            self.first_response(request_ns)
+
+    def first_response(self, elapsed_ns: int) -> None:
+        """Count one request's first response, ``elapsed_ns`` after it came (in whole milliseconds,
+        as Triton counts them)."""
+        buckets = self.first_response_buckets
+        if buckets is not None:
+            ms = elapsed_ns // 1_000_000
+            buckets[bisect_left(self.first_response_bounds, ms)] += 1
+            self.first_response_ms += ms
