@@ -1692,8 +1692,10 @@ def metrics_suites(checkouts: Checkouts) -> list[Suite]:
     checks of which families ``/metrics`` shows under each ``--metrics-config`` (counters by default,
     histograms, summaries with and without counters, with the response cache, custom quantiles), on
     its ``unit_test_models`` (C++ ``identity`` models, here on the identity stand-in), and the
-    ``namespace`` label left out without ``--model-namespacing`` (its ensemble of Python models).
-    Not run: its CPU, pinned-memory and GPU metrics, queue-size and histogram-value cases."""
+    ``namespace`` label left out without ``--model-namespacing`` (its ensemble of Python models);
+    ``histogram_metrics_test.py``'s first-response histogram of an ensemble with a decoupled step
+    (counts and sums of the ensemble and both steps) and of a model's ``model_metrics`` buckets, and
+    no histogram with them when off.  Not run: its CPU, pinned-memory, GPU and queue-size cases."""
     folder = "L0_metrics"
     here = checkouts.qa / folder
 
@@ -1706,46 +1708,80 @@ def metrics_suites(checkouts: Checkouts) -> list[Suite]:
             copy_model(model, repo)
         (repo / "addsub_ensemble" / "1").mkdir(exist_ok=True)
 
+    def ensemble(repo: Path) -> None:
+        """test.sh's ensemble of a decoupled step and ``async_execute``, its copy made not decoupled."""
+        for model in (here / "ensemble_decoupled").iterdir():
+            copy_model(model, repo)
+        (repo / "ensemble" / "1").mkdir(exist_ok=True)
+        policy = re.escape("model_transaction_policy { decoupled: True }")
+        derive(repo, "async_execute_decouple", "async_execute", (policy, ""))
+
+    def tuned(repo: Path) -> None:
+        """qa's ``async_execute_decouple`` with test.sh's ``model_metrics`` buckets."""
+        model = qa_model(checkouts, repo, "async_execute_decouple")
+        edit_config(model, append=TUNED_BUCKETS)
+
     def suite(label: str, args: tuple[str, ...], cases: tuple[str, ...], **options: Any) -> Suite:
+        """One server of test.sh; ``cases``: ``Class.test`` of metrics_config_test.py, or of
+        histogram_metrics_test.py for ``TestHistogramMetrics``."""
         flags = " ".join(arg for arg in args if not arg.startswith("--backend-directory"))
         env = options.pop("env", {})
-        scripts = tuple(
-            replace(
-                _unittest(checkouts, folder, "metrics_config_test.py", f"MetricsConfigTest.{case}", env),
-                name=f"{QA}{folder}/metrics_config_test.py::MetricsConfigTest.{case} [{flags}]",
+        scripts = []
+        for case in cases:
+            file = (
+                "histogram_metrics_test.py" if case.startswith("TestHistogram") else "metrics_config_test.py"
             )
-            for case in cases
-        )
-        return Suite(f"qa-metrics-{label}", options.pop("build", units), scripts, args, **options)
+            script = _unittest(checkouts, folder, file, case, env)
+            scripts.append(replace(script, name=f"{script.name} [{flags}]"))
+        return Suite(f"qa-metrics-{label}", options.pop("build", units), tuple(scripts), args, **options)
 
     explicit = ("--model-control-mode=explicit", f"--backend-directory={STAND_IN_BACKENDS}")
     off = (*explicit, "--load-model=identity_cache_off")
     summaries = ("--metrics-config", "summary_latencies=true")
-    missing = ("test_cache_counters_missing", "test_cache_summaries_missing")
+    missing = (
+        "MetricsConfigTest.test_cache_counters_missing",
+        "MetricsConfigTest.test_cache_summaries_missing",
+    )
+    decoupled = ("--model-control-mode=explicit", "--load-model=async_execute_decouple")
     quantiles = "0.1:0.0.1,0.7:0.01,0.75:0.01"  # (test.sh's, "0.0.1" included)
     return [
         suite(
             "default",
             off,
             (
-                "test_inf_counters_exist",
-                "test_inf_histograms_missing",
-                "test_inf_summaries_missing",
+                "MetricsConfigTest.test_inf_counters_exist",
+                "MetricsConfigTest.test_inf_histograms_missing",
+                "MetricsConfigTest.test_inf_summaries_missing",
                 *missing,
             ),
         ),
         suite(
             "histograms",
             (*off, "--metrics-config", "histogram_latencies=true"),
-            ("test_inf_counters_exist", "test_inf_histograms_exist", "test_inf_summaries_missing", *missing),
+            (
+                "MetricsConfigTest.test_inf_counters_exist",
+                "MetricsConfigTest.test_inf_histograms_exist",
+                "MetricsConfigTest.test_inf_summaries_missing",
+                *missing,
+            ),
         ),
         suite(
-            "summaries", (*off, *summaries), ("test_inf_counters_exist", "test_inf_summaries_exist", *missing)
+            "summaries",
+            (*off, *summaries),
+            (
+                "MetricsConfigTest.test_inf_counters_exist",
+                "MetricsConfigTest.test_inf_summaries_exist",
+                *missing,
+            ),
         ),
         suite(
             "summaries-only",
             (*off, *summaries, "--metrics-config", "counter_latencies=false"),
-            ("test_inf_counters_missing", "test_inf_summaries_exist", *missing),
+            (
+                "MetricsConfigTest.test_inf_counters_missing",
+                "MetricsConfigTest.test_inf_summaries_exist",
+                *missing,
+            ),
         ),
         suite(
             "cache",
@@ -1759,23 +1795,42 @@ def metrics_suites(checkouts: Checkouts) -> list[Suite]:
                 "counter_latencies=true",
             ),
             (
-                "test_inf_counters_exist",
-                "test_inf_summaries_exist_with_cache",
-                "test_cache_counters_exist",
-                "test_cache_summaries_exist",
+                "MetricsConfigTest.test_inf_counters_exist",
+                "MetricsConfigTest.test_inf_summaries_exist_with_cache",
+                "MetricsConfigTest.test_cache_counters_exist",
+                "MetricsConfigTest.test_cache_summaries_exist",
             ),
         ),
         suite(
             "quantiles",
             (*off, *summaries, "--metrics-config", f"summary_quantiles={quantiles}"),
-            ("test_summaries_custom_quantiles",),
+            ("MetricsConfigTest.test_summaries_custom_quantiles",),
             env={"SUMMARY_QUANTILES": quantiles},
         ),
         suite(
             "namespace-off",
             ("--model-namespacing=false", "--allow-metrics=true"),
-            ("test_model_namespacing_label_with_namespace_off",),
+            ("MetricsConfigTest.test_model_namespacing_label_with_namespace_off",),
             build=namespaced,
+        ),
+        suite(
+            "histogram-ensemble",
+            ("--metrics-config", "histogram_latencies=true", "--log-verbose=1"),
+            ("TestHistogramMetrics.test_ensemble_decoupled",),
+            build=ensemble,
+        ),
+        suite(
+            "histogram-buckets",
+            (*decoupled, "--metrics-config", "histogram_latencies=true", "--log-verbose=1"),
+            ("TestHistogramMetrics.test_buckets_override",),
+            build=tuned,
+            env={"OVERRIDE_BUCKETS": "-1,0,1,2.5,+Inf"},
+        ),
+        suite(
+            "histogram-off",
+            (*decoupled, "--metrics-config", "histogram_latencies=false", "--log-verbose=1"),
+            ("MetricsConfigTest.test_inf_histograms_missing",),
+            build=tuned,
         ),
     ]
 
@@ -1870,6 +1925,21 @@ def cmdline_trace(checkouts: Checkouts) -> list[Suite]:
 
 PROTOCOLS = ("http", "grpc")
 REFUSED_LOG_FILE = "log file location can not be updated through network protocol"
+#: qa/L0_metrics/test.sh's ``model_metrics`` section for ``async_execute_decouple``.
+TUNED_BUCKETS = """
+model_metrics {
+  metric_control: [
+    {
+      metric_identifier: {
+        family: "nv_inference_first_response_histogram_ms"
+      }
+      histogram_options: {
+        buckets: [ -1, 0.0, 1, 2.5 ]
+      }
+    }
+  ]
+}
+"""
 #: qa/L0_logging/test.sh's ``SERVER_ERROR_LOG``.
 ERROR_LOG = "inference_server_error_log_file.log"
 #: A log record's first line as qa/L0_logging/test.sh counts them.

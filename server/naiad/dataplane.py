@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Container, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -507,17 +506,9 @@ class DataPlane:
         signature.validate(request)
         self._inflight += 1
         self._idle.clear()
-        # the time to its first response, for Triton's first-response histogram when it is counted
-        stats = version.scheduler.stats if version.scheduler is not None else None
-        counting = stats is not None and stats.first_response_buckets is not None
-        started = time.monotonic_ns() if counting else 0
         try:
             async with aclosing(answers(request, version.submit)) as items:
                 async for answer, final in items:
-                    if counting and answer is not None:
-                        assert stats is not None
-                        stats.first_response(time.monotonic_ns() - started)
-                        counting = False
                     if answer is None:
                         answer = EmptyFinal(model.name, str(version.version), request.id)
                     elif isinstance(answer, InferResponse):

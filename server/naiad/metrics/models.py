@@ -375,7 +375,7 @@ def _first_responses(versions: list[_Row]) -> Metric:
     lines: list[str] = []
     for series, _, stats in versions:
         buckets = stats.first_response_buckets
-        if buckets is None:  # (an ensemble's: not counted)
+        if buckets is None:  # (a version loaded before counting was on: none)
             continue
         plain = series.plain
         cumulative = 0

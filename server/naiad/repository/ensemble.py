@@ -37,6 +37,8 @@ from naiad.repository.loader import LoadPlan
 from naiad.repository.model import Model, ModelState, ModelVersion
 from naiad.scheduling.cache import ResponseCache
 from naiad.scheduling.ensemble import EnsembleScheduler, Fit, Stage, Step, StepRunner, steps_of
+from naiad.scheduling.factory import first_response_bounds
+from naiad.scheduling.stats import SchedulerStats
 
 #: The registry's "which version runs this request" (``ModelRegistry.route``).
 Resolver = Callable[[InferRequest], tuple[Model, ModelVersion]]
@@ -569,6 +571,9 @@ def build_version(
         fits=_fits(config, steps, models),
         optional_inputs=tuple(tensor.name for tensor in config.input if tensor.optional),
     )
+    if SchedulerStats.first_responses:  # (its config says whether it streams: ``complete_config``)
+        decoupled = config.model_transaction_policy.decoupled
+        scheduler.stats.count_first_responses(first_response_bounds(config), decoupled)
     return EnsembleVersion(
         config,
         steps,

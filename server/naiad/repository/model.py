@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from naiad.backends.base import InstanceHealth
 from naiad.core.errors import UnavailableError
-from naiad.core.request import InferRequest, InferResponse
+from naiad.core.request import InferRequest, InferResponse, ResponseSink
 from naiad.core.signature import ModelSignature
 from naiad.repository.layout import model_key
 from naiad.repository.readiness import Readiness
@@ -20,6 +21,7 @@ from naiad.scheduling.scheduler import Scheduler
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from naiad.scheduling.stats import SchedulerStats
     from naiad.scheduling.worker import InstanceWorker
 
 #: The reason Triton gives a version that was unloaded on purpose (it does not count against readiness).
@@ -77,9 +79,15 @@ class ModelVersion:
     _drained: asyncio.Event | None = None
 
     async def submit(self, request: InferRequest) -> InferResponse:
-        """Run one request on this version; UNAVAILABLE once the version stopped serving."""
+        """Run one request on this version; UNAVAILABLE once the version stopped serving.  (The path
+        of a decoupled model's requests, from a client's stream or an ensemble's step: their first
+        response is timed here when Triton's first-response histogram counts them.)"""
         scheduler = self.admit()
         try:
+            stats = scheduler.stats
+            if request.responses is not None and stats.first_response_buckets is not None:
+                if not stats.first_response_in_observe:
+                    request.responses = _first_timed(request.responses, stats)
             return await scheduler.submit(request)
         finally:
             self.release()
@@ -213,3 +221,24 @@ class Model:
         if any(mv.state is ModelState.LOADING for mv in self.versions.values()):
             return ModelState.LOADING
         return ModelState.UNAVAILABLE
+
+
+def _first_timed(sink: ResponseSink, stats: SchedulerStats) -> ResponseSink:
+    """``sink``, counting the time to the first answer with a response in ``stats`` (on the event
+    loop, which alone writes statistics; a model answers from its own threads)."""
+    loop = asyncio.get_running_loop()
+    started = time.monotonic_ns()
+    waiting = True
+
+    def timed(answer: Any, final: bool) -> None:
+        nonlocal waiting
+        if waiting and answer is not None:
+            waiting = False
+            elapsed = time.monotonic_ns() - started
+            try:
+                loop.call_soon_threadsafe(stats.first_response, elapsed)
+            except RuntimeError:  # the loop is closed: the server is gone
+                pass
+        sink(answer, final)
+
+    return timed
