@@ -138,11 +138,17 @@ def test_first_response_histogram_as_tritons(tmp_path: Path) -> None:
     write_model(tmp_path, "tuned", f'backend: "python"\nmax_batch_size: 8\n{io}\n{buckets}', IDENTITY_PY)
     decoupled = 'model_transaction_policy { decoupled: true }'
     write_model(tmp_path, "streamed", f'backend: "python"\n{io}\n{decoupled}', SLOW_END_PY)
+    steps = (
+        'platform: "ensemble"\n' + io + 'ensemble_scheduling { step [ { model_name: "streamed" model_version: -1 '
+        'input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "OUTPUT0" } } ] }'
+    )
+    write_model(tmp_path, "chained", steps)
     family = "nv_inference_first_response_histogram_ms"
     with ServerProcess([tmp_path], ["--metrics-config=histogram_latencies=true"]) as server:
         for model in ("plain", "plain", "tuned"):
             assert infer(server.http_url, model, "first").status == 200
         _stream_once(server, "streamed")
+        _stream_once(server, "chained")  # an ensemble of it: both count their first response
         text = scrape(server)
     assert types(text)[family] == "histogram"
     assert value(text, f"{family}_count", model="plain", version="1") == 2
@@ -151,8 +157,9 @@ def test_first_response_histogram_as_tritons(tmp_path: Path) -> None:
     assert {dict(labels)["le"] for labels in model_bucket} == {"1", "10", "+Inf"}
     assert value(text, f"{family}_count", model="tuned", version="1") == 1
     # the first of its two responses came at once: within 500 ms, where its end (0.6 s) is not
-    assert value(text, f"{family}_bucket", model="streamed", version="1", le="500") == 1
-    assert value(text, f"{family}_count", model="streamed", version="1") == 1
+    for model, requests in (("streamed", 2), ("chained", 1)):
+        assert value(text, f"{family}_bucket", model=model, version="1", le="500") == requests
+        assert value(text, f"{family}_count", model=model, version="1") == requests
 
 
 def test_first_response_histogram_is_off_by_default(server: ServerProcess) -> None:
