@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.metrics_core import Metric
@@ -277,7 +277,7 @@ class ModelMetrics(Collector):
                 key = (name, series.plain)
                 known = previous.get(key)
                 if known is None or known[0] != figures:
-                    known = (figures, _histogram_text(name, series, buckets, summed))
+                    known = (figures, _histogram_text(name, series, buckets, summed / 1e6))
                 kept[key] = known
                 texts.append(known[1])
             yield Prerendered(name, doc, "histogram", "".join(texts))
@@ -353,41 +353,40 @@ def _lines(name: str, doc: str, kind: str, rows: list[tuple[str, float]], sample
     return Prerendered(name, doc, kind, text)
 
 
-def _histogram_text(name: str, series: _Series, buckets: list[int], summed_ns: int) -> str:
-    """One version's lines of the histogram family ``name`` (``le`` last, as Triton prints it)."""
+def _histogram_text(
+    name: str, series: _Series, buckets: list[int], summed: float, bounds: Sequence[str] = ()
+) -> str:
+    """One version's lines of the histogram family ``name`` (``le`` last, as Triton prints it):
+    ``buckets`` per bound of ``bounds`` (default: the latency bounds, in ms), then the rest."""
     lines: list[str] = []
     plain = series.plain
     cumulative = 0
-    for bound, count in zip(_BOUND_LABELS, buckets, strict=False):
+    for bound, count in zip(bounds or _BOUND_LABELS, buckets, strict=False):
         cumulative += count
         lines.append(f'{name}_bucket{{{plain},le="{bound}"}} {cumulative}\n')
     total = cumulative + buckets[-1]
     lines.append(f'{name}_bucket{{{plain},le="+Inf"}} {total}\n')
     lines.append(f"{name}_count{{{plain}}} {total}\n")
-    lines.append(f"{name}_sum{{{plain}}} {format_value(summed_ns / 1e6)}\n")
+    lines.append(f"{name}_sum{{{plain}}} {format_value(summed)}\n")
     return "".join(lines)
 
 
 def _first_responses(versions: list[_Row]) -> Metric:
     """Triton's ``nv_inference_first_response_histogram_ms``: each version's requests by the whole
     milliseconds to their first response, in its buckets (Triton's, or its model's ``model_metrics``)."""
-    name = FIRST_RESPONSE_FAMILY
-    lines: list[str] = []
-    for series, _, stats in versions:
-        buckets = stats.first_response_buckets
-        if buckets is None:  # (a version loaded before counting was on: none)
-            continue
-        plain = series.plain
-        cumulative = 0
-        for bound, count in zip(stats.first_response_bounds, buckets, strict=False):
-            cumulative += count
-            lines.append(f'{name}_bucket{{{plain},le="{_bound(float(bound))}"}} {cumulative}\n')
-        total = cumulative + buckets[-1]
-        lines.append(f'{name}_bucket{{{plain},le="+Inf"}} {total}\n')
-        lines.append(f"{name}_count{{{plain}}} {total}\n")
-        lines.append(f"{name}_sum{{{plain}}} {stats.first_response_ms}\n")
+    texts = [
+        _histogram_text(
+            FIRST_RESPONSE_FAMILY,
+            series,
+            stats.first_response_buckets,
+            stats.first_response_ms,
+            [_bound(float(bound)) for bound in stats.first_response_bounds],
+        )
+        for series, _, stats in versions
+        if stats.first_response_buckets is not None  # (a version loaded before counting was on)
+    ]
     doc = "Duration from request to first response in milliseconds"
-    return Prerendered(name, doc, "histogram", "".join(lines))
+    return Prerendered(FIRST_RESPONSE_FAMILY, doc, "histogram", "".join(texts))
 
 
 def _summaries(
