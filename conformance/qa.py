@@ -1695,7 +1695,9 @@ def metrics_suites(checkouts: Checkouts) -> list[Suite]:
     ``namespace`` label left out without ``--model-namespacing`` (its ensemble of Python models);
     ``histogram_metrics_test.py``'s first-response histogram of an ensemble with a decoupled step
     (counts and sums of the ensemble and both steps) and of a model's ``model_metrics`` buckets, and
-    no histogram with them when off.  Not run: its CPU, pinned-memory, GPU and queue-size cases."""
+    no histogram with them when off; ``metrics_queue_size_test.py``'s pending-request counts going
+    down one execution at a time under each scheduler (2 s executions on the identity stand-in).
+    Not run: its CPU, pinned-memory and GPU cases."""
     folder = "L0_metrics"
     here = checkouts.qa / folder
 
@@ -1720,6 +1722,30 @@ def metrics_suites(checkouts: Checkouts) -> list[Suite]:
         """qa's ``async_execute_decouple`` with test.sh's ``model_metrics`` buckets."""
         model = qa_model(checkouts, repo, "async_execute_decouple")
         edit_config(model, append=TUNED_BUCKETS)
+
+    def queued(repo: Path) -> None:
+        """test.sh's queue-size models: ``identity_delay`` (2 s per execution) under each scheduler,
+        and ``ensemble_delay`` over copies of two of them."""
+        default = copy_model(here / "identity_delay", repo, "default")
+        (default / "1").mkdir()
+        edit_config(default, ("^max_batch_size.*", "max_batch_size: 4"))
+        delay = "max_queue_delay_microseconds: 100000"
+        for name, section in (
+            ("dynamic", f"dynamic_batching {{ {delay} }}"),
+            (
+                "max_queue_size",
+                f"dynamic_batching {{ {delay} default_queue_policy {{ max_queue_size: 4 }} }}",
+            ),
+            (
+                "sequence_direct",
+                f"sequence_batching {{ direct {{ {delay}, minimum_slot_utilization: 1.0 }} }}",
+            ),
+            ("sequence_oldest", f"sequence_batching {{ oldest {{ {delay}, max_candidate_sequences: 4 }} }}"),
+        ):
+            edit_config(copy_model(default, repo, name), append=f"\n{section}\n")
+        (copy_model(here / "ensemble_delay", repo, "ensemble") / "1").mkdir(exist_ok=True)
+        copy_model(default, repo, "default_composing")
+        copy_model(repo / "dynamic", repo, "dynamic_composing")
 
     def suite(label: str, args: tuple[str, ...], cases: tuple[str, ...], **options: Any) -> Suite:
         """One server of test.sh; ``cases``: ``Class.test`` of metrics_config_test.py, or of
@@ -1812,6 +1838,19 @@ def metrics_suites(checkouts: Checkouts) -> list[Suite]:
             ("--model-namespacing=false", "--allow-metrics=true"),
             ("MetricsConfigTest.test_model_namespacing_label_with_namespace_off",),
             build=namespaced,
+        ),
+        Suite(
+            "qa-metrics-queue-size",
+            queued,
+            (
+                _unittest(
+                    checkouts,
+                    folder,
+                    "metrics_queue_size_test.py",
+                    extra_env={"MAX_BATCH_SIZE": "4", "MAX_QUEUE_DELAY_US": "100000"},
+                ),
+            ),
+            ("--log-verbose=1", f"--backend-directory={STAND_IN_BACKENDS}"),
         ),
         suite(
             "histogram-ensemble",

@@ -214,8 +214,12 @@ class DynamicBatchScheduler(LoopScheduler):
         self._deliver(execution, execution.end_ns)
 
     def _pending(self) -> int:
-        """Requests queued here or in the job queue, not yet taken by an instance."""
-        return len(self._queue) + self._handed - sum(worker.started for worker in self._workers)
+        """Requests queued here or in the job queue, not yet taken by an instance, or taken by one
+        driven from the loop whose model process has not started them yet (sent ahead)."""
+        pending = len(self._queue) + self._handed - sum(worker.started for worker in self._workers)
+        if self._on_loop:
+            pending += sum(cast(LoopDriven, worker.instance).waiting for worker in self._workers)
+        return pending
 
     def _expire(self, now: int) -> None:
         """Answer the requests whose queue timeout passed (REJECT); DELAY ones just move back."""

@@ -40,6 +40,9 @@ class LoopDriven(Protocol):
     def outstanding(self) -> int: ...
 
     @property
+    def waiting(self) -> int: ...
+
+    @property
     def healthy(self) -> bool: ...
 
     def start_on_loop(

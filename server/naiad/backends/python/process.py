@@ -313,6 +313,19 @@ class ProcessModelInstance:
         return self._in_flight() + len(self._backlog)
 
     @property
+    def waiting(self) -> int:
+        """Requests the loop gave this instance that its model process has not started: those in
+        the backlog, and those sent behind the execution it runs (it runs them one at a time, in
+        order); still pending, as Triton counts them (``nv_inference_pending_request_count``)."""
+        backlog = sum(len(requests) for requests, _ in self._backlog)
+        if self._decoupled:
+            with self._lock:
+                ahead = [sent[1] for sent in self._child.ahead]
+        else:
+            ahead = [sent[3] for sent in self._sent]
+        return backlog + sum(len(requests) for requests in ahead[1:])
+
+    @property
     def healthy(self) -> bool:
         """Whether a model process serves it now (not while it restarts, or after it failed to)."""
         return not self._unhealthy

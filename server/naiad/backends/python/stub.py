@@ -51,6 +51,8 @@ from naiad.core.request import InferRequest, InferResponse, RequestedOutput, Ten
 
 #: What the reader thread hands on once the engine is gone.
 _GONE = object()
+#: How long results of executions sent ahead may wait for later ones, to go in one write (s).
+GATHER_S = 0.001
 
 #: The channel the current call chain holds (see :class:`_Channel`).
 _HOLDER: contextvars.ContextVar[_Channel | None] = contextvars.ContextVar(
@@ -602,13 +604,18 @@ class _Worker:
         """Run executions until told to close, or until the engine goes away.
 
         Results of executions the engine sent ahead are gathered and sent together once no further
-        execution has arrived: one write, and one wake-up of the engine, for all of them.  A
-        decoupled model's go at once: its threads go on after ``execute`` returned, and if they
-        crash the process, the engine must know which executions had ended (their requests' streams
-        then fail as streams, not as executions), whatever it sent ahead.
+        execution has arrived: one write, and one wake-up of the engine, for all of them; but only
+        while that holds the oldest of them back less than :data:`GATHER_S` (judged by the last
+        execution's length, as the next one's): a slow model's results go one by one, as each
+        execution ends, and not all at the end of what was sent ahead (ten 2 s executions queued
+        would otherwise all answer after 20 s).  A decoupled model's go at once: its threads go on
+        after ``execute`` returned, and if they crash the process, the engine must know which
+        executions had ended (their requests' streams then fail as streams, not as executions),
+        whatever it sent ahead.
         """
         channel = self._channel
         unsent = False
+        oldest = 0.0  # when the oldest result not sent yet was ready
         while True:
             try:
                 message = channel.next_message(wait=not unsent)
@@ -623,9 +630,14 @@ class _Worker:
                 self._instance.close()
                 channel.tell(("closed",))
                 return
+            started = time.perf_counter()
             channel.queue(self.execute(message))
-            if self._decoupled:
+            ended = time.perf_counter()
+            if not unsent:
+                oldest = ended
+            if self._decoupled or ended - oldest + (ended - started) > GATHER_S:
                 channel.flush()
+                unsent = False
             else:
                 unsent = True
 
