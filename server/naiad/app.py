@@ -37,7 +37,7 @@ from naiad.repository.peers import Peers
 from naiad.repository.registry import ModelRegistry
 from naiad.repository.residency import Residency
 from naiad.repository.summary import OPTIONS_HEADER, model_rows, table
-from naiad.scheduling.cache import ResponseCache, parse_cache_config
+from naiad.scheduling.cache import CacheUnavailable, open_cache, parse_cache_config
 from naiad.scheduling.rate_limiter import RateLimiter, parse_resource
 from naiad.settings import ServerSettings
 from naiad.tracing.config import parse_trace_config
@@ -53,8 +53,11 @@ def configure_logging(settings: ServerSettings) -> None:
 
 async def serve(settings: ServerSettings) -> int:
     triton_flags.log_inert(settings.inert_flags)
-    cache_size = parse_cache_config(settings.cache_config)
-    response_cache = ResponseCache(cache_size) if cache_size is not None else None
+    try:  # (a Redis cache answers before anything else starts, as in Triton)
+        response_cache = await open_cache(parse_cache_config(settings.cache_config))
+    except CacheUnavailable as error:
+        log.error("creating server: Internal - %s", error)
+        return 1
     resources = [parse_resource(text) for text in settings.rate_limit_resources]
     rate_limiter = RateLimiter(resources) if settings.rate_limit == "execution_count" else None
     registry = ModelRegistry()
@@ -184,6 +187,8 @@ async def serve(settings: ServerSettings) -> int:
         await asyncio.gather(loader, return_exceptions=True)
     log.info("All models are stopped, unloading models")
     await repository.close()
+    if response_cache is not None:
+        await response_cache.close()
     runtime.close()
     shared_memory.close()
     tracer.close()

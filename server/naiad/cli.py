@@ -303,7 +303,8 @@ def _observability_settings(parser: argparse.ArgumentParser, args: argparse.Name
 def _extension_flags(p: argparse.ArgumentParser, d: ServerSettings) -> None:
     """Shared memory, response cache, rate limiter, API security, TLS and header forwarding."""
     p.add_argument("--allow-client-shm", type=_bool, default=d.allow_client_shm, metavar="BOOL")
-    p.add_argument("--cache-config", action="append", default=[], metavar="local,size=BYTES")
+    p.add_argument("--cache-config", action="append", default=[],
+                   metavar="local,size=BYTES|redis,SETTING=VALUE")
     p.add_argument("--rate-limit", type=str.lower, default=d.rate_limit, choices=["off", "execution_count"])
     p.add_argument("--rate-limit-resource", dest="rate_limit_resources", action="append", default=[],
                    metavar="NAME:COUNT[:DEVICE]")

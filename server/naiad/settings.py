@@ -255,8 +255,9 @@ class ServerSettings:
     object by name)."""
 
     cache_config: list[str] = field(default_factory=list)
-    """``--cache-config``, repeatable: ``local,size=<bytes>`` enables the response cache for models whose
-    config sets ``response_cache { enable: true }`` (see :mod:`naiad.scheduling.cache`)."""
+    """``--cache-config``, repeatable: ``local,size=<bytes>``, or ``redis,host=<host>`` and
+    ``redis,port=<port>`` (and Triton's other Redis settings), enables the response cache for models
+    whose config sets ``response_cache { enable: true }`` (see :mod:`naiad.scheduling.cache`)."""
 
     rate_limit: str = "off"
     """``--rate-limit``: ``off`` or ``execution_count`` (instances wait for their ``rate_limiter``

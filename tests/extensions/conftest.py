@@ -176,6 +176,19 @@ def ext_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         """,
         STRINGS_PY,
     )
+    write_model(
+        root,
+        "sequence_cached",
+        """
+        backend: "python"
+        max_batch_size: 4
+        sequence_batching {}
+        response_cache { enable: true }
+        input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
+        output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
+        """,
+        STRINGS_PY,
+    )
     return root
 
 
@@ -188,7 +201,7 @@ def ext_server(ext_repository: Path, frontend_workers: int) -> Iterator[ServerPr
         "--http-header-forward-pattern=^x-fwd-",
         "--grpc-header-forward-pattern=^x-fwd-",
         "--strict-readiness=false",
-        "--exit-on-error=false",  # (``decoupled_cached`` fails to load on purpose)
+        "--exit-on-error=false",  # (``decoupled_cached`` and ``sequence_cached`` fail to load on purpose)
     ]
     with ServerProcess([ext_repository], args, frontend_workers=frontend_workers) as server:
         yield server

@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from naiad.core.request import InferRequest, InferResponse, Tensor
-from naiad.scheduling.cache import ResponseCache, parse_cache_config
+from naiad.scheduling.cache import (
+    CacheConfig,
+    CacheInsertionError,
+    LocalCache,
+    ResponseCache,
+    parse_cache_config,
+)
 
 
 def _request(value: int, model: str = "m", parameters: dict[str, int] | None = None) -> InferRequest:
@@ -19,7 +25,7 @@ def _response(size: int) -> InferResponse:
 
 
 def test_the_byte_bound_evicts_the_least_recently_used() -> None:
-    cache = ResponseCache(3000)
+    cache = LocalCache(3000)
     keys = [ResponseCache.key(_request(i), "m", 1) for i in range(3)]
     for key in keys[:2]:
         cache.insert(key, _response(1000))
@@ -29,12 +35,13 @@ def test_the_byte_bound_evicts_the_least_recently_used() -> None:
     assert cache.lookup(keys[1], "m", "1") is None
     assert cache.lookup(keys[0], "m", "1") is not None
     assert cache.evictions == 1
-    cache.insert(ResponseCache.key(_request(9), "m", 1), _response(5000))  # larger than the cache
+    with pytest.raises(CacheInsertionError, match=r"^Requested byte_size: \d+ is greater than total cache size: 3000$"):
+        cache.insert(ResponseCache.key(_request(9), "m", 1), _response(5000))  # larger than the cache
     assert len(cache) == 2
 
 
 def test_entries_are_private_and_read_only() -> None:
-    cache = ResponseCache(10_000)
+    cache = LocalCache(10_000)
     key = ResponseCache.key(_request(1), "m", 1)
     response = _response(8)
     cache.insert(key, response)
@@ -56,8 +63,23 @@ def test_keys_differ_by_model_version_inputs_and_parameters() -> None:
 
 
 def test_cache_config_flag() -> None:
+    """Triton's ``<cache>,<setting>=<value>`` values, one cache, refused in its words."""
     assert parse_cache_config([]) is None
-    assert parse_cache_config(["local,size=1048576"]) == 1048576
-    for bad in ("redis,host=x", "local,size=lots", "local"):
-        with pytest.raises(ValueError):
+    assert parse_cache_config(["local,size=1048576"]) == CacheConfig("local", {"size": "1048576"})
+    redis = parse_cache_config(["redis,host=r", "redis,port=6379", "redis,password=a=b"])
+    assert redis == CacheConfig("redis", {"host": "r", "port": "6379", "password": "a=b"})
+    refusals = {
+        "local": "No cache specified. --cache-config option format is <cache name>,<setting>=<value>. Got local",
+        "local,size": "--cache-config option format is '<cache name>,<setting>=<value>'. Got local,size",
+        "local,size=": "--cache-config option format is '<cache name>,<setting>=<value>'. Got local,size=",
+        "local,size=lots": "Failed to initialize LocalCache: config didn't contain a valid 'size' field.",
+        "redis,host=x": "Failed to initialize RedisCache, didn't specify address. Must at a minimum specify "
+                        "'host' and 'port'",
+        "memcached,size=1": "unsupported cache 'memcached'",
+    }
+    for bad, message in refusals.items():
+        with pytest.raises(ValueError) as refused:
             parse_cache_config([bad])
+        assert str(refused.value).startswith(message)
+    with pytest.raises(ValueError, match=r"^found multiple cache configurations, but only a single cache is currently supported$"):
+        parse_cache_config(["local,size=8192", "redis,key=value"])

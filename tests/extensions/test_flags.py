@@ -34,7 +34,8 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("flag", "error"),
     [
-        ("--cache-config=redis,size=1", "only the 'local' cache is available"),
+        ("--cache-config=memcached,size=1", "unsupported cache 'memcached'"),
+        ("--cache-config=redis,size=1", "Must at a minimum specify 'host' and 'port'"),
         ("--rate-limit=always", "invalid choice"),
         ("--rate-limit-resource=gpu", "expected <name>:<count>[:<device>]"),
         ("--http-restricted-api=inference", "expected <apis>:<header>=<value>"),

@@ -105,7 +105,7 @@ def test_request_parameters_are_part_of_the_key(protocol: str, ext_server: Serve
     assert one["WHO"].tolist() != two["WHO"].tolist()
 
 
-def test_a_decoupled_model_with_the_cache_is_refused_at_load(ext_server: ServerProcess) -> None:
+def test_decoupled_and_sequence_models_with_the_cache_are_refused_at_load(ext_server: ServerProcess) -> None:
     request = urllib.request.Request(f"http://{ext_server.http_url}/v2/repository/index", data=b"{}")
     with urllib.request.urlopen(request) as answer:
         index = {entry["name"]: entry for entry in json.loads(answer.read())}
@@ -113,6 +113,10 @@ def test_a_decoupled_model_with_the_cache_is_refused_at_load(ext_server: ServerP
     assert entry.get("state") != "READY"
     assert "Response Cache does not currently support model decoupled_cached with 'decoupled' transaction " \
            "policy. Please disable the response cache." in entry.get("reason", "")
+    entry = index["sequence_cached"]
+    assert entry.get("state") != "READY"
+    assert "Response Cache does not currently support model sequence_cached with sequence batching " \
+           "scheduler. Please disable the response cache." in entry.get("reason", "")
 
 
 def test_a_caching_models_families_before_any_request(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The response cache's own gauges (``--cache-config local,size=N``), as Triton's local cache names them.
+"""The local response cache's gauges (``--cache-config local,size=N``), as Triton's local cache names them.
 
 Triton reports the whole cache, without labels, as gauges (they are refreshed by its metrics thread):
 ``nv_cache_num_entries``, ``nv_cache_num_lookups``, ``nv_cache_num_hits``, ``nv_cache_num_misses``,
@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from naiad.scheduling.cache import ResponseCache
+from naiad.scheduling.cache import LocalCache
 
 
 class CacheMetrics(Collector):
     """The server's response cache, read when ``/metrics`` is scraped."""
 
-    def __init__(self, cache: ResponseCache) -> None:
+    def __init__(self, cache: LocalCache) -> None:
         self._cache = cache
 
     def collect(self) -> Iterator[Metric]:

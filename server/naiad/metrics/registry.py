@@ -26,6 +26,7 @@ from naiad.metrics.poller import Poller
 from naiad.metrics.residency import ResidencyMetrics
 from naiad.repository.manager import ModelRepository
 from naiad.repository.peers import Peers
+from naiad.scheduling.cache import LocalCache
 from naiad.scheduling.stats import SchedulerStats
 from naiad.settings import ServerSettings
 
@@ -45,7 +46,7 @@ class ServerMetrics:
             SchedulerStats.samples_kept = SUMMARY_SAMPLES
         SchedulerStats.first_responses = config.first_response_histogram
         self._collectors: list[Collector] = [ModelMetrics(repository, config)]
-        if repository.response_cache is not None:
+        if isinstance(repository.response_cache, LocalCache):  # (Triton's Redis cache reports none)
             self._collectors.append(CacheMetrics(repository.response_cache))
         self._collectors.append(PinnedMemoryMetrics())
         self._collectors.append(ResidencyMetrics(repository))

@@ -22,7 +22,7 @@ from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.signature import ModelSignature, TensorSpec
 from naiad.repository.layout import CONFIG_FILE, CONFIGS_FOLDER
-from naiad.scheduling.cache import refuse_decoupled
+from naiad.scheduling.cache import refuse_uncacheable
 
 ModelConfig = mc.ModelConfig
 
@@ -226,7 +226,7 @@ def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
         config.optimization.input_pinned_memory.enable = True
         config.optimization.output_pinned_memory.enable = True
     _normalize_io(config)
-    refuse_decoupled(config)
+    refuse_uncacheable(config)
     if config.platform != "ensemble":
         _normalize_instance_groups(config, gpu_count)
 

@@ -1,10 +1,12 @@
-"""The response cache (``--cache-config local,size=N``, ``response_cache { enable: true }``).
+"""The response cache (``--cache-config``, ``response_cache { enable: true }``).
 
-One least-recently-used cache for the server, bounded in bytes, holds whole model responses keyed by
-a digest of the model name, the version, every input (name, datatype, shape, bytes) and the request
-parameters.  The model name and version are in the key, so models never see each other's entries;
-the parameters are too (beyond Triton, whose key ignores them), because a custom parameter may change
-what a model answers.  A hit answers without the queue or the model.
+Two caches, as Triton's image has: ``local`` (``--cache-config local,size=N``), one least-recently-used
+cache in the server's memory, bounded in bytes; and ``redis`` (:mod:`naiad.scheduling.redis_cache`),
+shared by every server that names the same Redis.  Both hold whole model responses keyed by a digest of
+the model name, the version, every input (name, datatype, shape, bytes) and the request parameters.
+The model name and version are in the key, so models never see each other's entries; the parameters
+are too (beyond Triton, whose key ignores them), because a custom parameter may change what a model
+answers.  A hit answers without the queue or the model.
 
 Entries hold every output the model produced, before the data plane selects the requested ones and
 formats them (classification, shared memory), so one entry serves requests for any subset of its
@@ -14,12 +16,14 @@ Everything runs on the event loop, so there is no lock.
 
 from __future__ import annotations
 
+import abc
 import hashlib
+import logging
 import struct
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,50 +35,72 @@ from naiad.scheduling.stats import SchedulerStats
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
+log = logging.getLogger("naiad.cache")
+
 #: Bookkeeping charged to each entry on top of its tensors (key, list, objects).
 _ENTRY_OVERHEAD = 256
 #: Charged per BYTES element on top of its length (the Python object holding it).
 _OBJECT_OVERHEAD = 40
 _LENGTH = struct.Struct("<Q")
+_FORMAT = "<cache name>,<setting>=<value>"
 
 
-def parse_cache_config(settings: list[str]) -> int | None:
-    """The cache size in bytes from ``--cache-config`` values (``local,size=N``); ``None``: no cache."""
-    size: int | None = None
-    for setting in settings:
-        name, _, rest = setting.partition(",")
-        key, _, value = rest.partition("=")
-        if name != "local":
-            raise ValueError(f"unsupported cache '{name}': only the 'local' cache is available")
-        if key != "size" or not value.isdigit():
-            raise ValueError(f"expected --cache-config=local,size=<bytes>, got '{setting}'")
-        size = int(value)
-    return size
+@dataclass(frozen=True)
+class CacheConfig:
+    """One cache's ``--cache-config`` settings, in the order given (a later value of a setting wins)."""
+
+    name: str
+    settings: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _Entry:
-    outputs: list[Tensor]
-    parameters: dict[str, Any]
-    size: int
+def parse_cache_config(values: list[str]) -> CacheConfig | None:
+    """The cache ``--cache-config`` values configure (``<cache>,<setting>=<value>``, repeated per
+    setting); ``None``: no cache.  Refused as Triton refuses them: a value without a cache or a
+    setting, several caches, a local cache without a size, a Redis cache without an address."""
+    settings: dict[str, dict[str, str]] = {}
+    for value in values:
+        name, comma, rest = value.partition(",")
+        if not comma or not name:
+            raise ValueError(f"No cache specified. --cache-config option format is {_FORMAT}. Got {value}")
+        key, equals, setting = rest.partition("=")
+        if not equals or not key or not setting:
+            raise ValueError(f"--cache-config option format is '{_FORMAT}'. Got {value}")
+        settings.setdefault(name, {})[key] = setting
+    if not settings:
+        return None
+    if len(settings) > 1:
+        raise ValueError(
+            "found multiple cache configurations, but only a single cache is currently supported"
+        )
+    [(name, chosen)] = settings.items()
+    if name == "local":
+        if not chosen.get("size", "").isdigit():
+            raise ValueError("Failed to initialize LocalCache: config didn't contain a valid 'size' field.")
+    elif name == "redis":
+        if "host" not in chosen or "port" not in chosen:
+            raise ValueError(
+                "Failed to initialize RedisCache, didn't specify address. Must at a minimum specify 'host' "
+                "and 'port' in the configuration, e.g. --cache-config redis,host=redis "
+                "--cache-config redis,port=6379"
+            )
+    else:
+        raise ValueError(f"unsupported cache '{name}': the 'local' and 'redis' caches are available")
+    return CacheConfig(name, chosen)
 
 
-class ResponseCache:
-    """An LRU of responses, at most ``capacity`` bytes; counters for Triton's ``nv_cache_*`` gauges
-    (``hits``, ``misses``, ``evictions``, and the summed ``lookup_ns`` / ``insertion_ns``)."""
+class CacheInsertionError(Exception):
+    """A response the cache did not keep, and why (logged; the request is answered all the same)."""
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.used = 0
-        self.evictions = 0
+
+class ResponseCache(abc.ABC):
+    """What both caches share: the key, the way a request is answered through the cache, and the
+    counters of hits and misses (with the summed ``lookup_ns`` / ``insertion_ns``)."""
+
+    def __init__(self) -> None:
         self.hits = 0
         self.misses = 0
         self.lookup_ns = 0
         self.insertion_ns = 0
-        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     @staticmethod
     def key(request: InferRequest, model_name: str, version: int) -> bytes:
@@ -104,7 +130,7 @@ class ResponseCache:
         both come through here, as in Triton, where a step's model answers from the cache too."""
         started = time.monotonic_ns()
         key = self.key(request, model_name, version)
-        cached = self.lookup(key, model_name, str(version))
+        cached = await self.fetch(key, model_name, str(version))
         looked_up = time.monotonic_ns()
         self.lookup_ns += looked_up - started
         if cached is not None:
@@ -114,11 +140,50 @@ class ResponseCache:
         self.misses += 1
         response = await submit(request)
         inserting = time.monotonic_ns()
-        self.insert(key, response)
+        try:
+            await self.store(key, response)
+        except CacheInsertionError as error:  # (Triton's words)
+            log.error("Failed to insert key [%s] into response cache: %s", key.hex(), error)
         inserted = time.monotonic_ns()
         self.insertion_ns += inserted - inserting
         stats.cache_miss(looked_up - started + inserted - inserting)
         return response
+
+    @abc.abstractmethod
+    async def fetch(self, key: bytes, model_name: str, version: str) -> InferResponse | None:
+        """The entry under ``key`` as a response of that model version; ``None``: a miss."""
+
+    @abc.abstractmethod
+    async def store(self, key: bytes, response: InferResponse) -> None:
+        """Keep ``response`` under ``key``; :class:`CacheInsertionError` says why it was not kept."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Let go of what the cache holds outside the process (connections)."""
+
+
+class LocalCache(ResponseCache):
+    """An LRU of responses in the server's memory, at most ``capacity`` bytes; with ``evictions``, its
+    ``used`` bytes and its length, what Triton's local cache reports as ``nv_cache_*`` gauges."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.used = 0
+        self.evictions = 0
+        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def fetch(self, key: bytes, model_name: str, version: str) -> InferResponse | None:
+        return self.lookup(key, model_name, version)
+
+    async def store(self, key: bytes, response: InferResponse) -> None:
+        self.insert(key, response)
+
+    async def close(self) -> None:
+        pass  # (nothing outside the process)
 
     def lookup(self, key: bytes, model_name: str, version: str) -> InferResponse | None:
         entry = self._entries.get(key)
@@ -130,20 +195,45 @@ class ResponseCache:
         )
 
     def insert(self, key: bytes, response: InferResponse) -> None:
-        """Keep a private, read-only copy of ``response``; one larger than the cache is not kept."""
+        """Keep a private, read-only copy of ``response``; one larger than the cache is refused."""
         if key in self._entries:
             self._entries.move_to_end(key)
             return
         outputs = [_frozen(tensor) for tensor in response.outputs]
         size = _ENTRY_OVERHEAD + len(key) + sum(_footprint(tensor) for tensor in outputs)
-        if size > self.capacity:
-            return
+        if size > self.capacity:  # (the local cache's words)
+            raise CacheInsertionError(
+                f"Requested byte_size: {size} is greater than total cache size: {self.capacity}"
+            )
         while self.used + size > self.capacity:
             _, evicted = self._entries.popitem(last=False)
             self.used -= evicted.size
             self.evictions += 1
         self._entries[key] = _Entry(outputs, dict(response.parameters), size)
         self.used += size
+
+
+@dataclass(slots=True)
+class _Entry:
+    outputs: list[Tensor]
+    parameters: dict[str, Any]
+    size: int
+
+
+class CacheUnavailable(Exception):
+    """The configured cache cannot serve (Redis unreachable or refusing the credentials)."""
+
+
+async def open_cache(config: CacheConfig | None) -> ResponseCache | None:
+    """The cache ``config`` names, ready to serve (a Redis cache connected and answering); raises
+    :class:`CacheUnavailable` with Triton's words when it cannot be."""
+    if config is None:
+        return None
+    if config.name == "local":
+        return LocalCache(int(config.settings["size"]))
+    from naiad.scheduling.redis_cache import RedisCache  # (only a server that uses Redis imports it)
+
+    return await RedisCache.connect(config.settings)
 
 
 def _field(digest: Any, data: bytes | memoryview) -> None:
@@ -174,9 +264,17 @@ def _footprint(tensor: Tensor) -> int:
     return sum(_OBJECT_OVERHEAD + len(item) for item in data.reshape(-1))
 
 
-def refuse_decoupled(config: mc.ModelConfig) -> None:
-    """Triton's load-time refusal: a decoupled model's responses cannot be cached."""
-    if config.response_cache.enable and config.model_transaction_policy.decoupled:
+def refuse_uncacheable(config: mc.ModelConfig) -> None:
+    """Triton's load-time refusals of the cache for models whose responses it cannot hold: a
+    sequence's (each answer depends on the sequence's earlier requests) and a decoupled model's."""
+    if not config.response_cache.enable:
+        return
+    if config.HasField("sequence_batching"):
+        raise InvalidArgumentError(
+            f"Response Cache does not currently support model {config.name} with sequence batching "
+            "scheduler. Please disable the response cache."
+        )
+    if config.model_transaction_policy.decoupled:
         raise InvalidArgumentError(
             f"Response Cache does not currently support model {config.name} with 'decoupled' "
             "transaction policy. Please disable the response cache."
