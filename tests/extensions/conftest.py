@@ -67,6 +67,19 @@ class TritonPythonModel:
         return responses
 """
 
+DECOUPLED_ECHO_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            echo = pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy())
+            sender.send(pb_utils.InferenceResponse([echo]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
 #: Doubles its input and says who answered: the model's name and a token unique to the execution.
 COUNTING_PY = """
 import time
@@ -189,6 +202,30 @@ def ext_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         """,
         STRINGS_PY,
     )
+    # an ensemble with the cache is decoupled once a step is, and then refused as Triton refuses it
+    write_model(
+        root,
+        "decoupled_step",
+        """
+        backend: "python"
+        model_transaction_policy { decoupled: true }
+        input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
+        output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
+        """,
+        DECOUPLED_ECHO_PY,
+    )
+    write_model(
+        root,
+        "ensemble_cached",
+        """
+        platform: "ensemble"
+        response_cache { enable: true }
+        input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
+        output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
+        ensemble_scheduling { step [{ model_name: "decoupled_step" model_version: -1
+          input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "OUTPUT0" } }] }
+        """,
+    )
     return root
 
 
@@ -201,7 +238,7 @@ def ext_server(ext_repository: Path, frontend_workers: int) -> Iterator[ServerPr
         "--http-header-forward-pattern=^x-fwd-",
         "--grpc-header-forward-pattern=^x-fwd-",
         "--strict-readiness=false",
-        "--exit-on-error=false",  # (``decoupled_cached`` and ``sequence_cached`` fail to load on purpose)
+        "--exit-on-error=false",  # (the ``*_cached`` models fail to load on purpose)
     ]
     with ServerProcess([ext_repository], args, frontend_workers=frontend_workers) as server:
         yield server

@@ -117,6 +117,11 @@ def test_decoupled_and_sequence_models_with_the_cache_are_refused_at_load(ext_se
     assert entry.get("state") != "READY"
     assert "Response Cache does not currently support model sequence_cached with sequence batching " \
            "scheduler. Please disable the response cache." in entry.get("reason", "")
+    entry = index["ensemble_cached"]  # (decoupled: its step is)
+    assert entry.get("state") != "READY"
+    assert "Response Cache does not currently support model ensemble_cached with 'decoupled' transaction " \
+           "policy. Please disable the response cache." in entry.get("reason", "")
+    assert index["decoupled_step"]["state"] == "READY"
 
 
 def test_a_caching_models_families_before_any_request(tmp_path: Path) -> None:

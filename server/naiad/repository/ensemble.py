@@ -35,7 +35,7 @@ from naiad.core.verbose import prepared
 from naiad.repository import config as cfg
 from naiad.repository.loader import LoadPlan
 from naiad.repository.model import Model, ModelState, ModelVersion
-from naiad.scheduling.cache import ResponseCache
+from naiad.scheduling.cache import ResponseCache, refuse_uncacheable
 from naiad.scheduling.ensemble import EnsembleScheduler, Fit, Stage, Step, StepRunner, steps_of
 from naiad.scheduling.factory import first_response_bounds
 from naiad.scheduling.stats import SchedulerStats
@@ -561,6 +561,7 @@ def build_version(
     ``cache`` is the server's response cache, which step models with ``response_cache`` use."""
     config = plan.config
     steps, stages = check_ensemble(config, models)
+    refuse_uncacheable(config)  # (decoupled once a step is: ``complete_config``)
     scheduler = EnsembleScheduler(
         config.name,
         stages,

@@ -180,8 +180,9 @@ def _reason(error: RedisError, host: str, port: int) -> str:
     cause = error.__context__
     if isinstance(cause, socket.gaierror):
         return f"failed to connect to Redis ({host}:{port}): {cause.strerror}"
-    if isinstance(cause, OSError) and cause.errno:
-        return f"failed to connect to Redis ({host}:{port}): {os.strerror(cause.errno)}"
+    if isinstance(cause, OSError):  # (no errno: every address of the host failed, each said)
+        why = os.strerror(cause.errno) if cause.errno else str(cause)
+        return f"failed to connect to Redis ({host}:{port}): {why}"
     return text
 
 
