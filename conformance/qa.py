@@ -2167,6 +2167,60 @@ def response_cache_suites(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def model_queue(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_model_queue as its test.sh runs it, each case on a server of its own: the dynamic batcher's
+    queue policies on ``custom_zero_1_float32`` (qa's ``identity`` model, batch 32, one instance, on the
+    identity stand-in) and an ensemble of it: ``max_queue_size`` (5 s executions), a ``DELAY`` timeout
+    action, a rejecting timeout (counted as ``REJECTED`` for the model and ``OTHER`` for the ensemble in
+    ``nv_inference_request_failure``), per-request timeout overrides, priority levels (up to
+    ``priority_levels: 18446744073709551615`` with a default level of 2^32) and per-priority policies."""
+    folder = "L0_model_queue"
+    here = checkouts.qa / folder
+    batching = "dynamic_batching {{\n    preferred_batch_size: [ {sizes} ]\n{body}}}\n"
+    wait = "    max_queue_delay_microseconds: 10000000\n"
+    policy = "    default_queue_policy {{\n{body}    }}\n".format
+    cases = {
+        "test_max_queue_size": batching.format(sizes="4, 8", body=policy(body="        max_queue_size: 8\n"))
+        + 'parameters [\n{ key: "execute_delay_ms"; value: { string_value: "5000" }}\n]\n',
+        "test_policy_delay": batching.format(sizes="4, 8", body=wait + policy(
+            body="        timeout_action: DELAY\n        default_timeout_microseconds: 100000\n")),
+        "test_policy_reject": batching.format(sizes="4, 8", body=wait + policy(
+            body="        default_timeout_microseconds: 100000\n")),
+        "test_timeout_override": batching.format(sizes="4, 8", body=wait + policy(
+            body="        allow_timeout_override: true\n        default_timeout_microseconds: 1000000\n")),
+        "test_priority_levels": batching.format(
+            sizes="4, 8", body=wait + "    priority_levels: 2\n    default_priority_level: 2\n"),
+        "test_max_priority_levels": batching.format(
+            sizes="4, 8", body=wait + "    priority_levels: 18446744073709551615\n"
+            "    default_priority_level: 4294967296\n"),
+        "test_priority_with_policy": batching.format(sizes="4, 8, 32", body=wait
+            + "    priority_levels: 2\n    default_priority_level: 2\n"
+            + policy(body="        timeout_action: DELAY\n        allow_timeout_override: true\n"
+                          "        default_timeout_microseconds: 11000000\n")
+            + "    priority_queue_policy {\n        key: 2\n        value: {\n"
+              "            timeout_action: REJECT\n            allow_timeout_override: true\n"
+              "            default_timeout_microseconds: 11000000\n        }\n    }\n"),
+    }  # fmt: skip
+
+    def builder(append: str) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            (copy_model(here / "ensemble_zero_1_float32", repo) / "1").mkdir(exist_ok=True)
+            custom = copy_model(checkouts.qa / "custom_models" / "custom_zero_1_float32", repo)
+            (custom / "1").mkdir(exist_ok=True)
+            edit_config(custom, (r"dims:.*\[.*\]", "dims: [ -1 ]"),
+                        ("max_batch_size:.*", "max_batch_size: 32"),
+                        append="instance_group [ { kind: KIND_CPU count: 1 }]\n" + append)  # fmt: skip
+
+        return build
+
+    backends = (f"--backend-directory={STAND_IN_BACKENDS}",)
+    return [
+        Suite(f"qa-model_queue-{case}", builder(append),
+              (_unittest(checkouts, folder, "model_queue_test.py", f"ModelQueueTest.{case}"),), backends)
+        for case, append in cases.items()
+    ]  # fmt: skip
+
+
 def logging_suites(checkouts: Checkouts) -> list[Suite]:
     """qa/L0_logging as its test.sh runs it, each server of it a suite: the log settings each set of
     ``--log-*`` flags reports (``GET /v2/logging``), changed at run time (``POST``), where the lines go
@@ -2688,4 +2742,5 @@ def qa_suites(
         *trace_suites(checkouts),
         *metrics_suites(checkouts),
         *response_cache_suites(checkouts),
+        *model_queue(checkouts),
     ]

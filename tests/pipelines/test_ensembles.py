@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -80,7 +81,21 @@ def test_diamond_branches_run_in_parallel(server: ServerProcess) -> None:
     client.close()
 
 
+def _failures(server: ServerProcess, model: str) -> tuple[int, dict[str, int]]:
+    """The model's failed requests in its statistics, and its ``nv_inference_request_failure`` by reason."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    failed = int(client.get_inference_statistics(model)["model_stats"][0]["inference_stats"]["fail"]["count"])
+    client.close()
+    with urllib.request.urlopen(f"http://{server.metrics_url}/metrics") as answer:
+        text = answer.read().decode()
+    pattern = rf'nv_inference_request_failure{{model="{model}",reason="(\w+)",version="1"}} (\d+)'
+    return failed, {reason: int(count) for reason, count in re.findall(pattern, text)}
+
+
 def test_a_failing_step_is_named_in_the_error(server: ServerProcess) -> None:
+    """And counted as Triton 2.51 counts it (checked side by side with a failing step): twice for the
+    ensemble, both times ``OTHER``, as the error it answers and as the request's end."""
+    before = _failures(server, "diamond")
     client = httpclient.InferenceServerClient(server.http_url)
     with pytest.raises(InferenceServerException) as info:
         client.infer("diamond", _http_inputs(X=-np.ones((1, 4), dtype=np.float32)))
@@ -91,6 +106,11 @@ def test_a_failing_step_is_named_in_the_error(server: ServerProcess) -> None:
         info.value.message(),
     )
     client.close()
+    after = _failures(server, "diamond")
+    assert after[0] == before[0] + 2
+    assert {reason: count - before[1][reason] for reason, count in after[1].items()} == {
+        "REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 2,
+    }
 
 
 def test_step_batching_is_shared_with_direct_traffic(server: ServerProcess) -> None:

@@ -16,7 +16,7 @@ from naiad.core.errors import ErrorCode, InferenceServerError, InvalidArgumentEr
 from naiad.core.request import InferRequest, InferResponse, Tensor
 from naiad.scheduling.dynamic_batcher import DynamicBatchScheduler
 from naiad.scheduling.factory import create_scheduler
-from naiad.scheduling.policy import QueuePolicy, SchedulingPolicy, policy_of
+from naiad.scheduling.policy import PriorityLevels, QueuePolicy, SchedulingPolicy, policy_of
 from naiad.scheduling.stats import FailureReason
 from naiad.scheduling.worker import InstanceWorker
 from tritonclient.grpc import model_config_pb2 as mc
@@ -115,7 +115,7 @@ def test_batches_grow_while_the_instance_is_busy() -> None:
 def test_priorities_are_served_in_order_under_contention() -> None:
     async def test() -> None:
         instance = Instance(gate=True)
-        policy = batching(max_batch_size=1, levels=(QueuePolicy(), QueuePolicy()), default_level=1)
+        policy = batching(max_batch_size=1, levels=PriorityLevels.of(QueuePolicy(), QueuePolicy()), default_level=1)
         scheduler = DynamicBatchScheduler(policy, [InstanceWorker(instance, "i0")])
         gate = await held(scheduler, instance)
         tasks = await queued(
@@ -139,7 +139,7 @@ def test_priorities_are_served_in_order_under_contention() -> None:
 def test_preserve_ordering_holds_later_responses_back() -> None:
     async def test() -> None:
         one, other = Instance(gate=True), Instance(gate=True)
-        policy = SchedulingPolicy("m", levels=(QueuePolicy(max_queue_size=10),), preserve_ordering=True)
+        policy = SchedulingPolicy("m", levels=PriorityLevels.of(QueuePolicy(max_queue_size=10)), preserve_ordering=True)
         scheduler = DynamicBatchScheduler(policy, [InstanceWorker(one, "one"), InstanceWorker(other, "other")])
         first = asyncio.create_task(scheduler.submit(request("gate")))
         # whichever instance's thread was idle first takes it: that one is held, the other answers at once
@@ -256,7 +256,7 @@ def test_failures_stay_with_their_request_or_batch() -> None:
 def test_queue_policy_rejects_overflow_and_expired_requests() -> None:
     async def test() -> None:
         instance = Instance(gate=True)
-        policy = batching(levels=(QueuePolicy(default_timeout_us=50_000, max_queue_size=2),))
+        policy = batching(levels=PriorityLevels.of(QueuePolicy(default_timeout_us=50_000, max_queue_size=2)))
         scheduler = DynamicBatchScheduler(policy, [InstanceWorker(instance, "i0")])
         gate = await held(scheduler, instance)
         tasks = await queued(scheduler, request("a"), request("b"))
@@ -323,8 +323,17 @@ def test_policy_from_config() -> None:
     dynamic.priority_queue_policy[1].timeout_action = mc.ModelQueuePolicy.DELAY
     policy = policy_of(config)
     assert policy.batching and policy.max_preferred_batch_size == 4 and policy.max_queue_delay_ns == 100_000
-    assert policy.levels[0] == QueuePolicy(delay_on_timeout=True, max_queue_size=5)
-    assert policy.levels[1:] == (QueuePolicy(), QueuePolicy())
+    assert policy.levels.count == 3
+    assert policy.levels.policy(0) == QueuePolicy(delay_on_timeout=True, max_queue_size=5)
+    assert policy.levels.policy(1) == policy.levels.policy(2) == QueuePolicy()
     assert [policy.level_of(p) for p in (0, 1, 3, 4)] == [1, 0, 2, 1]
+    # Triton takes any number of levels a uint64 holds: they are not made one by one
+    dynamic.priority_levels = 2**64 - 1
+    dynamic.default_priority_level = 2**32
+    dynamic.priority_queue_policy[2**63].max_queue_size = 1
+    policy = policy_of(config)
+    assert policy.levels.count == 2**64 - 1 and policy.default_level == 2**32 - 1
+    assert policy.levels.policy(2**63 - 1) == QueuePolicy(max_queue_size=1)
+    assert [policy.level_of(p) for p in (0, 2**64 - 1, 2**64)] == [2**32 - 1, 2**64 - 2, 2**32 - 1]
     assert policy.shape_inputs == frozenset({"varying"})
     assert not policy_of(mc.ModelConfig(name="m", max_batch_size=8)).batching

@@ -24,7 +24,7 @@ from naiad.core.errors import UnavailableError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.scheduling.batcher import next_batch
 from naiad.scheduling.loop_scheduler import LoopDriven, LoopScheduler, loop_driven
-from naiad.scheduling.policy import QueuePolicy, SchedulingPolicy
+from naiad.scheduling.policy import PriorityLevels, SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest, RequestQueue
 from naiad.scheduling.stats import FailureReason, SchedulerStats
 from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
@@ -53,7 +53,7 @@ class DynamicBatchScheduler(LoopScheduler):
         # thread goes from one execution to the next without waiting for the event loop (that
         # hop per request would cost a third of the throughput of small models).  Otherwise a
         # batch is formed only when an instance is free, so that it grows while all are busy.
-        self._direct = not policy.batching and policy.levels == (QueuePolicy(),)
+        self._direct = not policy.batching and policy.levels == PriorityLevels()
         # A single instance that says it is safe to run on the loop (see ``_run_inline``) does so
         # while its executions stay shorter than _INLINE_LIMIT_NS on average.
         # (Not an instance taken over from an older version, whose last execution may still run on

@@ -43,12 +43,37 @@ class QueuePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class PriorityLevels:
+    """A queue's priority levels: ``count`` of them (index 0 served first), each under the policy
+    ``configured`` for it (by index), else the ``default`` one.
+
+    Sparse because Triton takes any ``priority_levels`` a uint64 holds (qa's L0_model_queue loads a
+    model with 18446744073709551615 of them): a queue holds the levels its requests use, not all.
+    """
+
+    count: int = 1
+    default: QueuePolicy = QueuePolicy()
+    configured: tuple[tuple[int, QueuePolicy], ...] = ()
+
+    @classmethod
+    def of(cls, *policies: QueuePolicy) -> PriorityLevels:
+        """One level per policy, in order."""
+        return cls(len(policies), QueuePolicy(), tuple(enumerate(policies)))
+
+    def policy(self, index: int) -> QueuePolicy:
+        for level, policy in self.configured:
+            if level == index:
+                return policy
+        return self.default
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulingPolicy:
     """Everything the scheduler needs to know about a model version.
 
     ``batching`` is false for models without ``dynamic_batching`` (Triton's default scheduler: one
-    request per execution) and for models whose ``max_batch_size`` is 0.  ``levels`` holds one queue
-    policy per priority level, highest priority first; ``default_level`` is an index into it.
+    request per execution) and for models whose ``max_batch_size`` is 0.  ``levels`` are the priority
+    levels and their queue policies, highest priority first; ``default_level`` is an index into them.
     ``shape_inputs`` names the inputs whose shapes must agree for two requests to share a batch
     (variable-size, not ragged); ``value_inputs`` the shape tensors, whose contents must agree too;
     ``optional_inputs`` says requests may differ in which inputs they carry (those never share).
@@ -60,7 +85,7 @@ class SchedulingPolicy:
     preferred_batch_sizes: frozenset[int] = frozenset()
     max_queue_delay_ns: int = 0
     preserve_ordering: bool = False
-    levels: tuple[QueuePolicy, ...] = (QueuePolicy(),)
+    levels: PriorityLevels = PriorityLevels()
     default_level: int = 0
     shape_inputs: frozenset[str] = frozenset()
     value_inputs: frozenset[str] = frozenset()
@@ -73,7 +98,7 @@ class SchedulingPolicy:
 
     def level_of(self, priority: int) -> int:
         """The queue index for a request ``priority``: 0 or out of range means the default level."""
-        if 0 < priority <= len(self.levels):
+        if 0 < priority <= self.levels.count:
             return priority - 1
         return self.default_level
 
@@ -104,7 +129,7 @@ def policy_of(config: mc.ModelConfig) -> SchedulingPolicy:
             )
     levels_count = int(dynamic.priority_levels)
     default_policy = _queue_policy(dynamic.default_queue_policy)
-    levels: tuple[QueuePolicy, ...] = (default_policy,)
+    levels = PriorityLevels(1, default_policy)
     default_level = 0
     if levels_count > 0:
         if not 1 <= dynamic.default_priority_level <= levels_count:
@@ -116,12 +141,10 @@ def policy_of(config: mc.ModelConfig) -> SchedulingPolicy:
                 raise InvalidArgumentError(
                     f"priority queue policy must have priority level in range [1, {levels_count}] for {name}"
                 )
-        levels = tuple(
-            _queue_policy(dynamic.priority_queue_policy[level])
-            if level in dynamic.priority_queue_policy
-            else default_policy
-            for level in range(1, levels_count + 1)
+        configured = sorted(
+            (level - 1, _queue_policy(policy)) for level, policy in dynamic.priority_queue_policy.items()
         )
+        levels = PriorityLevels(levels_count, default_policy, tuple(configured))
         default_level = int(dynamic.default_priority_level) - 1
     shape_inputs = frozenset(
         tensor.name

@@ -10,6 +10,7 @@ queue never reads a clock; callers pass ``now_ns``, which keeps it testable with
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import itertools
 from collections import deque
@@ -17,7 +18,7 @@ from collections.abc import Hashable, Iterator
 
 from naiad.core.errors import UnavailableError
 from naiad.core.request import InferRequest, InferResponse
-from naiad.scheduling.policy import QueuePolicy
+from naiad.scheduling.policy import PriorityLevels, QueuePolicy
 
 # Where a QueuedRequest is.
 QUEUED = 0  # in its level's main deque
@@ -65,23 +66,42 @@ class _Level:
 
 
 class RequestQueue:
-    """Queued requests of one model version, across its priority levels (index 0 served first)."""
+    """Queued requests of one model version, across its priority levels (index 0 served first).
 
-    def __init__(self, policies: tuple[QueuePolicy, ...]) -> None:
-        self._levels = [_Level(policy) for policy in policies]
+    A level exists while it holds requests: made when its first request comes, dropped when its
+    last leaves, so a model may have any number of levels and clients may use any of them."""
+
+    def __init__(self, levels: PriorityLevels) -> None:
+        self._policies = levels
+        self._levels: dict[int, _Level] = {}
+        #: The indexes of ``_levels``, in order.
+        self._order: list[int] = []
         self._deadlines: list[tuple[int, int, QueuedRequest]] = []
         self._serial = itertools.count()
         self._live = 0
+
+    def _level(self, index: int) -> _Level:
+        level = self._levels.get(index)
+        if level is None:
+            level = self._levels[index] = _Level(self._policies.policy(index))
+            bisect.insort(self._order, index)
+        return level
+
+    def _left(self, index: int, level: _Level) -> None:
+        """``level`` holds no request now: its deque slots are all stale, and it goes."""
+        if not level.live:
+            del self._levels[index]
+            self._order.remove(index)
 
     def __len__(self) -> int:
         return self._live
 
     def push(self, entry: QueuedRequest, now_ns: int) -> None:
         """Queue ``entry`` at the back of its level; UNAVAILABLE when that level is full."""
-        level = self._levels[entry.level]
+        level = self._level(entry.level)
         policy = level.policy
         if policy.max_queue_size and level.live >= policy.max_queue_size:
-            raise UnavailableError("Exceeds maximum queue size")
+            raise UnavailableError("Exceeds maximum queue size")  # (the level holds requests: it stays)
         timeout_us = policy.timeout_us(entry.request.timeout_us)
         if timeout_us:
             entry.deadline_ns = now_ns + timeout_us * 1000
@@ -99,15 +119,16 @@ class RequestQueue:
         if entry.state > DELAYED:
             return False
         entry.state = REMOVED
-        self._levels[entry.level].live -= 1
+        level = self._levels[entry.level]
+        level.live -= 1
+        self._left(entry.level, level)
         self._live -= 1
         return True
 
     def entries(self) -> Iterator[QueuedRequest]:
         """Queued requests in the order they are to be served (nothing is removed)."""
-        for level in self._levels:
-            if not level.live:
-                continue
+        for index in self._order:
+            level = self._levels[index]
             for entry in level.main:
                 if entry.state == QUEUED:
                     yield entry
@@ -118,7 +139,8 @@ class RequestQueue:
     def take(self, count: int) -> list[QueuedRequest]:
         """Remove and return the first ``count`` requests of :meth:`entries`."""
         taken: list[QueuedRequest] = []
-        for level in self._levels:
+        for index in list(self._order):
+            level = self._levels[index]
             for slots, state in ((level.main, QUEUED), (level.delayed, DELAYED)):
                 while slots and len(taken) < count:
                     entry = slots.popleft()
@@ -126,9 +148,9 @@ class RequestQueue:
                         entry.state = TAKEN
                         taken.append(entry)
                         level.live -= 1
-                if len(taken) == count:
-                    self._live -= count
-                    return taken
+            self._left(index, level)
+            if len(taken) == count:
+                break
         self._live -= len(taken)
         return taken
 
