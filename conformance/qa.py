@@ -2221,6 +2221,59 @@ def model_queue(checkouts: Checkouts) -> list[Suite]:
     ]  # fmt: skip
 
 
+def infer_zero(checkouts: Checkouts) -> Suite:
+    """qa/L0_infer_zero: tensors with zero elements (a dimension of 0) in and out of ONNX and
+    TorchScript identity models and ensembles over them (one, three inputs; FP32, FP16, BOOL, BYTES;
+    batch 1 and 8), from NVIDIA's ``gen_qa_identity_models.py --onnx --libtorch --ensemble``; the
+    ensembles' ``nop`` steps (qa's C++ ``identity`` models) on the identity stand-in."""
+    folder = "L0_infer_zero"
+
+    def build(repo: Path) -> None:
+        generator = checkouts.qa / "common" / "gen_qa_identity_models.py"
+        command = [sys.executable, str(generator), "--onnx", "--libtorch", "--ensemble",
+                   f"--models_dir={repo}"]  # fmt: skip
+        subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+        for nop in repo.glob("nop_*"):  # test.sh's create_nop_version_dir
+            (nop / "1").mkdir(exist_ok=True)
+
+    script = _unittest(checkouts, folder, "infer_zero_test.py")
+    return Suite("qa-infer_zero", build, (script,), (f"--backend-directory={STAND_IN_BACKENDS}",))
+
+
+def infer_reshape(checkouts: Checkouts) -> Suite:
+    """qa/L0_infer_reshape: config ``reshape`` of inputs and outputs on ONNX and TorchScript models,
+    ``identity`` copies of the ONNX ones (test.sh's ``custom_*``, on the identity stand-in) and
+    ensembles of reshaping steps (qa's ``nop`` tunnel models), from NVIDIA's
+    ``gen_qa_reshape_models.py`` (``--onnx --libtorch --ensemble``, then ``--onnx --variable`` for the
+    INT32 models with variable dimensions, which its ensemble generation cannot take); each of
+    ``infer_reshape_test.py``'s cases a verdict of its own."""
+    folder = "L0_infer_reshape"
+    custom = ("nobatch_zero_3_float32", "nobatch_zero_4_float32", "zero_1_float32", "zero_2_float32",
+              "zero_3_float32", "zero_4_float32", "nobatch_zero_1_int32", "nobatch_zero_2_int32",
+              "nobatch_zero_3_int32", "zero_1_int32", "zero_2_int32", "zero_3_int32")  # fmt: skip
+
+    def build(repo: Path) -> None:
+        generator = checkouts.qa / "common" / "gen_qa_reshape_models.py"
+        for flags in (("--onnx", "--libtorch", "--ensemble"), ("--onnx", "--variable")):
+            command = [sys.executable, str(generator), *flags, f"--models_dir={repo}"]
+            subprocess.run(command, check=True, capture_output=True, cwd=generator.parent)
+        for name in custom:
+            model = copy_model(repo / f"onnx_{name}", repo, f"custom_{name}")
+            shutil.rmtree(model / "1")
+            (model / "1").mkdir()
+            edit_config(model, ("^platform:.*", 'backend: "identity"'),
+                        ("^name:.*", f'name: "custom_{name}"'),
+                        append="instance_group [ { kind: KIND_CPU }]\n")  # fmt: skip
+        for nop in repo.glob("nop_*"):  # test.sh's create_nop_version_dir
+            (nop / "1").mkdir(exist_ok=True)
+
+    test_file = "infer_reshape_test.py"
+    source = (checkouts.qa / folder / test_file).read_text()
+    cases = re.findall(r"^    def (test_\w+)\(", source, re.MULTILINE)
+    scripts = tuple(_unittest(checkouts, folder, test_file, f"InferReshapeTest.{case}") for case in cases)
+    return Suite("qa-infer_reshape", build, scripts, (f"--backend-directory={STAND_IN_BACKENDS}",))
+
+
 def logging_suites(checkouts: Checkouts) -> list[Suite]:
     """qa/L0_logging as its test.sh runs it, each server of it a suite: the log settings each set of
     ``--log-*`` flags reports (``GET /v2/logging``), changed at run time (``POST``), where the lines go
@@ -2743,4 +2796,6 @@ def qa_suites(
         *metrics_suites(checkouts),
         *response_cache_suites(checkouts),
         *model_queue(checkouts),
+        infer_zero(checkouts),
+        infer_reshape(checkouts),
     ]

@@ -14,6 +14,7 @@ from tests.pipelines.models import (
     write_bls_helper,
     write_decoupled_ensembles,
     write_diamond,
+    write_reshaped,
     write_sequences,
 )
 from tests.support import modes
@@ -34,6 +35,7 @@ def pipelines_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy_example_in_processes(repo, "square_int32", "square_processes")
     copy_example_in_processes(repo, "repeat_int32", "repeat_processes")
     write_diamond(repo, BRANCH_DELAY)
+    write_reshaped(repo)
     write_decoupled_ensembles(repo)
     write_bls(repo, "bls")
     write_bls(repo, "bls_partner")

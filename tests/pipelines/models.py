@@ -11,7 +11,7 @@ import shutil
 import textwrap
 from pathlib import Path
 
-from tests.support.models import add_sub_returning, write_model
+from tests.support.models import IDENTITY_PY, add_sub_returning, write_model
 from tests.support.server import EXAMPLES
 
 EXAMPLE_MODELS = ("add_sub", "mul", "add_sub_mul", "repeat_int32", "square_int32")
@@ -132,6 +132,23 @@ def write_diamond(repo: Path, delay: float) -> None:
     write_model(repo, "right", sleeper_config("right", delay, 10), SLEEPER_PY)
     write_model(repo, "batched_add_sub", BATCHED_ADD_SUB, BATCHED_ADD_SUB_PY)
     write_model(repo, "diamond", DIAMOND)
+
+
+def write_reshaped(repo: Path) -> None:
+    """``reshaped``: an ensemble whose input ``[2, 8]`` and output ``[4, 4]`` are ``[16]`` to its step,
+    an identity that takes and gives ``[16]`` only (as Triton's ensembles see config ``reshape``)."""
+    flat = 'data_type: TYPE_FP32 dims: [ 16 ]'
+    config = f"""
+    backend: "python"
+    max_batch_size: 8
+    input [{tensors("INPUT0", spec=flat)}]
+    output [{tensors("OUTPUT0", spec=flat)}]
+    """
+    write_model(repo, "flat16", config, IDENTITY_PY)
+    steps = step("flat16", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})
+    inputs = tensors("IN", spec="data_type: TYPE_FP32 dims: [ 2, 8 ] reshape: { shape: [ 16 ] }")
+    outputs = tensors("OUT", spec="data_type: TYPE_FP32 dims: [ 4, 4 ] reshape: { shape: [ 16 ] }")
+    write_model(repo, "reshaped", ensemble("reshaped", steps, inputs, outputs, "max_batch_size: 8"))
 
 
 def ensemble(name: str, steps: str, inputs: str, outputs: str, extra: str = "") -> str:

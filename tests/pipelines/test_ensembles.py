@@ -168,3 +168,17 @@ def test_explicit_loading_brings_up_the_steps_and_readiness_follows_them(
         )
         assert client.is_server_ready()
         client.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_config_reshapes_apply_to_the_steps_and_the_answer(server: ServerProcess, protocol: str) -> None:
+    """As Triton 2.51's ensembles (qa's L0_infer_reshape): the step sees the inputs in their ``reshape``
+    shape, and the client gets the outputs in their ``dims`` shape."""
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(server.http_url if protocol == "http" else server.grpc_url)
+    data = np.arange(32, dtype=np.float32).reshape(2, 2, 8)
+    tensor = module.InferInput("IN", [2, 2, 8], "FP32")
+    tensor.set_data_from_numpy(data)
+    result = client.infer("reshaped", [tensor])
+    np.testing.assert_array_equal(result.as_numpy("OUT"), data.reshape(2, 4, 4))
+    client.close()

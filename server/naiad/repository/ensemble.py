@@ -24,7 +24,7 @@ UNAVAILABLE until the ensemble itself is loaded again: its stages and its own po
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -36,7 +36,7 @@ from naiad.repository import config as cfg
 from naiad.repository.loader import LoadPlan
 from naiad.repository.model import Model, ModelState, ModelVersion
 from naiad.scheduling.cache import ResponseCache, refuse_uncacheable
-from naiad.scheduling.ensemble import EnsembleScheduler, Fit, Stage, Step, StepRunner, steps_of
+from naiad.scheduling.ensemble import EnsembleScheduler, Fit, Reshape, Stage, Step, StepRunner, steps_of
 from naiad.scheduling.factory import first_response_bounds
 from naiad.scheduling.stats import SchedulerStats
 
@@ -240,6 +240,14 @@ def _agree(known: _Node, other: _Node, prefix: str) -> None:
             f"{prefix}inconsistent shape: {_dims_text(known.full_dims)} is inferred from model "
             f"{known.model} while {_dims_text(other.full_dims)} is inferred from model {other.model}"
         )
+
+
+def _reshapes(tensors: Iterable[mc.ModelInput] | Iterable[mc.ModelOutput]) -> dict[str, Reshape]:
+    return {
+        tensor.name: (tuple(tensor.dims), tuple(tensor.reshape.shape))
+        for tensor in tensors
+        if tensor.HasField("reshape")
+    }
 
 
 def _io_dims(tensor: mc.ModelInput | mc.ModelOutput) -> list[int]:
@@ -571,6 +579,8 @@ def build_version(
         batching=config.max_batch_size > 0,
         fits=_fits(config, steps, models),
         optional_inputs=tuple(tensor.name for tensor in config.input if tensor.optional),
+        input_reshapes=_reshapes(config.input),
+        output_reshapes=_reshapes(config.output),
     )
     if SchedulerStats.first_responses:  # (its config says whether it streams: ``complete_config``)
         decoupled = config.model_transaction_policy.decoupled

@@ -43,13 +43,14 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
+from naiad.backends.batching import reshape_batch
 from naiad.core.errors import InferenceServerError, UnavailableError
 from naiad.core.request import (
     InferRequest,
@@ -77,6 +78,8 @@ log = logging.getLogger("naiad.scheduling")
 #: An ensemble request's tensors by name; ``None`` for one known to be absent: an optional input of
 #: the ensemble the request left out, or an output a composing model left out of its answer.
 Tensors = dict[str, Tensor | None]
+#: A tensor's config ``dims`` and ``reshape``.
+Reshape = tuple[tuple[int, ...], tuple[int, ...]]
 
 #: How many sets of requested outputs an ensemble keeps its steps for (``_stage_for``).
 _PRUNED_KEPT = 64
@@ -194,15 +197,22 @@ class EnsembleScheduler:
         batching: bool = False,
         fits: dict[tuple[int, str], Fit] | None = None,
         optional_inputs: tuple[str, ...] = (),
+        input_reshapes: Mapping[str, Reshape] | None = None,
+        output_reshapes: Mapping[str, Reshape] | None = None,
     ) -> None:
         """``outputs`` are the ensemble's output tensors (the intermediate ones stay inside);
         ``max_inflight_requests`` (0: no cap) caps each step's requests in flight; ``batching``: the
         ensemble has a ``max_batch_size``, so each request counts its batch size of inferences (as
         Triton counts an ensemble's).  ``fits``: the step inputs (by step index and input name) and the
         ensemble's outputs (by index -1 and output name) where a batching end meets a non-batching one
-        (see :class:`Fit`); ``optional_inputs``: the ensemble's inputs a request may leave out."""
+        (see :class:`Fit`); ``optional_inputs``: the ensemble's inputs a request may leave out;
+        ``input_reshapes`` / ``output_reshapes``: the ``dims`` and ``reshape`` of the inputs and outputs
+        whose config reshapes them: as in Triton, the steps see the reshaped inputs, and the outputs
+        the steps made in the ``reshape`` shape go to the client in the ``dims`` one."""
         self.batching = batching
         self._optional_inputs = optional_inputs
+        self._input_reshapes = dict(input_reshapes or {})
+        self._output_reshapes = dict(output_reshapes or {})
         self.name = name
         self.stages = stages
         self.outputs = outputs
@@ -289,6 +299,13 @@ class EnsembleScheduler:
                 fit = self._fits.get((-1, tensor.name))
                 if fit is not None:
                     answer[index] = Tensor(tensor.name, tensor.datatype, fit.apply(tensor.data))
+        if self._output_reshapes:
+            for index, tensor in enumerate(answer):
+                shapes = self._output_reshapes.get(tensor.name)
+                if shapes is not None:
+                    dims, reshape = shapes
+                    data = reshape_batch(tensor.data, reshape, dims, self.batching)
+                    answer[index] = Tensor(tensor.name, tensor.datatype, data, tensor.parameters)
         return answer
 
     def _stage_for(self, request: InferRequest) -> Stage:
@@ -307,6 +324,11 @@ class EnsembleScheduler:
     def _given(self, request: InferRequest) -> Tensors:
         """The request's inputs, and the optional inputs of the ensemble it left out, as absent."""
         tensors: Tensors = {tensor.name: tensor for tensor in request.inputs}
+        for name, (dims, reshape) in self._input_reshapes.items():
+            given = tensors.get(name)
+            if given is not None:
+                data = reshape_batch(given.data, dims, reshape, self.batching)
+                tensors[name] = Tensor(name, given.datatype, data, given.parameters)
         for name in self._optional_inputs:
             tensors.setdefault(name, None)
         return tensors
