@@ -89,6 +89,21 @@ def test_concurrent_identical_and_different_requests(protocol: str, ext_server: 
     assert len(distinct_runs) == 16
 
 
+def test_twins_in_flight_together_count_one_miss(protocol: str, ext_server: ServerProcess) -> None:
+    """As Triton counts them (its local cache refuses the second insertion of a key, and a request
+    whose insertion is refused so is no miss): identical requests that all missed and ran the model
+    count one miss, the first kept; those answered from the cache count hits."""
+    data = _unique()
+    before = _stats(ext_server, "counting")["inference_stats"]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda _: _infer(protocol, ext_server, data), range(8)))
+    after = _stats(ext_server, "counting")["inference_stats"]
+    ran = {result["WHO"][0] for result in results}
+    delta = {key: after[key]["count"] - before[key]["count"] for key in ("success", "cache_hit", "cache_miss")}
+    assert delta["success"] == 8 and delta["cache_miss"] == 1
+    assert delta["cache_hit"] == 8 - len(ran)  # (each run answered with a token of its own)
+
+
 def test_models_never_share_entries(protocol: str, ext_server: ServerProcess) -> None:
     data = _unique()
     for model in ("counting", "counting_twin", "counting", "counting_twin"):

@@ -140,13 +140,15 @@ class ResponseCache(abc.ABC):
         self.misses += 1
         response = await submit(request)
         inserting = time.monotonic_ns()
+        new = True
         try:
-            await self.store(key, response)
+            new = await self.store(key, response)
         except CacheInsertionError as error:  # (Triton's words)
             log.error("Failed to insert key [%s] into response cache: %s", key.hex(), error)
         inserted = time.monotonic_ns()
         self.insertion_ns += inserted - inserting
-        stats.cache_miss(looked_up - started + inserted - inserting)
+        if new:  # (as Triton: a request whose twin ran at the same time and was kept first is no miss)
+            stats.cache_miss(looked_up - started + inserted - inserting)
         return response
 
     @abc.abstractmethod
@@ -154,8 +156,9 @@ class ResponseCache(abc.ABC):
         """The entry under ``key`` as a response of that model version; ``None``: a miss."""
 
     @abc.abstractmethod
-    async def store(self, key: bytes, response: InferResponse) -> None:
-        """Keep ``response`` under ``key``; :class:`CacheInsertionError` says why it was not kept."""
+    async def store(self, key: bytes, response: InferResponse) -> bool:
+        """Keep ``response`` under ``key``: False when an entry was there already (a request like it
+        answered meanwhile); :class:`CacheInsertionError` says why it was not kept."""
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -179,8 +182,8 @@ class LocalCache(ResponseCache):
     async def fetch(self, key: bytes, model_name: str, version: str) -> InferResponse | None:
         return self.lookup(key, model_name, version)
 
-    async def store(self, key: bytes, response: InferResponse) -> None:
-        self.insert(key, response)
+    async def store(self, key: bytes, response: InferResponse) -> bool:
+        return self.insert(key, response)
 
     async def close(self) -> None:
         pass  # (nothing outside the process)
@@ -194,11 +197,12 @@ class LocalCache(ResponseCache):
             model_name, version, outputs=list(entry.outputs), parameters=dict(entry.parameters)
         )
 
-    def insert(self, key: bytes, response: InferResponse) -> None:
-        """Keep a private, read-only copy of ``response``; one larger than the cache is refused."""
+    def insert(self, key: bytes, response: InferResponse) -> bool:
+        """Keep a private, read-only copy of ``response``; one larger than the cache is refused.
+        False when the key has an entry already (kept as it is, as Triton's local cache keeps it)."""
         if key in self._entries:
             self._entries.move_to_end(key)
-            return
+            return False
         outputs = [_frozen(tensor) for tensor in response.outputs]
         size = _ENTRY_OVERHEAD + len(key) + sum(_footprint(tensor) for tensor in outputs)
         if size > self.capacity:  # (the local cache's words)
@@ -211,6 +215,7 @@ class LocalCache(ResponseCache):
             self.evictions += 1
         self._entries[key] = _Entry(outputs, dict(response.parameters), size)
         self.used += size
+        return True
 
 
 @dataclass(slots=True)

@@ -110,11 +110,13 @@ class RedisCache(ResponseCache):
             log.warning("ignored the unreadable response cache entry %s%s: %s", _PREFIX, key.hex(), error)
             return None
 
-    async def store(self, key: bytes, response: InferResponse) -> None:
+    async def store(self, key: bytes, response: InferResponse) -> bool:
+        """Always a new entry, as for Triton's Redis cache: a twin's entry is written over."""
         try:
             await _in_task(self._client.set(_PREFIX + key.hex(), _encoder.encode(_stored(response))))
         except RedisError as error:  # (the Redis cache's words)
             raise CacheInsertionError(f"Failed to insert key: {key.hex()}. {error}") from error
+        return True
 
     async def close(self) -> None:
         await self._client.aclose()
