@@ -177,55 +177,21 @@ def ext_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_identity(root, "wide", "TYPE_FP32")  # (dims [-1]: outputs of any size to classify)
     write_model(root, "counting", COUNTING_CONFIG, COUNTING_PY)
     write_model(root, "counting_twin", COUNTING_CONFIG, COUNTING_PY)
-    write_model(
-        root,
-        "decoupled_cached",
-        """
-        backend: "python"
-        model_transaction_policy { decoupled: true }
-        response_cache { enable: true }
+    # models the cache is refused for, at load, as Triton refuses it: a decoupled one, a sequence one,
+    # and an ensemble, decoupled once a step is
+    one_int = """
         input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
         output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
-        """,
-        STRINGS_PY,
-    )
-    write_model(
-        root,
-        "sequence_cached",
         """
-        backend: "python"
-        max_batch_size: 4
-        sequence_batching {}
-        response_cache { enable: true }
-        input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
-        output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
-        """,
-        STRINGS_PY,
-    )
-    # an ensemble with the cache is decoupled once a step is, and then refused as Triton refuses it
-    write_model(
-        root,
-        "decoupled_step",
-        """
-        backend: "python"
-        model_transaction_policy { decoupled: true }
-        input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
-        output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
-        """,
-        DECOUPLED_ECHO_PY,
-    )
-    write_model(
-        root,
-        "ensemble_cached",
-        """
-        platform: "ensemble"
-        response_cache { enable: true }
-        input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
-        output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }]
-        ensemble_scheduling { step [{ model_name: "decoupled_step" model_version: -1
-          input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "OUTPUT0" } }] }
-        """,
-    )
+    decoupled, cached = "model_transaction_policy { decoupled: true }", "response_cache { enable: true }"
+    python = 'backend: "python"'
+    write_model(root, "decoupled_cached", f"{python}\n{decoupled}\n{cached}\n{one_int}", STRINGS_PY)
+    sequence = "max_batch_size: 4\nsequence_batching {}"
+    write_model(root, "sequence_cached", f"{python}\n{sequence}\n{cached}\n{one_int}", STRINGS_PY)
+    write_model(root, "decoupled_step", f"{python}\n{decoupled}\n{one_int}", DECOUPLED_ECHO_PY)
+    steps = """ensemble_scheduling { step [{ model_name: "decoupled_step" model_version: -1
+          input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "OUTPUT0" } }] }"""
+    write_model(root, "ensemble_cached", f'platform: "ensemble"\n{cached}\n{one_int}\n{steps}')
     return root
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from naiad.backends.runtime import PYTHON_RUNTIME, Runtime
 from naiad.codecs.model_config_json import config_to_dict
 from naiad.core.datatypes import WIRE_DTYPE
 from naiad.core.errors import InvalidArgumentError
+from naiad.core.signature import TensorSpec
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
@@ -77,7 +79,13 @@ def model_spec(context: InstanceContext) -> ModelSpec:
             if spec.datatype in WIRE_DTYPE and all(dim >= 0 for dim in spec.dims)
         ),
         max_batch_size=context.signature.max_batch_size,
+        input_reshapes=_reshapes(context.signature.inputs),
+        output_reshapes=_reshapes(context.signature.outputs),
     )
+
+
+def _reshapes(specs: Iterable[TensorSpec]) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]:
+    return tuple((spec.name, spec.dims, spec.reshape) for spec in specs if spec.reshape is not None)
 
 
 class PythonBackend:

@@ -22,6 +22,7 @@ from naiad.backends.base import ExecuteResult, Rescheduled
 from naiad.backends.python import bls, pb_utils
 from naiad.backends.python.host import ModelHost, describe, where
 from naiad.backends.python.request import Marks, ReceivedRequest
+from naiad.backends.python.reshapes import Reshapes
 from naiad.backends.python.response import to_results
 from naiad.backends.python.spec import ModelSpec
 from naiad.core.errors import InternalError
@@ -49,6 +50,7 @@ class PythonModelInstance:
         "_model_name",
         "_model_version",
         "_outputs",
+        "_reshapes",
         "_services",
     )
 
@@ -58,6 +60,7 @@ class PythonModelInstance:
         self._instance_name = spec.instance_name
         self._outputs = spec.outputs
         self._decoupled = spec.decoupled
+        self._reshapes = Reshapes.of(spec)
         self._caller = bls.Caller(spec.model_name, int(spec.model_version), self)
         self._services = services
         token = _SERVICES.set(services)
@@ -146,7 +149,8 @@ class PythonModelInstance:
         outputs = self._outputs
         decoupled = self._decoupled
         marks = Marks()
-        return [ReceivedRequest(request, outputs, decoupled, marks) for request in requests]
+        reshapes = self._reshapes
+        return [ReceivedRequest(request, outputs, decoupled, marks, reshapes) for request in requests]
 
     def _failed(self, exc: Exception, received: list[ReceivedRequest]) -> list[ExecuteResult]:
         """Every request fails with the exception, but one a non-decoupled model already answered
@@ -186,7 +190,7 @@ class PythonModelInstance:
                 if returned is None:
                     return [InferResponse(name, version, request.id) for request in requests]
             elif returned is not None:
-                return to_results(returned, requests, name, version)
+                return to_results(returned, requests, name, version, self._reshapes)
         rescheduled = [i for i, request in enumerate(received) if request.released_flags() == _RESCHEDULE]
         if self._decoupled:
             if returned is not None:
@@ -202,7 +206,7 @@ class PythonModelInstance:
                 for index, request in enumerate(received)
             ]
         else:
-            results = to_results(returned, requests, name, version)
+            results = to_results(returned, requests, name, version, self._reshapes)
             listed = isinstance(returned, list) and len(returned) == len(requests)
             for index, request in enumerate(received):
                 sender = request.sender

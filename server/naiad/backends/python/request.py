@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from naiad.backends.python import pb_utils
+from naiad.backends.python.reshapes import Reshapes
 from naiad.backends.python.sender import ResponseSender
 from naiad.core.request import InferRequest
 
@@ -29,16 +30,22 @@ class ReceivedRequest(pb_utils.InferenceRequest):
     ``sender`` is the response sender once the model asked for one (see :mod:`.sender`).
     """
 
-    __slots__ = ("_all_outputs", "_core", "_decoupled", "_marks", "_tensors", "sender")
+    __slots__ = ("_all_outputs", "_core", "_decoupled", "_marks", "_reshapes", "_tensors", "sender")
 
     def __init__(
-        self, core: InferRequest, all_outputs: tuple[str, ...], decoupled: bool, marks: Marks
+        self,
+        core: InferRequest,
+        all_outputs: tuple[str, ...],
+        decoupled: bool,
+        marks: Marks,
+        reshapes: Reshapes | None = None,
     ) -> None:
         # The base class's fields stay unset: every accessor below reads ``core`` instead.
         self._core = core
         self._all_outputs = all_outputs
         self._decoupled = decoupled
         self._marks = marks
+        self._reshapes = reshapes
         self._tensors: list[pb_utils.Tensor] | None = None
         self.sender: ResponseSender | None = None
         # (``_release_flags`` is set only by ``set_release_flags``: ``released_flags`` reads it)
@@ -55,7 +62,8 @@ class ReceivedRequest(pb_utils.InferenceRequest):
         tensors = self._tensors
         if tensors is None:
             wrap = pb_utils.Tensor._wrap
-            tensors = self._tensors = [wrap(t.name, t.datatype, t.data) for t in self._core.inputs]
+            given = self._core.inputs if self._reshapes is None else self._reshapes.inputs(self._core.inputs)
+            tensors = self._tensors = [wrap(t.name, t.datatype, t.data) for t in given]
         return tensors
 
     def request_id(self) -> str:
@@ -96,5 +104,7 @@ class ReceivedRequest(pb_utils.InferenceRequest):
         if sender is None:
             self._marks.any = True
             core = self._core
-            sender = self.sender = ResponseSender(core, self._decoupled, core.model_name, core.model_version)
+            sender = self.sender = ResponseSender(
+                core, self._decoupled, core.model_name, core.model_version, self._reshapes
+            )
         return sender

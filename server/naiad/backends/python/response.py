@@ -9,7 +9,7 @@ carries as an ``np.object_`` array of ``bytes``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from naiad.backends.base import ExecuteResult
 from naiad.backends.python import pb_utils
 from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError, InternalError
 from naiad.core.request import InferRequest, InferResponse, Tensor
+
+if TYPE_CHECKING:
+    from naiad.backends.python.reshapes import Reshapes
 
 #: ``TritonError`` code (the index) -> server error code.
 _ERROR_CODES = (
@@ -62,9 +65,15 @@ def _response_error(error: pb_utils.TritonError) -> ErrorResponse:
 
 
 def to_result(
-    response: Any, request: InferRequest, index: int, model_name: str, model_version: str
+    response: Any,
+    request: InferRequest,
+    index: int,
+    model_name: str,
+    model_version: str,
+    reshapes: Reshapes | None = None,
 ) -> ExecuteResult:
-    """One ``pb_utils.InferenceResponse`` (the ``index``-th of the batch) as a server result."""
+    """One ``pb_utils.InferenceResponse`` (the ``index``-th of the batch) as a server result, its
+    outputs in their config ``dims`` (``reshapes``)."""
     if not isinstance(response, pb_utils.InferenceResponse):
         return InternalError(
             f"model '{model_name}' returned {type(response).__name__} for request {index}; "
@@ -93,11 +102,17 @@ def to_result(
                 f"model '{model_name}' returned response parameter '{key}' of type "
                 f"{type(value).__name__}; expected bool, int, float or str"
             )
+    if reshapes is not None:
+        outputs = reshapes.outputs(outputs)
     return InferResponse(model_name, model_version, request.id, outputs, parameters)
 
 
 def to_results(
-    returned: Any, requests: Sequence[InferRequest], model_name: str, model_version: str
+    returned: Any,
+    requests: Sequence[InferRequest],
+    model_name: str,
+    model_version: str,
+    reshapes: Reshapes | None = None,
 ) -> list[ExecuteResult]:
     """One result per request, in order, from the value ``execute`` returned."""
     count = len(requests)
@@ -112,7 +127,7 @@ def to_results(
         )
         return [InternalError(message) for _ in range(count)]
     return [
-        to_result(response, request, index, model_name, model_version)
+        to_result(response, request, index, model_name, model_version, reshapes)
         for index, (response, request) in enumerate(zip(returned, requests, strict=True))
     ]
 

@@ -16,6 +16,7 @@ import threading
 
 from naiad.backends.base import ExecuteResult
 from naiad.backends.python import pb_utils
+from naiad.backends.python.reshapes import Reshapes
 from naiad.backends.python.response import to_result
 from naiad.core.errors import CancelledError, InferenceServerError
 from naiad.core.request import InferRequest
@@ -38,12 +39,21 @@ class ResponseSender:
         "_model_name",
         "_model_version",
         "_request",
+        "_reshapes",
         "_sent",
         "result",
     )
 
-    def __init__(self, request: InferRequest, decoupled: bool, model_name: str, model_version: str) -> None:
+    def __init__(
+        self,
+        request: InferRequest,
+        decoupled: bool,
+        model_name: str,
+        model_version: str,
+        reshapes: Reshapes | None = None,
+    ) -> None:
         self._request = request
+        self._reshapes = reshapes
         self._decoupled = decoupled
         self._model_name = model_name
         self._model_version = model_version
@@ -80,7 +90,9 @@ class ResponseSender:
             self._sent += 1
             result = None
             if response is not None:
-                result = to_result(response, self._request, 0, self._model_name, self._model_version)
+                result = to_result(
+                    response, self._request, 0, self._model_name, self._model_version, self._reshapes
+                )
             if not self._decoupled:
                 if result is not None:
                     self.result = result

@@ -119,6 +119,10 @@ class ModelSpec:
     #: request's response goes, and the model process writes a matching output there directly.
     output_bytes: tuple[tuple[str, int], ...] = ()
     max_batch_size: int = 0
+    #: The config ``reshape``s applied around the model, ``(name, dims, reshape)`` of its inputs and of
+    #: its outputs (see :mod:`naiad.backends.python.reshapes`).
+    input_reshapes: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()
+    output_reshapes: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()
 
     @property
     def version_dir(self) -> str:
