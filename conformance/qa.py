@@ -94,6 +94,15 @@ QA_SKIPS = (
         "levels, so the request is refused 400 with 'failed to parse the request JSON buffer: depth "
         "limit exceeded' (and the server stays live), where Triton parses it and finds 'ready' is no boolean",
     ),
+    *(
+        Skip(
+            f"{QA}L0_infer_reshape/infer_reshape_test.py::InferReshapeTest.{case}",
+            "ends with TensorRT plans (plan_zero_*_float32, _trt_reshape): TensorRT is image-only here; "
+            "the case's ONNX, TorchScript, identity and ensemble models pass before it (checked: its "
+            "only error is the plan model's 404)",
+        )
+        for case in ("test_ff2", "test_ff4")
+    ),
     Skip(
         f"{QA}L0_response_cache/test.sh: ./response_cache_test",
         "C++ unit tests of Triton's cache API (TRITONCACHE_*, its local and Redis cache libraries), not the "
@@ -2270,7 +2279,12 @@ def infer_reshape(checkouts: Checkouts) -> Suite:
     test_file = "infer_reshape_test.py"
     source = (checkouts.qa / folder / test_file).read_text()
     cases = re.findall(r"^    def (test_\w+)\(", source, re.MULTILINE)
-    scripts = tuple(_unittest(checkouts, folder, test_file, f"InferReshapeTest.{case}") for case in cases)
+    skipped = {skip.name for skip in QA_SKIPS}
+    scripts = tuple(
+        script
+        for case in cases
+        if (script := _unittest(checkouts, folder, test_file, f"InferReshapeTest.{case}")).name not in skipped
+    )
     return Suite("qa-infer_reshape", build, scripts, (f"--backend-directory={STAND_IN_BACKENDS}",))
 
 
