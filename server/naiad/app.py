@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import os
 import signal
 import time
 
@@ -39,6 +40,7 @@ from naiad.repository.residency import Residency
 from naiad.repository.summary import OPTIONS_HEADER, model_rows, table
 from naiad.scheduling.cache import CacheUnavailable, open_cache, parse_cache_config
 from naiad.scheduling.rate_limiter import RateLimiter, parse_resource
+from naiad.scheduling.start_delay import StartDelay
 from naiad.settings import ServerSettings
 from naiad.tracing.config import parse_trace_config
 from naiad.tracing.tracer import Tracer
@@ -87,6 +89,7 @@ async def serve(settings: ServerSettings) -> int:
         cache_dir=settings.repository_cache_dir,
         response_cache=response_cache,
         rate_limiter=rate_limiter,
+        start_delay=StartDelay.from_environ(os.environ),
         residency=Residency(
             settings.load_on_demand,
             budget=settings.model_memory_budget,

@@ -34,6 +34,7 @@ from naiad.repository.readiness import readiness_of
 from naiad.repository.warmup import run_warmup, warmup_samples
 from naiad.scheduling.factory import create_scheduler
 from naiad.scheduling.rate_limiter import RateLimiter
+from naiad.scheduling.start_delay import NO_DELAY, StartDelay
 from naiad.scheduling.worker import InstanceWorker
 
 log = logging.getLogger("naiad.repository")
@@ -92,6 +93,7 @@ class ModelLoader:
         auto_complete: bool = True,
         gpu_count: int = 0,
         rate_limiter: RateLimiter | None = None,
+        start_delay: StartDelay = NO_DELAY,
         config_name: str = "",
         gpu_limits: Mapping[int, float] | None = None,
     ) -> None:
@@ -103,6 +105,7 @@ class ModelLoader:
         #: Measures versions' GPU footprints (for ``--model-gpu-memory-budget``); only where GPUs are.
         self.gpu_memory = GpuMemory.open() if gpu_count else None
         self.rate_limiter = rate_limiter
+        self.start_delay = start_delay
         self.config_name = config_name
         self.gpu_limits = dict(gpu_limits or {})
         self._overlapping = OverlappingLoads()
@@ -304,7 +307,7 @@ class ModelLoader:
         loads = self._overlapping.end(overlap)
         # the scheduler owns the workers from here on, even if it raises
         try:
-            scheduler = create_scheduler(config, workers, plan.path, self.rate_limiter)
+            scheduler = create_scheduler(config, workers, plan.path, self.rate_limiter, self.start_delay)
         except BaseException:
             for old in taken:
                 old.kept = False

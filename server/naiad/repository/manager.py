@@ -72,6 +72,7 @@ from naiad.repository.routing import Mirror
 from naiad.repository.sync.engine import SyncError
 from naiad.scheduling.cache import ResponseCache
 from naiad.scheduling.rate_limiter import RateLimiter
+from naiad.scheduling.start_delay import NO_DELAY, StartDelay
 from naiad.settings import ModelControlMode
 
 log = logging.getLogger("naiad.repository")
@@ -133,6 +134,7 @@ class ModelRepository:
         cache_dir: Path | None = None,
         response_cache: ResponseCache | None = None,
         rate_limiter: RateLimiter | None = None,
+        start_delay: StartDelay = NO_DELAY,
         residency: Residency | None = None,
         namespacing: bool = False,
         config_name: str = "",
@@ -142,7 +144,9 @@ class ModelRepository:
         """``registry``: where loaded models are published (what requests resolve in); ``runtime``: the
         server's, which makes the backends; ``response_cache``: the server's (``--cache-config``), for
         ensembles' steps; ``rate_limiter``: the server's (``--rate-limit``), handed to every version's
-        scheduler; ``residency``: which models load on demand and the memory budget (none: neither);
+        scheduler; ``start_delay``: Triton's scheduler start delays, from the server's environment
+        (:mod:`naiad.scheduling.start_delay`), for every version's scheduler; ``residency``: which
+        models load on demand and the memory budget (none: neither);
         ``namespacing``: ``--model-namespacing`` (each repository a namespace); ``config_name``,
         ``load_retries``, ``gpu_limits``: ``--model-config-name``, ``--model-load-retry-count``,
         ``--model-load-gpu-limit`` (see :class:`ModelLoader`)."""
@@ -158,6 +162,7 @@ class ModelRepository:
             auto_complete=auto_complete,
             gpu_count=gpu_count,
             rate_limiter=rate_limiter,
+            start_delay=start_delay,
             config_name=config_name,
             gpu_limits=gpu_limits,
         )

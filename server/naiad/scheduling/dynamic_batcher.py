@@ -16,6 +16,7 @@ or a queue timeout.  So there are no locks, and counting for :class:`SchedulerSt
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Hashable, Sequence
 from typing import cast
@@ -26,8 +27,11 @@ from naiad.scheduling.batcher import next_batch
 from naiad.scheduling.loop_scheduler import LoopDriven, LoopScheduler, loop_driven
 from naiad.scheduling.policy import PriorityLevels, SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest, RequestQueue
+from naiad.scheduling.start_delay import NO_DELAY, StartDelay
 from naiad.scheduling.stats import FailureReason, SchedulerStats
 from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
+
+log = logging.getLogger("naiad.scheduling")
 
 _MONOTONIC_NS = time.monotonic_ns
 #: Inline execution (``_run_inline``) only while executions average less than this.
@@ -39,8 +43,13 @@ _INLINE_WARMUP_NS = 1_000_000_000
 class DynamicBatchScheduler(LoopScheduler):
     """Queues, batches and runs the requests of one model version on its instances."""
 
-    def __init__(self, policy: SchedulingPolicy, workers: Sequence[InstanceWorker]) -> None:
-        """Start one thread per instance; may run off the event loop (models load on a pool)."""
+    def __init__(
+        self, policy: SchedulingPolicy, workers: Sequence[InstanceWorker], start_delay: StartDelay = NO_DELAY
+    ) -> None:
+        """Start one thread per instance; may run off the event loop (models load on a pool).
+
+        ``start_delay.queued``: hold every request in the queue until that many wait there, then
+        run as usual (Triton's ``TRITONSERVER_DELAY_SCHEDULER``; see :mod:`.start_delay`)."""
         if not workers:
             raise ValueError("a scheduler needs at least one instance")
         super().__init__(policy.model_name)
@@ -80,6 +89,11 @@ class DynamicBatchScheduler(LoopScheduler):
         self._sequence = 0
         self._next_delivery = 0
         self._finished_out_of_order: dict[int, Execution] = {}
+        self._delay = start_delay.queued
+        if self._delay:
+            log.debug(
+                "Delaying batcher thread for %s until %d queued requests...", self._model_name, self._delay
+            )
         for worker in self._workers:
             worker.start(self._jobs, self._finished_threadsafe)
 
@@ -104,7 +118,9 @@ class DynamicBatchScheduler(LoopScheduler):
             entry.size = request.batch_size
             if self._keyed:
                 entry.shape_key = self._shape_key(request)
-        if self._inline and not self._running and self._infer_average_ns < _INLINE_LIMIT_NS:
+        if self._delay:
+            self._hold(entry, now)
+        elif self._inline and not self._running and self._infer_average_ns < _INLINE_LIMIT_NS:
             self._run_inline(entry, now)
         elif self._direct or (
             self._idle and not len(queue) and (not policy.batching or not policy.max_queue_delay_ns)
@@ -130,6 +146,18 @@ class DynamicBatchScheduler(LoopScheduler):
                 request.cancel()
             raise
 
+    def _hold(self, entry: QueuedRequest, now: int) -> None:
+        """Queue ``entry`` while the start delay lasts; once enough wait, run them as batching says."""
+        entry.level = self.policy.level_of(entry.request.priority)
+        try:
+            self._queue.push(entry, now)
+        except UnavailableError:
+            self.stats.fail(FailureReason.REJECTED, 0)
+            raise
+        if len(self._queue) >= self._delay:
+            self._delay = 0
+        self._dispatch_due(now)
+
     def _shape_key(self, request: InferRequest) -> Hashable:
         """Equal for requests that may share a batch: same inputs, same shapes where it matters."""
         policy = self.policy
@@ -151,7 +179,7 @@ class DynamicBatchScheduler(LoopScheduler):
         """Hand batches to free instances while the batching rule says so, then arm the timer."""
         queue = self._queue
         self._expire(now)
-        while self._idle and len(queue):
+        while self._idle and len(queue) and (not self._delay or self._closing):
             count, wake_ns = next_batch(queue.entries(), self.policy, now, self._closing)
             if not count:
                 self._arm(wake_ns)

@@ -17,6 +17,7 @@ from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.scheduling.scheduler import Scheduler
 from naiad.scheduling.sequence_batcher import SequenceBatchScheduler
 from naiad.scheduling.sequence_settings import sequence_settings_of
+from naiad.scheduling.start_delay import NO_DELAY, StartDelay
 from naiad.scheduling.stats import FIRST_RESPONSE_BOUNDS_MS, FIRST_RESPONSE_FAMILY, SchedulerStats
 from naiad.scheduling.worker import InstanceWorker
 
@@ -29,11 +30,13 @@ def create_scheduler(
     workers: Sequence[InstanceWorker],
     model_dir: Path,
     limiter: RateLimiter | None = None,
+    start_delay: StartDelay = NO_DELAY,
 ) -> Scheduler:
     """The scheduler for a model version whose normalized ``ModelConfig`` is ``config``.
 
     ``model_dir`` is the model's folder, where the sequence batcher finds ``initial_state`` files;
-    ``limiter`` is the server's rate limiter (``--rate-limit=execution_count``), ``None`` when off.
+    ``limiter`` is the server's rate limiter (``--rate-limit=execution_count``), ``None`` when off;
+    ``start_delay``: Triton's start delays (:mod:`naiad.scheduling.start_delay`).
 
     Raises :class:`~naiad.core.errors.InvalidArgumentError` for an invalid ``dynamic_batching`` or
     ``sequence_batching`` section, or for instance resources the rate limiter can never grant (the
@@ -44,9 +47,9 @@ def create_scheduler(
         if limiter is not None:
             limiter.attach(config, workers)
         scheduler: Scheduler = (
-            SequenceBatchScheduler(sequence_settings_of(config, model_dir), workers)
+            SequenceBatchScheduler(sequence_settings_of(config, model_dir), workers, start_delay)
             if config.HasField("sequence_batching")
-            else DynamicBatchScheduler(policy_of(config), workers)
+            else DynamicBatchScheduler(policy_of(config), workers, start_delay)
         )
     except BaseException:
         for worker in workers:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import socket
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
@@ -35,6 +34,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, RedisError
 
+from naiad.core.atoi import atoi
 from naiad.core.datatypes import WIRE_DTYPE
 from naiad.core.request import InferResponse, Tensor
 from naiad.scheduling.cache import CacheInsertionError, CacheUnavailable, ResponseCache
@@ -137,13 +137,13 @@ def connection_options(settings: Mapping[str, str], environ: Mapping[str, str]) 
         log.warning("ignored --cache-config redis,sni: TLS names the server by its host")
     options: dict[str, Any] = {
         "host": settings["host"],
-        "port": _atoi(settings["port"]),
+        "port": atoi(settings["port"]),
         "username": settings.get("user", environ.get("TRITONCACHE_REDIS_USERNAME")),
         "password": settings.get("password", environ.get("TRITONCACHE_REDIS_PASSWORD")),
-        "db": _atoi(settings.get("db", "0")),
+        "db": atoi(settings.get("db", "0")),
         "socket_connect_timeout": _seconds(settings.get("connect_timeout", "0")),
         "socket_timeout": _seconds(settings.get("socket_timeout", "0")),
-        "max_connections": max(1, _atoi(settings.get("pool_size", "1"))),
+        "max_connections": max(1, atoi(settings.get("pool_size", "1"))),
         "timeout": _seconds(settings.get("wait_timeout", "1000")),
         # RESP2 with AUTH, which every Redis speaks; Redis's NOAUTH when a password is missing
         "protocol": 2,
@@ -159,14 +159,9 @@ def connection_options(settings: Mapping[str, str], environ: Mapping[str, str]) 
     return options
 
 
-def _atoi(text: str) -> int:
-    match = re.match(r"\s*([+-]?\d+)", text)
-    return int(match.group(1)) if match else 0
-
-
 def _seconds(milliseconds: str) -> float | None:
     """A timeout in milliseconds as redis-py takes it: seconds, ``None`` (no limit) for 0."""
-    value = _atoi(milliseconds)
+    value = atoi(milliseconds)
     return value / 1000 if value > 0 else None
 
 

@@ -66,6 +66,7 @@ from naiad.scheduling.loop_scheduler import LoopScheduler, loop_driven
 from naiad.scheduling.policy import SchedulingPolicy
 from naiad.scheduling.queue import QUEUED, TAKEN, QueuedRequest
 from naiad.scheduling.sequence_settings import Array, SequenceSettings
+from naiad.scheduling.start_delay import NO_DELAY, StartDelay
 from naiad.scheduling.stats import FailureReason, SchedulerStats
 from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
 
@@ -93,10 +94,13 @@ class _Sequence:
 class _Instance:
     """An instance's worker, job queue and slots (the sequence holding each, ``None`` when free)."""
 
-    __slots__ = ("busy", "jobs", "on_loop", "slots", "worker")
+    __slots__ = ("busy", "delay", "jobs", "on_loop", "slots", "worker")
 
-    def __init__(self, worker: InstanceWorker, slots: int) -> None:
+    def __init__(self, worker: InstanceWorker, slots: int, delay: int) -> None:
         self.worker = worker
+        #: ``oldest``: the ready sequences this instance waits for before its first batch (Triton
+        #: runs a dynamic batcher per instance there, each with its own start delay).
+        self.delay = delay
         self.jobs: Jobs = Jobs()
         self.slots: list[_Sequence | None] = [None] * slots
         self.busy = False
@@ -115,13 +119,27 @@ _Position = tuple[_Sequence | None, QueuedRequest]
 class SequenceBatchScheduler(LoopScheduler):
     """Routes, batches and runs the sequences of one model version on its instances."""
 
-    def __init__(self, settings: SequenceSettings, workers: Sequence[InstanceWorker]) -> None:
-        """Start one thread per instance; may run off the event loop (models load on a pool)."""
+    def __init__(
+        self,
+        settings: SequenceSettings,
+        workers: Sequence[InstanceWorker],
+        start_delay: StartDelay = NO_DELAY,
+    ) -> None:
+        """Start one thread per instance; may run off the event loop (models load on a pool).
+
+        ``start_delay`` (Triton's ``TRITONSERVER_DELAY_SCHEDULER`` and ``_BACKLOG_DELAY_SCHEDULER``;
+        see :mod:`.start_delay`) holds the first batches: ``direct`` until that many requests wait in
+        the slots of all instances and that many in the backlog, ``oldest`` each instance until that
+        many of its sequences are ready (the backlog's count does not apply there, as in Triton)."""
         if not workers:
             raise ValueError("a scheduler needs at least one instance")
         super().__init__(settings.model_name)
         self.settings = settings
-        self._instances = [_Instance(worker, settings.slots) for worker in workers]
+        per_instance = start_delay.queued if settings.oldest else 0
+        self._instances = [_Instance(worker, settings.slots, per_instance) for worker in workers]
+        self._delay = NO_DELAY if settings.oldest else start_delay
+        if start_delay.backlog:
+            log.info("Delaying scheduler until %d backlog queued requests...", start_delay.backlog)
         #: Free slots as (slot index, instance index), a heap: the lowest index is taken first.
         self._free = [(slot, number) for slot in range(settings.slots) for number in range(len(workers))]
         self._sequences: dict[int | str, _Sequence] = {}
@@ -188,6 +206,8 @@ class SequenceBatchScheduler(LoopScheduler):
         sequence.last_ns = now
         if sequence.instance >= 0:
             self._dispatch(self._instances[sequence.instance], now)
+        elif self._delay:  # a request in the backlog counts towards the start delay
+            self._dispatch_all(now)
         try:
             return await entry.future
         except asyncio.CancelledError:
@@ -280,6 +300,8 @@ class SequenceBatchScheduler(LoopScheduler):
         ready = [s for s in instance.members() if s.pending and not s.running]
         if not ready:
             return
+        if (self._delay or instance.delay) and not self._closing and self._held(instance, len(ready), now):
+            return
         settings = self.settings
         if settings.oldest:
             ready.sort(key=lambda s: s.pending[0].enqueue_ns)
@@ -309,6 +331,23 @@ class SequenceBatchScheduler(LoopScheduler):
             self._start_on(instance.worker, execution)
         else:
             instance.jobs.put(execution)
+
+    def _held(self, instance: _Instance, ready: int, now: int) -> bool:
+        """Whether the start delay still holds ``instance``'s first batch (``ready``: its sequences
+        with a request to run).  Once reached it is over for good, and (``direct``) every instance
+        is looked at again."""
+        if instance.delay:
+            if ready < instance.delay:
+                return True
+            instance.delay = 0
+            return False
+        waiting = sum(len(s.pending) for held in self._instances for s in held.members())
+        backlog = sum(len(s.pending) for s in self._backlog)
+        if waiting < self._delay.queued or backlog < self._delay.backlog:
+            return True
+        self._delay = NO_DELAY
+        self._arm(now)  # the other instances' batches, on the next timer
+        return False
 
     def _direct_batch(self, instance: _Instance, ready: list[_Sequence], now: int) -> list[_Position]:
         """Position i holds the next request of the sequence in slot i, or a null request, up to the
