@@ -20,6 +20,7 @@ from conformance.models import (
     place_python_model,
 )
 from conformance.qa import QA_SKIPS, qa_suites
+from conformance.qa_batching import BATCHING_SKIPS, batching_suites
 from conformance.runner import Checkouts, Script, Skip, Suite, unclassified
 
 CLIENT = "client/"
@@ -317,6 +318,7 @@ def all_suites(checkouts: Checkouts) -> list[Suite]:
         *client_suites(checkouts),
         *pb_suites(checkouts),
         *qa_suites(checkouts, example_repository(checkouts), eight_models(checkouts)),
+        *batching_suites(checkouts),
     ]
 
 
@@ -344,6 +346,7 @@ def skips(checkouts: Checkouts, suites: list[Suite]) -> list[Skip]:
         *CLIENT_SKIPS,
         *PB_SKIPS,
         *QA_SKIPS,
+        *BATCHING_SKIPS,
         *unclassified(checkouts.client_examples, "*.py", known_clients, CLIENT),
         *unclassified(checkouts.pb_examples, "*", known_pb, PB),
     ]

@@ -8,6 +8,8 @@ so the three backends cannot drift apart in batching or in the errors clients se
 * requests that can share a call (a batching model, the same inputs with the same non-batch shapes) are
   grouped and concatenated along dim 0 with :mod:`naiad.backends.batching`;
 * each group runs once, and its outputs are reshaped back and split by each request's batch size;
+* a config's ``batch_input`` tensors are computed for each call and its ``batch_output`` tensors
+  scattered back in the shapes of their source inputs (:mod:`naiad.backends.batch_io`);
 * a failing call fails the requests of its group only and leaves the instance usable, as in Triton.
 
 A backend subclasses :class:`FrameworkInstance` and fills in only what differs between frameworks:
@@ -31,6 +33,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.backends import batching
 from naiad.backends.base import ExecuteResult, InstanceContext
+from naiad.backends.batch_io import BatchIO, Shape
 from naiad.core import datatypes
 from naiad.core.errors import InferenceServerError, InternalError, InvalidArgumentError, UnsupportedError
 from naiad.core.request import InferRequest, InferResponse, Tensor
@@ -94,6 +97,7 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
         order = sorted(outputs) if response_order is None else [n for n in response_order if n in outputs]
         self._response_order = tuple(order)
         self._output_list = list(outputs)
+        self._batch_io = BatchIO.of(context.config)
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
         """One result per request, in order, with one model call per group of batchable requests."""
@@ -179,10 +183,18 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
             return _failed(requests, InternalError(f"model '{self.model_name}' instance is closed"))
         ragged = self._ragged
         joined = feeds[0]
-        if len(feeds) > 1:
+        if len(feeds) > 1 or ragged:  # (a ragged input is flattened even alone)
             joined = {
                 name: batching.concat_batch([feed[name] for feed in feeds], name in ragged) for name in joined
             }
+        batch_io = self._batch_io
+        shapes: dict[str, list[Shape]] = {}
+        if batch_io is not None:
+            shapes = {source: [_shape_of(r, source) for r in requests] for source in batch_io.sources()}
+            joined = dict(joined)
+            for batch_input in batch_io.inputs:
+                value = batch_input.value(shapes[batch_input.source])
+                joined.update(dict.fromkeys(batch_input.targets, value))
         try:
             produced = self._compute(model, joined, requests)
         except InferenceServerError as exc:
@@ -190,15 +202,24 @@ class FrameworkInstance(ABC, Generic[ModelT, BindingT]):
         except Exception as exc:  # frameworks' errors share nothing narrower than Exception
             return _failed(requests, InternalError(f"{self.execute_failure}{exc}"))
         try:
+            scattered = {}
+            if batch_io is not None:
+                for name, batch_output in batch_io.outputs.items():
+                    if name in produced:
+                        scattered[name] = batch_output.scatter(
+                            produced.pop(name), shapes[batch_output.source]
+                        )
             if not self.batching:  # one request, whose outputs are the call's, reshaped back
                 outputs = self._outputs
                 whole = {
                     name: array if outputs[name].model_dims is None else self._reshaped(outputs[name], array)
                     for name, array in produced.items()
                 }
+                whole.update((name, parts[0]) for name, parts in scattered.items())
                 return [self._response(requests[0], whole)]
             sizes = [_batch_size(feed, ragged) for feed in feeds]
             split = {name: self._split(self._outputs[name], array, sizes) for name, array in produced.items()}
+            split.update(scattered)
         except ValueError as exc:
             return _failed(requests, InternalError(f"model '{self.model_name}': {exc}"))
         return [
@@ -244,10 +265,22 @@ def _batch_key(feed: Feed, ragged: frozenset[str]) -> Hashable:
     return tuple((name, None if name in ragged else array.shape[1:]) for name, array in sorted(feed.items()))
 
 
+def _shape_of(request: InferRequest, name: str) -> Shape:
+    """The shape the client gave the request's input ``name`` (``()`` when it sent none)."""
+    for tensor in request.inputs:
+        if tensor.name == name:
+            return tuple(tensor.data.shape)
+    return ()
+
+
 def _batch_size(feed: Feed, ragged: frozenset[str]) -> int:
-    """The request's batch size: dim 0 of its first non-ragged, non-scalar input."""
+    """The request's batch size: dim 0 of its first non-ragged, non-scalar input, else of a ragged
+    one (still unjoined here, with the batch dimension its client gave it)."""
     for name, array in feed.items():
         if array.ndim > 0 and name not in ragged:
+            return int(array.shape[0])
+    for array in feed.values():
+        if array.ndim > 0:
             return int(array.shape[0])
     return 1
 

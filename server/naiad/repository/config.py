@@ -226,6 +226,7 @@ def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
         config.optimization.input_pinned_memory.enable = True
         config.optimization.output_pinned_memory.enable = True
     _normalize_io(config)
+    _validate_batch_io(config)
     refuse_uncacheable(config)
     if config.platform != "ensemble":
         _normalize_instance_groups(config, gpu_count)
@@ -249,6 +250,37 @@ def _normalize_io(config: mc.ModelConfig) -> None:
                     f"model '{config.name}' {kind} '{tensor.name}' has invalid dims "
                     f"{list(tensor.dims)}: each must be -1 or positive"
                 )
+
+
+def _validate_batch_io(config: mc.ModelConfig) -> None:
+    """Triton's checks of ``batch_input`` and ``batch_output`` (what the backends compute from them:
+    :mod:`naiad.backends.batch_io`), in its words."""
+    inputs = {io.name for io in config.input}
+    outputs = {io.name for io in config.output}
+    problems: list[str] = []
+    for batch_input in config.batch_input:
+        kind = mc.BatchInput.Kind.Name(batch_input.kind)
+        count = len(batch_input.source_input)
+        if count != 1:
+            problems.append(f"batch input kind '{kind}' expects 1 source input, got {count}")
+        if batch_input.data_type not in (mc.TYPE_INT32, mc.TYPE_FP32):
+            problems.append("batch input data type must be TYPE_INT32 or TYPE_FP32")
+        problems += [f"unknown source input name '{s}'" for s in batch_input.source_input if s not in inputs]
+    for batch_output in config.batch_output:
+        kind = mc.BatchOutput.Kind.Name(batch_output.kind)
+        count = len(batch_output.source_input)
+        if count != 1:
+            problems.append(f"batch output kind '{kind}' expects 1 source input, got {count}")
+        problems += [f"unknown source input name '{s}'" for s in batch_output.source_input if s not in inputs]
+        seen: set[str] = set()
+        for target in batch_output.target_name:
+            if target not in outputs:
+                problems.append(f"unknown target output name '{target}'")
+            elif target in seen:
+                problems.append(f"target output name '{target}' can only be specified once")
+            seen.add(target)
+    if problems:  # Triton stops at the first
+        raise InvalidArgumentError(f"{problems[0]} for {config.name}")
 
 
 def _normalize_instance_groups(config: mc.ModelConfig, gpu_count: int) -> None:

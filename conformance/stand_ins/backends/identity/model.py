@@ -1,7 +1,9 @@
 """A stand-in for Triton's ``identity`` backend (a C++ test backend NVIDIA's qa uses), as a
 Python-based backend (``--backend-directory``): each requested ``OUTPUT<n>`` is the request's
 ``INPUT<n>``; an optional ``INPUT<n>`` the request lacks gives zeros of its configured shape (with
-the request's batch dimension); the model's ``execute_delay_ms`` parameter delays every execution.
+the request's batch dimension); the model's ``execute_delay_ms`` parameter delays every execution,
+by that times ``instance_wise_delay_multiplier`` times the instance's index where that is at least 1
+(the backend numbers instances in the order it creates them; here, within their group).
 Written from the backend's documented behaviour, for NVIDIA's tests to run unchanged here."""
 
 import json
@@ -20,8 +22,12 @@ class TritonPythonModel:
             for item in config.get("input", [])
             if item.get("optional")
         }
-        delay = config.get("parameters", {}).get("execute_delay_ms", {}).get("string_value", "0")
-        self.delay_s = int(delay) / 1000
+        parameters = config.get("parameters", {})
+        delay = int(parameters.get("execute_delay_ms", {}).get("string_value", "0"))
+        multiplier = int(parameters.get("instance_wise_delay_multiplier", {}).get("string_value", "0"))
+        if multiplier:
+            multiplier *= int(args["model_instance_name"].rsplit("_", 1)[-1])
+        self.delay_s = delay * max(multiplier, 1) / 1000
 
     def execute(self, requests):
         if self.delay_s:

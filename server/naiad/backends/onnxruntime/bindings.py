@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from naiad.backends.framework import TensorBinding
 from naiad.backends.onnxruntime.tensors import ModelTensor
 from naiad.core import datatypes
-from naiad.core.errors import InternalError, InvalidArgumentError, UnsupportedError
+from naiad.core.errors import InternalError, InvalidArgumentError
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,13 +136,10 @@ def bind_inputs(
 ) -> dict[str, Binding]:
     """Bindings for the config's inputs, sequence controls and states; the checks Triton makes."""
     checker = _Checker(config)
-    if config.batch_input:
-        raise UnsupportedError(
-            f"unable to load model '{config.name}': batch_input is not supported by this server yet"
-        )
     sequence = config.sequence_batching
     controls = [(c.name, _control_datatype(k)) for c in sequence.control_input for k in c.control]
     expected = sum(not io.optional for io in config.input) + len(controls) + len(sequence.state)
+    expected += len(config.batch_input)  # (as Triton counts: entries, not their target names)
     if len(inputs) != expected:
         raise checker.fail(f"configuration expects {expected} inputs, model provides {len(inputs)}")
     allowed = {**inputs, **initializers}
@@ -163,6 +160,10 @@ def bind_inputs(
         if tensor is None:
             raise _missing("input", state.input_name, allowed)
         bindings[state.input_name] = _state_binding(checker, "input", state.input_name, state, tensor)
+    for batch_input in config.batch_input:  # computed per call (naiad.backends.batch_io), never sent
+        for target in batch_input.target_name:
+            if target not in inputs:
+                raise _missing("input", target, allowed)
     return bindings
 
 
@@ -170,10 +171,16 @@ def bind_outputs(config: mc.ModelConfig, outputs: dict[str, ModelTensor]) -> dic
     """Bindings for the config's outputs and sequence state outputs."""
     checker = _Checker(config)
     bindings: dict[str, Binding] = {}
+    scattered = {name for batch_output in config.batch_output for name in batch_output.target_name}
     for io in config.output:
         tensor = outputs.get(io.name)
         if tensor is None:
             raise _missing("output", io.name, outputs)
+        if io.name in scattered:  # its shape is its requests' source inputs', whatever the model's
+            datatype = _datatype(io.data_type)
+            checker.check_type("output", io.name, datatype, tensor)
+            bindings[io.name] = Binding(io.name, datatype, tuple(io.dims))
+            continue
         bindings[io.name] = checker.bind("output", io, tensor)
     for state in config.sequence_batching.state:
         tensor = outputs.get(state.output_name)

@@ -1,0 +1,322 @@
+"""NVIDIA's qa tests of batching, with their model repositories made as each ``test.sh`` makes them.
+
+They rest on Triton's scheduler start delays (``TRITONSERVER_DELAY_SCHEDULER`` and
+``TRITONSERVER_BACKLOG_DELAY_SCHEDULER``, exported to the server and to the test): requests sent one
+after another wait until that many are queued, so the batches a test expects form whatever the
+machine's speed.  Each case runs on a server of its own, as its test.sh runs it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from conformance.models import copy_model, edit_config, place_python_model
+from conformance.qa import QA, STAND_IN_BACKENDS, _unittest
+from conformance.runner import Checkouts, Script, Skip, Suite
+
+#: The start delay each of L0_batcher's delayed cases runs under (its test.sh's exports).
+BATCHER_DELAYS = {
+    "test_multi_batch_delayed_sum_gt_max_preferred": 2,
+    "test_multi_batch_use_biggest_preferred": 6,
+    "test_multi_batch_use_best_preferred": 3,
+    "test_multi_batch_delayed_use_max_batch": 3,
+}
+BATCHER_NO_DELAY = (
+    "test_static_batch_preferred",
+    "test_static_batch_lt_any_preferred",
+    "test_static_batch_not_preferred",
+    "test_static_batch_gt_max_preferred",
+    "test_multi_batch_not_preferred",
+    "test_multi_batch_gt_max_preferred",
+    "test_multi_batch_sum_gt_max_preferred",
+    "test_multi_same_output0",
+    "test_multi_same_output1",
+    "test_multi_different_outputs",
+    "test_multi_different_output_order",
+)
+BATCHER_DIFFERENT_SHAPES = (
+    "test_multi_batch_not_preferred_different_shape",
+    "test_multi_batch_preferred_different_shape",
+    "test_multi_batch_different_shape_allow_ragged",
+    "test_multi_batch_different_shape",
+)
+BATCHER_PREFERRED_ONLY = {
+    "test_preferred_batch_only_aligned": 4,
+    "test_preferred_batch_only_unaligned": 5,
+    "test_preferred_batch_only_use_biggest_preferred": 7,
+    "test_preferred_batch_only_use_no_preferred_size": 3,
+}
+#: The backends L0_batcher's trials run on here (its ``BACKENDS``): TensorRT is image-only and its
+#: TorchScript models come from ``$DATADIR`` (``gen_qa_models.py --libtorch`` makes them; see the skip).
+BATCHER_BACKENDS = "onnx python"
+
+BATCHING_SKIPS = (
+    Skip(
+        f"{QA}L0_sequence_corrid_batcher/sequence_corrid_batcher_test.py::SequenceCorrIDBatcherTest.test_skip_batch",
+        "its trials are a TensorRT plan and an ONNX model, one after the other in one case: TensorRT is "
+        "image-only here",
+    ),
+    Skip(
+        f"{QA}L0_dyna_sequence_batcher/test.sh: BACKENDS plan, custom and custom_string",
+        "TensorRT is image-only here, and custom_dyna_sequence_int32 is a C++ test backend "
+        '(dyna_sequence); the cases run on the ONNX and TorchScript models (BACKENDS="onnx libtorch"), '
+        "test_multi_sequence_different_shape_allow_ragged, which only the custom model runs, included",
+    ),
+    Skip(
+        f"{QA}L0_batcher/test.sh: BACKENDS libtorch and plan",
+        'TensorRT is image-only here; the cases run on the ONNX and Python trials (BACKENDS="onnx '
+        'python", a value its test.sh takes), which cover the same batching',
+    ),
+)
+
+
+def _generated(checkouts: Checkouts, work: Path, generator: str, *flags: str) -> Path:
+    """The models NVIDIA's ``qa/common/<generator>`` makes with ``flags``, made once per run under
+    ``work`` (the run's folder), as ``$DATADIR`` holds them for every test of NVIDIA's CI."""
+    target = work / ("generated-" + generator.removesuffix(".py") + "".join(f.strip("-") for f in flags))
+    if not (target / ".done").exists():
+        script = checkouts.qa / "common" / generator
+        command = [sys.executable, str(script), *flags, f"--models_dir={target}"]
+        subprocess.run(command, check=True, capture_output=True, cwd=script.parent)
+        (target / ".done").touch()
+    return target
+
+
+def _on_cpu(folder: Path) -> None:
+    """``KIND_GPU`` instances as ``KIND_CPU``: what NVIDIA's CPU-only runs do to a GPU test's model."""
+    edit_config(folder, ("KIND_GPU", "KIND_CPU"))
+
+
+def batcher_suites(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_batcher as its test.sh runs it, each case on a server of its own: the dynamic batcher's
+    preferred sizes, queue delay, different shapes and ragged inputs, preferred-only batching, the
+    default queue delay and ``preserve_ordering``, on ``{onnx,python}_float32_float32_float32``
+    (NVIDIA's ``gen_qa_models.py --onnx``, fixed and ``--variable``; the Python one qa's ``add_sub``
+    under the ONNX model's config), ``onnx_zero_1_float32`` (``gen_qa_identity_models.py``) with a
+    ``BATCH_SCATTER_WITH_INPUT_SHAPE`` output, and ``custom_zero_1_float32`` on the identity stand-in;
+    ``verify_timestamps.py`` then reads the trace file of each ``preserve_ordering`` run."""
+    folder = "L0_batcher"
+    here = checkouts.qa / folder
+    two_six = "dynamic_batching { preferred_batch_size: [ 2, 6 ], max_queue_delay_microseconds: 10000000 }\n"
+
+    def float_models(repo: Path, variable: bool, batching: str) -> None:
+        flags = ("--onnx", "--variable") if variable else ("--onnx",)
+        generated = _generated(checkouts, repo.parent.parent, "gen_qa_models.py", *flags)
+        onnx = generated / "onnx_float32_float32_float32"
+        copy_model(onnx, repo)
+        python = place_python_model(repo, "python_float32_float32_float32",
+                                    checkouts.qa / "python_models" / "add_sub" / "model.py")  # fmt: skip
+        shutil.copyfile(onnx / "config.pbtxt", python / "config.pbtxt")
+        shutil.copyfile(onnx / "output0_labels.txt", python / "output0_labels.txt")
+        edit_config(python, ("platform:.*", 'backend: "python"'), ("onnx", "python"))
+        for model in (repo / onnx.name, python):
+            edit_config(model, ("^max_batch_size:.*", "max_batch_size: 8"),
+                        ("^version_policy:.*", "version_policy: { specific { versions: [1] }}"),
+                        append=batching)  # fmt: skip
+            if variable:
+                edit_config(model, ("16", "-1"))
+
+    def fixed(batching: str) -> Callable[[Path], None]:
+        return lambda repo: float_models(repo, False, batching)
+
+    def variable(repo: Path) -> None:
+        float_models(repo, True, two_six)
+        custom = copy_model(checkouts.qa / "custom_models" / "custom_zero_1_float32", repo)
+        (custom / "1").mkdir(exist_ok=True)
+        edit_config(custom, ("^max_batch_size:.*", "max_batch_size: 8"), (r"dims:.*\[.*\]", "dims: [ -1 ]"),
+                    ('name:.*"INPUT0"', 'name: "INPUT0"\nallow_ragged_batch: true'),
+                    ("^version_policy:.*", "version_policy: { specific { versions: [1] }}"),
+                    append="instance_group [ { kind: KIND_GPU count: 1 }]\n" + two_six)  # fmt: skip
+        _on_cpu(custom)
+        identity = _generated(checkouts, repo.parent.parent, "gen_qa_identity_models.py", "--onnx")
+        zero = copy_model(identity / "onnx_nobatch_zero_1_float32", repo, "onnx_zero_1_float32")
+        edit_config(zero, ("nobatch_", ""), ("^max_batch_size:.*", "max_batch_size: 8"),
+                    ('name: "INPUT0"', 'name: "INPUT0"\nallow_ragged_batch: true'),
+                    append='batch_output [{target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
+                           'source_input: "INPUT0" }]\n' + two_six)  # fmt: skip
+
+    def custom(max_batch_size: int, append: str) -> Callable[[Path], None]:
+        """test.sh's ``custom_models/custom_zero_1_float32``, its ``KIND_GPU`` instances on the CPU."""
+
+        def build(repo: Path) -> None:
+            model = copy_model(checkouts.qa / "custom_models" / "custom_zero_1_float32", repo)
+            (model / "1").mkdir(exist_ok=True)
+            sizes = ("max_batch_size:.*", f"max_batch_size: {max_batch_size}")
+            edit_config(model, (r"dims:.*\[.*\]", "dims: [ -1 ]"), sizes, append=append)
+            _on_cpu(model)
+
+        return build
+
+    def case(name: str, label: str, build: Callable[[Path], None], kind: str, delay: int = 0,
+             extra_env: dict[str, str] | None = None, **options: Any) -> Suite:  # fmt: skip
+        env = {"BACKENDS": BATCHER_BACKENDS, "BATCHER_TYPE": kind, **(extra_env or {})}
+        server_env = {}
+        if delay:
+            env["TRITONSERVER_DELAY_SCHEDULER"] = server_env["TRITONSERVER_DELAY_SCHEDULER"] = str(delay)
+        script = _unittest(checkouts, folder, "batcher_test.py", f"BatcherTest.{name}", extra_env=env)
+        script = replace(script, name=f"{script.name} [{label.removeprefix(name).strip('-') or kind}]")
+        args = (f"--backend-directory={STAND_IN_BACKENDS}", *options.pop("args", ()))
+        return Suite(f"qa-batcher-{label}", build, (script,), args, server_env=server_env, **options)
+
+    suites: list[Suite] = []
+    for kind in ("FIXED", "VARIABLE"):
+        build = fixed(two_six) if kind == "FIXED" else variable
+        suites += [case(name, f"{name}-{kind}", build, kind) for name in BATCHER_NO_DELAY]
+        suites += [case(name, f"{name}-{kind}", build, kind, delay) for name, delay in BATCHER_DELAYS.items()]
+    suites += [case(name, name, variable, "VARIABLE") for name in BATCHER_DIFFERENT_SHAPES]
+    name = "test_multi_batch_delayed_preferred_different_shape"
+    suites.append(case(name, name, variable, "VARIABLE", 4))
+    only = fixed("dynamic_batching { preferred_batch_size: [ 4, 6 ] }\n")
+    suites += [case(name, name, only, "FIXED", delay) for name, delay in BATCHER_PREFERRED_ONLY.items()]
+    # (test.sh's sed of max_queue_delay_microseconds matches nothing: the model keeps 0 in both cases)
+    slow = custom(
+        100,
+        "dynamic_batching { max_queue_delay_microseconds: 0}\ninstance_group [ { kind: KIND_GPU } ]\n"
+        'parameters [\n{ key: "execute_delay_ms"; value: { string_value: "100" }}\n]\n',
+    )
+    for name, delay_us in (("test_max_queue_delay_only_default", "0"),
+                           ("test_max_queue_delay_only_non_default", "20000")):  # fmt: skip
+        suites.append(case(name, name, slow, "FIXED", extra_env={"MAX_QUEUE_DELAY_MICROSECONDS": delay_us}))
+    delays = ('instance_group [ { kind: KIND_GPU count: 2 }]\nparameters [\n'
+              '{ key: "execute_delay_ms"; value: { string_value: "100" }},\n'
+              '{ key: "instance_wise_delay_multiplier"; value: { string_value: "4" }}\n]\n')  # fmt: skip
+    name = "test_multi_batch_preserve_ordering"
+    for label, flag, option in (("not_preserve", (), ""), ("preserve", ("-p",), " preserve_ordering: true")):
+        trace = here / f"{label}.log"
+        verify = Script(f"{QA}{folder}/verify_timestamps.py {' '.join(flag)} {label}.log".replace("  ", " "),
+                        ("{python}", "verify_timestamps.py", *flag, trace.name), here)  # fmt: skip
+        batching = f"dynamic_batching {{ preferred_batch_size: [ 4 ]{option} }}\n"
+        args = (f"--trace-file={trace}", "--trace-level=MIN", "--trace-rate=1")
+        suites.append(case(name, f"{name}-{label}", custom(4, batching + delays), "FIXED", 12, args=args,
+                           after_stop=(verify,)))  # fmt: skip
+    return suites
+
+
+def batch_input(checkouts: Checkouts) -> Suite:
+    """qa/L0_batch_input's ONNX trial as its test.sh builds it: NVIDIA's ``gen_qa_ragged_models.py
+    --onnx`` models under the five names and kinds of batch input it gives them (element counts, running
+    totals with and without a leading zero, the largest count as a shape, item shapes flattened and
+    not), and ``ragged_io``, an identity with a ragged input and a ``BATCH_SCATTER_WITH_INPUT_SHAPE``
+    output; ``batch_input_test.py``'s eight cases send ragged requests from threads so that they batch."""
+    folder = "L0_batch_input"
+
+    def build(repo: Path) -> None:
+        work = repo.parent.parent
+        ragged = _generated(checkouts, work, "gen_qa_ragged_models.py", "--onnx")
+        identity = _generated(checkouts, work, "gen_qa_identity_models.py", "--onnx")
+        renamed = ("onnx_batch_input", "onnx_batch_item")
+        for name, source, edits in (
+            ("ragged_element_count_acc_zero", renamed[0], ()),
+            ("ragged_acc_shape", renamed[0], (("BATCH_ELEMENT_COUNT", "BATCH_ACCUMULATED_ELEMENT_COUNT"),
+             ("BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO", "BATCH_MAX_ELEMENT_COUNT_AS_SHAPE"))),
+            ("batch_item_flatten", renamed[0], (("BATCH_ELEMENT_COUNT", "BATCH_ACCUMULATED_ELEMENT_COUNT"),
+             ("BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO", "BATCH_ITEM_SHAPE_FLATTEN"))),
+            ("batch_item", renamed[1], ()),
+        ):  # fmt: skip
+            model = copy_model(ragged / source, repo, name)
+            if name == "batch_item_flatten":  # sed "0,/-1/{s/-1/-1, -1/}": the first -1 only
+                config = model / "config.pbtxt"
+                config.write_text(config.read_text().replace("-1", "-1, -1", 1))
+            edit_config(model, (source, name), *edits)
+        model = copy_model(identity / "onnx_nobatch_zero_1_float32", repo, "ragged_io")
+        edit_config(model, ("__0", "0"), ("onnx_nobatch_zero_1_float32", "ragged_io"),
+                    ("^max_batch_size:.*", "max_batch_size: 4"),
+                    ('name: "INPUT0"', 'name: "INPUT0"\nallow_ragged_batch: true'),
+                    append='batch_output [{target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
+                           'source_input: "INPUT0" }] '
+                           "dynamic_batching { max_queue_delay_microseconds: 1000000 }\n")  # fmt: skip
+
+    script = _unittest(checkouts, folder, "batch_input_test.py")
+    return Suite("qa-batch_input", build, (script,), ("--exit-timeout-secs=120",))
+
+
+#: L0_dyna_sequence_batcher's cases, by the ``NO_BATCHING`` its test.sh runs them with.
+DYNA_SEQUENCE_UNBATCHED = ("test_simple_sequence", "test_length1_sequence")
+DYNA_SEQUENCE_BATCHED = (
+    "test_multi_sequence_different_shape",
+    "test_multi_sequence",
+    "test_multi_parallel_sequence",
+    "test_backlog",
+    "test_backlog_fill",
+    "test_backlog_fill_no_end",
+    "test_backlog_sequence_timeout",
+)
+
+
+def dyna_sequence(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_dyna_sequence_batcher as its test.sh runs it, each case on a server of its own, with
+    explicit state (``IMPLICIT_STATE=0``, NVIDIA's ``gen_qa_dyna_sequence_models.py``) and implicit
+    state (``=1``, ``gen_qa_dyna_sequence_implicit_models.py``): the ``oldest`` sequence batcher with
+    START/END/READY/CORRID controls on ONNX and TorchScript accumulators, without batching, then with
+    four candidate sequences and a 5 s queue delay (backlogs, idle timeouts, parallel sequences)."""
+    folder = "L0_dyna_sequence_batcher"
+
+    def builder(implicit: bool, batched: bool) -> Callable[[Path], None]:
+        generator = f"gen_qa_dyna_sequence{'_implicit' if implicit else ''}_models.py"
+
+        def build(repo: Path) -> None:
+            source = _generated(checkouts, repo.parent.parent, generator, "--onnx", "--libtorch")
+            for model in sorted(p for p in source.iterdir() if p.is_dir()):
+                copied = copy_model(model, repo)
+                edit_config(copied, ("kind: KIND_CPU", "kind: KIND_CPU\ncount: 1"))
+                if batched:
+                    candidates = ("max_candidate_sequences:.*", "max_candidate_sequences:4")
+                    delay = ("max_queue_delay_microseconds:.*", "max_queue_delay_microseconds:5000000")
+                    edit_config(copied, candidates, delay)
+
+        return build
+
+    suites = []
+    for implicit in (False, True):
+        for batched, cases in ((False, DYNA_SEQUENCE_UNBATCHED), (True, DYNA_SEQUENCE_BATCHED)):
+            env = {"BACKENDS": "onnx libtorch", "IMPLICIT_STATE": str(int(implicit)),
+                   "NO_BATCHING": str(int(not batched))}  # fmt: skip
+            for case in cases:
+                script = _unittest(checkouts, folder, "dyna_sequence_batcher_test.py",
+                                   f"DynaSequenceBatcherTest.{case}", extra_env=env)  # fmt: skip
+                state = "implicit" if implicit else "explicit"
+                script = replace(script, name=f"{script.name} [{state} state]")
+                build = builder(implicit, batched)
+                suites.append(Suite(f"qa-dyna_sequence-{case}-{state}", build, (script,)))
+    return suites
+
+
+def corrid_data_types(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_sequence_corrid_batcher's ``test_corrid_data_type``, a server per type as its test.sh runs
+    it: qa's Python ``add_sub`` with a ``CONTROL_SEQUENCE_CORRID`` control of each type, a string and an
+    integer correlation ID sent to each (the wrong kind refused in Triton's words)."""
+    folder = "L0_sequence_corrid_batcher"
+    suites = []
+    for datatype in ("TYPE_STRING", "TYPE_UINT32", "TYPE_INT32", "TYPE_UINT64", "TYPE_INT64"):
+        control = (
+            'sequence_batching { control_input [{ name: "CORRID" control [{ kind: CONTROL_SEQUENCE_CORRID '
+            f"data_type: {datatype} }}] }}] }}\n"
+        )
+
+        def build(repo: Path, control: str = control) -> None:
+            source = checkouts.qa / "python_models" / "add_sub"
+            model = place_python_model(repo, "add_sub", source / "model.py", source / "config.pbtxt")
+            edit_config(model, append=control)
+
+        # (test.sh exports NO_BATCHING and MODEL_INSTANCES for its earlier cases; the file reads them)
+        env = {"TRITONSERVER_CORRID_DATA_TYPE": datatype, "NO_BATCHING": "0", "MODEL_INSTANCES": "4"}
+        script = _unittest(checkouts, folder, "sequence_corrid_batcher_test.py",
+                           "SequenceCorrIDBatcherTest.test_corrid_data_type", extra_env=env)  # fmt: skip
+        script = replace(script, name=f"{script.name} [{datatype}]")
+        suites.append(Suite(f"qa-sequence_corrid-{datatype}", build, (script,)))
+    return suites
+
+
+def batching_suites(checkouts: Checkouts) -> list[Suite]:
+    return [
+        *batcher_suites(checkouts),
+        batch_input(checkouts),
+        *dyna_sequence(checkouts),
+        *corrid_data_types(checkouts),
+    ]
