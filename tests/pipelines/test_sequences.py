@@ -145,11 +145,18 @@ def test_triton_errors(server: ServerProcess) -> None:
     assert info.value.message() == (
         "inference request to model 'accumulator' must specify batch-size 1 due to requirements of sequence batcher"
     )
+    # the correlation ID's kind against the CORRID control's type: Triton 2.51's words, both ways
     with pytest.raises(InferenceServerException) as info:
         client.infer("accumulator", _input(httpclient, 1), sequence_id="text", sequence_start=True)
-    assert (
-        "has string correlation ID 'text', but the model's CORRID control 'CORRID' is UINT64"
-        in info.value.message()
+    assert info.value.message() == (
+        "[request id: <id_unknown>] sequence batching control 'CORRID' data-type is 'BYTES', but model "
+        "'accumulator' expects 'UINT64'"
+    )
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("dyna_accumulator", _input(httpclient, 1), sequence_id=12, sequence_start=True, request_id="r")
+    assert info.value.message() == (
+        "[request id: r] sequence batching control 'CORRID' data-type is 'UINT64', but model "
+        "'dyna_accumulator' expects 'BYTES'"
     )
     client.close()
     with (

@@ -251,7 +251,7 @@ class SequenceBatchScheduler(LoopScheduler):
             )
         correlation = self.settings.correlation
         if correlation is not None:
-            correlation.tensor_data(request.sequence_id, name)  # a type mismatch fails now, not in a batch
+            correlation.check(request.sequence_id, name, request.id)  # now, not in a batch
 
     def _admit(self, sequence: _Sequence) -> None:
         """Give ``sequence`` the free slot with the lowest index, or queue it for one."""

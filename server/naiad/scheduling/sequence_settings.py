@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.codecs import bytes_tensor
 from naiad.core import datatypes
-from naiad.core.errors import InvalidArgumentError
+from naiad.core.errors import InvalidArgumentError, request_prefix
 
 Array = np.ndarray[Any, Any]
 
@@ -62,6 +62,21 @@ class CorrelationControl:
     name: str
     datatype: str
     shape: tuple[int, ...]
+
+    def check(self, correlation_id: int | str, model_name: str, request_id: str) -> None:
+        """Triton's check of a request's correlation ID against the control, before it is queued: a
+        string ID needs a ``TYPE_STRING`` control, an integer one an integer control, in Triton's
+        words; and (Naiad's own check) an integer ID must fit the control's type."""
+        if isinstance(correlation_id, str):
+            given = "BYTES" if self.datatype != "BYTES" else ""
+        else:
+            given = "UINT64" if self.datatype not in ("UINT64", "INT64", "UINT32", "INT32") else ""
+        if given:
+            raise InvalidArgumentError(
+                f"{request_prefix(request_id)}sequence batching control '{self.name}' data-type is "
+                f"'{given}', but model '{model_name}' expects '{self.datatype}'"
+            )
+        self.tensor_data(correlation_id, model_name)
 
     def tensor_data(self, correlation_id: int | str, model_name: str) -> Array:
         if self.datatype == "BYTES":
