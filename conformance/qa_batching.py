@@ -316,8 +316,26 @@ def corrid_data_types(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def iterative_sequence(checkouts: Checkouts) -> Suite:
+    """qa/L0_iterative_sequence: an ``iterative_sequence`` model (its C++ test backend on a stand-in)
+    whose requests the model releases for rescheduling until their countdown ends, in explicit mode,
+    over gRPC streams and ``generate_stream``; a backlog, an idle timeout shorter than the model's
+    0.5 s runs, and the schedulers that cannot take a request back (``direct``, ``oldest`` without
+    ``iterative_sequence``, the dynamic batcher), each reloaded with its config by the test."""
+    folder = "L0_iterative_sequence"
+
+    def build(repo: Path) -> None:
+        model = copy_model(checkouts.qa / folder / "models" / "iterative_sequence", repo)
+        (model / "1").mkdir(exist_ok=True)
+
+    script = _unittest(checkouts, folder, "iterative_sequence_e2e.py")
+    args = ("--model-control-mode=EXPLICIT", f"--backend-directory={STAND_IN_BACKENDS}")
+    return Suite("qa-iterative_sequence", build, (script,), args)
+
+
 def batching_suites(checkouts: Checkouts) -> list[Suite]:
     return [
+        iterative_sequence(checkouts),
         *batcher_suites(checkouts),
         batch_input(checkouts),
         *dyna_sequence(checkouts),

@@ -58,6 +58,21 @@ def test_config_override_replaces_config_pbtxt_and_accepts_int64_as_string(
     assert client.mark("plain") == "p:1"
 
 
+def test_config_override_keys_may_be_bare_words_as_triton_parses_them(
+    client: RepositoryClient, server: ServerProcess
+) -> None:
+    """Triton 2.51 loads ``{..., direct: {...}}`` (protobuf's JSON parser takes bare keys; NVIDIA's
+    qa/L0_iterative_sequence sends one), and refuses what is not JSON all the same."""
+    override = marked_config_json(max_batch_size=2)[:-1] + ', sequence_batching: { direct: { } } }'
+    client.load("plain", config=override)
+    http = InferenceServerClient(server.http_url)
+    config = http.get_model_config("plain")
+    assert "direct" in config["sequence_batching"] and config["max_batch_size"] == 2
+    http.close()
+    client.load("plain")
+    assert error_of(client.load, "plain", config='{"x": 1,, }') == ("500", POLL_FAILURE.format("plain"))
+
+
 def test_invalid_config_override_keeps_the_loaded_model(client: RepositoryClient) -> None:
     client.load("plain")
     assert error_of(client.load, "plain", config="{not json") == ("500", POLL_FAILURE.format("plain"))

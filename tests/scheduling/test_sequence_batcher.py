@@ -311,3 +311,30 @@ def test_cancelling_a_waiting_request_ends_its_whole_sequence() -> None:
         await close(batcher)
 
     run(test)
+
+
+def test_a_sequence_idle_since_its_last_request_came_ends_even_while_it_runs() -> None:
+    """Triton counts a sequence's idle time from its latest request's arrival: a request that runs
+    past ``max_sequence_idle_microseconds`` still answers (and so does the one queued behind it), but
+    its sequence is forgotten, so the next request of its ID needs START; its slot frees after the run."""
+
+    async def test() -> None:
+        instance = Recorder()
+        batcher = scheduler(direct("max_sequence_idle_microseconds: 200000"), instance)
+        running = asyncio.create_task(batcher.submit(request("hold-a1", 11, 1, start=True)))
+        assert await asyncio.to_thread(instance.entered.wait, WAIT)
+        queued = asyncio.create_task(batcher.submit(request("a2", 11, 2)))
+        await asyncio.sleep(0.5)  # past the idle time since a2 came, while a1 runs
+        instance.release.set()
+        assert [total(await running), total(await queued)] == [1, 3]
+        with pytest.raises(InvalidArgumentError) as error:
+            await batcher.submit(request("a3", 11, 3))
+        assert str(error.value) == (
+            "inference request for sequence 11 to model 'm' must specify the START flag on the first request "
+            "of the sequence"
+        )
+        assert total(await batcher.submit(request("b1", 12, 10, start=True))) == 10
+        assert positions(instance.batches[-1]) == [(1, 12, 0, 10)]  # slot 0 again: a's slot was freed
+        await close(batcher)
+
+    run(test)

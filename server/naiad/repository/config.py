@@ -104,11 +104,24 @@ def _in_cpp_words(error: str) -> str:
     return f"{line}:{column}: {fault}"
 
 
+#: A JSON string, or a bare word used as an object key (``direct: {...}``).
+_STRING_OR_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|[A-Za-z_][A-Za-z0-9_]*(?=\s*:)')
+
+
+def _quoted_keys(text: str) -> str:
+    """``text`` with its bare-word object keys quoted: Triton parses a config override with
+    protobuf's JSON parser, which takes ``{direct: {}}`` as ``{"direct": {}}`` (NVIDIA's own tests
+    send such keys), where Python's parsers refuse it."""
+    return _STRING_OR_BARE_KEY.sub(lambda m: m[0] if m[0].startswith('"') else f'"{m[0]}"', text)
+
+
 def parse_json(text: str | bytes) -> mc.ModelConfig:
     """Parse a ModelConfig JSON override (proto JSON: int64 as numbers or strings)."""
     try:
-        return json_format.Parse(text, ModelConfig())
-    except json_format.ParseError as exc:
+        if isinstance(text, bytes):
+            text = text.decode()
+        return json_format.Parse(_quoted_keys(text), ModelConfig())
+    except (json_format.ParseError, UnicodeDecodeError) as exc:
         raise InvalidArgumentError(f"Invalid config override: {exc}") from exc
 
 
@@ -116,7 +129,7 @@ def merge_json(config: mc.ModelConfig, text: str) -> mc.ModelConfig:
     """``config`` with a JSON override merged in: objects merge key by key, everything else (lists,
     values, and ``version_policy``, whose members exclude each other) replaces what was there."""
     try:
-        override = json.loads(text)
+        override = json.loads(_quoted_keys(text))
     except ValueError as exc:
         raise InvalidArgumentError(f"Invalid config override: {exc}") from exc
     if not isinstance(override, dict):

@@ -78,7 +78,17 @@ _MONOTONIC_NS = time.monotonic_ns
 class _Sequence:
     """One live sequence: its slot (instance and index), its queued requests and its implicit state."""
 
-    __slots__ = ("cancelled", "correlation_id", "instance", "last_ns", "pending", "running", "slot", "states")
+    __slots__ = (
+        "cancelled",
+        "correlation_id",
+        "expired",
+        "instance",
+        "last_ns",
+        "pending",
+        "running",
+        "slot",
+        "states",
+    )
 
     def __init__(self, correlation_id: int | str, now_ns: int) -> None:
         self.correlation_id = correlation_id
@@ -86,9 +96,10 @@ class _Sequence:
         self.slot = -1
         self.pending: deque[QueuedRequest] = deque()
         self.running = False
-        self.last_ns = now_ns
+        self.last_ns = now_ns  # when its latest request came (or went back, rescheduled)
         self.states: dict[str, Array] = {}
         self.cancelled = False  # a waiting request was cancelled: the sequence ends after the running one
+        self.expired = False  # idle too long while it held requests: it ends once they have run
 
 
 class _Instance:
@@ -204,6 +215,7 @@ class SequenceBatchScheduler(LoopScheduler):
         entry = QueuedRequest(request, self._loop.create_future(), now)
         sequence.pending.append(entry)
         sequence.last_ns = now
+        self._arm(now + self.settings.idle_ns)  # the reaper's turn, even while the request runs
         if sequence.instance >= 0:
             self._dispatch(self._instances[sequence.instance], now)
         elif self._delay:  # a request in the backlog counts towards the start delay
@@ -422,12 +434,19 @@ class SequenceBatchScheduler(LoopScheduler):
         self._dispatch_all(now)
 
     def _reap(self, now: int) -> None:
-        """Forget the sequences idle for longer than ``max_sequence_idle_microseconds``."""
+        """Forget the sequences that received no request for longer than
+        ``max_sequence_idle_microseconds``.
+
+        As in Triton, the time counts from the sequence's latest request's arrival, whether or not
+        that request has run yet: a sequence whose requests are still queued or running past it is
+        forgotten at once (a later request of its ID needs START; an iterative request it releases
+        for rescheduling fails so) and keeps its slot until they have run.
+        """
         idle_ns = self.settings.idle_ns
         next_ns = 0
         for instance in self._instances:
             for sequence in instance.members():
-                if sequence.running or sequence.pending:
+                if sequence.expired:
                     continue
                 expiry = sequence.last_ns + idle_ns
                 if expiry <= now:
@@ -437,7 +456,12 @@ class SequenceBatchScheduler(LoopScheduler):
                         self.settings.model_name,
                         idle_ns // 1000,
                     )
-                    self._release(sequence)
+                    if sequence.running or sequence.pending:
+                        sequence.expired = True
+                        if self._sequences.get(sequence.correlation_id) is sequence:
+                            del self._sequences[sequence.correlation_id]
+                    else:
+                        self._release(sequence)
                 elif not next_ns or expiry < next_ns:
                     next_ns = expiry
         if next_ns:
@@ -464,21 +488,26 @@ class SequenceBatchScheduler(LoopScheduler):
         results = dict(zip(map(id, execution.entries), execution.results, strict=True))
         for sequence, entry in real:
             sequence.running = False
-            sequence.last_ns = now
             request = entry.request
             if self._state_outputs and request.outputs is not None:  # as the client asked again
                 request.outputs = [o for o in request.outputs if o.name not in self._state_outputs]
             result = results.get(id(entry))
             if type(result) is Rescheduled and self.settings.iterative and not entry.future.done():
                 execution.count(entry, now, stats)
-                self._reschedule(sequence, entry, now)
-                continue
+                if not sequence.expired:
+                    self._reschedule(sequence, entry, now)
+                    continue
+                result = InvalidArgumentError(  # Triton enqueues it again, without START
+                    f"inference request for sequence {sequence.correlation_id} to model "
+                    f"'{self.settings.model_name}' must specify the START flag on the first request of "
+                    "the sequence"
+                )
             if result is not None:
                 self._deliver(sequence, entry, result, execution, now)
             if sequence.instance >= 0 and (
                 request.sequence_end
                 or sequence.cancelled
-                or (self.settings.iterative and not sequence.pending)
+                or ((self.settings.iterative or sequence.expired) and not sequence.pending)
             ):
                 self._release(sequence)
         self._dispatch_due(now)
@@ -492,8 +521,9 @@ class SequenceBatchScheduler(LoopScheduler):
             del request.inputs[-self._added_inputs :]
         request.sequence_start = False
         entry.state = QUEUED
-        entry.enqueue_ns = now
+        entry.enqueue_ns = sequence.last_ns = now
         sequence.pending.appendleft(entry)
+        self._arm(now + self.settings.idle_ns)
 
     def _deliver(
         self, sequence: _Sequence, entry: QueuedRequest, result: ExecuteResult, execution: Execution, now: int
