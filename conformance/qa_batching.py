@@ -333,8 +333,130 @@ def iterative_sequence(checkouts: Checkouts) -> Suite:
     return Suite("qa-iterative_sequence", build, (script,), args)
 
 
+#: L0_sequence_batcher's cases and the start delays (queued, backlog) its test.sh runs each with.
+SEQUENCE_NO_DELAY = (
+    "test_simple_sequence",
+    "test_length1_sequence",
+    "test_batch_size",
+    "test_no_sequence_start",
+    "test_no_sequence_start2",
+    "test_no_sequence_end",
+    "test_no_correlation_id",
+)
+SEQUENCE_DELAYS = {
+    "test_backlog_fill": (10, 3),
+    "test_backlog_fill_no_end": (10, 2),
+    "test_backlog_same_correlation_id": (16, 2),
+    "test_backlog_same_correlation_id_no_end": (16, 0),
+    "test_backlog_sequence_timeout": (4, 0),
+    "test_half_batch": (8, 0),
+    "test_skip_batch": (12, 0),
+    "test_full_batch": (12, 0),
+    "test_ragged_batch": (12, 0),
+    "test_backlog": (12, 0),
+}
+SEQUENCE_QUEUE_DELAY = (
+    "test_queue_delay_no_min_util",
+    "test_queue_delay_half_min_util",
+    "test_queue_delay_full_min_util",
+)
+#: test.sh's repositories: (max_batch_size, instance count), None where the trial's models don't batch.
+SEQUENCE_TRIALS = {"0": (None, 4), "1": (4, 1), "2": (2, 2), "4": (1, 4), "v": (4, 1)}
+
+
+def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_sequence_batcher as its test.sh runs it, each case on a server of its own, for its
+    repositories of one instance of batch 4, two of batch 2, four of batch 1, four that do not batch,
+    and variable-size models (``MODEL_TRIALS`` 0, 1, 2, 4, v), then its ``direct`` queue delays with
+    no, half and full minimum slot utilization: the ``direct`` sequence batcher's slots, null requests,
+    backlogs, idle timeouts and start delays, on NVIDIA's ``gen_qa_sequence_models.py --onnx``
+    accumulators (INT32 and BOOL, fixed and ``--variable``) and qa's Python ``sequence_int32`` under
+    their configs (``BACKENDS="onnx python"``, ``ENSEMBLES=0``)."""
+    folder = "L0_sequence_batcher"
+    sequence_py = checkouts.qa / "python_models" / "sequence_int32" / "model.py"
+
+    def models(repo: Path, variable: bool, nobatch: bool) -> list[Path]:
+        """test.sh's MODELS for the ONNX and Python backends: the ONNX ones copied, the Python ones
+        made from their ONNX twins' configs (``generate_python_models``)."""
+        flags = ("--onnx", "--variable") if variable else ("--onnx",)
+        source = _generated(checkouts, repo.parent.parent, "gen_qa_sequence_models.py", *flags)
+        infix = "_nobatch" if nobatch else ""
+        made = []
+        for dtype in ("int32", "bool"):
+            onnx = source / f"onnx{infix}_sequence_{dtype}"
+            made.append(copy_model(onnx, repo))
+            python = place_python_model(repo, f"python{infix}_sequence_{dtype}", sequence_py)
+            shutil.copyfile(onnx / "config.pbtxt", python / "config.pbtxt")
+            edit_config(python, ("platform:.*", 'backend: "python"'), ("onnx", "python"))
+            made.append(python)
+        return made
+
+    def trial(name: str) -> Callable[[Path], None]:
+        max_batch_size, count = SEQUENCE_TRIALS[name]
+
+        def build(repo: Path) -> None:
+            for model in models(repo, variable=name == "v", nobatch=max_batch_size is None):
+                _on_cpu(model)
+                edit_config(model, ("kind: KIND_CPU", f"kind: KIND_CPU\ncount: {count}"))
+                if max_batch_size is not None:
+                    edit_config(model, ("^max_batch_size:.*", f"max_batch_size: {max_batch_size}"))
+
+        return build
+
+    def queue_delay(repo: Path) -> None:
+        delay = "max_queue_delay_microseconds: 3000000\nminimum_slot_utilization: 0"
+        direct = f"sequence_batching {{\ndirect {{\n{delay}\n}}"
+        for model in models(repo, variable=False, nobatch=False):
+            _on_cpu(model)
+            sizes = ("^max_batch_size:.*", "max_batch_size: 4")
+            edit_config(
+                model,
+                sizes,
+                ("kind: KIND_CPU", "kind: KIND_CPU\ncount: 1"),
+                ("sequence_batching \\{", direct),
+            )
+            for suffix, utilization in (("_half", "0.5"), ("_full", "1")):
+                copy = copy_model(model, repo, model.name + suffix)
+                utilized = ("minimum_slot_utilization: 0", f"minimum_slot_utilization: {utilization}")
+                edit_config(copy, (model.name, model.name + suffix), utilized)
+
+    def case(
+        name: str, label: str, build: Callable[[Path], None], env: dict[str, str], delays: tuple[int, int]
+    ) -> Suite:
+        server_env = {}
+        if delays != (0, 0) or name in SEQUENCE_DELAYS or name in SEQUENCE_QUEUE_DELAY:
+            server_env = {"TRITONSERVER_DELAY_SCHEDULER": str(delays[0]),
+                          "TRITONSERVER_BACKLOG_DELAY_SCHEDULER": str(delays[1])}  # fmt: skip
+        script = _unittest(checkouts, folder, "sequence_batcher_test.py", f"SequenceBatcherTest.{name}",
+                           extra_env={**env, **server_env})  # fmt: skip
+        script = replace(script, name=f"{script.name} [{label}]")
+        return Suite(
+            f"qa-sequence_batcher-{name}-{label}",
+            build,
+            (script,),
+            ("--log-verbose=1",),
+            server_env=server_env,
+        )
+
+    base = {"BACKENDS": "onnx python", "ENSEMBLES": "0", "IMPLICIT_STATE": "0", "INITIAL_STATE_FILE": "0",
+            "INITIAL_STATE_ZERO": "0", "USE_SINGLE_BUFFER": "0"}  # fmt: skip
+    suites = []
+    for name, (max_batch_size, count) in SEQUENCE_TRIALS.items():
+        env = {**base, "NO_BATCHING": "1" if max_batch_size is None else "0",
+               "MODEL_INSTANCES": "1" if name == "v" else str(count),
+               "BATCHER_TYPE": "VARIABLE" if name == "v" else "FIXED"}  # fmt: skip
+        build = trial(name)
+        label = f"models{name}"
+        suites += [case(test, label, build, env, (0, 0)) for test in SEQUENCE_NO_DELAY]
+        suites += [case(test, label, build, env, delays) for test, delays in SEQUENCE_DELAYS.items()]
+    env = {**base, "NO_BATCHING": "0", "MODEL_INSTANCES": "1", "BATCHER_TYPE": "FIXED"}
+    suites += [case(test, "queue_delay_models", queue_delay, env, (2, 0)) for test in SEQUENCE_QUEUE_DELAY]
+    return suites
+
+
 def batching_suites(checkouts: Checkouts) -> list[Suite]:
     return [
+        *sequence_batcher(checkouts),
         iterative_sequence(checkouts),
         *batcher_suites(checkouts),
         batch_input(checkouts),

@@ -49,6 +49,7 @@ from naiad.ipc.messages import (
     TraceEnd,
 )
 from naiad.repository.model import Model
+from naiad.tracing.trace import completed
 
 log = logging.getLogger("naiad.engine")
 
@@ -218,6 +219,8 @@ class WorkerLink:
             validated = message.request.validated
             signature = self._published.get(validated, request.model_name) if validated else None
             response = await self.dataplane.infer(request, signature)
+            if request.timestamps is not None:
+                completed(request.timestamps)
             outputs = tensors.response_message(response, self.requests, self.responses, placer)
             self.send(Answer(request_id, True, outputs, None, False, True, request.timestamps, trace))
         except BaseException as error:  # every request gets its final answer, whatever happened

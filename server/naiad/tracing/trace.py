@@ -26,6 +26,18 @@ PROTOCOL_POINTS = {
 _now = time.monotonic_ns
 
 
+def completed(timestamps: list[tuple[str, int]]) -> None:
+    """Mark a traced request's response complete (``INFER_RESPONSE_COMPLETE``, ``REQUEST_END``), now,
+    unless that is marked already: with frontend workers the engine marks it as it answers, in the
+    order its scheduler delivered the responses (``preserve_ordering`` shows in the trace as in
+    Triton's), whatever order the workers then resume their requests in."""
+    for name, _ in timestamps:
+        if name == "INFER_RESPONSE_COMPLETE":
+            return
+    now = _now()
+    timestamps += (("INFER_RESPONSE_COMPLETE", now), ("REQUEST_END", now))
+
+
 class Trace:
     """A sampled request, from its first byte to its last (see :class:`~naiad.tracing.tracer.Tracer`)."""
 
@@ -51,8 +63,7 @@ class Trace:
         request.timestamps = self.timestamps
 
     def answered(self, response: InferResponse) -> None:
-        now = _now()
-        self.timestamps += (("INFER_RESPONSE_COMPLETE", now), ("REQUEST_END", now))
+        completed(self.timestamps)
         self.response = response
 
     def sending(self) -> None:
