@@ -149,8 +149,9 @@ def test_direct_keeps_each_sequence_at_its_slot_and_fills_gaps_with_null_request
 
         stats = batcher.stats
         assert (stats.success_count, stats.failure_count) == (9, 0)
-        assert (stats.execution_count, stats.inference_count) == (8, 9)  # null requests never count
-        assert sorted(stats.batches) == [1, 2]
+        # as in Triton: null requests count in their execution's batch size, never as inferences
+        assert (stats.execution_count, stats.inference_count) == (8, 9)
+        assert {size: batch.count for size, batch in stats.batches.items()} == {1: 4, 2: 2, 3: 2}
         await close(batcher)
 
     run(test)

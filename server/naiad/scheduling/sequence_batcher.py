@@ -478,8 +478,10 @@ class SequenceBatchScheduler(LoopScheduler):
         real = [(sequence, entry) for sequence, entry in batch if sequence is not None]
         ran = len(execution.entries) - (len(batch) - len(real))  # null requests are never skipped
         if ran:
+            # As in Triton, the execution's batch size counts its null requests (the model ran them);
+            # only real requests count as inferences, as they succeed.
             stats.execution(
-                ran,
+                len(execution.entries),
                 execution.start_ns - execution.dispatch_ns,
                 execution.end_ns - execution.start_ns,
                 now - execution.end_ns,
