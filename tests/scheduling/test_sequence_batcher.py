@@ -21,6 +21,7 @@ from naiad.core.request import InferRequest, InferResponse, Tensor
 from naiad.scheduling.queue import QueuedRequest
 from naiad.scheduling.sequence_batcher import SequenceBatchScheduler
 from naiad.scheduling.sequence_settings import sequence_settings_of
+from naiad.scheduling.start_delay import StartDelay
 from naiad.scheduling.stats import FailureReason
 from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
 from tritonclient.grpc import model_config_pb2 as mc
@@ -336,6 +337,40 @@ def test_a_sequence_idle_since_its_last_request_came_ends_even_while_it_runs() -
         )
         assert total(await batcher.submit(request("b1", 12, 10, start=True))) == 10
         assert positions(instance.batches[-1]) == [(1, 12, 0, 10)]  # slot 0 again: a's slot was freed
+        await close(batcher)
+
+    run(test)
+
+
+def test_direct_batches_requests_of_equal_shapes_only() -> None:
+    """A variable-size input that is not ragged: the lowest slot's request decides the batch's shape,
+    and a slot whose request differs gets a null request until a later batch (Triton's rule).  The
+    four sequences are held until all are queued (Triton's start delay), one per slot."""
+    config = f"""
+    name: "m" max_batch_size: 4 input [{{ name: "INPUT" data_type: TYPE_INT32 dims: [ -1 ] }}]
+    sequence_batching {{ direct {{ }} {CONTROLS} }}
+    """
+    widths = {10: 2, 11: 1, 12: 2, 13: 3}  # slots 0-3
+
+    def shaped(sequence: int) -> InferRequest:
+        data = np.full((1, widths[sequence]), 1, dtype=np.int32)
+        return InferRequest(
+            "m",
+            inputs=[Tensor("INPUT", "INT32", data)],
+            sequence_id=sequence,
+            sequence_start=True,
+            sequence_end=True,
+        )
+
+    async def test() -> None:
+        instance = Recorder()
+        instance.release.set()
+        settings = sequence_settings_of(text_format.Parse(config, mc.ModelConfig()), Path("."))
+        batcher = SequenceBatchScheduler(settings, [InstanceWorker(instance, "i0")], StartDelay(queued=4))
+        await asyncio.gather(*(batcher.submit(shaped(n)) for n in widths))
+        ran = [[int(s["CORRID"]) if s["READY"] else None for s in batch] for batch in instance.batches]
+        assert ran == [[10, None, 12, None], [None, 11, None, None], [None, None, None, 13]]
+        assert {size: batch.count for size, batch in batcher.stats.batches.items()} == {4: 3}
         await close(batcher)
 
     run(test)

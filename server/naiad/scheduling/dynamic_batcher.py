@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 from naiad.core.errors import UnavailableError
@@ -85,7 +85,7 @@ class DynamicBatchScheduler(LoopScheduler):
         self._running = 0
         self._handed = 0
         self.stats = SchedulerStats(self._pending)
-        self._keyed = bool(policy.shape_inputs or policy.value_inputs or policy.optional_inputs)
+        self._keyed = policy.keyed
         self._sequence = 0
         self._next_delivery = 0
         self._finished_out_of_order: dict[int, Execution] = {}
@@ -117,7 +117,7 @@ class DynamicBatchScheduler(LoopScheduler):
         if policy.batching:
             entry.size = request.batch_size
             if self._keyed:
-                entry.shape_key = self._shape_key(request)
+                entry.shape_key = policy.shape_key(request)
         if self._delay:
             self._hold(entry, now)
         elif self._inline and not self._running and self._infer_average_ns < _INLINE_LIMIT_NS:
@@ -157,21 +157,6 @@ class DynamicBatchScheduler(LoopScheduler):
         if len(self._queue) >= self._delay:
             self._delay = 0
         self._dispatch_due(now)
-
-    def _shape_key(self, request: InferRequest) -> Hashable:
-        """Equal for requests that may share a batch: same inputs, same shapes where it matters."""
-        policy = self.policy
-        key: list[Hashable] = []
-        for tensor in request.inputs:
-            name = tensor.name
-            if name in policy.shape_inputs:
-                key.append((name, tensor.data.shape[1:]))
-            elif name in policy.value_inputs:
-                key.append((name, tensor.data.tobytes()))
-            elif policy.optional_inputs:
-                key.append(name)
-        key.sort(key=str)
-        return tuple(key)
 
     # ---- dispatch -------------------------------------------------------------------------------
 

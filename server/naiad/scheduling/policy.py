@@ -7,6 +7,7 @@ messages so that a bad ``dynamic_batching`` section fails that model's load, not
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ from naiad.core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
+
+    from naiad.core.request import InferRequest
 
 #: ``ModelQueuePolicy.TimeoutAction.DELAY`` (REJECT is 0, the default).
 _DELAY = 1
@@ -92,6 +95,25 @@ class SchedulingPolicy:
     optional_inputs: bool = False
 
     @property
+    def keyed(self) -> bool:
+        """Whether requests carry a :meth:`shape_key` (some of them may not share a batch)."""
+        return bool(self.shape_inputs or self.value_inputs or self.optional_inputs)
+
+    def shape_key(self, request: InferRequest) -> Hashable:
+        """Equal for requests that may share a batch: same inputs, same shapes where it matters."""
+        key: list[Hashable] = []
+        for tensor in request.inputs:
+            name = tensor.name
+            if name in self.shape_inputs:
+                key.append((name, tensor.data.shape[1:]))
+            elif name in self.value_inputs:
+                key.append((name, tensor.data.tobytes()))
+            elif self.optional_inputs:
+                key.append(name)
+        key.sort(key=str)
+        return tuple(key)
+
+    @property
     def max_preferred_batch_size(self) -> int:
         """The batch size at which waiting for more stops paying (Triton's max preferred size)."""
         return max(self.preferred_batch_sizes) if self.preferred_batch_sizes else self.max_batch_size
@@ -110,6 +132,17 @@ def _queue_policy(message: mc.ModelQueuePolicy) -> QueuePolicy:
         allow_timeout_override=bool(message.allow_timeout_override),
         max_queue_size=int(message.max_queue_size),
     )
+
+
+def equal_inputs(config: mc.ModelConfig) -> tuple[frozenset[str], frozenset[str]]:
+    """Triton's inputs whose shapes must agree within a batch (variable-size and not ragged) and
+    its shape tensors, whose contents must agree too."""
+    shapes = frozenset(
+        tensor.name
+        for tensor in config.input
+        if not tensor.is_shape_tensor and not tensor.allow_ragged_batch and any(d < 0 for d in tensor.dims)
+    )
+    return shapes, frozenset(tensor.name for tensor in config.input if tensor.is_shape_tensor)
 
 
 def policy_of(config: mc.ModelConfig) -> SchedulingPolicy:
@@ -146,11 +179,7 @@ def policy_of(config: mc.ModelConfig) -> SchedulingPolicy:
         )
         levels = PriorityLevels(levels_count, default_policy, tuple(configured))
         default_level = int(dynamic.default_priority_level) - 1
-    shape_inputs = frozenset(
-        tensor.name
-        for tensor in config.input
-        if not tensor.is_shape_tensor and not tensor.allow_ragged_batch and any(d < 0 for d in tensor.dims)
-    )
+    shape_inputs, value_inputs = equal_inputs(config)
     return SchedulingPolicy(
         model_name=name,
         batching=max_batch_size > 0,
@@ -161,6 +190,6 @@ def policy_of(config: mc.ModelConfig) -> SchedulingPolicy:
         levels=levels,
         default_level=default_level,
         shape_inputs=shape_inputs,
-        value_inputs=frozenset(tensor.name for tensor in config.input if tensor.is_shape_tensor),
+        value_inputs=value_inputs,
         optional_inputs=any(tensor.optional for tensor in config.input),
     )

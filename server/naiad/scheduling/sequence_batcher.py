@@ -164,7 +164,11 @@ class SequenceBatchScheduler(LoopScheduler):
             max_batch_size=settings.batch_size,
             preferred_batch_sizes=settings.preferred_batch_sizes,
             max_queue_delay_ns=settings.max_queue_delay_ns,
+            shape_inputs=settings.shape_inputs,
+            value_inputs=settings.value_inputs,
         )
+        #: Whether requests' shapes decide which may share a batch (see ``_direct_batch``).
+        self._keyed = settings.batching and self._policy.keyed
         self._state_inputs = {state.output_name: state.input_name for state in settings.states}
         self._state_outputs = frozenset(self._state_inputs)
         self.stats = SchedulerStats(self._pending)
@@ -213,6 +217,8 @@ class SequenceBatchScheduler(LoopScheduler):
         if request.sequence_end and self._sequences.get(correlation_id) is sequence:
             del self._sequences[correlation_id]  # a later START with this ID begins a new sequence
         entry = QueuedRequest(request, self._loop.create_future(), now)
+        if self._keyed:
+            entry.shape_key = self._policy.shape_key(request)
         sequence.pending.append(entry)
         sequence.last_ns = now
         self._arm(now + self.settings.idle_ns)  # the reaper's turn, even while the request runs
@@ -363,10 +369,18 @@ class SequenceBatchScheduler(LoopScheduler):
 
     def _direct_batch(self, instance: _Instance, ready: list[_Sequence], now: int) -> list[_Position]:
         """Position i holds the next request of the sequence in slot i, or a null request, up to the
-        highest slot with a ready sequence (``ready`` is in slot order)."""
+        highest slot with a ready sequence (``ready`` is in slot order).
+
+        As in Triton, where inputs must agree in shape to share a batch (variable-size and not
+        ragged, or shape tensors), the lowest slot's request decides: a slot whose next request
+        differs gets a null request this time and waits for a later batch."""
+        last = ready[-1].slot
+        if self._keyed:
+            key = ready[0].pending[0].shape_key
+            ready = [sequence for sequence in ready if sequence.pending[0].shape_key == key]
         taken = {sequence.slot: (sequence, self._prepare(sequence)) for sequence in ready}
         like = taken[ready[0].slot][1].request  # Triton copies the lowest slot's request
-        return [taken.get(slot) or (None, self._null(like, now)) for slot in range(ready[-1].slot + 1)]
+        return [taken.get(slot) or (None, self._null(like, now)) for slot in range(last + 1)]
 
     def _null(self, like: InferRequest, now: int) -> QueuedRequest:
         """A null request shaped like ``like`` (already prepared): it batches like ``like`` (same

@@ -22,6 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from naiad.codecs import bytes_tensor
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError, request_prefix
+from naiad.scheduling.policy import equal_inputs
 
 Array = np.ndarray[Any, Any]
 
@@ -134,6 +135,10 @@ class SequenceSettings:
     controls: tuple[BooleanControl, ...]
     correlation: CorrelationControl | None
     states: tuple[ImplicitState, ...]
+    #: The inputs whose shapes (``shape_inputs``) or contents (``value_inputs``: shape tensors) must
+    #: agree within a batch, as for the dynamic batcher (:func:`naiad.scheduling.policy.equal_inputs`).
+    shape_inputs: frozenset[str] = frozenset()
+    value_inputs: frozenset[str] = frozenset()
     #: ``iterative_sequence``: a sequence is one request, which the model may release for
     #: rescheduling to run again in a later batch (continuous batching), and needs no correlation ID.
     iterative: bool = False
@@ -306,6 +311,7 @@ def sequence_settings_of(config: mc.ModelConfig, model_dir: Path) -> SequenceSet
                 f"sequence batching preferred batch size must be in [1, {batch_size}] for {name}"
             )
     idle_us = int(section.max_sequence_idle_microseconds) or DEFAULT_IDLE_US
+    shape_inputs, value_inputs = equal_inputs(config)
     return SequenceSettings(
         model_name=name,
         batching=batched,
@@ -320,4 +326,6 @@ def sequence_settings_of(config: mc.ModelConfig, model_dir: Path) -> SequenceSet
         correlation=correlation,
         states=tuple(_state(state, batched, name, model_dir) for state in section.state),
         iterative=section.iterative_sequence,
+        shape_inputs=shape_inputs,
+        value_inputs=value_inputs,
     )
