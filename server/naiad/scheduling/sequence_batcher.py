@@ -464,13 +464,15 @@ class SequenceBatchScheduler(LoopScheduler):
                     continue
                 expiry = sequence.last_ns + idle_ns
                 if expiry <= now:
+                    busy = sequence.running or sequence.pending
                     log.info(
-                        "sequence %s of model '%s' was idle for longer than %d us: its slot is released",
+                        "sequence %s of model '%s' was idle for longer than %d us: %s",
                         sequence.correlation_id,
                         self.settings.model_name,
                         idle_ns // 1000,
+                        "it ends once its requests have run" if busy else "its slot is released",
                     )
-                    if sequence.running or sequence.pending:
+                    if busy:
                         sequence.expired = True
                         if self._sequences.get(sequence.correlation_id) is sequence:
                             del self._sequences[sequence.correlation_id]
