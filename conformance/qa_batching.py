@@ -52,9 +52,8 @@ BATCHER_PREFERRED_ONLY = {
     "test_preferred_batch_only_use_biggest_preferred": 7,
     "test_preferred_batch_only_use_no_preferred_size": 3,
 }
-#: The backends L0_batcher's trials run on here (its ``BACKENDS``): TensorRT is image-only and its
-#: TorchScript models come from ``$DATADIR`` (``gen_qa_models.py --libtorch`` makes them; see the skip).
-BATCHER_BACKENDS = "onnx python"
+#: The backends L0_batcher's trials run on here (its ``BACKENDS``): all but TensorRT, image-only here.
+BATCHER_BACKENDS = "onnx libtorch python"
 
 BATCHING_SKIPS = (
     Skip(
@@ -69,10 +68,9 @@ BATCHING_SKIPS = (
         "test_multi_sequence_different_shape_allow_ragged, which only the custom model runs, included",
     ),
     Skip(
-        f"{QA}L0_batcher/test.sh: BACKENDS libtorch and plan",
-        "TensorRT is image-only here; the TorchScript trial was not run yet (its models come from "
-        'gen_qa_models.py --libtorch); the cases run on the ONNX and Python trials (BACKENDS="onnx '
-        'python", a value its test.sh takes), which exercise the same batcher',
+        f"{QA}L0_batcher/test.sh: BACKENDS plan",
+        "TensorRT is image-only here; the cases run on the ONNX, TorchScript and Python trials "
+        '(BACKENDS="onnx libtorch python", a value its test.sh takes), which exercise the same batcher',
     ),
     Skip(
         f"{QA}L0_sequence_batcher/test.sh: BACKENDS plan, custom and libtorch; ENSEMBLES=1; "
@@ -117,16 +115,17 @@ def batcher_suites(checkouts: Checkouts) -> list[Suite]:
     two_six = "dynamic_batching { preferred_batch_size: [ 2, 6 ], max_queue_delay_microseconds: 10000000 }\n"
 
     def float_models(repo: Path, variable: bool, batching: str) -> None:
-        flags = ("--onnx", "--variable") if variable else ("--onnx",)
+        flags = ("--onnx", "--libtorch", "--variable") if variable else ("--onnx", "--libtorch")
         generated = _generated(checkouts, repo.parent.parent, "gen_qa_models.py", *flags)
         onnx = generated / "onnx_float32_float32_float32"
         copy_model(onnx, repo)
+        copy_model(generated / "libtorch_float32_float32_float32", repo)
         python = place_python_model(repo, "python_float32_float32_float32",
                                     checkouts.qa / "python_models" / "add_sub" / "model.py")  # fmt: skip
         shutil.copyfile(onnx / "config.pbtxt", python / "config.pbtxt")
         shutil.copyfile(onnx / "output0_labels.txt", python / "output0_labels.txt")
         edit_config(python, ("platform:.*", 'backend: "python"'), ("onnx", "python"))
-        for model in (repo / onnx.name, python):
+        for model in (repo / onnx.name, repo / "libtorch_float32_float32_float32", python):
             edit_config(model, ("^max_batch_size:.*", "max_batch_size: 8"),
                         ("^version_policy:.*", "version_policy: { specific { versions: [1] }}"),
                         append=batching)  # fmt: skip
@@ -151,6 +150,12 @@ def batcher_suites(checkouts: Checkouts) -> list[Suite]:
                     ('name: "INPUT0"', 'name: "INPUT0"\nallow_ragged_batch: true'),
                     append='batch_output [{target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
                            'source_input: "INPUT0" }]\n' + two_six)  # fmt: skip
+        identity = _generated(checkouts, repo.parent.parent, "gen_qa_identity_models.py", "--libtorch")
+        zero = copy_model(identity / "libtorch_nobatch_zero_1_float32", repo, "libtorch_zero_1_float32")
+        edit_config(zero, ("nobatch_", ""), ("^max_batch_size:.*", "max_batch_size: 8"),
+                    ('name: "INPUT__0"', 'name: "INPUT__0"\nallow_ragged_batch: true'),
+                    append='batch_output [{target_name: "OUTPUT__0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
+                           'source_input: "INPUT__0" }]\n' + two_six)  # fmt: skip
 
     def custom(max_batch_size: int, append: str) -> Callable[[Path], None]:
         """test.sh's ``custom_models/custom_zero_1_float32``, its ``KIND_GPU`` instances on the CPU."""
@@ -209,42 +214,54 @@ def batcher_suites(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
-def batch_input(checkouts: Checkouts) -> Suite:
-    """qa/L0_batch_input's ONNX trial as its test.sh builds it: NVIDIA's ``gen_qa_ragged_models.py
-    --onnx`` models under the five names and kinds of batch input it gives them (element counts, running
-    totals with and without a leading zero, the largest count as a shape, item shapes flattened and
-    not), and ``ragged_io``, an identity with a ragged input and a ``BATCH_SCATTER_WITH_INPUT_SHAPE``
-    output; ``batch_input_test.py``'s eight cases send ragged requests from threads so that they batch."""
+def batch_input(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_batch_input's ONNX and TorchScript trials as its test.sh builds them: NVIDIA's
+    ``gen_qa_ragged_models.py`` models under the five names and kinds of batch input it gives them
+    (element counts, running totals with and without a leading zero, the largest count as a shape, item
+    shapes flattened and not), and ``ragged_io``, an identity with a ragged input and a
+    ``BATCH_SCATTER_WITH_INPUT_SHAPE`` output; ``batch_input_test.py``'s eight cases send ragged
+    requests from threads so that they batch."""
     folder = "L0_batch_input"
 
-    def build(repo: Path) -> None:
-        work = repo.parent.parent
-        ragged = _generated(checkouts, work, "gen_qa_ragged_models.py", "--onnx")
-        identity = _generated(checkouts, work, "gen_qa_identity_models.py", "--onnx")
-        renamed = ("onnx_batch_input", "onnx_batch_item")
-        for name, source, edits in (
-            ("ragged_element_count_acc_zero", renamed[0], ()),
-            ("ragged_acc_shape", renamed[0], (("BATCH_ELEMENT_COUNT", "BATCH_ACCUMULATED_ELEMENT_COUNT"),
-             ("BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO", "BATCH_MAX_ELEMENT_COUNT_AS_SHAPE"))),
-            ("batch_item_flatten", renamed[0], (("BATCH_ELEMENT_COUNT", "BATCH_ACCUMULATED_ELEMENT_COUNT"),
-             ("BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO", "BATCH_ITEM_SHAPE_FLATTEN"))),
-            ("batch_item", renamed[1], ()),
-        ):  # fmt: skip
-            model = copy_model(ragged / source, repo, name)
-            if name == "batch_item_flatten":  # sed "0,/-1/{s/-1/-1, -1/}": the first -1 only
-                config = model / "config.pbtxt"
-                config.write_text(config.read_text().replace("-1", "-1, -1", 1))
-            edit_config(model, (source, name), *edits)
-        model = copy_model(identity / "onnx_nobatch_zero_1_float32", repo, "ragged_io")
-        edit_config(model, ("__0", "0"), ("onnx_nobatch_zero_1_float32", "ragged_io"),
-                    ("^max_batch_size:.*", "max_batch_size: 4"),
-                    ('name: "INPUT0"', 'name: "INPUT0"\nallow_ragged_batch: true'),
-                    append='batch_output [{target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
-                           'source_input: "INPUT0" }] '
-                           "dynamic_batching { max_queue_delay_microseconds: 1000000 }\n")  # fmt: skip
+    def builder(backend: str) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            work = repo.parent.parent
+            ragged = _generated(checkouts, work, "gen_qa_ragged_models.py", f"--{backend}")
+            identity = _generated(checkouts, work, "gen_qa_identity_models.py", f"--{backend}")
+            renamed = (f"{backend}_batch_input", f"{backend}_batch_item")
+            count, total = "BATCH_ELEMENT_COUNT", "BATCH_ACCUMULATED_ELEMENT_COUNT"
+            for name, source, edits in (
+                ("ragged_element_count_acc_zero", renamed[0], ()),
+                ("ragged_acc_shape", renamed[0], ((count, total),
+                 (f"{total}_WITH_ZERO", "BATCH_MAX_ELEMENT_COUNT_AS_SHAPE"))),
+                ("batch_item_flatten", renamed[0], ((count, total),
+                 (f"{total}_WITH_ZERO", "BATCH_ITEM_SHAPE_FLATTEN"))),
+                ("batch_item", renamed[1], ()),
+            ):  # fmt: skip
+                model = copy_model(ragged / source, repo, name)
+                if name == "batch_item_flatten":  # sed "0,/-1/{s/-1/-1, -1/}": the first -1 only
+                    config = model / "config.pbtxt"
+                    config.write_text(config.read_text().replace("-1", "-1, -1", 1))
+                edit_config(model, (source, name), *edits)
+            source = f"{backend}_nobatch_zero_1_float32"
+            model = copy_model(identity / source, repo, "ragged_io")
+            # ("In case of libtorch, update I/O names": the first "__0" of each line)
+            edit_config(model, ("__0", "0"), (source, "ragged_io"),
+                        ("^max_batch_size:.*", "max_batch_size: 4"),
+                        ('name: "INPUT0"', 'name: "INPUT0"\nallow_ragged_batch: true'),
+                        append='batch_output [{target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
+                               'source_input: "INPUT0" }] '
+                               "dynamic_batching { max_queue_delay_microseconds: 1000000 }\n")  # fmt: skip
 
-    script = _unittest(checkouts, folder, "batch_input_test.py")
-    return Suite("qa-batch_input", build, (script,), ("--exit-timeout-secs=120",))
+        return build
+
+    suites = []
+    for backend in ("onnx", "libtorch"):
+        script = _unittest(checkouts, folder, "batch_input_test.py")
+        script = replace(script, name=f"{script.name} [{backend}]")
+        name = "qa-batch_input" + ("" if backend == "onnx" else f"-{backend}")
+        suites.append(Suite(name, builder(backend), (script,), ("--exit-timeout-secs=120",)))
+    return suites
 
 
 #: L0_dyna_sequence_batcher's cases, by the ``NO_BATCHING`` its test.sh runs them with.
@@ -375,38 +392,66 @@ SEQUENCE_QUEUE_DELAY = (
 SEQUENCE_TRIALS = {"0": (None, 4), "1": (4, 1), "2": (2, 2), "4": (1, 4), "v": (4, 1)}
 
 
+#: L0_sequence_batcher's runs: (label, ``IMPLICIT_STATE``, initial state, ``BACKENDS``).  The
+#: initial-state repositories hold ONNX models only (NVIDIA's ``gen_qa_model_repository``), and qa's
+#: Python ``sequence_int32`` keeps no implicit state, so the state runs leave it out.
+SequenceRun = tuple[str, bool, str | None, str]
+SEQUENCE_RUNS: tuple[SequenceRun, ...] = (
+    ("", False, None, "onnx libtorch python"),
+    ("implicit-", True, None, "onnx libtorch"),
+    ("initial_zero-", True, "zero", "onnx"),
+    ("initial_file-", True, "file", "onnx"),
+)
+
+
 def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
     """qa/L0_sequence_batcher as its test.sh runs it, each case on a server of its own, for its
     repositories of one instance of batch 4, two of batch 2, four of batch 1, four that do not batch,
     and variable-size models (``MODEL_TRIALS`` 0, 1, 2, 4, v), then its ``direct`` queue delays with
     no, half and full minimum slot utilization: the ``direct`` sequence batcher's slots, null requests,
-    backlogs, idle timeouts and start delays, on NVIDIA's ``gen_qa_sequence_models.py --onnx``
-    accumulators (INT32 and BOOL, fixed and ``--variable``) and qa's Python ``sequence_int32`` under
-    their configs (``BACKENDS="onnx python"``, ``ENSEMBLES=0``)."""
+    backlogs, idle timeouts and start delays.  Four runs (``SEQUENCE_RUNS``, ``ENSEMBLES=0``): NVIDIA's
+    ``gen_qa_sequence_models.py --onnx --libtorch`` accumulators (INT32 and BOOL, fixed and
+    ``--variable``) and qa's Python ``sequence_int32`` under their configs; ``gen_qa_implicit_models.py``'s
+    accumulators keeping their sums in implicit state (STRING too); and its ONNX ones whose state
+    starts from ``initial_state`` zeros or from a data file."""
     folder = "L0_sequence_batcher"
     sequence_py = checkouts.qa / "python_models" / "sequence_int32" / "model.py"
 
-    def models(repo: Path, variable: bool, nobatch: bool) -> list[Path]:
-        """test.sh's MODELS for the ONNX and Python backends: the ONNX ones copied, the Python ones
-        made from their ONNX twins' configs (``generate_python_models``)."""
-        flags = ("--onnx", "--variable") if variable else ("--onnx",)
-        source = _generated(checkouts, repo.parent.parent, "gen_qa_sequence_models.py", *flags)
+    def models(repo: Path, variable: bool, nobatch: bool, run: SequenceRun) -> list[Path]:
+        """test.sh's MODELS for a run's backends: ONNX and TorchScript ones copied (but TorchScript's
+        STRING accumulators where they batch), Python ones made from their ONNX twins' configs
+        (``generate_python_models``); with an initial state from a file, the file beside each."""
+        _, implicit, initial, backends = run
+        generator = "gen_qa_implicit_models.py" if implicit else "gen_qa_sequence_models.py"
+        flags: tuple[str, ...] = tuple(f"--{b}" for b in backends.split() if b != "python")
+        # (one repository for both: test.sh turns its zeros into the file)
+        flags += ("--initial-state", "zero") if initial else ()
+        flags += ("--variable",) if variable else ()
+        source = _generated(checkouts, repo.parent.parent, generator, *flags)
         infix = "_nobatch" if nobatch else ""
         made = []
-        for dtype in ("int32", "bool"):
+        for dtype in ("object", "int32", "bool") if implicit else ("int32", "bool"):
             onnx = source / f"onnx{infix}_sequence_{dtype}"
             made.append(copy_model(onnx, repo))
-            python = place_python_model(repo, f"python{infix}_sequence_{dtype}", sequence_py)
-            shutil.copyfile(onnx / "config.pbtxt", python / "config.pbtxt")
-            edit_config(python, ("platform:.*", 'backend: "python"'), ("onnx", "python"))
-            made.append(python)
+            if "libtorch" in backends and (dtype != "object" or nobatch):
+                made.append(copy_model(source / f"libtorch{infix}_sequence_{dtype}", repo))
+            if "python" in backends:
+                python = place_python_model(repo, f"python{infix}_sequence_{dtype}", sequence_py)
+                shutil.copyfile(onnx / "config.pbtxt", python / "config.pbtxt")
+                edit_config(python, ("platform:.*", 'backend: "python"'), ("onnx", "python"))
+                made.append(python)
+        if initial == "file":
+            for model in made:
+                (model / "initial_state").mkdir()
+                (model / "initial_state" / "input_state_data").write_bytes(b"\x64\x00\x00\x00")
+                edit_config(model, ("zero_data.*", 'data_file:"input_state_data"'))
         return made
 
-    def trial(name: str) -> Callable[[Path], None]:
+    def trial(name: str, run: SequenceRun) -> Callable[[Path], None]:
         max_batch_size, count = SEQUENCE_TRIALS[name]
 
         def build(repo: Path) -> None:
-            for model in models(repo, variable=name == "v", nobatch=max_batch_size is None):
+            for model in models(repo, variable=name == "v", nobatch=max_batch_size is None, run=run):
                 _on_cpu(model)
                 edit_config(model, ("kind: KIND_CPU", f"kind: KIND_CPU\ncount: {count}"))
                 if max_batch_size is not None:
@@ -414,22 +459,25 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
 
         return build
 
-    def queue_delay(repo: Path) -> None:
-        delay = "max_queue_delay_microseconds: 3000000\nminimum_slot_utilization: 0"
-        direct = f"sequence_batching {{\ndirect {{\n{delay}\n}}"
-        for model in models(repo, variable=False, nobatch=False):
-            _on_cpu(model)
-            sizes = ("^max_batch_size:.*", "max_batch_size: 4")
-            edit_config(
-                model,
-                sizes,
-                ("kind: KIND_CPU", "kind: KIND_CPU\ncount: 1"),
-                ("sequence_batching \\{", direct),
-            )
-            for suffix, utilization in (("_half", "0.5"), ("_full", "1")):
-                copy = copy_model(model, repo, model.name + suffix)
-                utilized = ("minimum_slot_utilization: 0", f"minimum_slot_utilization: {utilization}")
-                edit_config(copy, (model.name, model.name + suffix), utilized)
+    def queue_delay(run: SequenceRun) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            delay = "max_queue_delay_microseconds: 3000000\nminimum_slot_utilization: 0"
+            direct = f"sequence_batching {{\ndirect {{\n{delay}\n}}"
+            for model in models(repo, variable=False, nobatch=False, run=run):
+                _on_cpu(model)
+                sizes = ("^max_batch_size:.*", "max_batch_size: 4")
+                edit_config(
+                    model,
+                    sizes,
+                    ("kind: KIND_CPU", "kind: KIND_CPU\ncount: 1"),
+                    ("sequence_batching \\{", direct),
+                )
+                for suffix, utilization in (("_half", "0.5"), ("_full", "1")):
+                    copy = copy_model(model, repo, model.name + suffix)
+                    utilized = ("minimum_slot_utilization: 0", f"minimum_slot_utilization: {utilization}")
+                    edit_config(copy, (model.name, model.name + suffix), utilized)
+
+        return build
 
     def case(
         name: str, label: str, build: Callable[[Path], None], env: dict[str, str], delays: tuple[int, int]
@@ -449,19 +497,23 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
             server_env=server_env,
         )
 
-    base = {"BACKENDS": "onnx python", "ENSEMBLES": "0", "IMPLICIT_STATE": "0", "INITIAL_STATE_FILE": "0",
-            "INITIAL_STATE_ZERO": "0", "USE_SINGLE_BUFFER": "0"}  # fmt: skip
     suites = []
-    for name, (max_batch_size, count) in SEQUENCE_TRIALS.items():
-        env = {**base, "NO_BATCHING": "1" if max_batch_size is None else "0",
-               "MODEL_INSTANCES": "1" if name == "v" else str(count),
-               "BATCHER_TYPE": "VARIABLE" if name == "v" else "FIXED"}  # fmt: skip
-        build = trial(name)
-        label = f"models{name}"
-        suites += [case(test, label, build, env, (0, 0)) for test in SEQUENCE_NO_DELAY]
-        suites += [case(test, label, build, env, delays) for test, delays in SEQUENCE_DELAYS.items()]
-    env = {**base, "NO_BATCHING": "0", "MODEL_INSTANCES": "1", "BATCHER_TYPE": "FIXED"}
-    suites += [case(test, "queue_delay_models", queue_delay, env, (2, 0)) for test in SEQUENCE_QUEUE_DELAY]
+    for run in SEQUENCE_RUNS:
+        prefix, implicit, initial, backends = run
+        base = {"BACKENDS": backends, "ENSEMBLES": "0", "IMPLICIT_STATE": str(int(implicit)),
+                "INITIAL_STATE_FILE": str(int(initial == "file")),
+                "INITIAL_STATE_ZERO": str(int(initial == "zero")), "USE_SINGLE_BUFFER": "0"}  # fmt: skip
+        for name, (max_batch_size, count) in SEQUENCE_TRIALS.items():
+            env = {**base, "NO_BATCHING": "1" if max_batch_size is None else "0",
+                   "MODEL_INSTANCES": "1" if name == "v" else str(count),
+                   "BATCHER_TYPE": "VARIABLE" if name == "v" else "FIXED"}  # fmt: skip
+            build = trial(name, run)
+            label = f"{prefix}models{name}"
+            suites += [case(test, label, build, env, (0, 0)) for test in SEQUENCE_NO_DELAY]
+            suites += [case(test, label, build, env, delays) for test, delays in SEQUENCE_DELAYS.items()]
+        env = {**base, "NO_BATCHING": "0", "MODEL_INSTANCES": "1", "BATCHER_TYPE": "FIXED"}
+        label = f"{prefix}queue_delay_models"
+        suites += [case(test, label, queue_delay(run), env, (2, 0)) for test in SEQUENCE_QUEUE_DELAY]
     return suites
 
 
@@ -470,7 +522,7 @@ def batching_suites(checkouts: Checkouts) -> list[Suite]:
         *sequence_batcher(checkouts),
         iterative_sequence(checkouts),
         *batcher_suites(checkouts),
-        batch_input(checkouts),
+        *batch_input(checkouts),
         *dyna_sequence(checkouts),
         *corrid_data_types(checkouts),
     ]

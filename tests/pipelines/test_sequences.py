@@ -412,7 +412,7 @@ def test_a_bad_initial_state_file_fails_only_its_model(
     assert index["short_seed"]["state"] == "UNAVAILABLE"
     assert (
         "initial_state of state 'STATE_IN' of model 'short_seed' expects 4 bytes (1 INT32 elements), "
-        "but data_file 'seed.bin' has 2 bytes" in index["short_seed"]["reason"]
+        "but data_file 'seed.bin' only has 2 bytes" in index["short_seed"]["reason"]
     )
     assert index["escaping_seed"]["state"] == "UNAVAILABLE"
     assert (

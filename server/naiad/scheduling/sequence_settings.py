@@ -11,6 +11,7 @@ model's ``initial_state`` folder) is read once, here, into the array every new s
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -25,6 +26,8 @@ from naiad.core.errors import InvalidArgumentError, request_prefix
 from naiad.scheduling.policy import equal_inputs
 
 Array = np.ndarray[Any, Any]
+
+log = logging.getLogger("naiad.scheduling")
 
 #: Where ``initial_state { data_file }`` files are, under the model's folder (Triton's name).
 INITIAL_STATE_DIR = "initial_state"
@@ -235,11 +238,16 @@ def _read_initial_state(
 ) -> Array:
     """The ``data_file`` of an ``initial_state``: raw row-major bytes in ``<model>/initial_state/``.
 
-    As in Triton, fixed-size elements are little-endian and a string element is a 4-byte little-endian
-    length followed by its bytes.  The name comes from the config, which may come from anyone who can
-    write to the repository, so it must name a file inside that folder: no absolute path, no ``..``,
-    no symlink out of it.  Unlike Triton, which takes the first bytes of a larger file, the size must be
-    exact, because a file of the wrong size is almost always a file for another shape or type.
+    As in Triton, fixed-size elements are little-endian, and a file larger than the state takes its
+    first bytes (logged here, since it is more often a file for another shape or type than intended).
+    A STRING state's file holds length-prefixed strings (4-byte little-endian lengths).  Triton 2.51
+    zeroes a string state's bytes before a sequence uses them, so there the file's size alone counts:
+    4 bytes an element start as empty strings, any other size fails every request of a sequence.
+    Here a file that holds the state's strings gives them, one of 4 bytes an element that does not
+    gives empty strings as in Triton (NVIDIA's qa gives a string state the 4 bytes of an INT32 100),
+    and any other fails the load.
+    The name comes from the config, which may come from anyone who can write to the repository, so it
+    must name a file inside that folder: no absolute path, no ``..``, no symlink out of it.
     """
     where = f"initial_state of state '{input_name}' of model '{model}'"
     folder = model_dir / INITIAL_STATE_DIR
@@ -263,14 +271,33 @@ def _read_initial_state(
         try:
             return bytes_tensor.deserialize(content, count, input_name).reshape(shape)
         except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"{where}: data_file '{data_file}': {exc.message}") from exc
+            if len(content) != 4 * count:
+                raise InvalidArgumentError(f"{where}: data_file '{data_file}': {exc.message}") from exc
+        log.warning(
+            "%s: data_file '%s' does not hold %d strings; as in Triton, the state starts as %d empty strings",
+            where,
+            data_file,
+            count,
+            count,
+        )
+        return np.full(shape, b"", dtype=np.object_)
     expected = count * datatypes.ELEMENT_SIZE[datatype]
-    if len(content) != expected:
+    if len(content) < expected:
         raise InvalidArgumentError(
             f"{where} expects {expected} bytes ({count} {datatype} elements), but data_file "
-            f"'{data_file}' has {len(content)} bytes"
+            f"'{data_file}' only has {len(content)} bytes"
         )
-    wire = np.frombuffer(content, dtype=datatypes.WIRE_DTYPE[datatype])
+    if len(content) > expected:
+        log.warning(
+            "%s takes the first %d bytes (%d %s elements) of data_file '%s', which has %d",
+            where,
+            expected,
+            count,
+            datatype,
+            data_file,
+            len(content),
+        )
+    wire = np.frombuffer(content[:expected], dtype=datatypes.WIRE_DTYPE[datatype])
     return wire.astype(datatypes.NUMPY_DTYPE[datatype]).reshape(shape)
 
 

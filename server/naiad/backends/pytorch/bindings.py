@@ -8,6 +8,8 @@ convention, and so does this module, with the same precedence and messages:
 * otherwise inputs are passed in config order (``STRICT_CONFIG_ORDERING``, with a warning);
 * a ``forward`` taking one ``Dict(str, Tensor)`` gets every input under its config name;
 * outputs are ``<name>__<index>`` positions in the returned tuple, or else config order;
+* ``batch_input`` targets, computed for each call, are arguments placed by the inputs' convention
+  (after the inputs in config order when that is the convention);
 * implicit sequence states (``sequence_batching.state``) are an input and an output each, at the
   positions their ``<name>__<index>`` names give, and need every input to follow that form too.
 
@@ -68,13 +70,10 @@ def bind_inputs(
     model = config.name
     if not config.input:
         raise InternalError("model configuration must contain at least one input, none were specified.")
-    if config.batch_input:
-        raise UnsupportedError(
-            f"unable to load model '{model}': batch_input is not supported by this server yet"
-        )
     states = config.sequence_batching.state
     controls = _controls(config)
-    expected = len(config.input) + len(controls) + len(states)
+    targets = _batch_input_targets(config)
+    expected = len(config.input) + len(controls) + len(states) + len(targets)
     if arguments is not None and not dict_input and len(arguments) != expected:
         raise InvalidArgumentError(
             f"unable to load model '{model}', configuration expects {expected} inputs, model provides "
@@ -99,6 +98,10 @@ def bind_inputs(
             )
         position = len(config.input) + offset if dict_input else index
         bindings[name] = Binding(name, datatype, (1,), position=position)
+    for offset, (name, datatype) in enumerate(targets):
+        bindings[name] = Binding(
+            name, datatype, (-1,), position=_target_position(config, name, offset, arguments, dict_input)
+        )
     if states:
         if dict_input or positions != [named_index(io.name) for io in config.input]:
             raise InvalidArgumentError(
@@ -110,6 +113,43 @@ def bind_inputs(
     if not dict_input:
         _check_positions(model, bindings, expected)
     return bindings
+
+
+def _batch_input_targets(config: mc.ModelConfig) -> list[tuple[str, str]]:
+    """``(name, datatype)`` of each tensor a ``batch_input`` entry computes for every call
+    (:mod:`naiad.backends.batch_io`): arguments of ``forward`` that no client sends."""
+    return [
+        (target, datatypes.config_to_protocol(mc.DataType.Name(batch_input.data_type)))
+        for batch_input in config.batch_input
+        for target in batch_input.target_name
+    ]
+
+
+def _target_position(
+    config: mc.ModelConfig, name: str, offset: int, arguments: tuple[str, ...] | None, dict_input: bool
+) -> int:
+    """Where a batch input goes among ``forward``'s arguments, by the convention the config's inputs
+    follow (Triton's): the argument of its name, its ``<name>__<index>``, or after the inputs, in
+    config order.  Unlike Triton, a name the convention cannot place fails the load, naming it."""
+    if dict_input:
+        return len(config.input) + offset
+    names = [io.name for io in config.input]
+    if arguments is not None and all(n in arguments for n in names):
+        if name not in arguments:
+            raise InvalidArgumentError(
+                f"unable to load model '{config.name}': batch input '{name}' is not an argument of the "
+                f"model's forward ({', '.join(arguments)})"
+            )
+        return arguments.index(name)
+    if all(named_index(n) is not None for n in names):
+        index = named_index(name)
+        if index is None:
+            raise InvalidArgumentError(
+                f"unable to load model '{config.name}': batch input '{name}' does not follow the "
+                "<name>__<index> naming convention its inputs follow"
+            )
+        return index
+    return len(config.input) + offset
 
 
 def _bind_state(config: mc.ModelConfig, name: str, state: mc.ModelSequenceBatching.State) -> Binding:

@@ -44,7 +44,9 @@ class PyTorchInstance(FrameworkInstance[Program, Binding]):
         inputs: dict[str, Binding],
         outputs: dict[str, Binding],
     ) -> None:
-        super().__init__(context, program, inputs, outputs)
+        # ragged inputs reach ``forward`` flattened and joined end to end, as Triton's backend gives them
+        ragged = frozenset(io.name for io in context.config.input if io.allow_ragged_batch)
+        super().__init__(context, program, inputs, outputs, ragged)
         self._device = device
         self._options = options
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # type: ignore[no-untyped-call]
