@@ -417,10 +417,15 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
     folder = "L0_sequence_batcher"
     sequence_py = checkouts.qa / "python_models" / "sequence_int32" / "model.py"
 
-    def models(repo: Path, variable: bool, nobatch: bool, run: SequenceRun) -> list[Path]:
+    def models(
+        repo: Path, variable: bool, nobatch: bool, run: SequenceRun, ensembles: bool = False
+    ) -> list[Path]:
         """test.sh's MODELS for a run's backends: ONNX and TorchScript ones copied (but TorchScript's
         STRING accumulators where they batch), Python ones made from their ONNX twins' configs
-        (``generate_python_models``); with an initial state from a file, the file beside each."""
+        (``generate_python_models``); with an initial state from a file, the file beside each; with
+        ``ensembles``, the INT32 accumulators' three ensembles each (``simple_``, ``sequence_`` and
+        ``fan_``, NVIDIA's ``gen_qa_sequence_models.py --ensemble``; the Python ones the ONNX ones'
+        configs renamed, as test.sh makes them from the fixed-size repository even for ``v``)."""
         _, implicit, initial, backends = run
         generator = "gen_qa_implicit_models.py" if implicit else "gen_qa_sequence_models.py"
         flags: tuple[str, ...] = tuple(f"--{b}" for b in backends.split() if b != "python")
@@ -440,6 +445,19 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
                 shutil.copyfile(onnx / "config.pbtxt", python / "config.pbtxt")
                 edit_config(python, ("platform:.*", 'backend: "python"'), ("onnx", "python"))
                 made.append(python)
+        if ensembles:
+            fixed = _generated(checkouts, repo.parent.parent, "gen_qa_sequence_models.py", "--ensemble")
+            varied = _generated(checkouts, repo.parent.parent, "gen_qa_sequence_models.py", "--ensemble",
+                                "--variable") if variable else fixed  # fmt: skip
+            for kind in ("simple", "sequence", "fan"):
+                for backend in backends.split():
+                    if backend == "python":
+                        onnx_name = f"{kind}_onnx{infix}_sequence_int32"
+                        ensemble = copy_model(fixed / onnx_name, repo, onnx_name.replace("onnx", "python"))
+                        edit_config(ensemble, ("onnx", "python"))
+                    else:
+                        ensemble = copy_model(varied / f"{kind}_{backend}{infix}_sequence_int32", repo)
+                    made.append(ensemble)
         if initial == "file":
             for model in made:
                 (model / "initial_state").mkdir()
@@ -451,11 +469,19 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
         max_batch_size, count = SEQUENCE_TRIALS[name]
 
         def build(repo: Path) -> None:
-            for model in models(repo, variable=name == "v", nobatch=max_batch_size is None, run=run):
+            ensembles = run[0] == ""  # (the explicit-state run: the state runs' ensembles are not made)
+            made = models(
+                repo, variable=name == "v", nobatch=max_batch_size is None, run=run, ensembles=ensembles
+            )
+            for model in made:
                 _on_cpu(model)
                 edit_config(model, ("kind: KIND_CPU", f"kind: KIND_CPU\ncount: {count}"))
                 if max_batch_size is not None:
                     edit_config(model, ("^max_batch_size:.*", f"max_batch_size: {max_batch_size}"))
+            if ensembles:  # the ensembles' nop steps (qa's C++ identity models) on the identity stand-in
+                fixed = _generated(checkouts, repo.parent.parent, "gen_qa_sequence_models.py", "--ensemble")
+                for nop in fixed.glob("nop_*"):
+                    (copy_model(nop, repo) / "1").mkdir(exist_ok=True)
 
         return build
 
@@ -493,15 +519,15 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
             f"qa-sequence_batcher-{name}-{label}",
             build,
             (script,),
-            ("--log-verbose=1",),
+            ("--log-verbose=1", f"--backend-directory={STAND_IN_BACKENDS}"),
             server_env=server_env,
         )
 
     suites = []
     for run in SEQUENCE_RUNS:
         prefix, implicit, initial, backends = run
-        base = {"BACKENDS": backends, "ENSEMBLES": "0", "IMPLICIT_STATE": str(int(implicit)),
-                "INITIAL_STATE_FILE": str(int(initial == "file")),
+        base = {"BACKENDS": backends, "ENSEMBLES": str(int(not implicit)),
+                "IMPLICIT_STATE": str(int(implicit)), "INITIAL_STATE_FILE": str(int(initial == "file")),
                 "INITIAL_STATE_ZERO": str(int(initial == "zero")), "USE_SINGLE_BUFFER": "0"}  # fmt: skip
         for name, (max_batch_size, count) in SEQUENCE_TRIALS.items():
             env = {**base, "NO_BATCHING": "1" if max_batch_size is None else "0",

@@ -195,7 +195,7 @@ def test_an_output_left_out_that_a_later_step_needs_fails_that_step(server: Serv
         client.infer("partial_needed", _inputs())
     assert info.value.status() == "400"
     assert info.value.message() == (
-        "in ensemble 'partial_needed', step 1 (model 'plus'): [request id: <id_unknown>] expected 1 inputs "
+        "in ensemble 'partial_needed', [request id: <id_unknown>] expected 1 inputs "
         "but got 0 inputs for model 'plus'. Got input(s) [], but missing required input(s) ['IN']. "
         "Please provide all required input(s)."
     )

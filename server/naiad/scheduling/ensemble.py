@@ -96,9 +96,6 @@ class Step:
     inputs: tuple[tuple[str, str], ...]
     outputs: tuple[tuple[str, str], ...]
 
-    def label(self, ensemble: str) -> str:
-        return f"in ensemble '{ensemble}', step {self.index} (model '{self.model_name}')"
-
 
 def _chain_of(steps: tuple[Step, ...]) -> tuple[Step, ...] | None:
     """The steps in the only order they can run, when each needs the one before (a pipeline, the
@@ -421,7 +418,12 @@ class EnsembleScheduler:
             raise self._failed(step, exc) from None
 
     def _failed(self, step: Step, error: InferenceServerError) -> InferenceServerError:
-        return InferenceServerError(f"{step.label(self.name)}: {error.message}", error.code)
+        """A step's error in Triton's words (clients match them): the ensemble named before the
+        step's own message, which names its model where the model's error does; the step is logged."""
+        log.debug(
+            "ensemble '%s' step %d (model '%s') failed: %s", self.name, step.index, step.model_name, error
+        )
+        return InferenceServerError(f"in ensemble '{self.name}', {error.message}", error.code)
 
     def _collect(self, step: Step, response: InferResponse, tensors: Tensors) -> None:
         """Add ``step``'s outputs to ``tensors``; one its model left out is known to be absent (as in
