@@ -57,6 +57,15 @@ BATCHER_BACKENDS = "onnx libtorch python"
 
 BATCHING_SKIPS = (
     Skip(
+        f"{QA}L0_implicit_state/implicit_state.py: the cases of no_implicit_state, wrong_internal_state, "
+        "single_state_buffer, growable_memory and no_state_update",
+        "their models run qa's C++ implicit_state test backend, which drives Triton's C state API "
+        "(TRITONBACKEND_StateNew, StateUpdate, growable buffers); the server's own rules, a state's "
+        "output asked for with and without the config declaring it, run on the ONNX and TorchScript "
+        'accumulators (BACKENDS="libtorch onnx"); test.sh\'s last step, L0_sequence_batcher with '
+        "IMPLICIT_STATE=1, is that suite's implicit run",
+    ),
+    Skip(
         f"{QA}L0_sequence_corrid_batcher/sequence_corrid_batcher_test.py::SequenceCorrIDBatcherTest.test_skip_batch",
         "its trials are a TensorRT plan and an ONNX model, one after the other in one case: TensorRT is "
         "image-only here",
@@ -543,8 +552,36 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def implicit_state(checkouts: Checkouts) -> Suite:
+    """qa/L0_implicit_state's cases of the server's own rules, on NVIDIA's ``gen_qa_implicit_models.py``
+    ONNX and TorchScript accumulators as its test.sh places them: a client may not ask for a state's
+    output unless the config also declares it an output (``_output`` copies that do), then it gets it."""
+    folder = "L0_implicit_state"
+    backends = "libtorch onnx"
+
+    def build(repo: Path) -> None:
+        source = _generated(
+            checkouts, repo.parent.parent, "gen_qa_implicit_models.py", "--onnx", "--libtorch"
+        )
+        for backend in backends.split():
+            name = f"{backend}_nobatch_sequence_int32"
+            _on_cpu(copy_model(source / name, repo))
+            allowed = copy_model(source / name, repo, f"{name}_output")
+            _on_cpu(allowed)
+            state = "OUTPUT_STATE__1" if backend == "libtorch" else "OUTPUT_STATE"
+            output = f'output [{{ name: "{state}" \n data_type: TYPE_INT32 \n dims: [ 1 ] }}]\n'
+            edit_config(allowed, ("^name:.*", f'name: "{name}_output"'), append=output)
+
+    scripts = tuple(
+        _unittest(checkouts, folder, "implicit_state.py", f"ImplicitStateTest.{case}", {"BACKENDS": backends})
+        for case in ("test_request_output_not_allowed", "test_request_output")
+    )
+    return Suite("qa-implicit_state", build, scripts)
+
+
 def batching_suites(checkouts: Checkouts) -> list[Suite]:
     return [
+        implicit_state(checkouts),
         *sequence_batcher(checkouts),
         iterative_sequence(checkouts),
         *batcher_suites(checkouts),

@@ -150,3 +150,26 @@ def test_answering_while_a_thread_places_never_leaks_a_block(arenas: tuple[Arena
         outcomes["placed" if results[0] is not None else "refused"] += 1
         assert responses.in_use == 0
     assert sum(outcomes.values()) == 200
+
+
+def test_what_the_engine_keeps_past_a_request_is_copied_out_of_the_arenas(
+    arenas: tuple[Arena, Arena],
+) -> None:
+    """A sequence's implicit state outlives its request: an output placed for the response, or an input
+    (even a slice of one) lying where the worker wrote the request, is copied; anything else is kept."""
+    requests, responses = arenas
+    placer = tensors.OutputPlacer(responses, threading.Lock(), requests=requests)
+    placed = placer.place("INT32", np.arange(4096, dtype=np.int32))
+    assert placed is not None
+    offset = requests.allocate(16384)
+    assert offset is not None
+    requests.write(offset, np.full(4096, 7, dtype=np.int32))
+    given = requests.array(offset, 16384, np.int32).reshape(64, 64)
+    elsewhere = np.ones(4096, dtype=np.int32)
+    for lent in (placed, given, given[1:3, ::2], given[::-1]):
+        kept = placer.kept(lent)
+        assert kept is not lent and not responses.holds(kept) and not requests.holds(kept)
+        np.testing.assert_array_equal(kept, lent)
+    assert placer.kept(elsewhere) is elsewhere
+    assert not requests.holds(np.empty(0, dtype=np.int32))
+    placer.close()

@@ -67,6 +67,12 @@ class OutputMemory(Protocol):
         """The execution that could write the reserved ``offsets`` ended."""
         ...
 
+    def kept(self, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """``array``, or a copy where it lies in memory reused once the request is answered (the
+        frontend worker's request or response memory: an input, or an output placed for the response),
+        for what the engine keeps past the request (a sequence's implicit state)."""
+        ...
+
 
 @dataclass(slots=True)
 class RequestedOutput:

@@ -210,7 +210,7 @@ class WorkerLink:
     async def _infer(self, message: Infer) -> None:
         request_id = message.id
         trace = self._sample(message.request) if message.request.traced else 0
-        placer = tensors.OutputPlacer(self.responses, self._placing, self._response_key)
+        placer = tensors.OutputPlacer(self.responses, self._placing, self._response_key, self.requests)
         try:
             request = tensors.request_from(message.request, self.requests)
             request.output_memory = placer

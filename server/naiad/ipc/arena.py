@@ -154,6 +154,17 @@ class Arena:
             return address
         return None
 
+    def holds(self, array: np.ndarray[Any, Any]) -> bool:
+        """Whether any of ``array``'s data lies in this arena (a view of a block, sliced or not)."""
+        if not array.size:
+            return False
+        low = high = int(array.__array_interface__["data"][0])
+        # its lowest and highest byte (by hand: NumPy 1.26, which the pins allow, has no byte_bounds here)
+        for length, stride in zip(array.shape, array.strides, strict=True):
+            reach = (length - 1) * stride
+            low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+        return low < self.base + self.size and high + array.itemsize > self.base
+
     def close(self) -> None:
         try:
             self.view.release()

@@ -193,10 +193,14 @@ class OutputPlacer:
     writes into blocks :meth:`reserve` took for it, in the arena's ring for long-lived blocks, which
     :meth:`release` hands to the response (or frees) once its execution ended."""
 
-    __slots__ = ("_arena", "_closed", "_lock", "_placed", "key")
+    __slots__ = ("_arena", "_closed", "_lock", "_placed", "_requests", "key")
 
-    def __init__(self, arena: Arena, lock: threading.Lock, key: int = 0) -> None:
+    def __init__(
+        self, arena: Arena, lock: threading.Lock, key: int = 0, requests: Arena | None = None
+    ) -> None:
         self._arena = arena
+        #: The worker's request arena, where the request's large inputs lie (see :meth:`kept`).
+        self._requests = requests
         self._lock = lock
         #: The key the arena is lent to model processes by (``SharedArenas``; 0: not lent).
         self.key = key
@@ -236,6 +240,11 @@ class OutputPlacer:
                     arena.free(offset)
                 else:
                     placed[offset] = arena.base + offset
+
+    def kept(self, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        if self._arena.holds(array) or (self._requests is not None and self._requests.holds(array)):
+            return array.copy()
+        return array
 
     def place(self, datatype: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
         nbytes = array.nbytes

@@ -171,6 +171,11 @@ class SequenceBatchScheduler(LoopScheduler):
         self._keyed = settings.batching and self._policy.keyed
         self._state_inputs = {state.output_name: state.input_name for state in settings.states}
         self._state_outputs = frozenset(self._state_inputs)
+        #: The state outputs the config also declares outputs: a client that asks for one gets it.
+        self._returned = frozenset(state.output_name for state in settings.states if state.returned)
+        #: What ``_prepare`` adds to a request's outputs so that its model makes the next state (told
+        #: apart from the same names asked by the client, and taken off again, by identity).
+        self._state_requests = {name: RequestedOutput(name) for name in self._state_outputs}
         self.stats = SchedulerStats(self._pending)
         self._serial = itertools.count()
         #: The correlation IDs given to iterative requests that come without one.
@@ -430,7 +435,10 @@ class SequenceBatchScheduler(LoopScheduler):
                 data = sequence.states.get(state.input_name, state.initial)
                 inputs.append(Tensor(state.input_name, state.datatype, data))
             if request.outputs is not None:  # the model must produce the next state all the same
-                request.outputs = request.outputs + [RequestedOutput(name) for name in self._state_outputs]
+                asked = {output.name for output in request.outputs}
+                request.outputs = request.outputs + [
+                    added for name, added in self._state_requests.items() if name not in asked
+                ]
         return entry
 
     def _pending(self) -> int:
@@ -508,7 +516,8 @@ class SequenceBatchScheduler(LoopScheduler):
             sequence.running = False
             request = entry.request
             if self._state_outputs and request.outputs is not None:  # as the client asked again
-                request.outputs = [o for o in request.outputs if o.name not in self._state_outputs]
+                added = self._state_requests
+                request.outputs = [o for o in request.outputs if o is not added.get(o.name)]
             result = results.get(id(entry))
             if type(result) is Rescheduled and self.settings.iterative and not entry.future.done():
                 execution.count(entry, now, stats)
@@ -546,15 +555,22 @@ class SequenceBatchScheduler(LoopScheduler):
     def _deliver(
         self, sequence: _Sequence, entry: QueuedRequest, result: ExecuteResult, execution: Execution, now: int
     ) -> None:
-        """Keep the state outputs for the sequence's next request and answer the request."""
+        """Keep the state outputs for the sequence's next request (out of memory that is reused once
+        the request is answered) and answer the request, with those it asked for and may have."""
         if isinstance(result, InferResponse) and self._state_outputs:
-            kept = []
+            request = entry.request
+            memory = request.output_memory
+            asked = None if request.outputs is None else {output.name for output in request.outputs}
+            answered = []
             for tensor in result.outputs:
-                if tensor.name in self._state_outputs:
-                    sequence.states[self._state_inputs[tensor.name]] = tensor.data
-                else:
-                    kept.append(tensor)
-            result.outputs = kept
+                name = tensor.name
+                if name in self._state_outputs:
+                    data = tensor.data
+                    sequence.states[self._state_inputs[name]] = data if memory is None else memory.kept(data)
+                    if name not in self._returned or (asked is not None and name not in asked):
+                        continue
+                answered.append(tensor)
+            result.outputs = answered
         execution.settle(entry, result, now, self.stats)
 
     # ---- closing --------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -114,6 +114,9 @@ class ImplicitState:
     output_name: str
     datatype: str
     initial: Array
+    #: Whether the config also declares ``output_name`` an output, which clients may then ask for
+    #: (as in Triton, a state's output is otherwise the sequence's alone).
+    returned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,7 +354,10 @@ def sequence_settings_of(config: mc.ModelConfig, model_dir: Path) -> SequenceSet
         preferred_batch_sizes=preferred,
         controls=tuple(controls),
         correlation=correlation,
-        states=tuple(_state(state, batched, name, model_dir) for state in section.state),
+        states=tuple(
+            replace(state, returned=state.output_name in {io.name for io in config.output})
+            for state in (_state(entry, batched, name, model_dir) for entry in section.state)
+        ),
         iterative=section.iterative_sequence,
         shape_inputs=shape_inputs,
         value_inputs=value_inputs,
