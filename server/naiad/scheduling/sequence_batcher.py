@@ -559,15 +559,15 @@ class SequenceBatchScheduler(LoopScheduler):
         the request is answered) and answer the request, with those it asked for and may have."""
         if isinstance(result, InferResponse) and self._state_outputs:
             request = entry.request
-            memory = request.output_memory
-            asked = None if request.outputs is None else {output.name for output in request.outputs}
+            memory, asked = request.output_memory, request.outputs
             answered = []
             for tensor in result.outputs:
                 name = tensor.name
                 if name in self._state_outputs:
                     data = tensor.data
                     sequence.states[self._state_inputs[name]] = data if memory is None else memory.kept(data)
-                    if name not in self._returned or (asked is not None and name not in asked):
+                    wanted = name in self._returned and (asked is None or any(o.name == name for o in asked))
+                    if not wanted:
                         continue
                 answered.append(tensor)
             result.outputs = answered
