@@ -8,6 +8,7 @@ requests ran together; a request that must still be held is checked not answered
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +37,7 @@ def delayed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     repo = tmp_path_factory.mktemp("start-delay")
     write_probe(repo, "batched", extra="dynamic_batching { }")
     write_probe(repo, "plain")
+    write_probe(repo, "ordered")
     write_probe(repo, "direct", max_batch_size=2, extra=DIRECT)
     write_probe(repo, "oldest", max_batch_size=4, extra=OLDEST)
     with ServerProcess([repo], env={"TRITONSERVER_DELAY_SCHEDULER": "3"}) as server:
@@ -87,6 +89,29 @@ def test_the_default_scheduler_waits_then_runs_one_request_at_a_time(
     answers = [outputs(f.result(timeout=30)) for f in futures]
     assert [a["REQUESTS"] for a in answers] == [[1], [1], [1]]
     assert sorted(a["EXECUTION"][0] for a in answers) == [1, 2, 3]
+
+
+def test_requests_after_the_delay_run_after_those_it_held(
+    delayed: ServerProcess, pool: ThreadPoolExecutor, tmp_path: Path
+) -> None:
+    """The default scheduler is first come, first served: once the delay ends, a request that comes
+    while the held ones still wait for the instance runs after them (an ensemble step feeding a
+    sequence model relies on it: NVIDIA's L0_sequence_batcher test_backlog)."""
+    gate = tmp_path / "gate"
+    futures = [send(pool, delayed, "ordered", "q1", gate=str(gate))]
+    assert held(futures[0])  # (each one queued before the next is sent: they arrive in order)
+    futures.append(send(pool, delayed, "ordered", "q2"))
+    assert held(futures[1])
+    futures.append(send(pool, delayed, "ordered", "q3"))  # the first runs, and waits at the gate
+    deadline = time.monotonic() + 30
+    while not Path(f"{gate}.entered").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    futures.append(send(pool, delayed, "ordered", "q4"))
+    assert held(futures[3])
+    gate.touch()
+    answers = [outputs(f.result(timeout=30)) for f in futures]
+    assert [a["EXECUTION"] for a in answers] == [[1], [2], [3], [4]]
 
 
 def test_a_direct_sequence_batch_waits_for_requests_in_its_slots(

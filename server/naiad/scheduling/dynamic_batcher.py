@@ -164,7 +164,9 @@ class DynamicBatchScheduler(LoopScheduler):
         """Hand batches to free instances while the batching rule says so, then arm the timer."""
         queue = self._queue
         self._expire(now)
-        while self._idle and len(queue) and (not self._delay or self._closing):
+        # (first come, first served: what a start delay held goes to the instances at once, in order,
+        # as the requests after it do, which would otherwise overtake it)
+        while (self._idle or self._direct) and len(queue) and (not self._delay or self._closing):
             count, wake_ns = next_batch(queue.entries(), self.policy, now, self._closing)
             if not count:
                 self._arm(wake_ns)
