@@ -552,6 +552,32 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def sequence_preserve_ordering(checkouts: Checkouts) -> Suite:
+    """L0_sequence_batcher's ``SequenceBatcherPreserveOrderingTest``: qa's Python ``sequence_py`` under
+    the ``oldest`` strategy with and without ``preserve_ordering`` (its decoupled copies too, which
+    test.sh makes and its cases leave alone): ten sequences from threads on one gRPC stream, each
+    sequence's answers in order, with ``preserve_ordering`` every answer in the order sent, and
+    executions that batched requests."""
+    folder = "L0_sequence_batcher"
+
+    def build(repo: Path) -> None:
+        source = checkouts.qa / "python_models" / "sequence_py"
+        for mode in ("decoupled", "nondecoupled"):
+            for label, preserve in (("no_preserve_ordering", False), ("preserve_ordering", True)):
+                name = f"seqpy_{label}_{mode}"
+                model = place_python_model(repo, name, source / "model.py")
+                shutil.copyfile(source / "config.pbtxt", model / "config.pbtxt")
+                if preserve:
+                    edit_config(model, ("^preserve_ordering: False", "preserve_ordering: True"))
+                if mode == "decoupled":
+                    edit_config(model, append="\nmodel_transaction_policy { decoupled: true }\n")
+
+    script = _unittest(checkouts, folder, "sequence_batcher_test.py", "SequenceBatcherPreserveOrderingTest",
+                       {"NO_BATCHING": "0", "MODEL_INSTANCES": "1", "IMPLICIT_STATE": "0",
+                        "INITIAL_STATE_FILE": "0", "BATCHER_TYPE": "FIXED"})  # fmt: skip
+    return Suite("qa-sequence_batcher-preserve_ordering", build, (script,), ("--log-verbose=1",))
+
+
 def implicit_state(checkouts: Checkouts) -> Suite:
     """qa/L0_implicit_state's cases of the server's own rules, on NVIDIA's ``gen_qa_implicit_models.py``
     ONNX and TorchScript accumulators as its test.sh places them: a client may not ask for a state's
@@ -582,6 +608,7 @@ def implicit_state(checkouts: Checkouts) -> Suite:
 def batching_suites(checkouts: Checkouts) -> list[Suite]:
     return [
         implicit_state(checkouts),
+        sequence_preserve_ordering(checkouts),
         *sequence_batcher(checkouts),
         iterative_sequence(checkouts),
         *batcher_suites(checkouts),
