@@ -83,9 +83,9 @@ BATCHING_SKIPS = (
     ),
     Skip(
         f"{QA}L0_sequence_batcher/test.sh: BACKENDS plan and custom; the ensembles of the state runs; "
-        "test_ragged_batch_allowed, SequenceBatcherRequestTimeoutTest",
+        "test_ragged_batch_allowed",
         "TensorRT is image-only and custom_sequence_int32 is a C++ test backend (sequence), which the "
-        "ragged and request-timeout cases need; NVIDIA's generator makes the implicit-state ensembles "
+        "ragged case needs; NVIDIA's generator makes the implicit-state ensembles "
         "'not completed' (its own words), so the state runs go without (ENSEMBLES=0); the explicit run "
         'has its ensembles (BACKENDS="onnx libtorch python", ENSEMBLES=1), the implicit run the ONNX '
         "and TorchScript accumulators, the initial-state runs the ONNX ones (the only ones generated)",
@@ -551,6 +551,25 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def sequence_request_timeout(checkouts: Checkouts) -> Suite:
+    """L0_sequence_batcher's ``SequenceBatcherRequestTimeoutTest``: its ``custom_sequence_int32_timeout``
+    (one slot, the identity backend taking 5 s an execution, here its stand-in), a second sequence whose
+    requests time out in the backlog, then one of its requests without START."""
+    folder = "L0_sequence_batcher"
+
+    def build(repo: Path) -> None:
+        model = copy_model(
+            checkouts.qa / folder / "request_timeout_models" / "custom_sequence_int32_timeout", repo
+        )
+        (model / "1").mkdir(exist_ok=True)
+
+    script = _unittest(checkouts, folder, "sequence_batcher_test.py", "SequenceBatcherRequestTimeoutTest",
+                       {"NO_BATCHING": "0", "MODEL_INSTANCES": "1", "IMPLICIT_STATE": "0",
+                        "INITIAL_STATE_FILE": "0", "BATCHER_TYPE": "FIXED"})  # fmt: skip
+    args = ("--log-verbose=1", f"--backend-directory={STAND_IN_BACKENDS}")
+    return Suite("qa-sequence_batcher-request_timeout", build, (script,), args)
+
+
 def sequence_preserve_ordering(checkouts: Checkouts) -> Suite:
     """L0_sequence_batcher's ``SequenceBatcherPreserveOrderingTest``: qa's Python ``sequence_py`` under
     the ``oldest`` strategy with and without ``preserve_ordering`` (its decoupled copies too, which
@@ -608,6 +627,7 @@ def batching_suites(checkouts: Checkouts) -> list[Suite]:
     return [
         implicit_state(checkouts),
         sequence_preserve_ordering(checkouts),
+        sequence_request_timeout(checkouts),
         *sequence_batcher(checkouts),
         iterative_sequence(checkouts),
         *batcher_suites(checkouts),

@@ -374,3 +374,42 @@ def test_direct_batches_requests_of_equal_shapes_only() -> None:
         await close(batcher)
 
     run(test)
+
+
+def test_a_sequence_waiting_for_a_slot_past_its_requests_timeout_ends() -> None:
+    """Triton's backlog timeout: a sequence in the backlog lives until the earliest of its requests'
+    timeouts; then each of its requests fails UNAVAILABLE (counted REJECTED) and its ID needs START.
+    A sequence that gets a slot in time runs, whatever its timeouts; one holding a slot is never
+    timed out (NVIDIA's L0_sequence_batcher SequenceBatcherRequestTimeoutTest)."""
+    config = f'name: "m" max_batch_size: 1 sequence_batching {{ direct {{ }} {CONTROLS} }}'
+
+    def timed(name: str, sequence: int, value: int, timeout_us: int, **flags: bool) -> InferRequest:
+        made = request(name, sequence, value, **flags)
+        made.timeout_us = timeout_us
+        return made
+
+    async def test() -> None:
+        instance = Recorder()
+        batcher = scheduler(config, instance)  # one slot
+        running = asyncio.create_task(batcher.submit(timed("hold-a1", 1, 1, 100_000, start=True)))
+        assert await asyncio.to_thread(instance.entered.wait, WAIT)
+        later = asyncio.create_task(batcher.submit(timed("a2", 1, 2, 100_000, end=True)))
+        waiting = [asyncio.create_task(batcher.submit(timed("b1", 2, 10, 300_000, start=True)))]
+        waiting.append(asyncio.create_task(batcher.submit(timed("b2", 2, 20, 5_000_000))))
+        patient = asyncio.create_task(batcher.submit(timed("c1", 3, 100, 0, start=True, end=True)))
+        await asyncio.wait(waiting, timeout=WAIT)
+        for task in waiting:
+            error = task.exception()
+            assert (
+                error is not None and str(error) == "timeout of the corresponding sequence has been expired"
+            )
+            assert error.code.name == "UNAVAILABLE"
+        assert batcher.stats.failures[FailureReason.REJECTED] == 2
+        instance.release.set()
+        assert [total(await running), total(await later), total(await patient)] == [1, 3, 100]
+        with pytest.raises(InvalidArgumentError, match="must specify the START flag"):
+            await batcher.submit(request("b3", 2, 30, end=True))
+        assert [int(s["CORRID"]) for batch in instance.batches for s in batch] == [1, 1, 3]
+        await close(batcher)
+
+    run(test)

@@ -81,6 +81,7 @@ class _Sequence:
     __slots__ = (
         "cancelled",
         "correlation_id",
+        "deadline_ns",
         "expired",
         "instance",
         "last_ns",
@@ -100,6 +101,9 @@ class _Sequence:
         self.states: dict[str, Array] = {}
         self.cancelled = False  # a waiting request was cancelled: the sequence ends after the running one
         self.expired = False  # idle too long while it held requests: it ends once they have run
+        #: In the backlog: when its requests' earliest timeout passes (0: none has one), and with it
+        #: the whole sequence (Triton's backlog timeout).
+        self.deadline_ns = 0
 
 
 class _Instance:
@@ -227,6 +231,11 @@ class SequenceBatchScheduler(LoopScheduler):
         sequence.pending.append(entry)
         sequence.last_ns = now
         self._arm(now + self.settings.idle_ns)  # the reaper's turn, even while the request runs
+        if sequence.instance < 0 and request.timeout_us:  # waiting for a slot, for so long at most
+            deadline = now + request.timeout_us * 1000
+            if not sequence.deadline_ns or deadline < sequence.deadline_ns:
+                sequence.deadline_ns = deadline
+                self._arm(deadline)
         if sequence.instance >= 0:
             self._dispatch(self._instances[sequence.instance], now)
         elif self._delay:  # a request in the backlog counts towards the start delay
@@ -285,6 +294,7 @@ class SequenceBatchScheduler(LoopScheduler):
         self._seat(sequence, number, slot)
 
     def _seat(self, sequence: _Sequence, number: int, slot: int) -> None:
+        sequence.deadline_ns = 0  # (its requests' timeouts count only in the backlog, as in Triton)
         sequence.instance = number
         sequence.slot = slot
         self._instances[number].slots[slot] = sequence
@@ -453,7 +463,30 @@ class SequenceBatchScheduler(LoopScheduler):
 
     def _dispatch_due(self, now: int) -> None:
         self._reap(now)
+        self._expire_backlog(now)
         self._dispatch_all(now)
+
+    def _expire_backlog(self, now: int) -> None:
+        """End the sequences that waited for a slot past their requests' earliest timeout: as in
+        Triton, each of their requests fails UNAVAILABLE (REJECTED), and a later request of the ID
+        needs START."""
+        next_ns = 0
+        for sequence in [s for s in self._backlog if s.deadline_ns]:
+            if sequence.deadline_ns > now:
+                next_ns = min(next_ns or sequence.deadline_ns, sequence.deadline_ns)
+                continue
+            self._backlog.remove(sequence)
+            if self._sequences.get(sequence.correlation_id) is sequence:
+                del self._sequences[sequence.correlation_id]
+            while sequence.pending:
+                entry = sequence.pending.popleft()
+                self.stats.fail(FailureReason.REJECTED, now - entry.enqueue_ns)
+                if not entry.future.done():
+                    entry.future.set_exception(
+                        UnavailableError("timeout of the corresponding sequence has been expired")
+                    )
+        if next_ns:
+            self._arm(next_ns)
 
     def _reap(self, now: int) -> None:
         """Forget the sequences that received no request for longer than
