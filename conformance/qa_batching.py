@@ -152,18 +152,15 @@ def batcher_suites(checkouts: Checkouts) -> list[Suite]:
                     ("^version_policy:.*", "version_policy: { specific { versions: [1] }}"),
                     append="instance_group [ { kind: KIND_GPU count: 1 }]\n" + two_six)  # fmt: skip
         _on_cpu(custom)
-        identity = _generated(checkouts, repo.parent.parent, "gen_qa_identity_models.py", "--onnx")
-        zero = copy_model(identity / "onnx_nobatch_zero_1_float32", repo, "onnx_zero_1_float32")
-        edit_config(zero, ("nobatch_", ""), ("^max_batch_size:.*", "max_batch_size: 8"),
-                    ('name: "INPUT0"', 'name: "INPUT0"\nallow_ragged_batch: true'),
-                    append='batch_output [{target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
-                           'source_input: "INPUT0" }]\n' + two_six)  # fmt: skip
-        identity = _generated(checkouts, repo.parent.parent, "gen_qa_identity_models.py", "--libtorch")
-        zero = copy_model(identity / "libtorch_nobatch_zero_1_float32", repo, "libtorch_zero_1_float32")
-        edit_config(zero, ("nobatch_", ""), ("^max_batch_size:.*", "max_batch_size: 8"),
-                    ('name: "INPUT__0"', 'name: "INPUT__0"\nallow_ragged_batch: true'),
-                    append='batch_output [{target_name: "OUTPUT__0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
-                           'source_input: "INPUT__0" }]\n' + two_six)  # fmt: skip
+        for backend, suffix in (("onnx", "0"), ("libtorch", "__0")):  # (TorchScript's names: INPUT__0)
+            identity = _generated(checkouts, repo.parent.parent, "gen_qa_identity_models.py", f"--{backend}")
+            name = f"{backend}_zero_1_float32"
+            zero = copy_model(identity / name.replace("zero", "nobatch_zero"), repo, name)
+            scatter = f'target_name: "OUTPUT{suffix}" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
+            scatter += f'source_input: "INPUT{suffix}"'
+            edit_config(zero, ("nobatch_", ""), ("^max_batch_size:.*", "max_batch_size: 8"),
+                        (f'name: "INPUT{suffix}"', f'name: "INPUT{suffix}"\nallow_ragged_batch: true'),
+                        append=f"batch_output [{{{scatter} }}]\n" + two_six)  # fmt: skip
 
     def custom(max_batch_size: int, append: str) -> Callable[[Path], None]:
         """test.sh's ``custom_models/custom_zero_1_float32``, its ``KIND_GPU`` instances on the CPU."""

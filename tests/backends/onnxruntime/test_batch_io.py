@@ -5,7 +5,6 @@ of the batch they ran in.  The kinds' arithmetic is checked on its own first."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.backends.onnxruntime.models import LoadInstance, request, tensor_info, write_model
 from tests.scheduling.models import infer_body
-from tests.support.http import RawClient
+from tests.support.http import infer_concurrently
 from tests.support.server import ServerProcess
 
 KIND = mc.BatchInput.Kind
@@ -137,18 +136,7 @@ def test_requests_a_server_batches_share_their_batch_inputs(tmp_path: Path) -> N
         for n in sizes
     ]  # fmt: skip
     with ServerProcess([tmp_path], env={"TRITONSERVER_DELAY_SCHEDULER": "3"}) as server:
-
-        def post(body: dict[str, object]) -> dict[str, list[object]]:
-            client = RawClient(server.http_url, timeout=60)
-            try:
-                response = client.post_json("/v2/models/ragged/infer", body)
-            finally:
-                client.close()
-            assert response.status == 200, response.body
-            return {o["name"]: o["data"] for o in response.json()["outputs"]}
-
-        with ThreadPoolExecutor(3) as pool:
-            answers = list(pool.map(post, bodies))
+        answers = infer_concurrently(server.http_url, "ragged", bodies)
     assert [a["DOUBLED"] for a in answers] == [[2.0 * n] * n for n in sizes]
     assert [a["COUNTS"] for a in answers] == [[2], [4], [1]]
     # one batch, in the order the requests arrived: its running totals end at 2 + 4 + 1

@@ -5,7 +5,6 @@ in config order); a ``batch_output`` is cut back in each request's source input'
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from torch import Tensor, nn
 
 from tests.backends.onnxruntime.models import LoadInstance, request
 from tests.backends.pytorch.models import save_torchscript
-from tests.support.http import RawClient
+from tests.support.http import infer_concurrently
 from tests.support.server import ServerProcess
 
 RAGGED_IO = """
@@ -101,18 +100,7 @@ def test_a_server_batches_ragged_requests_into_one_forward(tmp_path: Path) -> No
         for n in sizes
     ]  # fmt: skip
     with ServerProcess([tmp_path], env={"TRITONSERVER_DELAY_SCHEDULER": "3"}) as server:
-
-        def post(body: dict[str, object]) -> dict[str, list[object]]:
-            client = RawClient(server.http_url, timeout=60)
-            try:
-                response = client.post_json("/v2/models/ragged/infer", body)
-            finally:
-                client.close()
-            assert response.status == 200, response.body
-            return {o["name"]: o["data"] for o in response.json()["outputs"]}
-
-        with ThreadPoolExecutor(3) as pool:
-            answers = list(pool.map(post, bodies))
+        answers = infer_concurrently(server.http_url, "ragged", bodies)
     assert [a["DOUBLED"] for a in answers] == [[2.0 * n] * n for n in sizes]
     assert [a["COUNTS"] for a in answers] == [[2], [4], [1]]
     # one call, the requests in the order they queued: its running totals end at 2 + 4 + 1
