@@ -342,6 +342,7 @@ def sequence_settings_of(config: mc.ModelConfig, model_dir: Path) -> SequenceSet
             )
     idle_us = int(section.max_sequence_idle_microseconds) or DEFAULT_IDLE_US
     shape_inputs, value_inputs = equal_inputs(config)
+    declared = {io.name for io in config.output}  # (a state's output may be one too)
     return SequenceSettings(
         model_name=name,
         batching=batched,
@@ -355,7 +356,7 @@ def sequence_settings_of(config: mc.ModelConfig, model_dir: Path) -> SequenceSet
         controls=tuple(controls),
         correlation=correlation,
         states=tuple(
-            replace(state, returned=state.output_name in {io.name for io in config.output})
+            replace(state, returned=state.output_name in declared)
             for state in (_state(entry, batched, name, model_dir) for entry in section.state)
         ),
         iterative=section.iterative_sequence,
