@@ -303,7 +303,8 @@ def limiter_server(
     write_model(root, "free_c", _locking_config(free, 1, barrier=2), LOCKING_PY)
     write_model(root, "free_d", _locking_config(free, 1, barrier=2), LOCKING_PY)
     write_model(root, "greedy", _locking_config(limited, 1, '{ name: "big" count: 3 }'), LOCKING_PY)
-    args = ["--rate-limit=execution_count", "--rate-limit-resource=big:2", "--strict-readiness=false"]
+    args = ["--rate-limit=execution_count", "--rate-limit-resource=big:2", "--rate-limit-resource=gpu_slot:1"]
+    args.append("--strict-readiness=false")
     args.append("--exit-on-error=false")  # (``greedy`` is refused at load on purpose)
     with ServerProcess([root], args) as server:
         yield server

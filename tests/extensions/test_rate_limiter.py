@@ -17,6 +17,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pytest
+from naiad.core.errors import InvalidArgumentError
 from naiad.scheduling.rate_limiter import RateLimiter
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -58,7 +60,7 @@ def test_an_instance_needing_more_than_exists_is_refused_at_load(limiter_server:
     with urllib.request.urlopen(request) as answer:
         index = {entry["name"]: entry for entry in json.loads(answer.read())}
     assert index["greedy"].get("state") == "UNAVAILABLE"
-    assert "Resource count for 'big' is limited to 2 which will prevent scheduling of one or more model " \
+    assert 'Resource count for "big" is limited to 2 which will prevent scheduling of one or more model ' \
            "instances, the minimum required count is 3" in index["greedy"]["reason"]
 
 
@@ -134,3 +136,69 @@ def test_a_resource_no_flag_declares_is_sized_by_the_instances_loaded_now() -> N
     assert runs_beside(first, second)  # R is 4 while the instance needing 4 is loaded
     large.retire()
     assert not runs_beside(first, second)  # ...and 2 again once it went
+
+
+def _attach(limiter: RateLimiter, *resources: str) -> list[Any]:
+    """One single-instance CPU group per resource text (``name:count`` or ``name:count:global``);
+    the gates attached."""
+    config = mc.ModelConfig(name="m")
+    for text in resources:
+        name, count, *scope = text.split(":")
+        group = config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+        group.rate_limiter.resources.add(name=name, count=int(count), **{"global": scope == ["global"]})
+    workers = [SimpleNamespace(gate=None) for _ in resources]
+    limiter.attach(config, workers)  # type: ignore[arg-type]
+    return [worker.gate for worker in workers]
+
+
+# Triton 2.51's reasons for the same flags and configs (Python models, checked side by side).
+@pytest.mark.parametrize(
+    ("flags", "resources", "reason"),
+    [
+        # once a flag names some resource, one no flag names has none
+        ([("big", 5, None)], ["gpu_slot:1"], 'Resource count for "gpu_slot" is limited to 0 which'),
+        # a flag for another device gives CPU instances (device 0) none
+        ([("r1", 10, 10)], ["r1:4"], 'Resource count for "r1" is limited to 0 which'),
+        # a global resource gets the most any flag of its name gives, whatever its device
+        ([("r2", 2, 0)], ["r2:3:global"], 'Resource count for "r2" is limited to 2 which'),
+        # names are kept as written
+        ([("R1", 4, None)], ["r1:4"], 'Resource count for "r1" is limited to 0 which'),
+        # one name global for one instance and per device for another
+        ([], ["r2:2:global", "r2:2"], 'Resource "r2" is present as both global and device-specific resource'),
+    ],
+)
+def test_flags_and_needs_that_could_never_schedule_fail_the_load(
+    flags: list[tuple[str, int, int | None]], resources: list[str], reason: str
+) -> None:
+    limiter = RateLimiter(flags)
+    with pytest.raises(InvalidArgumentError) as refused:
+        _attach(limiter, *resources)
+    assert str(refused.value).startswith(reason)
+    assert limiter._gates == set()  # nothing of the refused version stays counted
+
+
+def test_a_conflict_with_a_loaded_model_fails_only_the_new_one() -> None:
+    limiter = RateLimiter([])
+    (loaded,) = _attach(limiter, "r2:2")
+    with pytest.raises(InvalidArgumentError, match='Resource "r2" is present as both global'):
+        _attach(limiter, "r2:2:global")
+    assert limiter._gates == {loaded}
+    loaded.retire()
+    _attach(limiter, "r2:2:global")  # once the per-device one went, the global one loads
+
+
+def test_flags_size_what_they_name() -> None:
+    """``r2:1:0`` and ``r2:3:1`` give a global ``r2`` three: three one-unit instances run at once,
+    a fourth waits; ``slot:2`` (every device) beside ``slot:1:0`` gives device 0 two."""
+    limiter = RateLimiter([("r2", 1, 0), ("r2", 3, 1), ("slot", 2, None), ("slot", 1, 0)])
+    gates = _attach(limiter, "r2:1:global", "r2:1:global", "r2:1:global", "r2:1:global", "slot:1", "slot:1")
+    assert limiter._total == {("r2", None): 3, ("slot", 0): 2}
+    for gate in gates[:3]:
+        gate.acquire()
+    waiting = threading.Thread(target=gates[3].acquire)
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive()  # the fourth waits for one of the three
+    gates[0].release()
+    waiting.join(5)
+    assert not waiting.is_alive()

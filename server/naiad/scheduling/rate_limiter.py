@@ -6,9 +6,12 @@ holds its resources for the whole of each execution and waits until they are fre
 one, across all models: two models that each need the one ``gpu_slot`` there is never run at once.
 
 Resources are counted per device (an instance's GPU, or device 0 for CPU instances) unless declared
-``global``.  How many of each exist comes from ``--rate-limit-resource=<name>:<count>[:<device>]``;
-a resource no flag declares has as many as the most demanding instance loaded needs, as in Triton
-(an instance that goes, unloaded or removed by an instance update, no longer counts).  When
+``global``.  How many of each exist comes from ``--rate-limit-resource=<name>:<count>[:<device>]``
+(without a device, that many on every device; a global resource has the most any flag of its name
+gives).  With no such flag each resource has as many as the most demanding instance loaded needs
+(an instance that goes, unloaded or removed by an instance update, no longer counts); once one is
+given, a resource no flag names has none.  As in Triton, an instance needing more than there is, or
+a resource some instance needs globally and another per device, fails its version's load.  When
 resources free up they go to the waiting instances in order of executions run times priority, then
 arrival, so a ``priority: 2`` instance gets about half the turns of a ``priority: 1`` one.
 
@@ -22,7 +25,6 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -94,8 +96,9 @@ class RateLimiter:
     def attach(self, config: mc.ModelConfig, workers: Sequence[InstanceWorker]) -> None:
         """Give each worker the gate its instance group asks for (before the workers start).
 
-        Raises :class:`InvalidArgumentError` (the version fails to load) when a declared resource
-        count is below what one instance needs: that instance could never run.
+        Raises :class:`InvalidArgumentError` (the version fails to load, no gate attached) when an
+        instance needs more of a resource than the flags give, or when a resource would be both
+        global and per device among the instances loaded: those instances could never be scheduled.
         """
         groups = list(_instance_groups(config))
         if len(groups) != len(workers):
@@ -103,12 +106,14 @@ class RateLimiter:
                 f"model '{config.name}' has {len(workers)} instances for {len(groups)} configured"
             )
         with self._lock:
-            gates = [
-                (worker, Gate(self, needs, max(1, group.rate_limiter.priority)))
+            wanted = [
+                (worker, needs, max(1, group.rate_limiter.priority))
                 for worker, (group, device) in zip(workers, groups, strict=True)
-                if (needs := self._needs(group.rate_limiter, device))
+                if (needs := _needs(group.rate_limiter, device))
             ]
-            for worker, gate in gates:
+            self._check([needs for _, needs, _ in wanted])
+            for worker, needs, priority in wanted:
+                gate = Gate(self, needs, priority)
                 worker.gate = gate
                 self._gates.add(gate)
             self._size()
@@ -120,32 +125,47 @@ class RateLimiter:
                 self._size()
                 self._grant()
 
-    def _declared_count(self, pool: Pool) -> int | None:
-        return self._declared.get(pool, self._declared.get((pool[0], None)))
+    def _declared_count(self, pool: Pool) -> int:
+        """What the flags give ``pool`` (some flag given): a global resource the most any flag of
+        its name gives; on a device, its own flag's or the every-device one's, whichever is more."""
+        name, device = pool
+        counts = [
+            count
+            for (declared, where), count in self._declared.items()
+            if declared == name and (device is None or where in (device, None))
+        ]
+        return max(counts, default=0)
 
-    def _needs(self, settings: Any, device: int) -> dict[Pool, int]:
-        needs: dict[Pool, int] = {}
-        for resource in settings.resources:
-            pool: Pool = (resource.name, None if getattr(resource, "global") else device)
-            declared = self._declared_count(pool)
-            if declared is not None and declared < resource.count:
-                raise InvalidArgumentError(
-                    f"Resource count for '{resource.name}' is limited to {declared} which will prevent "
-                    "scheduling of one or more model instances, the minimum required count is "
-                    f"{resource.count}"
-                )
-            needs[pool] = needs.get(pool, 0) + resource.count
-        return needs
+    def _check(self, wanted: list[dict[Pool, int]]) -> None:
+        """Refuse new instances' needs (lock held), in Triton's order and words."""
+        if self._declared:
+            for needs in wanted:
+                for pool, count in needs.items():
+                    if (declared := self._declared_count(pool)) < count:
+                        raise InvalidArgumentError(
+                            f'Resource count for "{pool[0]}" is limited to {declared} which will prevent '
+                            "scheduling of one or more model instances, the minimum required count is "
+                            f"{count}"
+                        )
+        pools = {pool for gate in self._gates for pool in gate.needs}.union(*wanted)
+        global_names = {name for name, device in pools if device is None}
+        for name in sorted({name for name, device in pools if device is not None} & global_names):
+            raise InvalidArgumentError(
+                f'Resource "{name}" is present as both global and device-specific resource in the '
+                "model configuration."
+            )
 
     def _size(self) -> None:
-        """Each resource's count from the instances loaded now (lock held): the declared count, else
-        the most any one of them needs; what executions hold stays held (``free`` moves by the
-        change).  Logged as Triton logs its resource map (``--log-verbose`` 1)."""
+        """Each resource's count from the instances loaded now (lock held): what the flags give it,
+        else (no flag at all) the most any one of them needs; what executions hold stays held
+        (``free`` moves by the change).  Logged as Triton logs its resource map (``--log-verbose`` 1)."""
         totals: dict[Pool, int] = {}
         for gate in self._gates:
             for pool, count in gate.needs.items():
-                declared = self._declared_count(pool)
-                totals[pool] = declared if declared is not None else max(count, totals.get(pool, 0))
+                if self._declared:
+                    totals[pool] = self._declared_count(pool)
+                else:
+                    totals[pool] = max(count, totals.get(pool, 0))
         for pool, total in totals.items():
             self._free[pool] = self._free.get(pool, total) + total - self._total.get(pool, total)
         for pool in set(self._total) - set(totals):  # (no instance left that could hold it)
@@ -186,6 +206,15 @@ class RateLimiter:
         if granted:
             self._waiting = [w for w in self._waiting if not w.granted]
             self._changed.notify_all()
+
+
+def _needs(settings: mc.ModelRateLimiter, device: int) -> dict[Pool, int]:
+    """What one instance of a group on ``device`` holds for each execution."""
+    needs: dict[Pool, int] = {}
+    for resource in settings.resources:
+        pool: Pool = (resource.name, None if getattr(resource, "global") else device)
+        needs[pool] = needs.get(pool, 0) + resource.count
+    return needs
 
 
 def _instance_groups(config: mc.ModelConfig) -> Iterator[tuple[mc.ModelInstanceGroup, int]]:
