@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.models import copy_model, edit_config, place_python_model
-from conformance.qa import QA, STAND_IN_BACKENDS, _unittest
+from conformance.qa import QA, STAND_IN_BACKENDS, _logged, _unittest
 from conformance.runner import Checkouts, Script, Skip, Suite
 
 #: The start delay each of L0_batcher's delayed cases runs under (its test.sh's exports).
@@ -620,6 +620,115 @@ def implicit_state(checkouts: Checkouts) -> Suite:
     return Suite("qa-implicit_state", build, scripts)
 
 
+def _limited(resources: str, priority: str = "") -> str:
+    """An instance group test.sh appends: one ``KIND_GPU`` instance needing ``resources``."""
+    limiter = f"rate_limiter {{ resources [{resources}]{priority}}}"
+    return f"instance_group [{{\nkind: KIND_GPU count: 1\n{limiter}\n}}]\n"
+
+
+#: test.sh's resources: the first model's instances need 4 ``resource1`` (per device), the second's
+#: 2 of it and 2 of a global ``resource2``, at priority 2.
+RESOURCE1_4 = '{name: "resource1" count: 4 }'
+RESOURCES_2_2 = '{name: "resource1" count: 2 }, {name: "resource2" global: True count: 2 }'
+
+
+def rate_limiter(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_rate_limiter as its test.sh runs it, step by step, each on a server of its own:
+    resource flags too small for an instance (the server must not start, and say why in Triton's
+    words), a resource both global and per device, two models of priorities 1 and 2 sharing too few
+    and enough resources (the first must run about twice as often, then as often), one model of two
+    instance groups, its dynamic batches of 4 under a start delay, and a sequence model's instances
+    under the limiter.  Its models are ``custom_zero_1_float32`` (the identity stand-in, 100 ms an
+    execution) and ``custom_sequence_int32`` (the sequence stand-in), their ``KIND_GPU`` instances on
+    the CPU."""
+    folder = "L0_rate_limiter"
+    delay = 'parameters [\n{ key: "execute_delay_ms"; value: { string_value: "100" }}\n]\n'
+    source = checkouts.qa / "custom_models"
+
+    def zero(repo: Path, name: str, append: str) -> Path:
+        model = copy_model(source / "custom_zero_1_float32", repo, name)
+        (model / "1").mkdir(exist_ok=True)
+        edit_config(model, ("custom_zero_1_float32", name), (r"dims:.*\[.*\]", "dims: [ -1 ]"),
+                    ("max_batch_size:.*", "max_batch_size: 4"), append=append)  # fmt: skip
+        _on_cpu(model)
+        return model
+
+    def two_models(conflict: bool = False) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            zero(repo, "custom_zero_1_float32", _limited(RESOURCE1_4) + delay)
+            zero(repo, "custom_zero_1_float32_v2", _limited(RESOURCES_2_2, " priority: 2") + delay)
+            if conflict:  # v3: v2 with resource2 per device
+                per_device = RESOURCES_2_2.replace("global: True", "global: False")
+                zero(repo, "custom_zero_1_float32_v3", _limited(per_device, " priority: 2") + delay)
+
+        return build
+
+    def one_model(batching: bool) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            groups = _limited(RESOURCE1_4) + _limited(RESOURCES_2_2, " priority: 2")
+            model = zero(repo, "custom_zero_1_float32", groups + delay)
+            if batching:
+                slower = '{ key: "execute_delay_ms"; value: { string_value: "1000" }}'
+                edit_config(model, (".*execute_delay_ms.*", slower),
+                            append="dynamic_batching { preferred_batch_size: [ 1, 2, 3, 4 ]\n"
+                            " max_queue_delay_microseconds: 5000000 }\n")  # fmt: skip
+
+        return build
+
+    def sequence(repo: Path) -> None:
+        model = copy_model(source / "custom_sequence_int32", repo)
+        (model / "1").mkdir(exist_ok=True)
+        first = 'rate_limiter { resources [{name: "resource1" count: 4 }]}'
+        edit_config(model, ("max_sequence_idle_microseconds:.*", "max_sequence_idle_microseconds: 1000000"),
+                    ("^max_batch_size:.*", "max_batch_size: 1"),
+                    ("kind: KIND_GPU", f"kind: KIND_CPU\ncount: 1 \n{first}"),
+                    ("kind: KIND_CPU$", f"kind: KIND_CPU\ncount: 1 \n{first}"),
+                    append=_limited(RESOURCES_2_2, " priority: 2")
+                    + _limited(RESOURCES_2_2, " priority: 3").replace("count: 1", "count: 2", 1))  # fmt: skip
+        _on_cpu(model)
+
+    def refused(label: str, flags: tuple[str, ...], text: str, build: Callable[[Path], None]) -> Suite:
+        log = f"inference_server_{label}.log"
+        return Suite(f"qa-rate_limiter-{label}", build, (_logged(checkouts, folder, log, text),),
+                     ("--rate-limit=execution_count", *flags, f"--backend-directory={STAND_IN_BACKENDS}"),
+                     log_link=checkouts.qa / folder / log, fails_to_start=True)  # fmt: skip
+
+    def served(label: str, flags: tuple[str, ...], case: str, build: Callable[[Path], None],
+               server_env: dict[str, str] | None = None) -> Suite:  # fmt: skip
+        script = _unittest(checkouts, folder, "rate_limiter_test.py", f"RateLimiterTest.{case}", server_env)
+        script = replace(script, name=f"{script.name} [{label}]")
+        return Suite(f"qa-rate_limiter-{label}", build, (script,),
+                     ("--rate-limit=execution_count", *flags, f"--backend-directory={STAND_IN_BACKENDS}"),
+                     server_env=server_env or {})  # fmt: skip
+
+    def limited_to(count: int) -> str:
+        return (f'Resource count for "resource1" is limited to {count} which will prevent scheduling of one '
+                "or more model instances, the minimum required count is 4")  # fmt: skip
+
+    resource = "--rate-limit-resource="
+    conflict = ('Resource "resource2" is present as both global and device-specific resource in the model '
+                "configuration.")
+    return [
+        refused("r1", (f"{resource}resource1:1",), limited_to(1), two_models()),
+        refused("r3", (f"{resource}resource1:3", f"{resource}resource2:2"), limited_to(3), two_models()),
+        refused("rdevice", (f"{resource}resource1:10:10", f"{resource}resource2:2"), limited_to(0),
+                two_models()),
+        refused("conflict", (), conflict, two_models(conflict=True)),
+        served("limited_declared", (f"{resource}resource1:4", f"{resource}resource2:2"),
+               "test_cross_model_prioritization_limited_resource", two_models()),
+        served("limited", (), "test_cross_model_prioritization_limited_resource", two_models()),
+        served("plenty", (f"{resource}resource1:6", f"{resource}resource2:2"),
+               "test_cross_model_prioritization_plenty_resource", two_models()),
+        served("single_limited", (), "test_single_model", one_model(False)),
+        served("single_plenty", (f"{resource}resource1:6", f"{resource}resource2:2"), "test_single_model",
+               one_model(False)),
+        refused("r3i", (f"{resource}resource1:3", f"{resource}resource2:2"), limited_to(3), one_model(False)),
+        served("dynamic_batching", (), "test_single_model_dynamic_batching", one_model(True),
+               {"TRITONSERVER_DELAY_SCHEDULER": "8"}),
+        served("sequence", (), "test_single_model_sequence_batching", sequence),
+    ]  # fmt: skip
+
+
 def batching_suites(checkouts: Checkouts) -> list[Suite]:
     return [
         implicit_state(checkouts),
@@ -631,4 +740,5 @@ def batching_suites(checkouts: Checkouts) -> list[Suite]:
         *batch_input(checkouts),
         *dyna_sequence(checkouts),
         *corrid_data_types(checkouts),
+        *rate_limiter(checkouts),
     ]

@@ -11,6 +11,7 @@ import json
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +24,7 @@ from naiad.scheduling.rate_limiter import RateLimiter
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.extensions.clients import client_for
+from tests.support.models import write_model
 from tests.support.server import ServerProcess
 
 
@@ -202,3 +204,169 @@ def test_flags_size_what_they_name() -> None:
     gates[0].release()
     waiting.join(5)
     assert not waiting.is_alive()
+
+
+def test_busy_instances_of_priorities_1_and_2_run_two_to_one_the_first_first() -> None:
+    """Two instances that always have work (each asks again as it releases): the resource goes
+    A A B A A B..., as in Triton 2.51 (qa/L0_rate_limiter's cross-model prioritization)."""
+    limiter = RateLimiter([])
+    config = mc.ModelConfig(name="m")
+    for priority in (1, 1, 2):  # a holder, then A (priority 1) and B (priority 2), each needing the one slot
+        group = config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+        group.rate_limiter.priority = priority
+        group.rate_limiter.resources.add(name="slot", count=1)
+    workers = [SimpleNamespace(gate=None) for _ in range(3)]
+    limiter.attach(config, workers)  # type: ignore[arg-type]
+    holder, a, b = (worker.gate for worker in workers)
+    order: list[str] = []
+    done = threading.Event()
+
+    def busy(gate: Any, name: str) -> None:
+        while not done.is_set():
+            gate.acquire()
+            order.append(name)
+            if len(order) >= 12:
+                done.set()
+            gate.release(again=not done.is_set())
+
+    holder.acquire()
+    threads = [threading.Thread(target=busy, args=(gate, name)) for gate, name in ((a, "A"), (b, "B"))]
+    for thread in threads:
+        thread.start()
+    while len(limiter._waiting) < 2:  # both wait before the slot frees
+        time.sleep(0.001)
+    holder.release()
+    for thread in threads:
+        thread.join(5)
+    assert "".join(order[:12]) == "AAB" * 4
+
+
+def test_a_request_made_on_release_is_taken_back_when_no_work_came() -> None:
+    limiter = RateLimiter([("slot", 1, None)])
+    first, second = _attach(limiter, "slot:1", "slot:1")
+    first.acquire()
+    first.release(again=True)  # granted at once: nobody else waits
+    assert first.staged is not None and first.staged.granted
+    waiting = threading.Thread(target=second.acquire)
+    waiting.start()
+    waiting.join(0.2)
+    assert waiting.is_alive()  # the slot is held for the request made on release
+    first.withdraw()
+    waiting.join(5)
+    assert not waiting.is_alive() and first.staged is None
+
+
+def test_the_first_waiter_that_does_not_fit_holds_the_others_back() -> None:
+    """As in Triton: ``big`` (needs 4) waits at the head for what ``small_1`` holds, and ``small_2``
+    (needs 2, which are free) waits behind it, so small instances cannot starve a big one."""
+    limiter = RateLimiter([])
+    big, small_1, small_2 = _attach(limiter, "r:4", "r:2", "r:2")
+    small_1.acquire()
+    waiters = [threading.Thread(target=big.acquire)]
+    waiters[0].start()
+    while len(limiter._waiting) < 1:
+        time.sleep(0.001)
+    waiters.append(threading.Thread(target=small_2.acquire))
+    waiters[1].start()
+    for waiter in waiters:
+        waiter.join(0.2)
+    assert all(waiter.is_alive() for waiter in waiters)
+    small_1.release()
+    waiters[0].join(5)
+    assert not waiters[0].is_alive()  # big runs; small_2 still waits for it
+    assert waiters[1].is_alive()
+    big.release()
+    waiters[1].join(5)
+    assert not waiters[1].is_alive()
+
+
+#: Holds the slot until the test creates ``release`` in its folder (it marks ``started`` first).
+HOLDER_PY = """
+import json, os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.folder = json.loads(args["model_config"])["parameters"]["folder"]["string_value"]
+
+    def execute(self, requests):
+        open(os.path.join(self.folder, "started"), "w").close()
+        deadline = time.monotonic() + 20
+        while not os.path.exists(os.path.join(self.folder, "release")) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.ones(1, np.int32))])
+                for _ in requests]
+"""
+
+#: Answers each request with the number of requests its execution ran.
+BATCH_SIZE_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        size = np.array([[len(requests)]], np.int32)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", size)]) for _ in requests]
+"""
+
+
+@pytest.fixture(scope="module")
+def growing_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+    """``holder`` and ``batched`` (dynamic batching, batches up to 4) need the one ``slot``."""
+    root, folder = tmp_path_factory.mktemp("growing_models"), tmp_path_factory.mktemp("holder")
+    slot = 'rate_limiter { resources [{ name: "slot" count: 1 }] }'
+    write_model(root, "holder", f"""
+        backend: "python"
+        input [{{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }}]
+        output [{{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }}]
+        instance_group [{{ kind: KIND_CPU count: 1 {slot} }}]
+        parameters {{ key: "folder" value {{ string_value: "{folder}" }} }}
+        """, HOLDER_PY)  # fmt: skip
+    write_model(root, "batched", f"""
+        backend: "python"
+        max_batch_size: 4
+        input [{{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }}]
+        output [{{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }}]
+        instance_group [{{ kind: KIND_CPU count: 1 {slot} }}]
+        dynamic_batching {{ }}
+        """, BATCH_SIZE_PY)  # fmt: skip
+    with ServerProcess([root], ["--rate-limit=execution_count"]) as server:
+        yield server, folder
+
+
+def _pending(server: ServerProcess, model: str) -> float:
+    with urllib.request.urlopen(f"http://{server.metrics_url}/metrics") as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("nv_inference_pending_request_count") and f'model="{model}"' in line:
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_batch_waiting_for_its_resources_takes_the_requests_queued_meanwhile(
+    growing_server: tuple[ServerProcess, Path],
+) -> None:
+    """The first request finds ``batched``'s instance free and becomes a batch of one, which then
+    waits for the slot ``holder`` holds; the three sent after it join that batch (Triton's payload
+    takes requests until it is scheduled), so all four run in one execution, not 1 then 3."""
+    server, folder = growing_server
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        held = pool.submit(_run, server, "grpc", ["holder"])
+        deadline = time.monotonic() + 20
+        while not (folder / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sizes = [pool.submit(_answer, server, "batched") for _ in range(4)]
+        while _pending(server, "batched") < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (folder / "release").touch()
+        held.result(20)
+        assert [size.result(20) for size in sizes] == [4, 4, 4, 4]
+
+
+def _answer(server: ServerProcess, model: str) -> int:
+    with client_for("grpc", server) as client:
+        tensor = client.input("INPUT0", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.zeros((1, 1), np.int32))
+        return int(client.client.infer(model, [tensor]).as_numpy("OUTPUT0")[0, 0])

@@ -29,7 +29,7 @@ from naiad.scheduling.policy import PriorityLevels, SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest, RequestQueue
 from naiad.scheduling.start_delay import NO_DELAY, StartDelay
 from naiad.scheduling.stats import FailureReason, SchedulerStats
-from naiad.scheduling.worker import Execution, InstanceWorker, Jobs
+from naiad.scheduling.worker import Execution, GrowingExecution, InstanceWorker, Jobs
 
 log = logging.getLogger("naiad.scheduling")
 
@@ -80,6 +80,10 @@ class DynamicBatchScheduler(LoopScheduler):
         # still formed only when an instance is free.  Not under the rate limiter, whose gate an
         # instance's thread waits for.
         self._on_loop = all(loop_driven(worker) for worker in self._workers)
+        # Batches handed to instances that wait for the rate limiter grow until it lets them run
+        # (``GrowingExecution``); those still open, oldest first.
+        self._grows = policy.batching and any(worker.gate is not None for worker in self._workers)
+        self._growing: list[GrowingExecution] = []
         self._infer_average_ns = _INLINE_WARMUP_NS
         self._idle = len(self._workers)
         self._running = 0
@@ -172,6 +176,8 @@ class DynamicBatchScheduler(LoopScheduler):
                 self._arm(wake_ns)
                 break
             self._run(queue.take(count), now)
+        if self._growing and len(queue):
+            self._grow()
         deadline = queue.next_deadline()
         if deadline:
             self._arm(deadline)
@@ -180,12 +186,42 @@ class DynamicBatchScheduler(LoopScheduler):
         self._idle -= 1
         self._running += 1
         self._handed += len(entries)
-        execution = Execution(entries, now, self._sequence)
+        execution: Execution
+        if self._grows:
+            grown = GrowingExecution(entries, now, self._sequence, sum(entry.size for entry in entries))
+            self._growing.append(grown)
+            execution = grown
+        else:
+            execution = Execution(entries, now, self._sequence)
         self._sequence += 1
         if self._on_loop:
             self._start_on_loop(execution)
         else:
             self._jobs.put(execution)
+
+    def _grow(self) -> None:
+        """Add what is queued to the batches still waiting for the rate limiter, oldest first, in
+        queue order, while it fits (``max_batch_size``, the batch's shapes)."""
+        queue = self._queue
+        max_batch = self.policy.max_batch_size
+        for execution in list(self._growing):
+            with execution.lock:
+                if not execution.open:
+                    self._growing.remove(execution)
+                    continue
+                size, count = execution.size, 0
+                key = execution.entries[0].shape_key
+                for entry in queue.entries():
+                    if size + entry.size > max_batch or entry.shape_key != key:
+                        break
+                    size += entry.size
+                    count += 1
+                if count:
+                    execution.entries += queue.take(count)
+                    execution.size = size
+                    self._handed += count
+            if not len(queue):
+                break
 
     def _start_on_loop(self, execution: Execution) -> None:
         """Hand ``execution`` to a loop-driven instance (``LoopScheduler._start_on``).  Without
@@ -246,6 +282,8 @@ class DynamicBatchScheduler(LoopScheduler):
     # ---- results --------------------------------------------------------------------------------
 
     def _finished(self, execution: Execution) -> None:
+        if self._growing and execution in self._growing:
+            self._growing.remove(execution)
         self._idle += 1
         self._running -= 1
         now = _MONOTONIC_NS()

@@ -12,8 +12,9 @@ gives).  With no such flag each resource has as many as the most demanding insta
 (an instance that goes, unloaded or removed by an instance update, no longer counts); once one is
 given, a resource no flag names has none.  As in Triton, an instance needing more than there is, or
 a resource some instance needs globally and another per device, fails its version's load.  When
-resources free up they go to the waiting instances in order of executions run times priority, then
-arrival, so a ``priority: 2`` instance gets about half the turns of a ``priority: 1`` one.
+resources free up they go to the waiting instances in order of executions run (this one included)
+times priority, then priority, then arrival, so a ``priority: 2`` instance gets half the turns of a
+``priority: 1`` one; the first waiter that does not fit holds the rest back, as in Triton.
 
 Instances wait on their own threads (the scheduler's worker threads), never on the event loop: the
 scheduler keeps forming batches meanwhile.  One lock guards the counts; waiting is on a condition.
@@ -47,7 +48,7 @@ def parse_resource(text: str) -> tuple[str, int, int | None]:
 
 @dataclass(slots=True)
 class _Waiter:
-    rank: tuple[int, int]
+    rank: tuple[int, int, int]
     needs: dict[Pool, int]
     granted: bool = False
 
@@ -55,13 +56,22 @@ class _Waiter:
 @dataclass(slots=True, eq=False)
 class Gate:
     """One instance's way through the limiter: :meth:`acquire` before an execution, :meth:`release`
-    after it (both on the instance's thread)."""
+    after it (both on the instance's thread).
+
+    An instance whose model has more work queued when it releases asks again in the same step
+    (``release(again=True)``), as Triton stages an instance with pending payloads on release: the
+    freed resources then go to it or to another waiting instance by rank, rather than always to the
+    other, which would make priorities mean nothing between two busy models.  Its next
+    :meth:`acquire` waits on that request; :meth:`withdraw` takes it back when no work came.
+    """
 
     limiter: RateLimiter
     needs: dict[Pool, int]
     priority: int
     executions: int = 0
     _held: bool = field(default=False, repr=False)
+    #: The request to the limiter made on release, for the next execution.
+    staged: _Waiter | None = field(default=None, repr=False)
 
     def acquire(self) -> None:
         self.limiter.acquire(self)
@@ -69,13 +79,19 @@ class Gate:
 
     def retire(self) -> None:
         """Its instance is gone: its needs no longer size the resources no flag declares."""
+        self.withdraw()
         self.limiter.retire(self)
 
-    def release(self) -> None:
+    def release(self, again: bool = False) -> None:
         if self._held:
             self._held = False
             self.executions += 1
-            self.limiter.release(self.needs)
+            self.limiter.release(self, again)
+
+    def withdraw(self) -> None:
+        """Take back the request made on release (granted or not): the work went elsewhere."""
+        if self.staged is not None:
+            self.limiter.withdraw(self)
 
 
 class RateLimiter:
@@ -180,29 +196,59 @@ class RateLimiter:
             log.debug("\n".join(lines) + "\n")
 
     def acquire(self, gate: Gate) -> None:
-        """Block until ``gate``'s resources are granted to it."""
+        """Block until ``gate``'s resources are granted to it (to the request its release made,
+        if it made one)."""
         with self._lock:
-            self._arrivals += 1
-            waiter = _Waiter((gate.executions * gate.priority, self._arrivals), gate.needs)
-            self._waiting.append(waiter)
-            self._grant()
+            waiter, gate.staged = gate.staged, None
+            if waiter is None:
+                waiter = self._wait(gate)
+                self._grant()
             while not waiter.granted:
                 self._changed.wait()
 
-    def release(self, needs: dict[Pool, int]) -> None:
+    def release(self, gate: Gate, again: bool) -> None:
+        """Free ``gate``'s resources; with ``again``, it asks for them anew in the same step."""
         with self._lock:
-            for pool, count in needs.items():
+            for pool, count in gate.needs.items():
                 self._free[pool] += count
+            if again:
+                gate.staged = self._wait(gate)
             self._grant()
 
+    def withdraw(self, gate: Gate) -> None:
+        with self._lock:
+            waiter, gate.staged = gate.staged, None
+            if waiter is None:
+                return
+            if waiter.granted:
+                for pool, count in waiter.needs.items():
+                    self._free[pool] += count
+            else:
+                self._waiting.remove(waiter)
+            self._grant()
+
+    def _wait(self, gate: Gate) -> _Waiter:
+        """A new request for ``gate``'s resources (lock held), ranked by the executions its instance
+        will have run once this one ends times its priority (weighted fair queueing's finish tag:
+        busy instances of priorities 1 and 2 run 2:1, the first one first), then by priority, then
+        by arrival."""
+        self._arrivals += 1
+        rank = ((gate.executions + 1) * gate.priority, gate.priority, self._arrivals)
+        waiter = _Waiter(rank, gate.needs)
+        self._waiting.append(waiter)
+        return waiter
+
     def _grant(self) -> None:
-        """Hand free resources to the waiters that fit, best rank first (lock held)."""
+        """Hand free resources to the waiters, best rank first, until one does not fit: it waits
+        at the head, as in Triton, so that instances needing little cannot starve one needing
+        more by taking turns (lock held)."""
         granted = False
         for waiter in sorted(self._waiting, key=lambda w: w.rank):
-            if all(self._free[pool] >= count for pool, count in waiter.needs.items()):
-                for pool, count in waiter.needs.items():
-                    self._free[pool] -= count
-                waiter.granted = granted = True
+            if not all(self._free[pool] >= count for pool, count in waiter.needs.items()):
+                break
+            for pool, count in waiter.needs.items():
+                self._free[pool] -= count
+            waiter.granted = granted = True
         if granted:
             self._waiting = [w for w in self._waiting if not w.granted]
             self._changed.notify_all()
@@ -224,4 +270,3 @@ def _instance_groups(config: mc.ModelConfig) -> Iterator[tuple[mc.ModelInstanceG
         for device in devices:
             for _ in range(group.count):
                 yield group, device
-

@@ -137,6 +137,30 @@ class Execution:
         stats.observe(elapsed, queue_ns, input_ns, infer_ns, output_ns)
 
 
+class GrowingExecution(Execution):
+    """A batch that may still grow until its instance holds its rate-limiter resources.
+
+    A batching scheduler hands a batch to an instance that is free; under the rate limiter that
+    instance may then wait for resources another model holds.  Meanwhile the scheduler adds the
+    requests that queue up (up to the model's ``max_batch_size``, same shapes), as Triton's payload
+    takes requests until it is scheduled, so a batch the limiter delays still leaves full.  The
+    instance's thread closes it once granted; ``lock`` makes adding and closing exclusive.
+    """
+
+    __slots__ = ("lock", "open", "size")
+
+    def __init__(self, entries: list[QueuedRequest], dispatch_ns: int, sequence: int, size: int) -> None:
+        super().__init__(entries, dispatch_ns, sequence)
+        self.lock = threading.Lock()
+        self.open = True
+        #: Its batch size (the sum of its requests').
+        self.size = size
+
+    def close(self) -> None:
+        with self.lock:
+            self.open = False
+
+
 Jobs = queue.SimpleQueue[Execution | None]
 
 
@@ -209,22 +233,31 @@ class InstanceWorker:
         if self._predecessor is not None:  # the old version's last executions on it come first
             self._predecessor.join(None)
             self._predecessor = None
+        gate = self.gate
         try:
             while True:
-                execution = jobs.get()
+                execution = self._next(jobs)
                 if execution is None:
                     return
+                held = gate is not None and isinstance(execution, GrowingExecution)
+                if held:  # (it grows while this waits)
+                    assert gate is not None and isinstance(execution, GrowingExecution)
+                    gate.acquire()
+                    execution.close()
+                    execution.dispatch_ns = time.monotonic_ns()
                 self.started += len(execution.entries)
                 entries = execution.skip_cancelled()
-                gate = self.gate
-                if gate is not None and entries:
-                    gate.acquire()  # the rate limiter: wait until this instance's resources are free
-                    execution.dispatch_ns = time.monotonic_ns()  # so the wait counts as queueing
+                if gate is not None and not held:
+                    if entries:
+                        gate.acquire()  # the rate limiter: wait until this instance's resources are free
+                        execution.dispatch_ns = time.monotonic_ns()  # so the wait counts as queueing
+                    else:
+                        gate.withdraw()
                 execution.start_ns = time.monotonic_ns()
                 if entries:
                     execution.results = self.run_batch(instance, entries, self.name)
                 if gate is not None:
-                    gate.release()
+                    gate.release(again=not jobs.empty())  # (more queued: ask again in the same step)
                 execution.end_ns = time.monotonic_ns()
                 finished(execution)
         finally:
@@ -232,6 +265,17 @@ class InstanceWorker:
                 instance.close()
             if self.gate is not None:  # (a successor has a gate of its own)
                 self.gate.retire()
+
+    def _next(self, jobs: Jobs) -> Execution | None:
+        """The next job; one this instance asked the rate limiter for on release may have gone to
+        another instance of the model meanwhile, and then the request is taken back before waiting."""
+        gate = self.gate
+        if gate is not None and gate.staged is not None:
+            try:
+                return jobs.get_nowait()
+            except queue.Empty:
+                gate.withdraw()
+        return jobs.get()
 
     @staticmethod
     def run_batch(instance: ModelInstance, entries: list[QueuedRequest], name: str) -> list[ExecuteResult]:
