@@ -71,10 +71,10 @@ BATCHING_SKIPS = (
         "image-only here",
     ),
     Skip(
-        f"{QA}L0_dyna_sequence_batcher/test.sh: BACKENDS plan, custom and custom_string",
-        "TensorRT is image-only here, and custom_dyna_sequence_int32 is a C++ test backend "
-        '(dyna_sequence); the cases run on the ONNX and TorchScript models (BACKENDS="onnx libtorch"), '
-        "test_multi_sequence_different_shape_allow_ragged, which only the custom model runs, included",
+        f"{QA}L0_dyna_sequence_batcher/test.sh: BACKENDS plan",
+        "TensorRT is image-only here; the cases run on the ONNX and TorchScript models and on qa's "
+        "custom_dyna_sequence_int32 (UINT64 and STRING correlation IDs) on a stand-in for the C++ "
+        'dyna_sequence backend (BACKENDS="onnx libtorch custom custom_string")',
     ),
     Skip(
         f"{QA}L0_batcher/test.sh: BACKENDS plan",
@@ -82,13 +82,20 @@ BATCHING_SKIPS = (
         '(BACKENDS="onnx libtorch python", a value its test.sh takes), which exercise the same batcher',
     ),
     Skip(
-        f"{QA}L0_sequence_batcher/test.sh: BACKENDS plan and custom; the ensembles of the state runs; "
-        "test_ragged_batch_allowed",
-        "TensorRT is image-only and custom_sequence_int32 is a C++ test backend (sequence), which the "
-        "ragged case needs; NVIDIA's generator makes the implicit-state ensembles "
+        f"{QA}L0_sequence_batcher/test.sh: BACKENDS plan; the ensembles of the state runs",
+        "TensorRT is image-only here; NVIDIA's generator makes the implicit-state ensembles "
         "'not completed' (its own words), so the state runs go without (ENSEMBLES=0); the explicit run "
-        'has its ensembles (BACKENDS="onnx libtorch python", ENSEMBLES=1), the implicit run the ONNX '
-        "and TorchScript accumulators, the initial-state runs the ONNX ones (the only ones generated)",
+        'has its ensembles and qa\'s custom_sequence_int32 on a stand-in for the C++ sequence backend '
+        '(BACKENDS="onnx libtorch python custom", ENSEMBLES=1; its ragged_models case too), the implicit '
+        "run the ONNX and TorchScript accumulators, the initial-state runs the ONNX ones (the only ones "
+        "generated)",
+    ),
+    Skip(
+        f"{QA}L0_rate_limiter/test.sh: the plenty-resource run of test_single_model taking no longer "
+        "than the limited one",
+        "test.sh compares the two servers' wall times in its shell, which is no script to run; both "
+        "runs pass here, and the plenty one takes about half as long (4.6 s against 8.6 s: the two "
+        "instance groups run at once)",
     ),
 )
 
@@ -284,11 +291,17 @@ DYNA_SEQUENCE_BATCHED = (
 
 def dyna_sequence(checkouts: Checkouts) -> list[Suite]:
     """qa/L0_dyna_sequence_batcher as its test.sh runs it, each case on a server of its own, with
-    explicit state (``IMPLICIT_STATE=0``, NVIDIA's ``gen_qa_dyna_sequence_models.py``) and implicit
-    state (``=1``, ``gen_qa_dyna_sequence_implicit_models.py``): the ``oldest`` sequence batcher with
-    START/END/READY/CORRID controls on ONNX and TorchScript accumulators, without batching, then with
-    four candidate sequences and a 5 s queue delay (backlogs, idle timeouts, parallel sequences)."""
+    explicit state (``IMPLICIT_STATE=0``, NVIDIA's ``gen_qa_dyna_sequence_models.py`` and qa's
+    ``custom_dyna_sequence_int32``, UINT64 and STRING correlation IDs, on the ``dyna_sequence``
+    stand-in) and implicit state (``=1``, ``gen_qa_dyna_sequence_implicit_models.py``): the ``oldest``
+    sequence batcher with START/END/READY/CORRID controls on ONNX and TorchScript accumulators,
+    without batching, then with four candidate sequences and a 5 s queue delay (backlogs, idle
+    timeouts, parallel sequences), then the custom model with ``allow_ragged_batch``."""
     folder = "L0_dyna_sequence_batcher"
+    custom_source = checkouts.qa / "custom_models" / "custom_dyna_sequence_int32"
+    candidates = ("max_candidate_sequences:.*", "max_candidate_sequences:4")
+    delay = ("max_queue_delay_microseconds:.*", "max_queue_delay_microseconds:5000000")
+    one = ("kind: KIND_CPU", "kind: KIND_CPU\ncount: 1")
 
     def builder(implicit: bool, batched: bool) -> Callable[[Path], None]:
         generator = f"gen_qa_dyna_sequence{'_implicit' if implicit else ''}_models.py"
@@ -296,30 +309,48 @@ def dyna_sequence(checkouts: Checkouts) -> list[Suite]:
         def build(repo: Path) -> None:
             flags = ("--onnx",) if implicit else ("--onnx", "--libtorch")
             source = _generated(checkouts, repo.parent.parent, generator, *flags)
-            for model in sorted(p for p in source.iterdir() if p.is_dir()):
-                copied = copy_model(model, repo)
-                edit_config(copied, ("kind: KIND_CPU", "kind: KIND_CPU\ncount: 1"))
-                if batched:
-                    candidates = ("max_candidate_sequences:.*", "max_candidate_sequences:4")
-                    delay = ("max_queue_delay_microseconds:.*", "max_queue_delay_microseconds:5000000")
-                    edit_config(copied, candidates, delay)
+            made = [copy_model(model, repo) for model in sorted(p for p in source.iterdir() if p.is_dir())]
+            for model in made:
+                edit_config(model, one)
+            if not implicit:  # (test.sh: "Implicit state models for custom backend do not exist")
+                custom = copy_model(custom_source, repo)
+                (custom / "1").mkdir(exist_ok=True)
+                edit_config(custom, one)
+                string = copy_model(custom, repo, "custom_string_dyna_sequence_int32")
+                string_id = (r"(CONTROL_SEQUENCE_CORRID\n.*)data_type:.*", r"\1data_type: TYPE_STRING")
+                renamed = ("custom_dyna_sequence_int32", "custom_string_dyna_sequence_int32")
+                edit_config(string, renamed, string_id)
+                made += [custom, string]
+            if batched:
+                for model in made:
+                    edit_config(model, candidates, delay)
 
         return build
+
+    def ragged(repo: Path) -> None:
+        custom = copy_model(custom_source, repo)
+        (custom / "1").mkdir(exist_ok=True)
+        allowed = ('name:.*"INPUT"', 'name: "INPUT"\nallow_ragged_batch: true')
+        edit_config(custom, one, allowed, candidates, delay)
+
+    def suite(case: str, implicit: bool, env: dict[str, str], build: Callable[[Path], None]) -> Suite:
+        script = _unittest(checkouts, folder, "dyna_sequence_batcher_test.py",
+                           f"DynaSequenceBatcherTest.{case}", extra_env=env)  # fmt: skip
+        state = "implicit" if implicit else "explicit"
+        script = replace(script, name=f"{script.name} [{state} state]")
+        args = (f"--backend-directory={STAND_IN_BACKENDS}",)
+        return Suite(f"qa-dyna_sequence-{case}-{state}", build, (script,), args)
 
     suites = []
     for implicit in (False, True):
         for batched, cases in ((False, DYNA_SEQUENCE_UNBATCHED), (True, DYNA_SEQUENCE_BATCHED)):
             # (NVIDIA's implicit-state generator takes --libtorch but makes no TorchScript model)
-            backends = "onnx" if implicit else "onnx libtorch"
+            backends = "onnx" if implicit else "onnx libtorch custom custom_string"
             env = {"BACKENDS": backends, "IMPLICIT_STATE": str(int(implicit)),
                    "NO_BATCHING": str(int(not batched))}  # fmt: skip
-            for case in cases:
-                script = _unittest(checkouts, folder, "dyna_sequence_batcher_test.py",
-                                   f"DynaSequenceBatcherTest.{case}", extra_env=env)  # fmt: skip
-                state = "implicit" if implicit else "explicit"
-                script = replace(script, name=f"{script.name} [{state} state]")
-                build = builder(implicit, batched)
-                suites.append(Suite(f"qa-dyna_sequence-{case}-{state}", build, (script,)))
+            suites += [suite(case, implicit, env, builder(implicit, batched)) for case in cases]
+    env = {"BACKENDS": "onnx libtorch custom custom_string", "IMPLICIT_STATE": "0", "NO_BATCHING": "0"}
+    suites.append(suite("test_multi_sequence_different_shape_allow_ragged", False, env, ragged))
     return suites
 
 
@@ -402,7 +433,7 @@ SEQUENCE_TRIALS = {"0": (None, 4), "1": (4, 1), "2": (2, 2), "4": (1, 4), "v": (
 #: Python ``sequence_int32`` keeps no implicit state, so the state runs leave it out.
 SequenceRun = tuple[str, bool, str | None, str]
 SEQUENCE_RUNS: tuple[SequenceRun, ...] = (
-    ("", False, None, "onnx libtorch python"),
+    ("", False, None, "onnx libtorch python custom"),
     ("implicit-", True, None, "onnx libtorch"),
     ("initial_zero-", True, "zero", "onnx"),
     ("initial_file-", True, "file", "onnx"),
@@ -433,7 +464,7 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
         configs renamed, as test.sh makes them from the fixed-size repository even for ``v``)."""
         _, implicit, initial, backends = run
         generator = "gen_qa_implicit_models.py" if implicit else "gen_qa_sequence_models.py"
-        flags: tuple[str, ...] = tuple(f"--{b}" for b in backends.split() if b != "python")
+        flags: tuple[str, ...] = tuple(f"--{b}" for b in backends.split() if b not in ("python", "custom"))
         # (one repository for both: test.sh turns its zeros into the file)
         flags += ("--initial-state", "zero") if initial else ()
         flags += ("--variable",) if variable else ()
@@ -450,12 +481,18 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
                 shutil.copyfile(onnx / "config.pbtxt", python / "config.pbtxt")
                 edit_config(python, ("platform:.*", 'backend: "python"'), ("onnx", "python"))
                 made.append(python)
+        if "custom" in backends:  # qa's custom_sequence_int32 (max_batch_size 8) on the sequence stand-in
+            custom = copy_model(checkouts.qa / "custom_models" / "custom_sequence_int32", repo)
+            (custom / "1").mkdir(exist_ok=True)
+            made.append(custom)
         if ensembles:
             fixed = _generated(checkouts, repo.parent.parent, "gen_qa_sequence_models.py", "--ensemble")
             varied = _generated(checkouts, repo.parent.parent, "gen_qa_sequence_models.py", "--ensemble",
                                 "--variable") if variable else fixed  # fmt: skip
             for kind in ("simple", "sequence", "fan"):
                 for backend in backends.split():
+                    if backend == "custom":  # (test.sh makes no ensemble of it)
+                        continue
                     if backend == "python":
                         onnx_name = f"{kind}_onnx{infix}_sequence_int32"
                         ensemble = copy_model(fixed / onnx_name, repo, onnx_name.replace("onnx", "python"))
@@ -510,6 +547,11 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
 
         return build
 
+    def ragged(repo: Path) -> None:
+        model = copy_model(checkouts.qa / "custom_models" / "custom_sequence_int32", repo)
+        (model / "1").mkdir(exist_ok=True)
+        edit_config(model, ('name:.*"INPUT"', 'name: "INPUT"\nallow_ragged_batch: true'))
+
     def case(
         name: str, label: str, build: Callable[[Path], None], env: dict[str, str], delays: tuple[int, int]
     ) -> Suite:
@@ -545,6 +587,8 @@ def sequence_batcher(checkouts: Checkouts) -> list[Suite]:
         env = {**base, "NO_BATCHING": "0", "MODEL_INSTANCES": "1", "BATCHER_TYPE": "FIXED"}
         label = f"{prefix}queue_delay_models"
         suites += [case(test, label, queue_delay(run), env, (2, 0)) for test in SEQUENCE_QUEUE_DELAY]
+        if "custom" in backends:  # test.sh's ragged_models: requests of different shapes in one batch
+            suites.append(case("test_ragged_batch_allowed", f"{prefix}ragged_models", ragged, env, (12, 0)))
     return suites
 
 

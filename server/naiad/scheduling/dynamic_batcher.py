@@ -10,7 +10,9 @@ batching pay under load.
 
 All state lives on the event loop thread: ``submit`` queues, instance threads hand back finished
 executions with ``call_soon_threadsafe``, and a single timer wakes the scheduler for a batch delay
-or a queue timeout.  So there are no locks, and counting for :class:`SchedulerStats` is plain adds.
+or a queue timeout.  So there are no locks (but one per batch that waits for the rate limiter,
+which grows until its instance's thread closes it: :class:`~naiad.scheduling.worker.GrowingExecution`),
+and counting for :class:`SchedulerStats` is plain adds.
 """
 
 from __future__ import annotations
