@@ -773,6 +773,23 @@ def rate_limiter(checkouts: Checkouts) -> list[Suite]:
     ]  # fmt: skip
 
 
+def passive_instance(checkouts: Checkouts) -> Suite:
+    """qa/L0_passive_instance: ``distributed_int32_int32_int32``, one instance that takes requests
+    and one ``passive`` instance (``KIND_GPU``, here on the CPU) that the server must never send
+    one, on a stand-in for the C++ ``distributed_addsub`` backend whose passive instance refuses any
+    request; ``infer_exact``'s sums and differences over HTTP and gRPC."""
+    folder = "L0_passive_instance"
+
+    def build(repo: Path) -> None:
+        model = copy_model(checkouts.qa / folder / "models" / "distributed_int32_int32_int32", repo)
+        (model / "1").mkdir(exist_ok=True)
+        _on_cpu(model)
+
+    script = _unittest(checkouts, folder, "passive_instance_test.py")
+    args = ("--exit-timeout-secs=120", f"--backend-directory={STAND_IN_BACKENDS}")
+    return Suite("qa-passive_instance", build, (script,), args)
+
+
 def batching_suites(checkouts: Checkouts) -> list[Suite]:
     return [
         implicit_state(checkouts),
@@ -785,4 +802,5 @@ def batching_suites(checkouts: Checkouts) -> list[Suite]:
         *dyna_sequence(checkouts),
         *corrid_data_types(checkouts),
         *rate_limiter(checkouts),
+        passive_instance(checkouts),
     ]

@@ -263,6 +263,9 @@ class ModelLoader:
         backend = self._backend(config)
         version_dir = plan.path / str(version)
         workers: list[InstanceWorker] = []
+        #: ``passive`` instances: loaded and initialized, never sent a request (Triton's, for backends
+        #: that hand work to them themselves); no warmup, no rate limiter, closed with the version.
+        passive: list[InstanceWorker] = []
         health = previous.health if previous is not None and previous.health is not None else InstanceHealth()
         try:
             for group in config.instance_group:
@@ -271,7 +274,7 @@ class ModelLoader:
                 for device in devices:
                     signature = _instance_signature(group, device)
                     for index in range(group.count):
-                        if kept.get(signature):
+                        if kept.get(signature) and not group.passive:
                             old = kept[signature].pop(0)
                             taken.append(old)
                             workers.append(old.successor())
@@ -292,16 +295,20 @@ class ModelLoader:
                         )
                         instance = backend.create_instance(context)
                         worker = InstanceWorker(instance, instance_name, signature)
-                        workers.append(worker)
+                        (passive if group.passive else workers).append(worker)
                         if kind == "GPU" and device in self.gpu_limits:
                             self._check_gpu_limit(plan.name, device)
-                        if samples:
+                        if samples and not group.passive:
                             run_warmup(instance, samples, plan.name, instance_name)
+            if not workers:
+                raise InvalidArgumentError(
+                    f"model '{plan.name}' has only passive instances: none would run its requests"
+                )
         except BaseException:
             self._overlapping.end(overlap)
             for old in taken:  # the old version keeps serving with them
                 old.kept = False
-            for worker in workers:
+            for worker in (*workers, *passive):
                 worker.close()  # (not the instances taken over)
             raise
         loads = self._overlapping.end(overlap)
@@ -311,6 +318,8 @@ class ModelLoader:
         except BaseException:
             for old in taken:
                 old.kept = False
+            for worker in passive:
+                worker.close()
             raise
         if previous is not None and previous.scheduler is not None:
             scheduler.stats.carry_over(previous.scheduler.stats)
@@ -321,11 +330,14 @@ class ModelLoader:
             fingerprint=plan.fingerprints[version],
             base_fingerprint=plan.base_fingerprints.get(version, ""),
             workers=tuple(workers),
+            passive=tuple(passive),
             model_name=plan.name,
             model_dir=plan.path,
             scratch=plan.scratch,
             load_ns=time.monotonic_ns() - started,
-            memory_bytes=version_bytes([w.instance for w in workers], (resident_bytes() - resident) // loads),
+            memory_bytes=version_bytes(
+                [w.instance for w in (*workers, *passive)], (resident_bytes() - resident) // loads
+            ),
             gpu_memory_bytes=(
                 tuple(grown // loads for grown in gpu_growth(gpu_before, self.gpu_memory.used()))
                 if self.gpu_memory is not None

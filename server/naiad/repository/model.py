@@ -69,6 +69,8 @@ class ModelVersion:
     #: instances in place (``ModelLoader.build_version``), which ``workers`` are then handed over from.
     base_fingerprint: str = ""
     workers: tuple[InstanceWorker, ...] = ()
+    #: Its ``passive`` instances (never scheduled), released with the version.
+    passive: tuple[InstanceWorker, ...] = ()
     #: Set by ``fail``: UNAVAILABLE because its model kept crashing after it loaded.
     crashed: bool = False
     #: Whether a readiness request asks its instances (see :mod:`naiad.repository.readiness`), and,
@@ -135,6 +137,9 @@ class ModelVersion:
         scheduler, self.scheduler = self.scheduler, None
         if scheduler is not None:
             await asyncio.to_thread(scheduler.close)
+        passive, self.passive = self.passive, ()
+        for worker in passive:
+            await asyncio.to_thread(worker.close)
         self.reason = UNLOADED
         self.state = ModelState.UNAVAILABLE
 

@@ -264,8 +264,11 @@ def _needs(settings: mc.ModelRateLimiter, device: int) -> dict[Pool, int]:
 
 
 def _instance_groups(config: mc.ModelConfig) -> Iterator[tuple[mc.ModelInstanceGroup, int]]:
-    """(group, device) per instance, in the order the repository creates the instances."""
+    """(group, device) per scheduled instance, in the order the repository creates them (passive
+    ones are never scheduled, so never rate limited, as in Triton)."""
     for group in config.instance_group:
+        if group.passive:
+            continue
         devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU else [0]
         for device in devices:
             for _ in range(group.count):
