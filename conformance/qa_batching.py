@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.models import copy_model, edit_config, place_python_model
-from conformance.qa import QA, STAND_IN_BACKENDS, _logged, _unittest
+from conformance.qa import PYTHONPATH, QA, STAND_IN_BACKENDS, _grep_count, _logged, _unittest
 from conformance.runner import Checkouts, Script, Skip, Suite
 
 #: The start delay each of L0_batcher's delayed cases runs under (its test.sh's exports).
@@ -790,6 +790,197 @@ def passive_instance(checkouts: Checkouts) -> Suite:
     return Suite("qa-passive_instance", build, (script,), args)
 
 
+def sequence_stress(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_sequence_stress as its test.sh runs it: eight threads of random sequences on gRPC
+    streams (valid, without START, cut short, with gaps), 200 iterations each, checked step by step,
+    on qa's ``custom_sequence_int32`` (the sequence stand-in) with one instance of batch 4, two of
+    batch 2 and four of batch 1; then ``--grpc-infer-thread-count`` -1, 0, 1 and 129, each of which
+    must stop the server at start, and 128, with the three repositories again."""
+    folder = "L0_sequence_stress"
+
+    def trial(max_batch_size: int, count: int) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            model = copy_model(checkouts.qa / "custom_models" / "custom_sequence_int32", repo)
+            (model / "1").mkdir(exist_ok=True)
+            idle = ("max_sequence_idle_microseconds:.*", "max_sequence_idle_microseconds: 1000000")
+            edit_config(model, idle, ("^max_batch_size:.*", f"max_batch_size: {max_batch_size}"),
+                        ("kind: KIND_CPU", f"kind: KIND_CPU\ncount: {count}"))  # fmt: skip
+
+        return build
+
+    trials = {"1": trial(4, 1), "2": trial(2, 2), "4": trial(1, 4)}
+    backends = f"--backend-directory={STAND_IN_BACKENDS}"
+    suites = []
+    for threads in (None, 128):
+        for name, build in trials.items():
+            label = f"models{name}" + (f", {threads} threads" if threads else "")
+            path = PYTHONPATH.format(common=checkouts.qa / "common")
+            script = Script(f"{QA}{folder}/sequence_stress.py [{label}]", ("{python}", "sequence_stress.py"),
+                            checkouts.qa / folder, fixed_ports=True, env={"PYTHONPATH": path})  # fmt: skip
+            flags = (backends, f"--grpc-infer-thread-count={threads}") if threads else (backends,)
+            label = f"models{name}" + (f"-threads{threads}" if threads else "")
+            suites.append(Suite(f"qa-sequence_stress-{label}", build, (script,), flags))
+        if threads is None:
+            for refused in (-1, 0, 1, 129):
+                log = f"inference_server_threads{refused}.log"
+                text = "invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128."
+                suites.append(Suite(f"qa-sequence_stress-threads{refused}", trials["1"],
+                                    (_logged(checkouts, folder, log, text),),
+                                    (backends, f"--grpc-infer-thread-count={refused}"),
+                                    log_link=checkouts.qa / folder / log, fails_to_start=True))  # fmt: skip
+    return suites
+
+
+#: qa/L0_libtorch_io_names/test.sh's models: name -> its ``sed`` edits of
+#: ``libtorch_float32_float32_float32``'s config (in order: the swaps of the last one go through a
+#: temporary name, as test.sh's do).
+LIBTORCH_IO_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "libtorch_output_index": (),
+    "libtorch_io_index": (("INPUT0", "INPUT__0"), ("INPUT1", "INPUT__1")),
+    "libtorch_no_output_index": (("OUTPUT__0", "OUTPUT0"), ("OUTPUT__1", "OUTPUT1")),
+    "libtorch_no_arguments_output_index": (
+        ("INPUT0", "INPUTA"), ("INPUT1", "INPUTB"), ("OUTPUT__0", "OUTPUTA"), ("OUTPUT__1", "OUTPUTB"),
+    ),
+    "libtorch_mix_index": (("INPUT0", "INPUTA"), ("INPUT1", "INPUT__1"), ("OUTPUT__0", "OUTPUTA")),
+    "libtorch_mix_arguments": (("INPUT1", "INPUTB"), ("OUTPUT__0", "OUTPUTA")),
+    "libtorch_mix_arguments_index": (("INPUT1", "INPUT__1"), ("OUTPUT__0", "OUTPUT0")),
+    "libtorch_unordered_index": (
+        ("INPUT0", "INPUT_TMP1"), ("INPUT1", "INPUT0"), ("INPUT_TMP1", "INPUT1"),
+        ("OUTPUT__0", "OUT__1"), ("OUTPUT__1", "OUT__0"),
+    ),
+}  # fmt: skip
+
+
+def libtorch_io_names(checkouts: Checkouts) -> Suite:
+    """qa/L0_libtorch_io_names: one TorchScript model (NVIDIA's ``gen_qa_models.py --libtorch``
+    ``libtorch_float32_float32_float32``) under eight configs naming its inputs and outputs by the
+    PyTorch backend's conventions (``INPUT__<i>``/``OUTPUT__<i>`` indices, ``forward``'s argument
+    names, mixes of both, indices out of order), each answering its sum and difference."""
+    folder = "L0_libtorch_io_names"
+
+    def build(repo: Path) -> None:
+        generated = _generated(checkouts, repo.parent.parent, "gen_qa_models.py", "--onnx", "--libtorch")
+        for name, edits in LIBTORCH_IO_NAMES.items():
+            model = copy_model(generated / "libtorch_float32_float32_float32", repo, name)
+            edit_config(model, ("libtorch_float32_float32_float32", name), *edits)  # (in order)
+            _on_cpu(model)
+
+    script = _unittest(checkouts, folder, "io_names_client.py")
+    return Suite("qa-libtorch_io_names", build, (script,))
+
+
+def libtorch_shared_weights(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_libtorch_shared_weights: NVIDIA's ``libtorch_nobatch_zero_1_float32`` identity
+    (``gen_qa_identity_models.py --libtorch``) with 16 instances, each run on a server of its own:
+    without ``ENABLE_WEIGHT_SHARING`` no instance reuses another's TorchScript model; with it, on
+    ``KIND_CPU`` and on ``KIND_GPU`` (here on the CPU), fifteen of the sixteen do ("Reusing
+    TorchScript model for instance", counted in the server's log)."""
+    folder = "L0_libtorch_shared_weights"
+    sharing = 'parameters: {\n key: "ENABLE_WEIGHT_SHARING"\n value: {\n string_value: "true"\n }\n}\n'
+
+    def build(kind: str, shared: bool) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            generated = _generated(checkouts, repo.parent.parent, "gen_qa_identity_models.py", "--libtorch")
+            model = copy_model(generated / "libtorch_nobatch_zero_1_float32", repo)
+            group = f"instance_group [ {{ count: 16 kind: {kind}}}]\n"
+            edit_config(model, append=group + (sharing if shared else ""))
+            _on_cpu(model)
+
+        return build
+
+    suites = []
+    for label, kind, shared, reused in (("0", "KIND_GPU", False, 0), ("1", "KIND_CPU", True, 15),
+                                        ("2", "KIND_GPU", True, 15)):  # fmt: skip
+        log = f"inference_server_{label}.log"
+        case = "SharedWeightsTest.test_pytorch_identity_model"
+        test = _unittest(checkouts, folder, "libtorch_shared_weights_test.py", case)
+        test = replace(test, name=f"{test.name} [{kind}{', shared' if shared else ''}]")
+        reuse = "Reusing TorchScript model for instance"
+        counted = ("sh", "-c", _grep_count(reuse, log, f"= {reused}"))
+        count = Script(f"{QA}{folder}/test.sh: {reused} '{reuse}' in {log}", counted, checkouts.qa / folder)
+        args = ("--exit-on-error=false", "--exit-timeout-secs=10")
+        suites.append(Suite(f"qa-libtorch_shared_weights-{label}", build(kind, shared), (test, count), args,
+                            log_link=checkouts.qa / folder / log))  # fmt: skip
+    return suites
+
+
+def libtorch_parameters(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_libtorch_inference_mode and L0_libtorch_optimized_execution: NVIDIA's
+    ``libtorch_int32_int32_int32`` (``gen_qa_models.py --libtorch``, three versions) with
+    ``INFERENCE_MODE`` and then ``DISABLE_OPTIMIZED_EXECUTION`` true and false, each on a server of
+    its own: qa's ``libtorch_infer_client.py`` gets its sums and differences, and the server logs what
+    the parameter set once per version, in the PyTorch backend's words."""
+    suites = []
+    for folder, key, line in (("L0_libtorch_inference_mode", "INFERENCE_MODE", "Inference Mode is {}"),
+                              ("L0_libtorch_optimized_execution", "DISABLE_OPTIMIZED_EXECUTION",
+                               "Optimized execution is {}")):  # fmt: skip
+        for flag in ("true", "false"):
+
+            def build(repo: Path, key: str = key, flag: str = flag) -> None:
+                flags = ("--onnx", "--libtorch")
+                generated = _generated(checkouts, repo.parent.parent, "gen_qa_models.py", *flags)
+                model = copy_model(generated / "libtorch_int32_int32_int32", repo)
+                parameter = f'parameters: {{ key: "{key}" value: {{ string_value: "{flag}" }} }}\n'
+                edit_config(model, append=parameter)
+                _on_cpu(model)
+
+            said = ("enabled" if flag == "true" else "disabled") if key == "INFERENCE_MODE" else (
+                "disabled" if flag == "true" else "enabled")  # fmt: skip
+            log = f"inference_server_{flag}.log"
+            client = Script(f"{QA}common/libtorch_infer_client.py [{key}={flag}]",
+                            ("{python}", "../common/libtorch_infer_client.py"), checkouts.qa / folder,
+                            fixed_ports=True)  # fmt: skip
+            counted = ("sh", "-c", _grep_count(line.format(said), log, "= 3"))
+            name = f"{QA}{folder}/test.sh: 3 '{line.format(said)}' in {log}"
+            count = Script(name, counted, checkouts.qa / folder)
+            suites.append(Suite(f"qa-{folder.removeprefix('L0_')}-{flag}", build, (client, count),
+                                ("--log-verbose=1",), log_link=checkouts.qa / folder / log))  # fmt: skip
+    return suites
+
+
+def libtorch_io_types(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_libtorch_io_types: TorchScript models (``gen_qa_models.py --libtorch``'s
+    ``libtorch_int32_int8_int8``, ``gen_qa_sequence_models.py --libtorch --variable``'s
+    ``libtorch_sequence_int32``) whose configs give an input, an output and a sequence control a type
+    PyTorch has not (UINT32, UINT64): each server must not start, and must say why in the PyTorch
+    backend's words."""
+    folder = "L0_libtorch_io_types"
+
+    def int8(name: str, *edits: tuple[str, str]) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            flags = ("--onnx", "--libtorch")
+            generated = _generated(checkouts, repo.parent.parent, "gen_qa_models.py", *flags)
+            model = copy_model(generated / "libtorch_int32_int8_int8", repo, name)
+            edit_config(model, ("libtorch_int32_int8_int8", name), *edits)
+            _on_cpu(model)
+
+        return build
+
+    def sequence(repo: Path) -> None:
+        flags = ("--onnx", "--libtorch", "--variable")
+        generated = _generated(checkouts, repo.parent.parent, "gen_qa_sequence_models.py", *flags)
+        name = "libtorch_invalid_sequence_int32"
+        model = copy_model(generated / "libtorch_sequence_int32", repo, name)
+        typed = (r"CORRID\n(.*)int32_false_true: \[ 0, 1 \]", "CORRID\ndata_type: TYPE_UINT32")
+        edit_config(model, ("libtorch_sequence_int32", name), ("READY__2", "CORRID__2"),
+                    ("CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_CORRID"), typed)  # fmt: skip
+        _on_cpu(model)
+
+    cases = (
+        ("input", int8("libtorch_invalid_input_type", ("TYPE_INT32", "TYPE_UINT32")),
+         "unsupported datatype TYPE_UINT32 for input 'INPUT0' for model 'libtorch_invalid_input_type'"),
+        ("output", int8("libtorch_invalid_output_type", ("TYPE_INT8", "TYPE_UINT64")),
+         "unsupported datatype TYPE_UINT64 for output 'OUTPUT__0' for model 'libtorch_invalid_output_type'"),
+        ("sequence", sequence, "input 'CORRID__2' type 'TYPE_UINT32' is not supported by PyTorch."),
+    )  # fmt: skip
+    suites = []
+    for label, build, text in cases:
+        log = f"server_{label}.log"
+        suites.append(Suite(f"qa-libtorch_io_types-{label}", build, (_logged(checkouts, folder, log, text),),
+                            log_link=checkouts.qa / folder / log, fails_to_start=True))  # fmt: skip
+    return suites
+
+
 def batching_suites(checkouts: Checkouts) -> list[Suite]:
     return [
         implicit_state(checkouts),
@@ -803,4 +994,9 @@ def batching_suites(checkouts: Checkouts) -> list[Suite]:
         *corrid_data_types(checkouts),
         *rate_limiter(checkouts),
         passive_instance(checkouts),
+        *sequence_stress(checkouts),
+        libtorch_io_names(checkouts),
+        *libtorch_shared_weights(checkouts),
+        *libtorch_parameters(checkouts),
+        *libtorch_io_types(checkouts),
     ]

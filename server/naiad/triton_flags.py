@@ -45,6 +45,7 @@ NO_EFFECT = {
     "--vertex-ai-port": "no Vertex AI frontend",
     "--vertex-ai-default-model": "no Vertex AI frontend",
     "--grpc-infer-allocation-pool-size": "no pool of gRPC request states to keep",
+    "--grpc-infer-thread-count": "gRPC is served on event loops; --frontend-workers sets their processes",
     "--min-supported-compute-capability": "every GPU CUDA_VISIBLE_DEVICES shows is used",
 }
 
@@ -84,6 +85,20 @@ def _host_policy(text: str) -> str:
             f"--host-policy option format is '<policy name>,<setting>=<value>'. Got {text}"
         )
     return text
+
+
+def _infer_threads(integer: Any) -> Any:
+    """``--grpc-infer-thread-count``: Triton takes 2 to 128 and refuses anything else at start."""
+
+    def parse(text: str) -> int:
+        value = int(integer(text))
+        if not 2 <= value <= 128:
+            raise argparse.ArgumentTypeError(
+                "invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128."
+            )
+        return value
+
+    return parse
 
 
 def _gpu_limit(text: str) -> tuple[int, float]:
@@ -144,6 +159,7 @@ def add_flags(p: argparse.ArgumentParser, boolean: Any, integer: Any) -> None:
     ):
         p.add_argument(flag, type=integer, metavar="N")
     p.add_argument("--grpc-infer-allocation-pool-size", type=integer, metavar="N")
+    p.add_argument("--grpc-infer-thread-count", type=_infer_threads(integer), metavar="N")
     p.add_argument("--min-supported-compute-capability", type=_float, metavar="FLOAT")
     p.add_argument("--pinned-memory-pool-byte-size", type=integer, metavar="BYTES")
     p.add_argument(

@@ -46,6 +46,7 @@ def test_a_triton_command_line_reaches_the_settings(capsys: pytest.CaptureFixtur
             "--host-policy=gpu_0,numa-node=0",
             "--buffer-manager-thread-count=4",
             "--allow-sagemaker=false",
+            "--grpc-infer-thread-count=128",
         ]
     )
     assert settings.server_id == "edge-7"
@@ -71,6 +72,7 @@ def test_a_triton_command_line_reaches_the_settings(capsys: pytest.CaptureFixtur
         "--pinned-memory-pool-byte-size",
         "--cuda-memory-pool-byte-size",
         "--host-policy",
+        "--grpc-infer-thread-count",
     ]
     err = capsys.readouterr().err
     assert (
@@ -122,6 +124,9 @@ def test_defaults_change_nothing() -> None:
         ("--min-supported-compute-capability=seven", "expected a number, got 'seven'"),
         ("--model-load-retry-count=-1", "--model-load-retry-count must be 0 or more"),
         ("--trace-level=LOUD", "invalid --trace-config level 'LOUD'"),
+        # (a flag of Triton releases after 2.51: qa/L0_sequence_stress starts no server with these)
+        ("--grpc-infer-thread-count=1", "invalid argument for --grpc_infer_thread_count. Must be in the range 2"),
+        ("--grpc-infer-thread-count=129", "invalid argument for --grpc_infer_thread_count. Must be in the range"),
     ],
 )
 def test_malformed_values_are_usage_errors(flag: str, error: str, capsys: pytest.CaptureFixture[str]) -> None:

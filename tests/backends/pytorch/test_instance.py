@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from naiad.core.errors import (
 from naiad.core.request import InferResponse
 from torch import Tensor, nn
 
-from tests.backends.onnxruntime.models import LoadInstance, request
+from tests.backends.onnxruntime.models import LoadInstance, instance_context, request
 from tests.backends.pytorch.models import (
     Array,
     Difference,
@@ -33,6 +35,7 @@ from tests.backends.pytorch.models import (
     save_exported,
     save_torchscript,
 )
+from tests.support.backends import get_backend
 
 RNG = np.random.default_rng(7)
 
@@ -367,3 +370,33 @@ def test_gpu_instance_runs_on_its_device_and_matches_eager(tmp_path: Path, insta
         np.testing.assert_allclose(
             outputs(result)["OUTPUT__0"], eager(module, batch)[0], rtol=1e-4, atol=1e-5
         )
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_weight_sharing_loads_a_model_once_per_device(
+    tmp_path: Path, shared: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ENABLE_WEIGHT_SHARING``: the instances of one load on one device run one program (Triton
+    logs "Reusing TorchScript model for instance"); without it each loads its own.  Either way
+    every instance answers, and the program stays while an instance holds it."""
+    parameter = f'parameters {{ key: "ENABLE_WEIGHT_SHARING" value {{ string_value: "{str(shared).lower()}" }} }}'
+    module = mlp()
+    model_dir = save_torchscript(module, tmp_path / "mlp", mlp_config("pytorch_libtorch", extra=parameter))
+    context = instance_context(model_dir)
+    backend = get_backend("pytorch")
+    batch = RNG.standard_normal((2, 8), dtype=np.float32)
+    with caplog.at_level(logging.INFO, logger="naiad.backends.pytorch"):
+        first = backend.create_instance(context)
+        second = backend.create_instance(replace(context, instance_name="mlp_1"))
+    try:
+        assert (first._model is second._model) is shared  # type: ignore[attr-defined]
+        assert caplog.text.count("Reusing TorchScript model for instance 'mlp_1'") == int(shared)
+        said = "enabled" if shared else "disabled"
+        assert caplog.text.count(f"Weight sharing is {said} for model instance 'mlp'") == 1
+        assert caplog.text.count("Inference Mode is enabled for model instance 'mlp'") == 1
+        first.close()  # the other instance keeps the program
+        [result] = second.execute([request("mlp", {"INPUT__0": batch})])
+        np.testing.assert_allclose(outputs(result)["OUTPUT__0"], eager(module, batch)[0], rtol=1e-5, atol=1e-6)
+    finally:
+        first.close()
+        second.close()

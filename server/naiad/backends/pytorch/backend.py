@@ -10,6 +10,7 @@ import torch
 from naiad.backends.base import InstanceContext, ModelInstance
 from naiad.backends.pytorch.bindings import bind_inputs, bind_outputs
 from naiad.backends.pytorch.instance import PyTorchInstance
+from naiad.backends.pytorch.loads import Loads
 from naiad.backends.pytorch.options import read_options
 from naiad.backends.pytorch.program import load_program
 from naiad.core.errors import UnavailableError
@@ -23,9 +24,13 @@ AOTI_FILENAME = "model.pt2"
 
 
 class PyTorchBackend:
-    """Serves torch models, one loaded copy per instance, on the instance's device."""
+    """Serves torch models, one loaded copy per instance on the instance's device (one per device
+    for all of a model's instances with ``ENABLE_WEIGHT_SHARING``)."""
 
     name = "pytorch"
+
+    def __init__(self) -> None:
+        self._loads = Loads()
 
     def auto_complete(self, config: mc.ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """TorchScript records no tensor metadata, so, as in Triton, inputs and outputs are never
@@ -38,10 +43,20 @@ class PyTorchBackend:
         config = context.config
         options = read_options(config)
         device = _device(context)
-        program = load_program(context.model_file, device, context.model_name, options.inference_mode)
-        inputs = bind_inputs(config, program.arguments, program.dict_input)
-        outputs = bind_outputs(config)
-        return PyTorchInstance(context, program, device or torch.device("cpu"), options, inputs, outputs)
+        program, done = self._loads.program(
+            context,
+            options,
+            str(device),
+            lambda: load_program(context.model_file, device, context.model_name, options.inference_mode),
+        )
+        try:
+            inputs = bind_inputs(config, program.arguments, program.dict_input)
+            outputs = bind_outputs(config)
+        except BaseException:
+            done()
+            raise
+        place = device or torch.device("cpu")
+        return PyTorchInstance(context, program, place, options, inputs, outputs, done)
 
 
 def _device(context: InstanceContext) -> torch.device | None:

@@ -11,7 +11,7 @@ stream of their own, so two instances on one device overlap as two Triton instan
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -43,13 +43,16 @@ class PyTorchInstance(FrameworkInstance[Program, Binding]):
         options: Options,
         inputs: dict[str, Binding],
         outputs: dict[str, Binding],
+        closed: Callable[[], None] = lambda: None,
     ) -> None:
+        """``closed`` is called once the instance closes (its load's count of instances)."""
         # ragged inputs reach ``forward`` flattened and joined end to end, as Triton's backend gives them
         ragged = frozenset(io.name for io in context.config.input if io.allow_ragged_batch)
         super().__init__(context, program, inputs, outputs, ragged)
         self._device = device
         self._options = options
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # type: ignore[no-untyped-call]
+        self._closed: Callable[[], None] | None = closed
 
     def execute(self, requests: Sequence[InferRequest]) -> list[ExecuteResult]:
         """Run ``requests`` with the process-wide intra-op thread count applied on this thread."""
@@ -57,7 +60,11 @@ class PyTorchInstance(FrameworkInstance[Program, Binding]):
         return super().execute(requests)
 
     def _release(self) -> None:
-        """Hand a GPU instance's cached device memory back to CUDA."""
+        """Let go of the program (a shared one stays while another instance holds it) and hand a GPU
+        instance's cached device memory back to CUDA."""
+        closed, self._closed = self._closed, None
+        if closed is not None:
+            closed()
         if self._device.type == "cuda":
             torch.cuda.empty_cache()
 

@@ -3,6 +3,8 @@
 * ``INFERENCE_MODE`` (default true): run under ``torch.inference_mode`` rather than only ``no_grad``;
 * ``DISABLE_OPTIMIZED_EXECUTION`` (default false): turn off the TorchScript graph executor's
   optimizations, whose first calls can be very slow;
+* ``ENABLE_WEIGHT_SHARING`` (default false): a model's instances on one device share one loaded
+  program (see :mod:`naiad.backends.pytorch.loads`);
 * ``INTRA_OP_THREAD_COUNT`` / ``INTER_OP_THREAD_COUNT``: torch's two thread pools.  They are
   process-wide in torch, so, as in Triton, the first model that sets one wins and later values are
   ignored (with a log line saying so).  The intra-op count is, underneath, an OpenMP and MKL setting
@@ -10,7 +12,7 @@
   that run it, so :func:`apply_intra_op_threads` applies it on each executing thread.
 
 Values are read with Triton's parsers and errors, so a config that loads there loads here.  Other
-Triton keys (``ENABLE_JIT_PROFILING``, ``ENABLE_WEIGHT_SHARING``...) tune libtorch internals this
+Triton keys (``ENABLE_JIT_PROFILING``, ``ENABLE_CACHE_CLEANING``...) tune libtorch internals this
 server does not use and are ignored.
 """
 
@@ -44,6 +46,9 @@ class Options:
 
     inference_mode: bool = True
     optimized_execution: bool = True
+    weight_sharing: bool = False
+    #: Whether the config sets ``ENABLE_WEIGHT_SHARING`` (Triton logs the setting only then).
+    weight_sharing_given: bool = False
 
 
 def read_options(config: mc.ModelConfig) -> Options:
@@ -52,6 +57,8 @@ def read_options(config: mc.ModelConfig) -> Options:
     options = Options(
         inference_mode=_bool(params, "INFERENCE_MODE", True),
         optimized_execution=not _bool(params, "DISABLE_OPTIMIZED_EXECUTION", False),
+        weight_sharing=_bool(params, "ENABLE_WEIGHT_SHARING", False),
+        weight_sharing_given="ENABLE_WEIGHT_SHARING" in params,
     )
     intra = _int(params, "INTRA_OP_THREAD_COUNT")
     if intra > 0:
