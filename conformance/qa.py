@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -2764,6 +2765,84 @@ def model_update(checkouts: Checkouts) -> list[Suite]:
     ]
 
 
+#: qa/L0_secure_grpc/test.sh's keys and certificates: a CA, a server and a client certificate signed
+#: by it (CN localhost), made with its openssl commands; then ``client2``, the client's files with
+#: every word capitalized (test.sh's ``sed``): credentials no TLS library takes.
+SECURE_GRPC_OPENSSL = (
+    "openssl genrsa -passout pass:1234 -des3 -out ca.key 4096",
+    "openssl req -passin pass:1234 -new -x509 -days 365 -key ca.key -out ca.crt "
+    "-subj '/C=SP/ST=Spain/L=Valdepenias/O=Test/OU=Test/CN=Root CA'",
+    "openssl genrsa -passout pass:1234 -des3 -out server.key 4096",
+    "openssl req -passin pass:1234 -new -key server.key -out server.csr "
+    "-subj '/C=SP/ST=Spain/L=Valdepenias/O=Test/OU=Server/CN=localhost'",
+    "openssl x509 -req -passin pass:1234 -days 365 -in server.csr -CA ca.crt -CAkey ca.key -set_serial 01 "
+    "-out server.crt",
+    "openssl rsa -passin pass:1234 -in server.key -out server.key",
+    "openssl genrsa -passout pass:1234 -des3 -out client.key 4096",
+    "openssl req -passin pass:1234 -new -key client.key -out client.csr "
+    "-subj '/C=SP/ST=Spain/L=Valdepenias/O=Test/OU=Client/CN=localhost'",
+    "openssl x509 -passin pass:1234 -req -days 365 -in client.csr -CA ca.crt -CAkey ca.key -set_serial 01 "
+    "-out client.crt",
+    "openssl rsa -passin pass:1234 -in client.key -out client.key",
+)
+
+
+def secure_grpc(checkouts: Checkouts) -> list[Suite]:
+    """qa/L0_secure_grpc: the example repository's ``simple`` over gRPC with TLS, server-only
+    (``--grpc-use-ssl``), mutual (``--grpc-use-ssl-mutual``) and both flags, each on a server of its
+    own: client_example's ``simple_grpc_infer_client.py`` and its aio twin answer over a secure
+    channel with the CA and the client's certificate; then, for the server-only and mutual servers,
+    the same clients without TLS and with unusable credentials must fail.  The C++ client is not run."""
+    folder = checkouts.qa / "L0_secure_grpc"
+    examples = checkouts.client_examples
+    base = ("--grpc-use-ssl=1", "--grpc-server-cert", str(folder / "server.crt"), "--grpc-server-key",
+            str(folder / "server.key"), "--grpc-root-cert", str(folder / "ca.crt"))  # fmt: skip
+    repository = _secure_grpc_repository(checkouts)
+
+    def credentials(client: str) -> tuple[str, ...]:
+        key, chain = str(folder / f"{client}.key"), str(folder / f"{client}.crt")
+        return ("--ssl", "--root-certificates", str(folder / "ca.crt"), "--private-key", key,
+                "--certificate-chain", chain)  # fmt: skip
+
+    def client(script: str, label: str, *args: str, fails: bool = False) -> Script:
+        name = f"{QA}L0_secure_grpc/test.sh: {script} {label}"
+        if fails:
+            command = " ".join(("!", '"{python}"', script, "-v", *args))
+            return Script(name, ("sh", "-c", command), examples, fixed_ports=True)
+        return Script(name, ("{python}", script, "-v", *args), examples, fixed_ports=True)
+
+    suites = []
+    modes = {"server": ("--grpc-use-ssl=1",), "mutual": ("--grpc-use-ssl-mutual=1",),
+             "both": ("--grpc-use-ssl=1", "--grpc-use-ssl-mutual=1")}  # fmt: skip
+    for mode, flags in modes.items():
+        both_clients = ("simple_grpc_infer_client.py", "simple_grpc_aio_infer_client.py")
+        scripts = [client(script, f"[{mode}, TLS]", *credentials("client")) for script in both_clients]
+        if mode != "both":
+            for script in both_clients:
+                scripts.append(client(script, f"[{mode}, no TLS: must fail]", fails=True))
+                scripts.append(client(script, f"[{mode}, client2's credentials: must fail]",
+                                      *credentials("client2"), fails=True))  # fmt: skip
+        suites.append(Suite(f"qa-secure_grpc-{mode}", repository, tuple(scripts), (*base, *flags)))
+    return suites
+
+
+def _secure_grpc_repository(checkouts: Checkouts) -> Callable[[Path], None]:
+    """The ``simple`` model, and test.sh's keys and certificates in its folder (made once)."""
+    folder = checkouts.qa / "L0_secure_grpc"
+
+    def build(repository: Path) -> None:
+        copy_model(checkouts.server / "docs" / "examples" / "model_repository" / "simple", repository)
+        if not (folder / "client2.crt").exists():
+            for command in SECURE_GRPC_OPENSSL:
+                subprocess.run(shlex.split(command), cwd=folder, check=True, capture_output=True)
+            for name in ("key", "crt"):
+                text = (folder / f"client.{name}").read_text()
+                capitalized = re.sub(r"\b(.)", lambda m: m.group(1).upper(), text)
+                (folder / f"client2.{name}").write_text(capitalized)
+
+    return build
+
+
 def qa_suites(
     checkouts: Checkouts, http_repository: Callable[[Path], None], grpc_repository: Callable[[Path], None]
 ) -> list[Suite]:
@@ -2812,4 +2891,5 @@ def qa_suites(
         *model_queue(checkouts),
         infer_zero(checkouts),
         infer_reshape(checkouts),
+        *secure_grpc(checkouts),
     ]
