@@ -21,6 +21,7 @@ from conformance.models import (
 )
 from conformance.qa import QA_SKIPS, qa_suites
 from conformance.qa_batching import BATCHING_SKIPS, batching_suites
+from conformance.qa_config import config_suites
 from conformance.runner import Checkouts, Script, Skip, Suite, unclassified
 
 CLIENT = "client/"
@@ -319,6 +320,7 @@ def all_suites(checkouts: Checkouts) -> list[Suite]:
         *pb_suites(checkouts),
         *qa_suites(checkouts, example_repository(checkouts), eight_models(checkouts)),
         *batching_suites(checkouts),
+        *config_suites(checkouts),
     ]
 
 

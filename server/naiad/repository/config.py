@@ -22,6 +22,7 @@ from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError
 from naiad.core.signature import ModelSignature, TensorSpec
 from naiad.repository.layout import CONFIG_FILE, CONFIGS_FOLDER
+from naiad.repository.validation import validate_io, validate_model_config
 from naiad.scheduling.cache import refuse_uncacheable
 
 ModelConfig = mc.ModelConfig
@@ -60,6 +61,9 @@ _DISCOVERY = [
     ("model.py", "python", ""),
 ]
 
+
+#: The CUDA compute capability Triton's messages name (its ``--min-supported-compute-capability``).
+MIN_COMPUTE_CAPABILITY = 6.0
 
 def parse_text(text: str, source: str = CONFIG_FILE) -> mc.ModelConfig:
     """Parse protobuf text format; errors name the file, the position and the fault as Triton's (C++)
@@ -229,7 +233,7 @@ def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
         )
     config.name = name
     if config.max_batch_size < 0:
-        raise InvalidArgumentError(f"max_batch_size must be non-negative for model '{name}'")
+        raise InvalidArgumentError(f"'max_batch_size' must be non-negative value for {name}")
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     elif config.version_policy.HasField("latest") and config.version_policy.latest.num_versions < 1:
@@ -238,6 +242,8 @@ def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
     if not config.HasField("optimization"):
         config.optimization.input_pinned_memory.enable = True
         config.optimization.output_pinned_memory.enable = True
+    validate_model_config(config)
+    validate_io(config)
     _normalize_io(config)
     _validate_batch_io(config)
     refuse_uncacheable(config)
@@ -256,13 +262,6 @@ def _normalize_io(config: mc.ModelConfig) -> None:
                     f"model '{config.name}' declares {kind} '{tensor.name}' more than once"
                 )
             names.add(tensor.name)
-            if tensor.data_type == mc.TYPE_INVALID:
-                raise InvalidArgumentError(f"model '{config.name}' {kind} '{tensor.name}' has no data_type")
-            if any(d < -1 or d == 0 for d in tensor.dims) and not tensor.is_shape_tensor:
-                raise InvalidArgumentError(
-                    f"model '{config.name}' {kind} '{tensor.name}' has invalid dims "
-                    f"{list(tensor.dims)}: each must be -1 or positive"
-                )
 
 
 def _validate_batch_io(config: mc.ModelConfig) -> None:
@@ -311,18 +310,24 @@ def _normalize_instance_groups(config: mc.ModelConfig, gpu_count: int) -> None:
             else:
                 group.kind = mc.ModelInstanceGroup.KIND_CPU
                 del group.gpus[:]
+        if group.kind == mc.ModelInstanceGroup.KIND_CPU and group.gpus:
+            raise InvalidArgumentError(
+                f"instance group {group.name} of model {config.name} has kind KIND_CPU but specifies one "
+                "or more GPUs"
+            )
         if group.kind == mc.ModelInstanceGroup.KIND_GPU:
-            if gpu_count == 0:
+            if not group.gpus and gpu_count == 0:
                 raise InvalidArgumentError(
                     f"instance group {group.name} of model {config.name} has kind KIND_GPU but no "
                     "GPUs are available"
                 )
-            for gpu in group.gpus:
+            for gpu in group.gpus:  # (Triton's words, whatever GPUs there are)
                 if gpu < 0 or gpu >= gpu_count:
                     raise InvalidArgumentError(
                         f"instance group {group.name} of model {config.name} specifies invalid or "
                         f"unsupported gpu id {gpu}. GPUs with at least the minimum required CUDA "
-                        "compute compatibility are: " + ", ".join(str(i) for i in range(gpu_count))
+                        f"compute compatibility of {MIN_COMPUTE_CAPABILITY:.6f} are: "
+                        + ", ".join(str(i) for i in range(gpu_count))
                     )
             if not group.gpus:
                 group.gpus.extend(range(gpu_count))

@@ -1,0 +1,206 @@
+"""Triton's checks of a model configuration as a whole, in its words, before any version is read.
+
+Triton validates a model's configuration when it polls the model (``ValidateModelConfig``, and with
+``--strict-model-config`` its tensors: ``ValidateModelIOConfig``), so a bad section is reported for
+what it is even when the model has no version folder yet, and a user fixing a config reads the same
+sentence on either server (NVIDIA's ``qa/L0_model_config`` greps for them).  The scheduling sections
+are also read again, into settings, when a version loads (:mod:`naiad.scheduling.policy`,
+:mod:`naiad.scheduling.sequence_settings`); these checks run first, so their words are Triton's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from math import prod
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from naiad.core.errors import InvalidArgumentError
+
+_KIND = mc.ModelSequenceBatching.Control
+_CORRID_TYPES = (mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING)
+
+
+def validate_model_config(config: mc.ModelConfig) -> None:
+    """The sections' rules, in Triton's order: dynamic batching, sequence batching, ensemble
+    scheduling.  Raises :class:`InvalidArgumentError` with Triton's message."""
+    name = config.name
+    if config.HasField("dynamic_batching"):
+        _dynamic_batching(config.dynamic_batching, int(config.max_batch_size), name)
+    if config.HasField("sequence_batching"):
+        _sequence_batching(config.sequence_batching, int(config.max_batch_size), name)
+    if config.HasField("ensemble_scheduling") and config.platform != "ensemble":
+        raise InvalidArgumentError(
+            f"ensemble scheduling cannot be set for model '{name}' whose platform is not ensemble"
+        )
+
+
+def validate_io(config: mc.ModelConfig) -> None:
+    """Each input's and output's name, type, dims and reshape (Triton's ``ValidateIOShape``)."""
+    batching = config.max_batch_size > 0
+    for prefix, tensors in (("model input", config.input), ("model output", config.output)):
+        for tensor in tensors:
+            problem = _io_problem(tensor, batching)
+            if problem:
+                raise InvalidArgumentError(f"{prefix} {problem} for {config.name}")
+
+
+def _dynamic_batching(section: mc.ModelDynamicBatching, max_batch_size: int, name: str) -> None:
+    for size in section.preferred_batch_size:
+        if size <= 0:
+            raise InvalidArgumentError(f"dynamic batching preferred size must be positive for {name}")
+        if size > max_batch_size:
+            raise InvalidArgumentError(
+                f"dynamic batching preferred size must be <= max batch size for {name}"
+            )
+    levels = int(section.priority_levels)
+    if levels:
+        if not 1 <= section.default_priority_level <= levels:
+            raise InvalidArgumentError(f"default priority level must be in range [1, {levels}] for {name}")
+        if any(not 1 <= level <= levels for level in section.priority_queue_policy):
+            raise InvalidArgumentError(
+                f"priority queue policy must have priority level in range [1, {levels}] for {name}"
+            )
+    if section.preserve_ordering:
+        if levels > 1:
+            raise InvalidArgumentError(
+                f"Only one priority level is allowed when 'preserve_ordering' is true for {name}"
+            )
+        policies = [section.default_queue_policy, *section.priority_queue_policy.values()]
+        delay = mc.ModelQueuePolicy.DELAY
+        if any(p.default_timeout_microseconds and p.timeout_action == delay for p in policies):
+            raise InvalidArgumentError(
+                "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true "
+                f"for {name}"
+            )
+
+
+def _sequence_batching(section: mc.ModelSequenceBatching, max_batch_size: int, name: str) -> None:
+    for kind in (_KIND.CONTROL_SEQUENCE_START, _KIND.CONTROL_SEQUENCE_END, _KIND.CONTROL_SEQUENCE_READY):
+        for control in _controls(section, kind, name):
+            given = (control.int32_false_true, control.fp32_false_true, control.bool_false_true)
+            values = [v for v in given if v]
+            label = _KIND.Kind.Name(kind)
+            if not values:
+                raise InvalidArgumentError(
+                    "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or "
+                    f"'bool_false_true' for {label} for {name}"
+                )
+            if len(values) > 1:
+                raise InvalidArgumentError(
+                    "sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' "
+                    f"and 'bool_false_true' for {label} for {name}"
+                )
+            if len(values[0]) != 2:
+                field = next(
+                    f
+                    for f in ("int32_false_true", "fp32_false_true", "bool_false_true")
+                    if getattr(control, f)
+                )
+                raise InvalidArgumentError(
+                    f"sequence batching control '{field}' must have exactly 2 entries for {label} for {name}"
+                )
+    for control in _controls(section, _KIND.CONTROL_SEQUENCE_CORRID, name):
+        if control.int32_false_true or control.fp32_false_true or control.bool_false_true:
+            raise InvalidArgumentError(
+                "sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or "
+                f"'bool_false_true' for CONTROL_SEQUENCE_CORRID for {name}"
+            )
+        if control.data_type not in _CORRID_TYPES:
+            raise InvalidArgumentError(
+                f"unexpected data type for control CONTROL_SEQUENCE_CORRID for {name}. Allowed data types "
+                "are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING"
+            )
+    if section.HasField("oldest"):
+        for size in section.oldest.preferred_batch_size:
+            if size <= 0:
+                raise InvalidArgumentError(
+                    f"sequence batching preferred batch size must be positive for {name}"
+                )
+            if size > max_batch_size:
+                raise InvalidArgumentError(
+                    f"sequence batching preferred batch size must be <= max batch size for {name}"
+                )
+    if section.HasField("direct") and not 0.0 <= section.direct.minimum_slot_utilization <= 1.0:
+        raise InvalidArgumentError(
+            f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}"
+        )
+
+
+def _controls(
+    section: mc.ModelSequenceBatching, kind: mc.ModelSequenceBatching.Control.Kind.ValueType, name: str
+) -> list[mc.ModelSequenceBatching.Control]:
+    """The controls of ``kind``, after Triton's checks of the control tensors: each named, no name
+    twice, at most one tensor of the kind."""
+    seen: set[str] = set()
+    found: list[mc.ModelSequenceBatching.Control] = []
+    for control_input in section.control_input:
+        if not control_input.name:
+            raise InvalidArgumentError(f"sequence batching control tensor must have a name for {name}")
+        if control_input.name in seen:
+            raise InvalidArgumentError(
+                f"sequence batching control tensor '{control_input.name}' is specified for multiple control "
+                f"kinds for {name}"
+            )
+        seen.add(control_input.name)
+        for control in control_input.control:
+            if control.kind == kind:
+                if found:
+                    raise InvalidArgumentError(
+                        f"sequence batching specifies multiple {_KIND.Kind.Name(kind)} tensors for {name}"
+                    )
+                found.append(control)
+    return found
+
+
+def _io_problem(tensor: mc.ModelInput | mc.ModelOutput, batching: bool) -> str:
+    """What is wrong with one tensor's declaration, in Triton's words after "model input", or ""."""
+    if not tensor.name:
+        return "must specify 'name'"
+    named = f"'{tensor.name}' "
+    if tensor.data_type == mc.TYPE_INVALID:
+        return named + "must specify 'data_type'"
+    if not tensor.dims:
+        return named + "must specify 'dims'"
+    has_reshape = tensor.HasField("reshape")
+    reshape = list(tensor.reshape.shape)
+    if has_reshape and not reshape and not batching:
+        return named + "cannot have empty reshape for non-batching model as scalar tensors are not supported"
+    if any(d < 1 and d != -1 for d in tensor.dims):
+        return named + "dimension must be integer >= 1, or -1 to indicate a variable-size dimension"
+    if not has_reshape:
+        return ""
+    if any(d < 1 and d != -1 for d in reshape):
+        return named + "reshape dimensions must be integer >= 1, or -1 to indicate a variable-size dimension"
+    dims_size, reshape_size = _element_count(tensor.dims), _element_count(reshape)
+    if dims_size != reshape_size and (reshape_size != 0 or dims_size != 1):
+        return named + "has different size for dims and reshape"
+    if dims_size == -1:  # each run between variable-size dimensions must hold as many elements
+        dims_runs, reshape_runs = _runs(tensor.dims), _runs(reshape)
+        if len(dims_runs) != len(reshape_runs):
+            return named + "has different number of variable-size dimensions for dims and reshape"
+        if dims_runs != reshape_runs:
+            return named + "has different size for dims and reshape"
+    return ""
+
+
+def _element_count(dims: Iterable[int]) -> int:
+    """Elements of ``dims``: -1 when one is variable, 0 for no dims (Triton's ``GetElementCount``)."""
+    values = list(dims)
+    if not values:
+        return 0
+    if -1 in values:
+        return -1
+    return prod(values)
+
+
+def _runs(dims: Iterable[int]) -> list[int]:
+    """The element counts of the runs of fixed dimensions between variable-size ones."""
+    runs, count = [], 1
+    for dim in dims:
+        if dim == -1:
+            runs.append(count)
+            count = 1
+        else:
+            count *= dim
+    return [*runs, count]
