@@ -21,7 +21,7 @@ from conformance.models import (
 )
 from conformance.qa import QA_SKIPS, qa_suites
 from conformance.qa_batching import BATCHING_SKIPS, batching_suites
-from conformance.qa_config import config_suites
+from conformance.qa_config import CONFIG_SKIPS, config_suites
 from conformance.runner import Checkouts, Script, Skip, Suite, unclassified
 
 CLIENT = "client/"
@@ -348,6 +348,7 @@ def skips(checkouts: Checkouts, suites: list[Suite]) -> list[Skip]:
         *CLIENT_SKIPS,
         *PB_SKIPS,
         *QA_SKIPS,
+        *CONFIG_SKIPS,
         *BATCHING_SKIPS,
         *unclassified(checkouts.client_examples, "*.py", known_clients, CLIENT),
         *unclassified(checkouts.pb_examples, "*", known_pb, PB),

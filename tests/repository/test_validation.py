@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 from naiad.core.errors import InvalidArgumentError
-from naiad.repository.config import normalize
+from naiad.repository.config import normalize, resolve_backend
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.support.models import write_model
@@ -141,3 +141,62 @@ def test_a_model_without_versions_is_told_what_is_wrong_with_its_config(tmp_path
         }
         assert "sequence batching specifies multiple CONTROL_SEQUENCE_END tensors for bad" in server.log()
         assert "at least one version must be available" not in server.log()
+
+
+def test_a_config_naming_no_backend_takes_it_from_the_model_name() -> None:
+    """Triton's last resort, and its words when the name has no ``.<backend>``."""
+    config = mc.ModelConfig(name="m")
+    with pytest.raises(InvalidArgumentError) as refused:
+        resolve_backend(config, Path("/nowhere"), [])
+    assert str(refused.value) == (
+        "Invalid model name: Could not determine backend for model 'm' with no backend in model "
+        "configuration. Expected model name of the form 'model.<backend_name>'."
+    )
+    config = mc.ModelConfig(name="ranker.custom_rank")
+    resolve_backend(config, Path("/nowhere"), [])
+    assert (config.backend, config.default_model_filename) == ("custom_rank", "model.custom_rank")
+
+
+ENSEMBLE = """
+name: "%s"
+platform: "ensemble"
+input [{ name: "x" data_type: TYPE_FP32 dims: [ 4 ] }]
+output [{ name: "y" data_type: TYPE_FP32 dims: [ 4 ] }]
+ensemble_scheduling { step [{ model_name: "%s" model_version: -1
+  input_map { key: "x" value: "x" } output_map { key: "y" value: "y" } }] }
+"""
+
+
+def test_ensembles_that_need_each_other_fail_to_load_instead_of_waiting_for_each_other(tmp_path: Path) -> None:
+    """Loaded side by side at start, each waited for the other's load for ever (the server never
+    became ready); as in Triton both fail with its circular dependency message, and a model beside
+    them serves (qa/L0_model_config's ``circular_dependency``)."""
+    write_model(tmp_path, "first", ENSEMBLE % ("first", "second"))
+    write_model(tmp_path, "second", ENSEMBLE % ("second", "first"))
+    write_model(tmp_path, "selfish", ENSEMBLE % ("selfish", "selfish"))
+    args = ["--exit-on-error=false", "--strict-readiness=false"]
+    with ServerProcess([tmp_path], args) as server:
+        request = urllib.request.Request(f"http://{server.http_url}/v2/repository/index", data=b"{}")
+        with urllib.request.urlopen(request) as answer:
+            index = {row["name"]: row for row in json.loads(answer.read())}
+        log = server.log()
+    # listed, none serving (Triton 2.51 lists such a model with no state either)
+    assert sorted(index) == ["first", "second", "selfish"]
+    assert all(row.get("state", "UNAVAILABLE") == "UNAVAILABLE" for row in index.values())
+    assert "circular dependency between ensembles: first -> ... -> second -> first" in log or (
+        "circular dependency between ensembles: second -> ... -> first -> second" in log
+    )
+    assert "circular dependency between ensembles: selfish -> ... -> selfish -> selfish" in log
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("", "must specify 'step' for ensemble 'e'"),
+        ("optimization { }", "optimization should not be specified for ensemble 'e'"),
+        ('backend: "python"', "Ensemble model 'e' must have platform type 'ensemble' and empty backend type"),
+    ],
+)
+def test_an_ensemble_without_versions_is_told_what_is_wrong_with_its_graph(extra: str, message: str) -> None:
+    text = (ENSEMBLE % ("e", "m")).split("ensemble_scheduling")[0] + "ensemble_scheduling { }\n" + extra
+    assert _refusal(text) == message

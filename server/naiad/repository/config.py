@@ -199,6 +199,16 @@ def resolve_backend(config: mc.ModelConfig, model_dir: Path, versions: list[int]
                     break
             if config.backend:
                 break
+    if not config.backend and not config.platform and not config.default_model_filename:
+        # Triton's last resort: a custom backend named by the model's name, "model.<backend>"
+        name = config.name
+        if "." not in name:
+            raise InvalidArgumentError(
+                f"Invalid model name: Could not determine backend for model '{name}' with no backend in "
+                "model configuration. Expected model name of the form 'model.<backend_name>'."
+            )
+        config.backend = name[name.index(".") + 1 :]
+        config.default_model_filename = f"model.{config.backend}"
     if not config.backend:
         raise InvalidArgumentError(
             f"unable to determine backend for model '{config.name}': set 'backend' or 'platform' "
@@ -226,24 +236,26 @@ def _fill_model_filename(config: mc.ModelConfig) -> None:
 
 
 def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
-    """Fill Triton's defaults in place and check the fields every backend relies on."""
-    if config.name and config.name != name:
-        raise InvalidArgumentError(
-            f"model name in config.pbtxt '{config.name}' does not match the directory name '{name}'"
-        )
-    config.name = name
+    """Fill Triton's defaults in place and check the fields every backend relies on (in Triton's
+    order: the config's own rules, naming it as it names itself, before its name is matched to its
+    folder's)."""
+    config.name = config.name or name
     if config.max_batch_size < 0:
-        raise InvalidArgumentError(f"'max_batch_size' must be non-negative value for {name}")
+        raise InvalidArgumentError(f"'max_batch_size' must be non-negative value for {config.name}")
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     elif config.version_policy.HasField("latest") and config.version_policy.latest.num_versions < 1:
         raise InvalidArgumentError(f"version_policy latest num_versions must be >= 1 for '{name}'")
-    _fill_model_filename(config)
-    if not config.HasField("optimization"):
-        config.optimization.input_pinned_memory.enable = True
-        config.optimization.output_pinned_memory.enable = True
     validate_model_config(config)
     validate_io(config)
+    if config.name != name:
+        raise InvalidArgumentError(
+            f"model name in config.pbtxt '{config.name}' does not match the directory name '{name}'"
+        )
+    _fill_model_filename(config)
+    if not config.HasField("optimization") and config.platform != "ensemble":
+        config.optimization.input_pinned_memory.enable = True
+        config.optimization.output_pinned_memory.enable = True
     _normalize_io(config)
     _validate_batch_io(config)
     refuse_uncacheable(config)

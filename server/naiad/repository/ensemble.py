@@ -35,6 +35,7 @@ from naiad.core.verbose import prepared
 from naiad.repository import config as cfg
 from naiad.repository.loader import LoadPlan
 from naiad.repository.model import Model, ModelState, ModelVersion
+from naiad.repository.validation import check_graph
 from naiad.scheduling.cache import ResponseCache, refuse_uncacheable
 from naiad.scheduling.ensemble import EnsembleScheduler, Fit, Reshape, Stage, Step, StepRunner, steps_of
 from naiad.scheduling.factory import first_response_bounds
@@ -83,120 +84,6 @@ def dependency_failure(ensemble: str, dependency: str, message: str | None) -> s
 
 
 # ---- the graph, on its own --------------------------------------------------------------------------
-
-
-def _check_structure(config: mc.ModelConfig, steps: tuple[Step, ...]) -> None:
-    """Triton's ``ValidateEnsembleSchedulingConfig``, plus a cycle check that names the steps."""
-    name = config.name
-    if config.instance_group:
-        raise InvalidArgumentError(f"instance group should not be specified for ensemble '{name}'")
-    if config.model_warmup:
-        raise InvalidArgumentError(f"model_warmup can not be specified for ensemble '{name}'")
-    if not steps:
-        raise InvalidArgumentError(f"must specify 'step' for ensemble '{name}'")
-    writers: dict[str, Step] = {}
-    for step in steps:
-        for field, present in (("model_name", step.model_name), ("input_map", step.inputs)):
-            if not present:
-                raise InvalidArgumentError(
-                    f"must specify '{field}' in step {step.index} of ensemble '{name}'"
-                )
-        if not step.outputs:
-            raise InvalidArgumentError(f"must specify 'output_map' in step {step.index} of ensemble '{name}'")
-        for _, tensor in step.outputs:
-            if tensor in writers:
-                raise InvalidArgumentError(
-                    f"ensemble tensor '{tensor}' can appear in an output map only once for ensemble "
-                    f"'{name}' step {step.index}"
-                )
-            writers[tensor] = step
-    _check_cycles(name, steps, writers)
-    _check_flow(config, steps, writers)
-
-
-def _check_cycles(name: str, steps: tuple[Step, ...], writers: Mapping[str, Step]) -> None:
-    """A step that needs, through other steps, a tensor it writes itself can never run."""
-    needs = {step.index: {writers[t].index for _, t in step.inputs if t in writers} for step in steps}
-    state: dict[int, int] = {}  # 1: on the current path, 2: done
-
-    def visit(index: int, path: list[int]) -> None:
-        state[index] = 1
-        for before in sorted(needs[index]):
-            if state.get(before) == 1:
-                loop = [*path[path.index(before) :], before]
-                described = " -> ".join(f"step {i} ('{steps[i].model_name}')" for i in loop)
-                raise InvalidArgumentError(
-                    f"ensemble '{name}' has a cycle: {described} (each needs a tensor the next writes)"
-                )
-            if state.get(before) is None:
-                visit(before, [*path, before])
-        state[index] = 2
-
-    for step in steps:
-        if step.index not in state:
-            visit(step.index, [step.index])
-
-
-def _check_flow(config: mc.ModelConfig, steps: tuple[Step, ...], writers: Mapping[str, Step]) -> None:
-    """Every input used, every output written from the inputs, no tensor written for nothing."""
-    name = config.name
-    readers: dict[str, list[Step]] = {}
-    for step in steps:
-        for _, tensor in step.inputs:
-            readers.setdefault(tensor, []).append(step)
-    inputs = {tensor.name for tensor in config.input}
-    for io in config.input:
-        if io.name not in readers:
-            raise InvalidArgumentError(f"ensemble input '{io.name}' for ensemble {name}' is not used")
-    available = set(inputs)
-    pending = list(steps)
-    progress = True
-    while progress:
-        progress = False
-        for step in list(pending):
-            if all(tensor in available for _, tensor in step.inputs):
-                available.update(tensor for _, tensor in step.outputs)
-                pending.remove(step)
-                progress = True
-    outputs = {tensor.name for tensor in config.output}
-    for output in config.output:
-        if output.name not in writers and output.name not in inputs:
-            raise InvalidArgumentError(f"ensemble output '{output.name}' for ensemble {name}' is not used")
-        if output.name not in available:
-            missing = _first_missing(output.name, writers, available, inputs)
-            detail = ""
-            if missing is not None:
-                source, step = missing
-                detail = (
-                    f": at least one of its depending tensors, '{source}', is not connected (it is an "
-                    f"input of step {step.index}, model '{step.model_name}')"
-                )
-            raise InvalidArgumentError(f"output '{output.name}' for ensemble '{name}' is not written{detail}")
-    for tensor, step in writers.items():
-        if tensor not in outputs and tensor not in readers:
-            raise InvalidArgumentError(
-                f"ensemble tensor '{tensor}' is unused in ensemble '{name}' (written by step "
-                f"{step.index}, model '{step.model_name}')"
-            )
-
-
-def _first_missing(
-    tensor: str, writers: Mapping[str, Step], available: set[str], inputs: set[str]
-) -> tuple[str, Step] | None:
-    """Follow an unwritten tensor back to a step input that nothing writes."""
-    seen: set[str] = set()
-    while tensor in writers and tensor not in seen:
-        seen.add(tensor)
-        step = writers[tensor]
-        for _, source in step.inputs:
-            if source not in available:
-                if source not in writers and source not in inputs:
-                    return source, step
-                tensor = source
-                break
-        else:
-            return None
-    return None
 
 
 # ---- the graph against its step models -------------------------------------------------------------
@@ -410,7 +297,7 @@ def check_ensemble(
     """The ensemble's steps and stages, after every load-time check; INVALID_ARG with the reason
     otherwise."""
     steps = steps_of(config)
-    _check_structure(config, steps)
+    check_graph(config, steps)
     decoupled = _check_steps(config, steps, models)
     return steps, _stages(config, steps, decoupled)
 

@@ -42,12 +42,14 @@ from typing import Any, TypeVar
 
 from naiad.backends.runtime import Runtime
 from naiad.core.errors import (
+    ErrorCode,
     InferenceServerError,
     InternalError,
     InvalidArgumentError,
     UnavailableError,
     unknown_model,
 )
+from naiad.repository import config as cfg
 from naiad.repository import ensemble
 from naiad.repository.layout import (
     ModelLocation,
@@ -683,6 +685,12 @@ class ModelRepository:
         """Load the models ``plan``'s model needs that are not serving yet; its dependencies are
         their keys from now on (namespacing chooses which repository's each is)."""
         plan.dependencies = tuple(self._dependency(plan.namespace, name) for name in plan.dependencies)
+        closing = self._cycle_back_to(plan.key, plan.dependencies)
+        if closing is not None:  # (loaded side by side, the two loads would wait for each other)
+            start = split_key(plan.key)[0]
+            raise InvalidArgumentError(
+                f"circular dependency between ensembles: {start} -> ... -> {split_key(closing)[0]} -> {start}"
+            )
         for dependency in plan.dependencies:
             current = self._models.get(dependency)
             if current is not None and current.ready_versions():
@@ -695,6 +703,36 @@ class ModelRepository:
                 raise InvalidArgumentError(
                     f"load failed for model '{plan.name}': failed to load '{shown}': {exc.message.rstrip()}\n"
                 ) from None
+
+    def _cycle_back_to(self, start: str, dependencies: tuple[str, ...]) -> str | None:
+        """The model whose steps lead back to ``start`` through ensembles, read from their configs
+        (a loaded model's from what it loaded with), or ``None``: Triton's circular dependency check."""
+        seen: set[str] = set()
+        pending = list(dependencies)
+        while pending:
+            key = pending.pop()
+            if key in seen:
+                continue
+            seen.add(key)
+            for step in self._steps_of(key):
+                if step == start:
+                    return key
+                pending.append(step)
+        return None
+
+    def _steps_of(self, key: str) -> tuple[str, ...]:
+        """The step models of ``key`` when it is an ensemble (none for other models or unreadable configs)."""
+        model = self._models.get(key)
+        if model is not None:
+            return model.dependencies
+        location = self._locate(key)
+        if location is None:
+            return ()
+        try:
+            config = cfg.read_config(location.path, self._loader.config_name)
+        except InferenceServerError:
+            return ()
+        return tuple(self._dependency(location.namespace, name) for name in cfg.dependencies(config))
 
     # ---- unloading ----------------------------------------------------------------------------
 
@@ -903,9 +941,28 @@ def _routing(name: str, plan: LoadPlan, request: LoadRequest | None, previous: M
     return _Routing(pinned, weights, mirror)
 
 
+#: How Triton's status names each code before its message (``Status::AsString``).
+_CODE_TEXT = {
+    ErrorCode.UNKNOWN: "Unknown",
+    ErrorCode.INTERNAL: "Internal",
+    ErrorCode.NOT_FOUND: "Not found",
+    ErrorCode.INVALID_ARG: "Invalid argument",
+    ErrorCode.UNAVAILABLE: "Unavailable",
+    ErrorCode.UNSUPPORTED: "Unsupported",
+    ErrorCode.ALREADY_EXISTS: "Already exists",
+    ErrorCode.CANCELLED: "Cancelled",
+}
+
+
 def _reason(name: str, version: int, error: BaseException) -> str:
+    """Why a version failed to load, as Triton words it: its status code's name, then the message
+    ("Invalid argument: unable to find backend library ..."), in the log, the index and the answer
+    to a load request."""
     if isinstance(error, InferenceServerError):
-        return error.message
+        message = error.message
+        if any(message.startswith(f"{text}: ") for text in _CODE_TEXT.values()):
+            return message  # (already in Triton's form, e.g. a warmup's)
+        return f"{_CODE_TEXT[error.code]}: {message}"
     log.error("loading model '%s' version %d failed", name, version, exc_info=error)
     return f"{type(error).__name__}: {error}"
 

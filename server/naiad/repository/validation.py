@@ -10,29 +10,52 @@ are also read again, into settings, when a version loads (:mod:`naiad.scheduling
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from math import prod
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.core.errors import InvalidArgumentError
+from naiad.scheduling.ensemble import Step, steps_of
 
 _KIND = mc.ModelSequenceBatching.Control
 _CORRID_TYPES = (mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING)
 
 
 def validate_model_config(config: mc.ModelConfig) -> None:
-    """The sections' rules, in Triton's order: dynamic batching, sequence batching, ensemble
-    scheduling.  Raises :class:`InvalidArgumentError` with Triton's message."""
+    """The sections' rules, in Triton's order: an ensemble's platform and backend, dynamic
+    batching, sequence batching, ensemble scheduling.  Run before defaults are filled (an ensemble
+    may not set ``optimization``).  Raises :class:`InvalidArgumentError` with Triton's message."""
     name = config.name
+    if config.platform == "ensemble" and config.backend:
+        raise InvalidArgumentError(
+            f"Ensemble model '{name}' must have platform type 'ensemble' and empty backend type"
+        )
     if config.HasField("dynamic_batching"):
         _dynamic_batching(config.dynamic_batching, int(config.max_batch_size), name)
     if config.HasField("sequence_batching"):
         _sequence_batching(config.sequence_batching, int(config.max_batch_size), name)
-    if config.HasField("ensemble_scheduling") and config.platform != "ensemble":
+    if config.platform == "ensemble":
+        _ensemble(config)
+    elif config.HasField("ensemble_scheduling"):
         raise InvalidArgumentError(
             f"ensemble scheduling cannot be set for model '{name}' whose platform is not ensemble"
         )
+
+
+def _ensemble(config: mc.ModelConfig) -> None:
+    name = config.name
+    if not config.HasField("ensemble_scheduling"):
+        raise InvalidArgumentError(
+            f"ensemble scheduling must be set for ensemble {name} whose platform is ensemble"
+        )
+    if config.instance_group:
+        raise InvalidArgumentError(f"instance group should not be specified for ensemble '{name}'")
+    if config.HasField("optimization"):
+        raise InvalidArgumentError(f"optimization should not be specified for ensemble '{name}'")
+    if config.model_warmup:
+        raise InvalidArgumentError(f"model_warmup can not be specified for ensemble '{name}'")
+    check_graph(config, steps_of(config))
 
 
 def validate_io(config: mc.ModelConfig) -> None:
@@ -204,3 +227,115 @@ def _runs(dims: Iterable[int]) -> list[int]:
         else:
             count *= dim
     return [*runs, count]
+
+
+def check_graph(config: mc.ModelConfig, steps: tuple[Step, ...]) -> None:
+    """An ensemble's graph on its own (Triton's ``ValidateEnsembleSchedulingConfig`` after its
+    section checks), plus a cycle check that names the steps: every step names a model and maps
+    inputs and outputs, no tensor is written twice, every input is used, every output written."""
+    name = config.name
+    if not steps:
+        raise InvalidArgumentError(f"must specify 'step' for ensemble '{name}'")
+    writers: dict[str, Step] = {}
+    for step in steps:
+        for field, present in (("model_name", step.model_name), ("input_map", step.inputs)):
+            if not present:
+                raise InvalidArgumentError(
+                    f"must specify '{field}' in step {step.index} of ensemble '{name}'"
+                )
+        if not step.outputs:
+            raise InvalidArgumentError(f"must specify 'output_map' in step {step.index} of ensemble '{name}'")
+        for _, tensor in step.outputs:
+            if tensor in writers:
+                raise InvalidArgumentError(
+                    f"ensemble tensor '{tensor}' can appear in an output map only once for ensemble "
+                    f"'{name}' step {step.index}"
+                )
+            writers[tensor] = step
+    _check_cycles(name, steps, writers)
+    _check_flow(config, steps, writers)
+
+
+def _check_cycles(name: str, steps: tuple[Step, ...], writers: Mapping[str, Step]) -> None:
+    """A step that needs, through other steps, a tensor it writes itself can never run."""
+    needs = {step.index: {writers[t].index for _, t in step.inputs if t in writers} for step in steps}
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+
+    def visit(index: int, path: list[int]) -> None:
+        state[index] = 1
+        for before in sorted(needs[index]):
+            if state.get(before) == 1:
+                loop = [*path[path.index(before) :], before]
+                described = " -> ".join(f"step {i} ('{steps[i].model_name}')" for i in loop)
+                raise InvalidArgumentError(
+                    f"ensemble '{name}' has a cycle: {described} (each needs a tensor the next writes)"
+                )
+            if state.get(before) is None:
+                visit(before, [*path, before])
+        state[index] = 2
+
+    for step in steps:
+        if step.index not in state:
+            visit(step.index, [step.index])
+
+
+def _check_flow(config: mc.ModelConfig, steps: tuple[Step, ...], writers: Mapping[str, Step]) -> None:
+    """Every input used, every output written from the inputs, no tensor written for nothing."""
+    name = config.name
+    readers: dict[str, list[Step]] = {}
+    for step in steps:
+        for _, tensor in step.inputs:
+            readers.setdefault(tensor, []).append(step)
+    inputs = {tensor.name for tensor in config.input}
+    for io in config.input:
+        if io.name not in readers:
+            raise InvalidArgumentError(f"ensemble input '{io.name}' for ensemble {name}' is not used")
+    available = set(inputs)
+    pending = list(steps)
+    progress = True
+    while progress:
+        progress = False
+        for step in list(pending):
+            if all(tensor in available for _, tensor in step.inputs):
+                available.update(tensor for _, tensor in step.outputs)
+                pending.remove(step)
+                progress = True
+    outputs = {tensor.name for tensor in config.output}
+    for output in config.output:
+        if output.name not in writers and output.name not in inputs:
+            raise InvalidArgumentError(f"ensemble output '{output.name}' for ensemble {name}' is not used")
+        if output.name not in available:
+            missing = _first_missing(output.name, writers, available, inputs)
+            detail = ""
+            if missing is not None:
+                source, step = missing
+                detail = (
+                    f": at least one of its depending tensors, '{source}', is not connected (it is an "
+                    f"input of step {step.index}, model '{step.model_name}')"
+                )
+            raise InvalidArgumentError(f"output '{output.name}' for ensemble '{name}' is not written{detail}")
+    for tensor, step in writers.items():
+        if tensor not in outputs and tensor not in readers:
+            raise InvalidArgumentError(
+                f"ensemble tensor '{tensor}' is unused in ensemble '{name}' (written by step "
+                f"{step.index}, model '{step.model_name}')"
+            )
+
+
+def _first_missing(
+    tensor: str, writers: Mapping[str, Step], available: set[str], inputs: set[str]
+) -> tuple[str, Step] | None:
+    """Follow an unwritten tensor back to a step input that nothing writes."""
+    seen: set[str] = set()
+    while tensor in writers and tensor not in seen:
+        seen.add(tensor)
+        step = writers[tensor]
+        for _, source in step.inputs:
+            if source not in available:
+                if source not in writers and source not in inputs:
+                    return source, step
+                tensor = source
+                break
+        else:
+            return None
+    return None
