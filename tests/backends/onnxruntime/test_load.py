@@ -52,8 +52,9 @@ def simple_with(tmp_path: Path, examples: Path, extra: str = "", **fields: str) 
         ),
         (
             {"dim": "15"},
-            "unable to load model 'simple', tensor 'INPUT1' shape expected by framework [16] doesn't "
-            "match model configuration shape [15]",
+            "model 'simple', tensor 'INPUT1': the model expects 2 dimensions (shape [-1,16]) but the model "
+            "configuration specifies 2 dimensions (an initial batch dimension because max_batch_size > 0 "
+            "followed by the explicit tensor shape, making complete shape [-1,15])",
         ),
     ],
 )

@@ -164,7 +164,7 @@ def test_a_model_without_auto_complete_config_leaves_the_config_alone(tmp_path: 
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("return None", "must return the ModelConfig it was given, not NoneType"),
+        ("return None", "must return a valid pb.ModelConfig object. It returned NoneType."),
         (
             'config.add_input({"name": "X", "data_type": "NOT_A_TYPE", "dims": [1]})\nreturn config',
             "produced an invalid configuration",

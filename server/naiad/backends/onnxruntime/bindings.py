@@ -48,6 +48,10 @@ class _Checker:
     def fail(self, detail: str) -> InvalidArgumentError:
         return InvalidArgumentError(f"unable to load model '{self.name}', {detail}")
 
+    def tensor_fail(self, tensor: ModelTensor, detail: str) -> InvalidArgumentError:
+        """The ONNX Runtime backend's shape checks' words (``CompareDimsSupported``)."""
+        return InvalidArgumentError(f"model '{self.name}', tensor '{tensor.name}': {detail}")
+
     def check_type(self, kind: str, io_name: str, datatype: str, tensor: ModelTensor) -> None:
         if tensor.datatype != datatype:
             raise self.fail(
@@ -60,10 +64,10 @@ class _Checker:
         shape = tensor.shape
         batching = self.max_batch_size > 0
         if batching and not tensor.can_batch():
-            raise self.fail(
-                "model configuration supports batching but first dimension of tensor "
-                f"'{tensor.name}' expected by framework is not a variable-size batch dimension: "
-                f"{_shape(shape)} whereas model configuration shape is: {_shape(dims)}"
+            raise self.tensor_fail(
+                tensor,
+                "for the model to support batching the shape should have at least 1 dimension and the "
+                f"first dimension must be -1; but shape expected by the model is {_shape(shape)}",
             )
         debatched = shape[1:] if batching else shape
         if not debatched and dims and all(d == 1 for d in dims):
@@ -75,10 +79,18 @@ class _Checker:
                 f"{_shape(dims)}."
             )
         if len(debatched) != len(dims) or any(m not in (-1, d) for m, d in zip(debatched, dims, strict=True)):
-            raise self.fail(
-                f"tensor '{tensor.name}' shape expected by framework {_shape(debatched)} doesn't "
-                f"match model configuration shape {_shape(dims)}"
-            )
+            expects = f"the model expects {len(shape)} dimensions (shape {_shape(shape)}) but the model"
+            expects += " configuration"
+            if batching:
+                full = (-1, *dims)
+                raise self.tensor_fail(
+                    tensor,
+                    f"{expects} specifies {len(full)} dimensions (an initial batch dimension because "
+                    "max_batch_size > 0 followed by the explicit tensor shape, making complete shape "
+                    f"{_shape(full)})",
+                )
+            given = f"specifies {len(dims)} dimensions (shape {_shape(dims)})"
+            raise self.tensor_fail(tensor, f"{expects} {given}")
         return None
 
     def bind(

@@ -316,10 +316,9 @@ def auto_complete_config(model_file: Path, model_name: str, config_json: str) ->
                     f"auto_complete_config raised {describe(exc)}"
                 ) from exc
             if not isinstance(completed, pb_utils.ModelConfig):
-                raise InvalidArgumentError(
-                    f"failed to auto-complete the configuration of model '{model_name}': "
-                    f"auto_complete_config must return the ModelConfig it was given, not "
-                    f"{type(completed).__name__}"
+                raise InvalidArgumentError(  # (the Python backend's sentence, then what came back)
+                    f"auto_complete_config function in model '{model_name}' must return a valid "
+                    f"pb.ModelConfig object. It returned {type(completed).__name__}."
                 )
             return json.dumps(completed.as_dict())
     finally:

@@ -68,8 +68,6 @@ def bind_inputs(
     none, such as an AOTInductor package); ``dict_input`` says ``forward`` takes one dictionary.
     """
     model = config.name
-    if not config.input:
-        raise InternalError("model configuration must contain at least one input, none were specified.")
     states = config.sequence_batching.state
     controls = _controls(config)
     targets = _batch_input_targets(config)
@@ -79,6 +77,8 @@ def bind_inputs(
             f"unable to load model '{model}', configuration expects {expected} inputs, model provides "
             f"{len(arguments)}"
         )
+    if not config.input:  # (after the count, as Triton's backend checks them)
+        raise InternalError("model configuration must contain at least one input, none were specified.")
     positions = _input_positions(config, arguments, dict_input)
     bindings: dict[str, Binding] = {}
     for io, position in zip(config.input, positions, strict=True):
