@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from naiad.backends.base import Backend
-from naiad.core.errors import UnavailableError
+from naiad.core.errors import InvalidArgumentError, UnavailableError
 
 if TYPE_CHECKING:
     from naiad.backends.runtime import Runtime
@@ -44,7 +44,7 @@ def create(name: str, runtime: Runtime) -> Backend:
     used here."""
     entry = _BACKENDS.get(name)
     if entry is None:
-        raise UnavailableError(  # (Triton's words, then why: neither Naiad's nor Python-based)
+        raise InvalidArgumentError(  # (Triton's code and words, then why: neither Naiad's nor Python-based)
             f"unable to find backend library for backend '{name}', try specifying runtime on the model "
             f"configuration. '{name}' is none of this server's backends ({', '.join(_BACKENDS)}) and no "
             "Python-based backend of that name is in --backend-directory"
