@@ -24,6 +24,28 @@ class ErrorCode(enum.Enum):
     CANCELLED = "CANCELLED"
 
 
+#: How Triton's status names each code before its message (``Status::AsString``).
+_CODE_TEXT = {
+    ErrorCode.UNKNOWN: "Unknown",
+    ErrorCode.INTERNAL: "Internal",
+    ErrorCode.NOT_FOUND: "Not found",
+    ErrorCode.INVALID_ARG: "Invalid argument",
+    ErrorCode.UNAVAILABLE: "Unavailable",
+    ErrorCode.UNSUPPORTED: "Unsupported",
+    ErrorCode.ALREADY_EXISTS: "Already exists",
+    ErrorCode.CANCELLED: "Cancelled",
+}
+
+
+def status_text(error: InferenceServerError) -> str:
+    """``error`` as Triton's status prints it: its code's name, then its message (a message already
+    in that form is kept as it is)."""
+    message = error.message
+    if any(message.startswith(f"{text}: ") for text in _CODE_TEXT.values()):
+        return message
+    return f"{_CODE_TEXT[error.code]}: {message}"
+
+
 class InferenceServerError(Exception):
     """An error with a Triton code; the message is what the client reads."""
 

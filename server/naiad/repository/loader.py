@@ -22,7 +22,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.backends.base import Backend, InstanceContext, InstanceHealth
 from naiad.backends.runtime import PYTHON_RUNTIME, Runtime
-from naiad.core.errors import InferenceServerError, InternalError, InvalidArgumentError, UnavailableError
+from naiad.core.errors import (
+    InferenceServerError,
+    InternalError,
+    InvalidArgumentError,
+    UnavailableError,
+    status_text,
+)
 from naiad.core.signature import ModelSignature
 from naiad.repository import config as cfg
 from naiad.repository.fingerprint import folder_fingerprint, version_fingerprints
@@ -233,7 +239,7 @@ class ModelLoader:
             if self.auto_complete:
                 backend.auto_complete(config, model_dir, model_dir / str(versions[-1]) if versions else None)
         except InferenceServerError as exc:
-            return exc.message
+            return status_text(exc)  # (its code kept: the versions fail with it)
         except Exception as exc:  # a bug in a backend's auto-complete must not stop the server
             log.exception("auto-completing the configuration of model '%s' failed", config.name)
             return f"{type(exc).__name__}: {exc}"

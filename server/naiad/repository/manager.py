@@ -42,11 +42,11 @@ from typing import Any, TypeVar
 
 from naiad.backends.runtime import Runtime
 from naiad.core.errors import (
-    ErrorCode,
     InferenceServerError,
     InternalError,
     InvalidArgumentError,
     UnavailableError,
+    status_text,
     unknown_model,
 )
 from naiad.repository import config as cfg
@@ -839,6 +839,7 @@ class ModelRepository:
             found = dependency in self._models or self._locate(dependency) is not None
             shown = split_key(dependency)[0]
             reason = ensemble.dependency_failure(plan.name, shown, message if found else None)
+            log.error("failed to load '%s': %s", plan.name, reason)  # (Triton's node status line)
             failed = dict.fromkeys(plan.versions, reason)
             self.registry.publish(_failure_record(plan, self._models.get(plan.key), failed))
 
@@ -941,28 +942,12 @@ def _routing(name: str, plan: LoadPlan, request: LoadRequest | None, previous: M
     return _Routing(pinned, weights, mirror)
 
 
-#: How Triton's status names each code before its message (``Status::AsString``).
-_CODE_TEXT = {
-    ErrorCode.UNKNOWN: "Unknown",
-    ErrorCode.INTERNAL: "Internal",
-    ErrorCode.NOT_FOUND: "Not found",
-    ErrorCode.INVALID_ARG: "Invalid argument",
-    ErrorCode.UNAVAILABLE: "Unavailable",
-    ErrorCode.UNSUPPORTED: "Unsupported",
-    ErrorCode.ALREADY_EXISTS: "Already exists",
-    ErrorCode.CANCELLED: "Cancelled",
-}
-
-
 def _reason(name: str, version: int, error: BaseException) -> str:
     """Why a version failed to load, as Triton words it: its status code's name, then the message
     ("Invalid argument: unable to find backend library ..."), in the log, the index and the answer
     to a load request."""
     if isinstance(error, InferenceServerError):
-        message = error.message
-        if any(message.startswith(f"{text}: ") for text in _CODE_TEXT.values()):
-            return message  # (already in Triton's form, e.g. a warmup's)
-        return f"{_CODE_TEXT[error.code]}: {message}"
+        return status_text(error)
     log.error("loading model '%s' version %d failed", name, version, exc_info=error)
     return f"{type(error).__name__}: {error}"
 

@@ -252,8 +252,8 @@ def check_graph(config: mc.ModelConfig, steps: tuple[Step, ...]) -> None:
                     f"'{name}' step {step.index}"
                 )
             writers[tensor] = step
+    _check_flow(config, steps, writers)  # (first: Triton reports what a cycle leaves unwritten)
     _check_cycles(name, steps, writers)
-    _check_flow(config, steps, writers)
 
 
 def _check_cycles(name: str, steps: tuple[Step, ...], writers: Mapping[str, Step]) -> None:

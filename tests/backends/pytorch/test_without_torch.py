@@ -49,7 +49,7 @@ def test_torch_model_is_unavailable_naming_the_extra(tmp_path: Path) -> None:
             assert entries["mlp_onnx"]["state"] == "READY"
             assert entries["mlp_torch"]["state"] == "UNAVAILABLE"
             assert entries["mlp_torch"]["reason"] == (
-                "Internal: backend 'pytorch' is not available: torch is not installed; install it with: pip install "
+                "Unavailable: backend 'pytorch' is not available: torch is not installed; install it with: pip install "
                 "'naiad[torch]'"
             )
             body = {"inputs": [{"name": "INPUT__0", "datatype": "FP32", "shape": [1, 8], "data": [0] * 8}]}

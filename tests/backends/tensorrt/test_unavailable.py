@@ -31,7 +31,7 @@ def test_plan_model_without_tensorrt_is_unavailable_with_the_reason(tmp_path: Pa
             entry = settled_index(raw, {"mlp_plan"})["mlp_plan"]
             assert entry["state"] == "UNAVAILABLE"
             assert entry["reason"] == (
-                "Internal: backend 'tensorrt' is not available: tensorrt is not installed; TensorRT needs an NVIDIA GPU; "
+                "Unavailable: backend 'tensorrt' is not available: tensorrt is not installed; TensorRT needs an NVIDIA GPU; "
                 "the GPU server image provides it (with CUDA torch)"
             )
         finally:
