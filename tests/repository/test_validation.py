@@ -49,6 +49,9 @@ def _refusal(text: str, gpu_count: int = 0) -> str:
     ("extra", "message"),
     [
         ("max_batch_size: -1", "'max_batch_size' must be non-negative value for m"),
+        ("dynamic_batching { preferred_batch_size: [ 16 ] }",
+         "dynamic batching preferred size must be <= max batch size for m"),
+        ("dynamic_batching { preferred_batch_size: [ 0 ] }", "dynamic batching preferred size must be positive for m"),
         ("dynamic_batching { priority_levels: 3 default_priority_level: 4 }",
          "default priority level must be in range [1, 3] for m"),
         ("dynamic_batching { priority_levels: 3 default_priority_level: 1 priority_queue_policy { key: 4 value {} } }",

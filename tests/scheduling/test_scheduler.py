@@ -290,19 +290,10 @@ def test_close_finishes_queued_work_then_refuses() -> None:
     run(test)
 
 
-def test_config_validation_fails_the_load_with_tritons_messages() -> None:
+def test_a_scheduler_that_cannot_be_made_closes_its_workers() -> None:
     config = mc.ModelConfig(name="m", max_batch_size=4)
-    config.dynamic_batching.preferred_batch_size.append(8)
-    with pytest.raises(
-        InvalidArgumentError, match=r"^dynamic batching preferred size must be <= max batch size for m$"
-    ):
-        policy_of(config)
-    config = mc.ModelConfig(name="m", max_batch_size=4)
-    config.dynamic_batching.priority_levels = 2
-    with pytest.raises(
-        InvalidArgumentError, match=r"^default priority level must be in range \[1, 2\] for m$"
-    ):
-        policy_of(config)
+    control = config.sequence_batching.control_input.add(name="START")
+    control.control.add(kind=mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START)  # (no false/true)
     instance = Instance()
     with pytest.raises(InvalidArgumentError):
         create_scheduler(config, [InstanceWorker(instance, "i0")], Path("."))

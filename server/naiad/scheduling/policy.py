@@ -11,8 +11,6 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from naiad.core.errors import InvalidArgumentError
-
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
@@ -146,34 +144,19 @@ def equal_inputs(config: mc.ModelConfig) -> tuple[frozenset[str], frozenset[str]
 
 
 def policy_of(config: mc.ModelConfig) -> SchedulingPolicy:
-    """The scheduling policy of a normalized ``ModelConfig``; INVALID_ARG for a bad section."""
+    """The scheduling policy of a normalized ``ModelConfig`` (whose sections the repository checked
+    when it polled the model: :mod:`naiad.repository.validation`)."""
     name = config.name
     if not config.HasField("dynamic_batching"):
         return SchedulingPolicy(model_name=name)
     dynamic = config.dynamic_batching
     max_batch_size = int(config.max_batch_size)
     preferred = frozenset(int(size) for size in dynamic.preferred_batch_size)
-    for size in preferred:
-        if size < 1:
-            raise InvalidArgumentError(f"dynamic batching preferred size must be positive for {name}")
-        if size > max_batch_size:
-            raise InvalidArgumentError(
-                f"dynamic batching preferred size must be <= max batch size for {name}"
-            )
     levels_count = int(dynamic.priority_levels)
     default_policy = _queue_policy(dynamic.default_queue_policy)
     levels = PriorityLevels(1, default_policy)
     default_level = 0
     if levels_count > 0:
-        if not 1 <= dynamic.default_priority_level <= levels_count:
-            raise InvalidArgumentError(
-                f"default priority level must be in range [1, {levels_count}] for {name}"
-            )
-        for level in dynamic.priority_queue_policy:
-            if not 1 <= level <= levels_count:
-                raise InvalidArgumentError(
-                    f"priority queue policy must have priority level in range [1, {levels_count}] for {name}"
-                )
         configured = sorted(
             (level - 1, _queue_policy(policy)) for level, policy in dynamic.priority_queue_policy.items()
         )
