@@ -206,10 +206,9 @@ class DynamicBatchScheduler(LoopScheduler):
         queue order, while it fits (``max_batch_size``, the batch's shapes)."""
         queue = self._queue
         max_batch = self.policy.max_batch_size
-        for execution in list(self._growing):
+        for execution in self._growing:  # (each leaves the list when it finishes)
             with execution.lock:
                 if not execution.open:
-                    self._growing.remove(execution)
                     continue
                 size, count = execution.size, 0
                 key = execution.entries[0].shape_key

@@ -239,12 +239,12 @@ class InstanceWorker:
                 execution = self._next(jobs)
                 if execution is None:
                     return
-                held = gate is not None and isinstance(execution, GrowingExecution)
-                if held:  # (it grows while this waits)
-                    assert gate is not None and isinstance(execution, GrowingExecution)
+                held = False
+                if gate is not None and isinstance(execution, GrowingExecution):  # (grows while this waits)
                     gate.acquire()
                     execution.close()
                     execution.dispatch_ns = time.monotonic_ns()
+                    held = True
                 self.started += len(execution.entries)
                 entries = execution.skip_cancelled()
                 if gate is not None and not held:
