@@ -146,7 +146,7 @@ def test_auto_complete_that_contradicts_the_config_fails_with_tritons_value_erro
 
 
 def test_a_model_without_auto_complete_config_leaves_the_config_alone(tmp_path: Path) -> None:
-    """Only the isolation choice is added (the default: model processes), so ``/config`` shows it."""
+    """Nothing is added (the isolation choice included), so ``/config`` is Triton's."""
     model_dir = write_model(
         tmp_path,
         "plain",
@@ -155,7 +155,6 @@ def test_a_model_without_auto_complete_config_leaves_the_config_alone(tmp_path: 
     )
     config = parse_text((model_dir / "config.pbtxt").read_text())
     expected = parse_text((model_dir / "config.pbtxt").read_text())
-    expected.parameters["NAIAD_INSTANCE_PROCESSES"].string_value = "true"
     get_backend("python").auto_complete(config, model_dir, model_dir / "1")
     get_backend("python").auto_complete(config, model_dir, None)
     assert config == expected
@@ -218,7 +217,6 @@ def test_an_auto_complete_that_changes_nothing_leaves_the_config_byte_identical(
         """,
     )
     config = parse_text((model_dir / "config.pbtxt").read_text())
-    config.parameters["NAIAD_INSTANCE_PROCESSES"].string_value = "true"  # the one thing it adds
     before = config.SerializeToString(deterministic=True)
     get_backend("python").auto_complete(config, model_dir, model_dir / "1")
     assert config.SerializeToString(deterministic=True) == before

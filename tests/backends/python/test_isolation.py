@@ -411,13 +411,14 @@ def _hang_until_the_server_dies(server: ServerProcess) -> None:
             client.infer("hangs", [tensor])
 
 
-def test_the_isolation_choice_shows_in_the_config_and_a_trusted_model_runs_in_the_server(
+def test_a_trusted_model_runs_in_the_server_and_configs_show_only_what_their_files_say(
     server: ServerProcess,
 ) -> None:
     with httpclient.InferenceServerClient(server.http_url) as client:
-        isolated = client.get_model_config("segv")["parameters"]["NAIAD_INSTANCE_PROCESSES"]
-        trusted = client.get_model_config("trusted")["parameters"]["NAIAD_INSTANCE_PROCESSES"]
-    assert (isolated, trusted) == ({"string_value": "true"}, {"string_value": "false"})
+        isolated = client.get_model_config("segv")["parameters"]
+        trusted = client.get_model_config("trusted")["parameters"]
+    limit = {"NAIAD_MEMORY_LIMIT_MIB": {"string_value": "200"}}
+    assert (isolated, trusted) == (limit, {"NAIAD_INSTANCE_PROCESSES": {"string_value": "false"}})
     assert server.process is not None
     assert _grpc(server, "trusted", SERVE) == server.process.pid
     assert _http(server, "segv", SERVE) in descendants(server.process.pid)

@@ -25,7 +25,7 @@ from naiad.backends.python.custom_metrics import CustomMetrics
 from naiad.backends.python.instance import PythonModelInstance
 from naiad.backends.python.launcher import Launcher
 from naiad.backends.python.process import ProcessModelInstance
-from naiad.backends.python.spec import PROCESSES_PARAMETER, ModelSpec, ProcessOptions
+from naiad.backends.python.spec import ModelSpec, ProcessOptions
 from naiad.backends.runtime import PYTHON_RUNTIME, Runtime
 from naiad.codecs.model_config_json import config_to_dict
 from naiad.core.datatypes import WIRE_DTYPE
@@ -114,11 +114,10 @@ class PythonBackend:
         model that opted into it.
 
         The model sees the config as Triton renders it, with its name filled in (the repository may
-        not have normalized it yet), and what it returns replaces the config.  The isolation choice
-        is written into the config's parameters, so the model's ``/config`` shows it.
+        not have normalized it yet), and what it returns replaces the config, nothing added: the
+        completed ``/config`` is Triton's, field for field (qa's ``compare_status.py`` checks it).
         """
         options = ProcessOptions.of(config, model_dir)
-        config.parameters[PROCESSES_PARAMETER].string_value = "false" if options.in_process else "true"
         if version_dir is None:
             return
         based = self._runtime.python_based(config.backend) if config.runtime == PYTHON_RUNTIME else None
@@ -140,7 +139,6 @@ class PythonBackend:
                 f"auto_complete_config of model '{model_name}' produced an invalid configuration: {exc}"
             ) from exc
         config.CopyFrom(replacement)
-        config.parameters[PROCESSES_PARAMETER].string_value = "false" if options.in_process else "true"
 
     def create_instance(self, context: InstanceContext) -> PythonModelInstance | ProcessModelInstance:
         """In a model process (the default), or in the engine for a model that opted into it."""
