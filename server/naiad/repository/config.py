@@ -24,6 +24,7 @@ from naiad.core.signature import ModelSignature, TensorSpec
 from naiad.repository.layout import CONFIG_FILE, CONFIGS_FOLDER
 from naiad.repository.validation import validate_io, validate_model_config
 from naiad.scheduling.cache import refuse_uncacheable
+from naiad.scheduling.sequence_settings import DEFAULT_IDLE_US
 
 ModelConfig = mc.ModelConfig
 
@@ -31,6 +32,8 @@ log = logging.getLogger("naiad")
 
 #: platform -> backend, for configs that name only a platform.
 PLATFORM_BACKEND = {
+    "tensorflow_graphdef": "tensorflow",
+    "tensorflow_savedmodel": "tensorflow",
     "onnxruntime_onnx": "onnxruntime",
     "pytorch_libtorch": "pytorch",
     "torch_aoti": "pytorch",
@@ -49,6 +52,9 @@ DEFAULT_FILENAME = {
     "tensorrt": "model.plan",
     "python": "model.py",
 }
+#: Backends whose CPU instance groups count two instances when the config gives no count (Triton's
+#: ``SetDefaultInstanceCount``: the others run one, multiple instances costing them too much).
+TWO_CPU_INSTANCES = frozenset({"onnxruntime", "tensorflow"})
 #: platform -> default model file name, where it differs from the backend's.
 PLATFORM_FILENAME = {"torch_aoti": "model.pt2"}
 #: Discovery order when the config names neither backend nor platform (Triton's order, plus
@@ -61,6 +67,16 @@ _DISCOVERY = [
     ("model.py", "python", ""),
 ]
 
+
+#: Triton's order of the backends a config names by platform or model file name (without a
+#: ``backend``): backend, its platforms, its file name.
+_NAMED_BY = [
+    ("tensorflow", ("tensorflow_graphdef", "tensorflow_savedmodel"), ""),
+    ("tensorrt", ("tensorrt_plan",), "model.plan"),
+    ("onnxruntime", ("onnxruntime_onnx",), "model.onnx"),
+    ("pytorch", ("pytorch_libtorch", "torch_aoti"), "model.pt"),
+    ("python", (), "model.py"),
+]
 
 #: The CUDA compute capability Triton's messages name (its ``--min-supported-compute-capability``).
 MIN_COMPUTE_CAPABILITY = 6.0
@@ -182,20 +198,23 @@ def read_config(model_dir: Path, config_name: str = "") -> mc.ModelConfig:
 
 
 def resolve_backend(config: mc.ModelConfig, model_dir: Path, versions: list[int]) -> None:
-    """Fill ``backend`` (and ``platform``) from the config or, failing that, the model files."""
+    """Fill ``backend`` (and ``platform``) as Triton's server-side autofill does, whatever
+    ``--disable-auto-complete-config`` says: from the platform or the model file's name, else (no
+    platform given) from the files of a version, else from a ``model.<backend>`` model name; then
+    Triton's checks that a backend was found and agrees with the platform, in its words."""
     if config.platform == "ensemble":
         return
-    if not config.backend and config.platform:
-        backend = PLATFORM_BACKEND.get(config.platform)
-        if backend is None:
-            raise InvalidArgumentError(f"unexpected platform type '{config.platform}' for {config.name}")
-        config.backend = backend
     if not config.backend:
+        for backend, platforms, filename in _NAMED_BY:
+            if config.platform in platforms or (filename and config.default_model_filename == filename):
+                config.backend = backend
+                break
+    if not config.backend and not config.platform and not config.default_model_filename:
         for version in reversed(versions):
             for filename, backend, platform in _DISCOVERY:
                 if (model_dir / str(version) / filename).exists():
                     config.backend = backend
-                    config.platform = config.platform or platform
+                    config.platform = platform
                     break
             if config.backend:
                 break
@@ -210,12 +229,14 @@ def resolve_backend(config: mc.ModelConfig, model_dir: Path, versions: list[int]
         config.backend = name[name.index(".") + 1 :]
         config.default_model_filename = f"model.{config.backend}"
     if not config.backend:
-        raise InvalidArgumentError(
-            f"unable to determine backend for model '{config.name}': set 'backend' or 'platform' "
-            "in config.pbtxt"
-        )
+        raise InvalidArgumentError(f"unexpected platform type '{config.platform}' for {config.name}")
     if not config.platform and config.backend in BACKEND_PLATFORM:
         config.platform = BACKEND_PLATFORM[config.backend]
+    known = {backend for backend, _, _ in _NAMED_BY if backend != "python"}
+    if config.backend in known and PLATFORM_BACKEND.get(config.platform) != config.backend:
+        raise InvalidArgumentError(
+            f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {config.backend}"
+        )
 
 
 def autofilled(config: mc.ModelConfig) -> mc.ModelConfig:
@@ -253,6 +274,7 @@ def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
             f"model name in config.pbtxt '{config.name}' does not match the directory name '{name}'"
         )
     _fill_model_filename(config)
+    _fill_scheduling_defaults(config)
     if not config.HasField("optimization") and config.platform != "ensemble":
         config.optimization.input_pinned_memory.enable = True
         config.optimization.output_pinned_memory.enable = True
@@ -261,6 +283,21 @@ def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
     refuse_uncacheable(config)
     if config.platform != "ensemble":
         _normalize_instance_groups(config, gpu_count)
+
+
+def _fill_scheduling_defaults(config: mc.ModelConfig) -> None:
+    """What Triton writes into a scheduler section left partial, so ``/config`` shows it: a batching
+    model's preferred batch size (its ``max_batch_size``: the batchers then behave as with none, see
+    :func:`naiad.scheduling.batcher.next_batch`) and a sequence's idle timeout."""
+    batched = config.max_batch_size > 0
+    if config.HasField("dynamic_batching") and batched and not config.dynamic_batching.preferred_batch_size:
+        config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
+    if config.HasField("sequence_batching"):
+        sequence = config.sequence_batching
+        if sequence.max_sequence_idle_microseconds == 0:
+            sequence.max_sequence_idle_microseconds = DEFAULT_IDLE_US
+        if sequence.HasField("oldest") and batched and not sequence.oldest.preferred_batch_size:
+            sequence.oldest.preferred_batch_size.append(config.max_batch_size)
 
 
 def _normalize_io(config: mc.ModelConfig) -> None:
@@ -314,14 +351,15 @@ def _normalize_instance_groups(config: mc.ModelConfig, gpu_count: int) -> None:
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
-        if group.count < 1:
-            group.count = 1
         if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
             if gpu_count > 0 and all(g < gpu_count for g in group.gpus):
                 group.kind = mc.ModelInstanceGroup.KIND_GPU
             else:
                 group.kind = mc.ModelInstanceGroup.KIND_CPU
                 del group.gpus[:]
+        if group.count < 1:  # Triton gives two CPU instances to the backends that opted in
+            several = group.kind == mc.ModelInstanceGroup.KIND_CPU and config.backend in TWO_CPU_INSTANCES
+            group.count = 2 if several else 1
         if group.kind == mc.ModelInstanceGroup.KIND_CPU and group.gpus:
             raise InvalidArgumentError(
                 f"instance group {group.name} of model {config.name} has kind KIND_CPU but specifies one "

@@ -20,6 +20,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from naiad.backends import registry
 from naiad.backends.base import Backend, InstanceContext, InstanceHealth
 from naiad.backends.runtime import PYTHON_RUNTIME, Runtime
 from naiad.core.errors import (
@@ -234,6 +235,10 @@ class ModelLoader:
         """
         if config.platform == "ensemble":
             return ""
+        if config.runtime not in ("", PYTHON_RUNTIME):
+            problem = self._library_problem(config, model_dir, versions)
+            if problem:
+                return problem
         try:
             backend = self._backend(config)
             if self.auto_complete:
@@ -244,6 +249,38 @@ class ModelLoader:
             log.exception("auto-completing the configuration of model '%s' failed", config.name)
             return f"{type(exc).__name__}: {exc}"
         return ""
+
+    def _library_problem(self, config: mc.ModelConfig, model_dir: Path, versions: list[int]) -> str:
+        """Why a ``runtime`` naming a backend library fails the versions, in Triton's words ("" when
+        it names the backend's own library, ``libtriton_<backend>.so``, which this server provides).
+
+        Triton looks for the file in the version's folder, the model's, then the backend's folder
+        under ``--backend-directory``, and refuses a name that leads out of where it was found (a
+        model must not load a library from elsewhere on the machine).  A library found where it
+        may be is a C++ backend, which this server cannot run."""
+        library = config.runtime
+        if library == f"libtriton_{config.backend}.so" and registry.built_in(config.backend):
+            return ""
+        backends = self.runtime.backend_directory or Path("/opt/tritonserver/backends")
+        version_dir = model_dir / str(versions[-1]) if versions else model_dir
+        searched = [version_dir, model_dir, backends / config.backend]
+        found = next((folder for folder in searched if (folder / library).is_file()), None)
+        if found is None:
+            paths = "".join(f"'{folder}' " for folder in searched)
+            return (
+                f"Invalid argument: unable to find backend library '{library}' for model "
+                f"'{config.name}', searched: {paths}"
+            )
+        if not (found / library).resolve().is_relative_to(found.resolve()):
+            return (
+                f"Invalid argument: backend library name '{library}' escapes backend directory "
+                f"'{found}', for model '{config.name}', check model config runtime field"
+            )
+        return (
+            f"Invalid argument: backend library '{found / library}' of model '{config.name}' is a C++ "
+            "Triton backend, which this server cannot load (its backends are Python, ONNX Runtime, "
+            "PyTorch, TensorRT and Python-based backends)"
+        )
 
     def build_version(
         self, plan: LoadPlan, version: int, previous: ModelVersion | None = None

@@ -671,7 +671,7 @@ class ModelRepository:
             return await self._run(self._loader.poll, name, location, request)
         except (PollError, InvalidArgumentError, SyncError) as exc:
             message = exc.message
-            log.error("failed to load '%s': %s", name, message)
+            log.error("Poll failed for model directory '%s': %s", name, message)  # (Triton's words)
             if isinstance(exc, NoVersionsError):
                 if not _serves(previous) and location is not None:
                     self.registry.publish(Model(name, location.path, reason=message, namespace=namespace))

@@ -41,6 +41,21 @@ def validate_model_config(config: mc.ModelConfig) -> None:
         raise InvalidArgumentError(
             f"ensemble scheduling cannot be set for model '{name}' whose platform is not ensemble"
         )
+    for control in config.model_metrics.metric_control:  # (Triton's last check)
+        _metric_control(control)
+
+
+def _metric_control(control: mc.ModelMetrics.MetricControl) -> None:
+    """A ``model_metrics`` entry names a family and gives it histogram buckets (an empty one would
+    leave the histogram without bounds)."""
+    if not control.HasField("metric_identifier"):
+        raise InvalidArgumentError("metric control must specify 'metric_identifier'")
+    if not control.metric_identifier.family:
+        raise InvalidArgumentError("metric identifier must specify non-empty 'family'")
+    if not control.HasField("histogram_options"):
+        raise InvalidArgumentError("metric control must specify 'histogram_options'")
+    if not control.histogram_options.buckets:
+        raise InvalidArgumentError("histogram options must specify non-empty 'buckets'")
 
 
 def _ensemble(config: mc.ModelConfig) -> None:

@@ -7,6 +7,7 @@ nothing of how models are found or loaded.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ from naiad.scheduling.worker import InstanceWorker
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
+
+log = logging.getLogger("naiad")
 
 
 def create_scheduler(
@@ -63,8 +66,14 @@ def create_scheduler(
 
 def first_response_bounds(config: mc.ModelConfig) -> tuple[float, ...]:
     """The bucket bounds (ms) of the model's first-response histogram: its ``model_metrics``' for
-    Triton's family, else Triton's defaults."""
+    Triton's family, else Triton's defaults.  A section naming another family is ignored with
+    Triton's warning (it may name a backend's metric some day)."""
+    bounds = FIRST_RESPONSE_BOUNDS_MS
     for control in config.model_metrics.metric_control:
-        if control.metric_identifier.family == FIRST_RESPONSE_FAMILY and control.histogram_options.buckets:
-            return tuple(control.histogram_options.buckets)
-    return FIRST_RESPONSE_BOUNDS_MS
+        family = control.metric_identifier.family
+        if family == FIRST_RESPONSE_FAMILY:
+            bounds = tuple(control.histogram_options.buckets)
+        else:
+            why = "in 'metric_identifier' is not a customizable metric in Triton core."
+            log.warning("Metric family '%s' %s", family, why)
+    return bounds
