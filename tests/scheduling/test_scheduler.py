@@ -292,8 +292,9 @@ def test_close_finishes_queued_work_then_refuses() -> None:
 
 def test_a_scheduler_that_cannot_be_made_closes_its_workers() -> None:
     config = mc.ModelConfig(name="m", max_batch_size=4)
-    control = config.sequence_batching.control_input.add(name="START")
-    control.control.add(kind=mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START)  # (no false/true)
+    state = config.sequence_batching.state.add(input_name="IN", output_name="OUT", data_type=mc.TYPE_FP32)
+    state.initial_state.add(name="a", data_type=mc.TYPE_FP32, zero_data=True)
+    state.initial_state.add(name="b", data_type=mc.TYPE_FP32, zero_data=True)  # (one at most)
     instance = Instance()
     with pytest.raises(InvalidArgumentError):
         create_scheduler(config, [InstanceWorker(instance, "i0")], Path("."))

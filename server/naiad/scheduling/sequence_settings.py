@@ -41,7 +41,6 @@ _BOOLEAN_KINDS = {
     _KIND.CONTROL_SEQUENCE_END: "END",
     _KIND.CONTROL_SEQUENCE_READY: "READY",
 }
-_CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
 
 
 def _frozen(array: Array) -> Array:
@@ -150,36 +149,25 @@ class SequenceSettings:
     iterative: bool = False
 
 
-def _boolean_control(
-    name: str, control: mc.ModelSequenceBatching.Control, batched: bool, model: str
-) -> BooleanControl:
+def _boolean_control(name: str, control: mc.ModelSequenceBatching.Control, batched: bool) -> BooleanControl:
+    """(The config was checked when the model was polled: one pair of values, two of them.)"""
     kind = _BOOLEAN_KINDS[control.kind]
     pairs: list[tuple[str, type[np.generic], Sequence[int | float | bool]]] = [
         ("INT32", np.int32, control.int32_false_true),
         ("FP32", np.float32, control.fp32_false_true),
         ("BOOL", np.bool_, control.bool_false_true),
     ]
-    given = [(datatype, dtype, list(values)) for datatype, dtype, values in pairs if values]
-    if len(given) != 1 or len(given[0][2]) != 2:
-        raise InvalidArgumentError(
-            f"sequence batching control {kind} of model '{model}' must specify exactly two values "
-            "(false, true) in exactly one of int32_false_true, fp32_false_true or bool_false_true"
-        )
-    datatype, dtype, values = given[0]
+    datatype, dtype, values = next((d, t, list(v)) for d, t, v in pairs if v)
     shape = (1, 1) if batched else (1,)
     arrays = (_frozen(np.full(shape, values[0], dtype)), _frozen(np.full(shape, values[1], dtype)))
     return BooleanControl(kind, name, datatype, arrays)
 
 
 def _correlation_control(
-    name: str, control: mc.ModelSequenceBatching.Control, batched: bool, model: str
+    name: str, control: mc.ModelSequenceBatching.Control, batched: bool
 ) -> CorrelationControl:
+    """(Its type, one of Triton's five, was checked when the model was polled.)"""
     type_name = mc.DataType.Name(control.data_type)
-    if type_name not in _CORRID_TYPES:
-        raise InvalidArgumentError(
-            "unexpected control data type, expected TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32, "
-            f"or TYPE_STRING for CONTROL_SEQUENCE_CORRID for {model}"
-        )
     return CorrelationControl(name, datatypes.config_to_protocol(type_name), (1, 1) if batched else (1,))
 
 
@@ -305,7 +293,8 @@ def _read_initial_state(
 
 
 def sequence_settings_of(config: mc.ModelConfig, model_dir: Path) -> SequenceSettings:
-    """The settings of a normalized ``ModelConfig`` with a ``sequence_batching`` section.
+    """The settings of a normalized ``ModelConfig`` with a ``sequence_batching`` section (its rules
+    checked when the model was polled: :func:`naiad.repository.validation.validate_model_config`).
 
     ``model_dir`` is the model's folder (the parent of its version folders), where the
     ``initial_state`` folder holding ``data_file`` initial states is.
@@ -319,9 +308,9 @@ def sequence_settings_of(config: mc.ModelConfig, model_dir: Path) -> SequenceSet
     for control_input in section.control_input:
         for control in control_input.control:
             if control.kind == _KIND.CONTROL_SEQUENCE_CORRID:
-                correlation = _correlation_control(control_input.name, control, batched, name)
+                correlation = _correlation_control(control_input.name, control, batched)
             else:
-                controls.append(_boolean_control(control_input.name, control, batched, name))
+                controls.append(_boolean_control(control_input.name, control, batched))
     oldest = section.WhichOneof("strategy_choice") == "oldest"
     slots = batch_size
     if oldest:
@@ -335,11 +324,6 @@ def sequence_settings_of(config: mc.ModelConfig, model_dir: Path) -> SequenceSet
         preferred = frozenset()
         delay_us = int(section.direct.max_queue_delay_microseconds)
         utilization = float(section.direct.minimum_slot_utilization)
-    for size in preferred:
-        if not 1 <= size <= batch_size:
-            raise InvalidArgumentError(
-                f"sequence batching preferred batch size must be in [1, {batch_size}] for {name}"
-            )
     idle_us = int(section.max_sequence_idle_microseconds) or DEFAULT_IDLE_US
     shape_inputs, value_inputs = equal_inputs(config)
     declared = {io.name for io in config.output}  # (a state's output may be one too)
