@@ -72,11 +72,33 @@ def noautofill_platform(checkouts: Checkouts) -> list[Suite]:
 #: ``autofill_noplatform`` folders not run: their models are TensorRT plans and OpenVINO models.
 AUTOFILL_ELSEWHERE = ("tensorrt", "openvino")
 
+#: ``autofill_noplatform_success`` cases whose expected config is a newer Triton's, not 2.51's.
+NEWER_THAN_251 = {
+    "pytorch/no_name_platform": (
+        "expects no default_model_filename for a TorchScript model found by its file: Triton core since "
+        "ee0bc47 (2026, AOTInductor support) leaves it empty; 2.51's core (and Naiad) fill 'model.pt'"
+    ),
+}
+
 CONFIG_SKIPS = (
     Skip(
         f"{QA}L0_model_config/test.sh: autofill_noplatform/tensorrt, autofill_noplatform/openvino",
         "their models are TensorRT plans (TensorRT is image-only here) and OpenVINO models (no OpenVINO "
         "backend)",
+    ),
+    Skip(
+        f"{QA}L0_model_config/test.sh: autofill_noplatform_success/tensorrt, "
+        "autofill_noplatform_success/openvino",
+        "their models are TensorRT plans (TensorRT is image-only here) and OpenVINO models (no OpenVINO "
+        "backend)",
+    ),
+    Skip(
+        f"{QA}L0_model_config/test.sh: custom_parameters/tensorrt",
+        "TensorRT plans' execution-context allocation strategy (TensorRT is image-only here)",
+    ),
+    *(
+        Skip(f"{QA}L0_model_config/test.sh: autofill_noplatform_success/{case}", why)
+        for case, why in NEWER_THAN_251.items()
     ),
 )
 
@@ -151,5 +173,215 @@ def autofill_noplatform(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+#: ``autofill_noplatform_success`` models test.sh copies as a folder although they have no config.
+NO_CONFIG = ("no_config", "no_config_variable", "no_config_shape_tensor", "no_config_non_linear_format_io")
+
+
+def _on_cpu_expected(model: Path) -> None:
+    """The expected configs as Triton gives them here: on a machine without GPUs (its CPU build, checked
+    with 2.51), instance groups ``KIND_CPU`` with no ``gpus`` where test.sh's files assume GPU 0, and
+    two instances where the ONNX Runtime backend's group had the default count (Triton core's
+    ``SetDefaultInstanceCount``); and a stand-in backend's ``runtime`` as Triton 2.51 reports a
+    Python-based backend's (``model.py``, checked with the same stand-in)."""
+    config = model / "config.pbtxt"
+    counted = config.exists() and "count:" in config.read_text()
+    for expected in model.glob("expected*"):
+        text = expected.read_text()
+        onnx = 'backend: "onnxruntime"' in text
+        if onnx and not counted:
+            text = re.sub(r"count: 1(\s+gpus: 0\s+kind: KIND_GPU)", r"count: 2\1", text)
+        text = re.sub(r"^\s*gpus: 0\n", "", text.replace("KIND_GPU", "KIND_CPU"), flags=re.MULTILINE)
+        stand_in = re.search(r'backend: "(\w+)"', text)
+        if stand_in and (STAND_IN_BACKENDS / stand_in.group(1)).is_dir():
+            text = text.replace('runtime: ""', 'runtime: "model.py"')
+        expected.write_text(text)
+
+
+def autofill_noplatform_success(checkouts: Checkouts) -> list[Suite]:
+    """``autofill_noplatform_success``: models whose configs are partial or absent, each on a server of
+    its own with ``--strict-model-config=false`` that must start, and whose completed config, read
+    through gRPC by test.sh's ``compare_status.py``, must equal one of the case's ``expected`` configs
+    field for field (defaults, instance group names, dynamic batching, optimization, filenames).
+    The expected files are read as on a machine without GPUs (``_on_cpu_expected``)."""
+    folder = checkouts.qa / "L0_model_config"
+    script_text = (folder / "test.sh").read_text()
+    versioned = set(re.findall(r"(autofill_noplatform_success/[\w./-]+)/1\b", script_text))
+    pattern = r"^\s+(autofill_noplatform_success/python/[\w/]+) [\\;]"
+    own_python = set(re.findall(pattern, script_text, re.MULTILINE))
+    everything = sorted((folder / "autofill_noplatform_success").iterdir())
+    kinds = [k for k in everything if k.name not in AUTOFILL_ELSEWHERE]
+    cases = [p for kind in kinds for p in sorted(kind.iterdir()) if p.is_dir()]
+    cases = [p for p in cases if f"{p.parent.name}/{p.name}" not in NEWER_THAN_251]
+
+    def prepare(model: Path, source: Path, work: Path) -> None:
+        relative = source.relative_to(folder).as_posix()
+        kind = relative.split("/")[1]
+        if relative in versioned:
+            version = model / "1"
+            version.mkdir(exist_ok=True)
+            if kind == "python":
+                model_py = checkouts.qa / "python_models" / "auto_complete" / "model.py"
+                shutil.copyfile(model_py, version / "model.py")
+            elif kind == "pytorch":
+                generated = _generated(checkouts, work, "gen_qa_models.py", "--onnx", "--libtorch")
+                model_pt = generated / "libtorch_float32_float32_float32" / "1" / "model.pt"
+                shutil.copyfile(model_pt, version / "model.pt")
+        if relative == "autofill_noplatform_success/onnx/cpu_instance":
+            (model / "1").mkdir(exist_ok=True)
+            generated = _generated(checkouts, work, "gen_qa_identity_models.py", "--onnx")
+            shutil.copyfile(
+                generated / "onnx_zero_1_float16" / "1" / "model.onnx", model / "1" / "model.onnx"
+            )
+        if relative in own_python:
+            (model / "1").mkdir(exist_ok=True)
+            shutil.copyfile(model / "model.py", model / "1" / "model.py")
+        _on_cpu_expected(model)
+
+    def build(case: Path) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            if (case / "config.pbtxt").exists() or case.name in NO_CONFIG:
+                prepare(copy_model(case, repo), case, repo.parent.parent)
+                return
+            for item in case.iterdir():  # (a whole repository: an ensemble and its steps)
+                if item.is_dir():
+                    prepare(copy_model(item, repo), item, repo.parent.parent)
+
+        return build
+
+    suites = []
+    for case in cases:
+        relative = case.relative_to(folder).as_posix()
+        compare = (
+            f'python {folder / "compare_status.py"} --expected_dir "$SUITE/models/{case.name}" '
+            f"--model {case.name}"
+        )
+        suites.append(
+            Suite(
+                f"qa-model_config-{relative.replace('/', '-')}",
+                build(case),
+                (
+                    Script(
+                        f"{QA}L0_model_config/test.sh: {relative}",
+                        ("sh", "-c", compare),
+                        folder,
+                        fixed_ports=True,
+                    ),
+                ),
+                ("--strict-model-config=false", f"--backend-directory={STAND_IN_BACKENDS}"),
+                script_env={"SUITE": "{suite}"},
+            )
+        )
+    return suites
+
+
+def _logged(name: str, case: Path, log: str, level: str, folder: Path) -> Script:
+    """A test.sh check that one of ``case``'s ``expected*`` sentences is on a ``level`` line of ``log``
+    (``level`` "" for the command line's warnings, which carry no prefix)."""
+    expecteds = " ".join(str(p) for p in sorted(case.glob("expected*")))
+    prefix = f"^{level}[0-9][0-9][0-9][0-9].*" if level else ""
+    found = (
+        f'for EXPECTED in {expecteds}; do EX=$(cat "$EXPECTED"); '
+        f'grep -q "{prefix}$EX" {log} && exit 0; done; exit 1'
+    )
+    return Script(name, ("sh", "-c", found), folder)
+
+
+def special_cases(checkouts: Checkouts) -> list[Suite]:
+    """``cli_messages`` (the deprecated ``--strict-model-config``'s warnings) and ``special_cases`` (a
+    misspelt platform, a runtime library that does not exist or escapes the backend folder): servers
+    that must not start and must say why."""
+    folder = checkouts.qa / "L0_model_config"
+    flags = {
+        "cli_override": ("--disable-auto-complete-config", "--strict-model-config=false"),
+        "cli_deprecation": ("--strict-model-config=true",),
+        "invalid_platform": ("--disable-auto-complete-config",),
+    }
+
+    def build(case: Path) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            model = copy_model(case, repo)
+            if case.name == "invalid_platform":
+                (model / "1").mkdir()
+                generated = _generated(
+                    checkouts, repo.parent.parent, "gen_qa_models.py", "--onnx", "--libtorch"
+                )
+                onnx = generated / "onnx_float32_float32_float32" / "1" / "model.onnx"
+                shutil.copyfile(onnx, model / "1" / "model.onnx")
+            elif case.name == "runtime_escape":
+                (model / "1").mkdir()
+                (model / "dummy_runtime").mkdir()
+                (model / "dummy_runtime" / "libtriton_identity.so").touch()
+            elif case.name == "invalid_runtime":
+                (model / "1").mkdir()
+
+        return build
+
+    suites = []
+    for kind, label, level in (("cli_messages", "cli_messages", ""), ("special_cases", "special_case", "E")):
+        for case in sorted(p for p in (folder / kind).iterdir() if p.is_dir()):
+            log = f"inference_server.{label}_{case.name}.log"
+            name = f"{QA}L0_model_config/test.sh: {kind}/{case.name}"
+            suites.append(
+                Suite(
+                    f"qa-model_config-{kind}-{case.name}",
+                    build(case),
+                    (_logged(name, case, log, level, folder),),
+                    (*flags.get(case.name, ()), f"--backend-directory={STAND_IN_BACKENDS}"),
+                    log_link=folder / log,
+                    fails_to_start=True,
+                )
+            )
+    return suites
+
+
+def model_metrics(checkouts: Checkouts) -> list[Suite]:
+    """``model_metrics``: qa's decoupled ``async_execute_decouple`` model with a ``model_metrics``
+    section (histogram buckets of a metric family), under ``--metrics-config histogram_latencies=true``:
+    valid sections start, a family Triton cannot customize starts with a warning, incomplete sections
+    fail the load in Triton's words."""
+    folder = checkouts.qa / "L0_model_config"
+    source = checkouts.qa / "python_models" / "async_execute_decouple"
+
+    def build(case: Path) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            model = copy_model(case, repo)
+            (model / "1").mkdir()
+            shutil.copyfile(source / "model.py", model / "1" / "model.py")
+            config = (source / "config.pbtxt").read_text() + (case / "partial.pbtxt").read_text()
+            (model / "config.pbtxt").write_text(config)
+
+        return build
+
+    suites = []
+    for group in ("valid_config", "valid_config_with_warn", "invalid_config"):
+        for case in sorted(p for p in (folder / "model_metrics" / group).iterdir() if p.is_dir()):
+            relative = f"model_metrics/{group}/{case.name}"
+            log = f"inference_server.{relative.replace('/', '.')}.log"
+            name = f"{QA}L0_model_config/test.sh: {relative}"
+            started = Script(name, ("curl", "-sf", "{http}/v2/health/ready"), folder)
+            scripts = {
+                "valid_config": (started,),
+                "valid_config_with_warn": (_logged(name, case, log, "W", folder),),
+                "invalid_config": (_logged(name, case, log, "E", folder),),
+            }[group]
+            suites.append(
+                Suite(
+                    f"qa-model_config-{relative.replace('/', '-')}",
+                    build(case),
+                    scripts,
+                    ("--metrics-config", "histogram_latencies=true"),
+                    log_link=folder / log,
+                    fails_to_start=group == "invalid_config",
+                )
+            )
+    return suites
+
+
 def config_suites(checkouts: Checkouts) -> list[Suite]:
-    return [*noautofill_platform(checkouts), *autofill_noplatform(checkouts)]
+    return [
+        *noautofill_platform(checkouts),
+        *autofill_noplatform(checkouts),
+        *autofill_noplatform_success(checkouts),
+        *special_cases(checkouts),
+        *model_metrics(checkouts),
+    ]
