@@ -8,8 +8,11 @@ failed to start; the same configs are tried under each platform of test.sh's ``T
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -377,8 +380,55 @@ def model_metrics(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def config_json(checkouts: Checkouts) -> list[Suite]:
+    """``qa/L0_config_json``: ``/config``'s JSON text as Triton prints it (dims, reshapes, a specific
+    version policy, queue policies, sequence batching, an ensemble's step versions, warmup inputs,
+    uint64 priorities and timeouts as numbers, fields in their declared order), each trial on a
+    server of its own.  test.sh's own lines run: each trial's preparation (its ``cp``/``sed``/``echo``
+    into ``models``, ``$DATADIR`` holding NVIDIA's generated models) before the server starts, then
+    its ``curl``/``grep -o`` checks against the server."""
+    folder = checkouts.qa / "L0_config_json"
+    text = (folder / "test.sh").read_text()
+
+    def build(preparation: str) -> Callable[[Path], None]:
+        def build(repo: Path) -> None:
+            work = repo.parent.parent
+            datadir = work / "datadir-config_json"
+            if not datadir.exists():
+                datadir.mkdir()
+                generated = _generated(checkouts, work, "gen_qa_models.py", "--onnx", "--libtorch")
+                (datadir / "qa_model_repository").symlink_to(generated)
+            for config in folder.glob("*.pbtxt"):
+                shutil.copyfile(config, repo.parent / config.name)
+            env = {**os.environ, "DATADIR": str(datadir)}
+            subprocess.run(["bash", "-ec", preparation], cwd=repo.parent, env=env, check=True)
+
+        return build
+
+    suites = []
+    chunks = re.split(r"^TRIAL=", text, flags=re.MULTILINE)
+    for before, block in itertools.pairwise(chunks):
+        trial, body = block.split("\n", 1)
+        preparation, rest = body.split("\nrun_server\n", 1)
+        if "models" not in preparation:  # (the first trial's lines come before its TRIAL=)
+            preparation = before[before.rindex("rm -fr models") :]
+        checks = rest.split("\nkill $SERVER_PID", 1)[0]
+        script = f"RET=0\nTRIAL={trial}\n{checks}\nexit $RET\n".replace("{", "{{").replace("}", "}}")
+        name = f"{QA}L0_config_json/test.sh: {trial}"
+        suites.append(
+            Suite(
+                f"qa-config_json-{trial}",
+                build(preparation),
+                (Script(name, ("bash", "-c", script), folder, fixed_ports=True),),
+                (f"--backend-directory={STAND_IN_BACKENDS}",),
+            )
+        )
+    return suites
+
+
 def config_suites(checkouts: Checkouts) -> list[Suite]:
     return [
+        *config_json(checkouts),
         *noautofill_platform(checkouts),
         *autofill_noplatform(checkouts),
         *autofill_noplatform_success(checkouts),

@@ -1,9 +1,13 @@
-"""``ModelConfig`` as Triton renders it in JSON: proto field names, every field printed, int64 as numbers.
+"""``ModelConfig`` as Triton renders it in JSON: proto field names, every field printed, int64 as numbers,
+fields in the order the proto declares them.
 
 The same rendering is read by clients (``/v2/models/{m}/config``) and by Python models
 (``args["model_config"]``, ``auto_complete_config``'s ``as_dict()``), so both must come from one place.
 protobuf's own JSON writes 64-bit integers as strings; Triton writes numbers, and model code does
 arithmetic on ``dims`` and ``max_batch_size``, so every int64 field is turned back into an ``int``.
+Python's protobuf also prints the fields left at their defaults after the others, where Triton's (C++)
+printer keeps the declared order: tools that read the text (NVIDIA's ``L0_config_json`` greps
+``"4294967296":{"timeout_action":"REJECT",...}``) see Triton's order.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ def config_to_dict(config: Message) -> dict[str, Any]:
 
 
 def _ints(value: dict[str, Any], descriptor: Descriptor) -> dict[str, Any]:
+    if len(value) > 1:
+        order = {field.name: index for index, field in enumerate(descriptor.fields)}
+        value = dict(sorted(value.items(), key=lambda kv: order.get(kv[0], len(order))))
     for key, item in value.items():
         field = descriptor.fields_by_name.get(key)
         if field is None:
