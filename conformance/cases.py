@@ -22,6 +22,7 @@ from conformance.models import (
 from conformance.qa import QA_SKIPS, qa_suites
 from conformance.qa_batching import BATCHING_SKIPS, batching_suites
 from conformance.qa_config import CONFIG_SKIPS, config_suites
+from conformance.qa_status import STATUS_SKIPS, server_status
 from conformance.runner import Checkouts, Script, Skip, Suite, unclassified
 
 CLIENT = "client/"
@@ -321,6 +322,7 @@ def all_suites(checkouts: Checkouts) -> list[Suite]:
         *qa_suites(checkouts, example_repository(checkouts), eight_models(checkouts)),
         *batching_suites(checkouts),
         *config_suites(checkouts),
+        server_status(checkouts),
     ]
 
 
@@ -349,6 +351,7 @@ def skips(checkouts: Checkouts, suites: list[Suite]) -> list[Skip]:
         *PB_SKIPS,
         *QA_SKIPS,
         *CONFIG_SKIPS,
+        *STATUS_SKIPS,
         *BATCHING_SKIPS,
         *unclassified(checkouts.client_examples, "*.py", known_clients, CLIENT),
         *unclassified(checkouts.pb_examples, "*", known_pb, PB),

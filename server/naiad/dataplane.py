@@ -56,20 +56,23 @@ MIRRORS_IN_FLIGHT = 64
 
 SERVER_NAME = "triton"
 SERVER_VERSION = "2.51.0"
-#: Triton extensions this server implements (reported by ``GET /v2`` and ServerMetadata).
+#: Triton extensions this server implements (reported by ``GET /v2`` and ServerMetadata), in Triton 2.51's
+#: order (NVIDIA's ``L0_server_status`` looks for each; ``schedule_policy``: request priorities and
+#: timeouts under the dynamic batcher's queue policies).
 EXTENSIONS = [
+    "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
     "trace",
     "logging",
-    "classification",
-    "sequence",
-    "system_shared_memory",
-    "cuda_shared_memory",
 ]
 
 
