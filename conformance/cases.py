@@ -22,7 +22,7 @@ from conformance.models import (
 from conformance.qa import QA_SKIPS, qa_suites
 from conformance.qa_batching import BATCHING_SKIPS, batching_suites
 from conformance.qa_config import CONFIG_SKIPS, config_suites
-from conformance.qa_status import STATUS_SKIPS, server_status
+from conformance.qa_generated import GENERATED_SKIPS, client_nobatch, server_status
 from conformance.runner import Checkouts, Script, Skip, Suite, unclassified
 
 CLIENT = "client/"
@@ -323,6 +323,7 @@ def all_suites(checkouts: Checkouts) -> list[Suite]:
         *batching_suites(checkouts),
         *config_suites(checkouts),
         server_status(checkouts),
+        client_nobatch(checkouts),
     ]
 
 
@@ -351,7 +352,7 @@ def skips(checkouts: Checkouts, suites: list[Suite]) -> list[Skip]:
         *PB_SKIPS,
         *QA_SKIPS,
         *CONFIG_SKIPS,
-        *STATUS_SKIPS,
+        *GENERATED_SKIPS,
         *BATCHING_SKIPS,
         *unclassified(checkouts.client_examples, "*.py", known_clients, CLIENT),
         *unclassified(checkouts.pb_examples, "*", known_pb, PB),

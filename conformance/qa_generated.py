@@ -1,10 +1,12 @@
-"""NVIDIA's ``qa/L0_server_status``: server and model metadata, readiness per version and statistics
-on a repository served in POLL mode, before and after version folders are removed from it.
+"""NVIDIA's qa folders whose repository is ``$DATADIR/qa_model_repository`` as a whole:
+``L0_server_status`` (server and model metadata, readiness per version and statistics in POLL mode,
+before and after version folders are removed) and ``L0_client_nobatch`` (batched and unbatched
+requests to batching and non-batching models).
 
-Its repository is ``$DATADIR/qa_model_repository``: here the part NVIDIA's generator makes without
-TensorFlow or TensorRT (``gen_qa_models.py --onnx --libtorch``), without the BF16 ONNX graphs (ONNX
-Runtime has no CPU kernel for their ``Add``; Triton's CPU build fails to load them the same way, and
-with ``--exit-on-error`` neither server would start).
+Here that repository is the part NVIDIA's generator makes without TensorFlow or TensorRT
+(``gen_qa_models.py --onnx --libtorch``), without the BF16 ONNX graphs (ONNX Runtime has no CPU
+kernel for their ``Add``; Triton's CPU build fails to load them the same way, and with
+``--exit-on-error`` neither server would start).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ REMOVED = ("libtorch_int32_int32_int32/2", "libtorch_int32_int32_int32/3", "onnx
 SERVER_METADATA = ("test_basic", "test_unknown_model", "test_unknown_model_version")
 MODEL_METADATA = ("test_infer_stats_no_model_version", "test_model_versions_deleted")
 
-STATUS_SKIPS = (
+GENERATED_SKIPS = (
     *(
         Skip(f"{QA}{FOLDER}/server_status_test.py::{case}", "its models include TensorRT plans (image-only)")
         for case in (
@@ -37,7 +39,26 @@ STATUS_SKIPS = (
         "counts the statistics of every version of the whole qa_model_repository (144, with its TensorFlow "
         "and TensorRT models); here the repository's 79 ready versions get 79 (checked by hand)",
     ),
+    Skip(
+        f"{QA}L0_client_nobatch/test.sh: ./client_test",
+        "a C++ client NVIDIA's image builds; client_test.py runs",
+    ),
 )
+
+
+def _qa_model_repository(checkouts: Checkouts, repo: Path, prefix: str = "") -> None:
+    """``cp -r $DATADIR/qa_model_repository/<prefix>* models/.`` (see the module's note)."""
+    generated = _generated(checkouts, repo.parent.parent, "gen_qa_models.py", "--onnx", "--libtorch")
+    for model in sorted(generated.glob(f"{prefix}*")):
+        if model.is_dir() and "bf16" not in model.name:
+            shutil.copytree(model, repo / model.name)
+
+
+def client_nobatch(checkouts: Checkouts) -> Suite:
+    """test.sh's ``cp -r $DATADIR/qa_model_repository/onnx_* models/.``, then ``client_test.py``."""
+    folder = "L0_client_nobatch"
+    script = _unittest(checkouts, folder, "client_test.py")
+    return Suite("qa-client_nobatch", lambda repo: _qa_model_repository(checkouts, repo, "onnx_"), (script,))
 
 
 def server_status(checkouts: Checkouts) -> Suite:
@@ -46,10 +67,7 @@ def server_status(checkouts: Checkouts) -> Suite:
     on its own (``TRITON_SERVER_VERSION``, which NVIDIA's CI exports, is the version Naiad reports)."""
 
     def build(repo: Path) -> None:
-        generated = _generated(checkouts, repo.parent.parent, "gen_qa_models.py", "--onnx", "--libtorch")
-        for model in sorted(generated.iterdir()):
-            if model.is_dir() and "bf16" not in model.name:
-                shutil.copytree(model, repo / model.name)
+        _qa_model_repository(checkouts, repo)
 
     env = {"TRITON_SERVER_VERSION": "2.51.0"}
     remove = " ".join(f'"$SUITE/models/{version}"' for version in REMOVED)
