@@ -44,13 +44,12 @@ def _bool(text: str) -> bool:
 
 
 def _port(text: str) -> int:
+    """A port number; its range is checked once the flags say whether its frontend runs (Triton takes
+    any number for a frontend turned off: NVIDIA's ``L0_socket`` passes ``--http-port -47 --allow-http 0``)."""
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a port number, got '{text}'") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be between 0 and 65535, got {value}")
-    return value
 
 
 def _integer(text: str) -> int:
@@ -412,6 +411,14 @@ def _repo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerSettings:
     mode = ModelControlMode(args.model_control_mode)
+    for flag, port, allowed in (
+        ("--http-port", args.http_port, args.allow_http),
+        ("--grpc-port", args.grpc_port, args.allow_grpc),
+        ("--metrics-port", args.metrics_port, args.allow_metrics),
+        ("--openai-port", args.openai_port, args.openai_port is not None),
+    ):
+        if allowed and not 0 <= port <= 65535:
+            parser.error(f"argument {flag}: port must be between 0 and 65535, got {port}")
     for location in args.model_repositories:
         if "://" in location and not location.startswith(("s3://", "gs://")):
             parser.error(f"--model-repository={location}: expected a folder, s3://... or gs://...")

@@ -127,6 +127,9 @@ def test_defaults_change_nothing() -> None:
         # (a flag of Triton releases after 2.51: qa/L0_sequence_stress starts no server with these)
         ("--grpc-infer-thread-count=1", "invalid argument for --grpc_infer_thread_count. Must be in the range 2"),
         ("--grpc-infer-thread-count=129", "invalid argument for --grpc_infer_thread_count. Must be in the range"),
+        ("--http-port=-47", "argument --http-port: port must be between 0 and 65535, got -47"),
+        ("--grpc-port=65536 --allow-http=false", "argument --grpc-port: port must be between 0 and 65535, got 65536"),
+        ("--metrics-port=http", "argument --metrics-port: expected a port number, got 'http'"),
     ],
 )
 def test_malformed_values_are_usage_errors(flag: str, error: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,6 +137,13 @@ def test_malformed_values_are_usage_errors(flag: str, error: str, capsys: pytest
         parse_settings(["--model-repository=/models", *flag.split(" ")])
     assert caught.value.code == 2
     assert error in capsys.readouterr().err
+
+
+def test_a_frontend_turned_off_takes_any_port_number_as_triton_does() -> None:
+    """NVIDIA's ``L0_socket`` starts servers with ``--http-port -47 --allow-http 0`` (and the gRPC twin)."""
+    settings = parse_settings(["--model-repository=/m", "--http-port=-47", "--allow-http=0", "--grpc-port=70000",
+                               "--allow-grpc=false", "--metrics-port=-1", "--allow-metrics=false"])  # fmt: skip
+    assert (settings.allow_http, settings.allow_grpc, settings.allow_metrics) == (False, False, False)
 
 
 def test_the_server_is_named_and_traced_as_its_flags_say(frontend_workers: int, tmp_path: Path) -> None:  # noqa: F811
