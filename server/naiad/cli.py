@@ -45,7 +45,8 @@ def _bool(text: str) -> bool:
 
 def _port(text: str) -> int:
     """A port number; its range is checked once the flags say whether its frontend runs (Triton takes
-    any number for a frontend turned off: NVIDIA's ``L0_socket`` passes ``--http-port -47 --allow-http 0``)."""
+    any number for a frontend turned off: NVIDIA's ``L0_socket`` passes ``--http-port -47
+    --allow-http 0``)."""
     try:
         return int(text)
     except ValueError:
