@@ -39,7 +39,9 @@ def _completed(text: str) -> mc.ModelConfig:
 def test_a_batching_model_prefers_its_max_batch_size_as_triton_writes_it() -> None:
     config = _completed('name: "m" backend: "python" max_batch_size: 8 dynamic_batching { }')
     assert list(config.dynamic_batching.preferred_batch_size) == [8]
-    given = _completed('name: "m" backend: "python" max_batch_size: 8 dynamic_batching { preferred_batch_size: 2 }')
+    given = _completed(
+        'name: "m" backend: "python" max_batch_size: 8 dynamic_batching { preferred_batch_size: 2 }'
+    )
     assert list(given.dynamic_batching.preferred_batch_size) == [2]
     unbatched = _completed('name: "m" backend: "python" dynamic_batching { }')
     assert list(unbatched.dynamic_batching.preferred_batch_size) == []
@@ -132,7 +134,9 @@ def test_a_runtime_library_is_looked_for_where_triton_looks_and_may_not_escape(t
     (escaping / "elsewhere" / "lib.so").touch()
     write_model(repo, "own", runtime.format("own", "libtriton_python.so"), model_py)
     backends.mkdir()
-    with ServerProcess([repo], ["--model-control-mode=explicit", f"--backend-directory={backends}"]) as server:
+    with ServerProcess(
+        [repo], ["--model-control-mode=explicit", f"--backend-directory={backends}"]
+    ) as server:
         code, error = _load_error(server, "missing")
         assert code == 400
         assert error == (
@@ -157,7 +161,10 @@ def test_a_runtime_library_is_looked_for_where_triton_looks_and_may_not_escape(t
 def test_a_config_that_does_not_poll_is_logged_in_tritons_words(tmp_path: Path) -> None:
     write_model(tmp_path, "odd", 'name: "odd" platform: "onnxruntim"' + TENSORS)
     with ServerProcess([tmp_path], ["--model-control-mode=explicit"]) as server:
-        assert _load_error(server, "odd") == (500, "failed to load 'odd', failed to poll from model repository")
+        assert _load_error(server, "odd") == (
+            500,
+            "failed to load 'odd', failed to poll from model repository",
+        )
         log = server.log()
     assert "Poll failed for model directory 'odd': unexpected platform type 'onnxruntim' for odd" in log
 
@@ -177,3 +184,37 @@ def test_an_unknown_metric_family_is_ignored_with_tritons_warning(tmp_path: Path
         "Metric family 'nv_inference_request_success' in 'metric_identifier' is not a customizable metric "
         "in Triton core." in log
     )
+
+
+def test_io_and_instance_group_faults_fail_the_versions_and_the_answer_says_why(tmp_path: Path) -> None:
+    """As Triton checks them when it creates the model (after auto-complete): the load API's 400 and
+    the index carry the reason; with auto-complete off it checks inputs and outputs at poll (500)."""
+    model_py = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+    image = 'name: "image" backend: "python" input [{ name: "I" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 4 ] }]'
+    write_model(tmp_path, "image", image, model_py)
+    profiled = (
+        'name: "profiled" backend: "python"' + TENSORS + 'instance_group [{ kind: KIND_CPU profile: "0" }]'
+    )
+    write_model(tmp_path, "profiled", profiled, model_py)
+    reason = "Invalid argument: model input NHWC/NCHW require 3 dims for image"
+    with ServerProcess([tmp_path], ["--model-control-mode=explicit"]) as server:
+        assert _load_error(server, "image") == (
+            400,
+            f"load failed for model 'image': version 1 is at UNAVAILABLE state: {reason};\n",
+        )
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            index = client.get_model_repository_index().models
+        assert [(m.name, m.state, m.reason) for m in index if m.name == "image"] == [
+            ("image", "UNAVAILABLE", reason)
+        ]
+    flags = ["--model-control-mode=explicit", "--disable-auto-complete-config"]
+    with ServerProcess([tmp_path], flags) as server:
+        assert _load_error(server, "image") == (
+            500,
+            "failed to load 'image', failed to poll from model repository",
+        )
+        code, error = _load_error(server, "profiled")  # (instance groups: when the versions load, always)
+        log = server.log()
+    assert "Poll failed for model directory 'image': model input NHWC/NCHW require 3 dims for image" in log
+    assert code == 400
+    assert "and platform specifies profile field which is only supported for TensorRT models" in error

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 from naiad.core.errors import InvalidArgumentError
-from naiad.repository.config import normalize, resolve_backend
+from naiad.repository.config import normalize, resolve_backend, version_problem
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.support.models import write_model
@@ -39,10 +39,15 @@ sequence_batching {
 
 
 def _refusal(text: str, gpu_count: int = 0) -> str:
+    """Why the config is refused when polled, or else when its versions load (instance groups)."""
     config = text_format.Parse(text, mc.ModelConfig())
-    with pytest.raises(InvalidArgumentError) as refused:
+    try:
         normalize(config, "m", gpu_count)
-    return str(refused.value)
+    except InvalidArgumentError as refused:
+        return str(refused)
+    problem = version_problem(config, gpu_count, check_io=True)
+    assert problem.startswith("Invalid argument: "), "refused neither at poll nor at load"
+    return problem.removeprefix("Invalid argument: ")
 
 
 @pytest.mark.parametrize(
@@ -80,6 +85,12 @@ def _refusal(text: str, gpu_count: int = 0) -> str:
          "instance group m_0 of model m specifies invalid or unsupported gpu id 42. GPUs with at least the "
          "minimum required CUDA compute compatibility of 6.000000 are: "),
         ("instance_group [{ kind: KIND_GPU }]", "instance group m_0 of model m has kind KIND_GPU but no GPUs are available"),
+        ("instance_group [{ kind: KIND_MODEL gpus: [ 0 ] }]",
+         "instance group m_0 of model m has kind KIND_MODEL but specifies one or more GPUs"),
+        # (Triton's sentence has no space before "specifies")
+        ('instance_group [{ kind: KIND_CPU profile: [ "0" ] }]',
+         "instance group m_0 of model m and platform onnxruntime_onnxspecifies profile field which is only "
+         "supported for TensorRT models"),
     ],
 )  # fmt: skip
 def test_sections_are_refused_in_tritons_words(extra: str, message: str) -> None:
@@ -107,6 +118,37 @@ def test_sections_are_refused_in_tritons_words(extra: str, message: str) -> None
 def test_tensors_are_refused_in_tritons_words(tensor: str, message: str) -> None:
     text = BASE.replace('input [{ name: "input" data_type: TYPE_FP32 dims: [ 4 ] }]', f"input [{tensor}]")
     assert _refusal(text) == message
+
+
+@pytest.mark.parametrize(
+    ("platform", "tensor", "message"),
+    [
+        ("onnxruntime_onnx", '{ name: "input" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 4 ] }',
+         "model input NHWC/NCHW require 3 dims for m"),
+        ("onnxruntime_onnx", '{ name: "input" data_type: TYPE_INT32 dims: [ 4 ] is_shape_tensor: true }',
+         "shape tensors are only supported for TensorRT platform for m"),
+        ("pytorch_libtorch", '{ name: "input" data_type: TYPE_FP32 dims: [ 4 ] is_non_linear_format_io: true }',
+         "Non-linear IO format is only supported for the TensorRT platform for m"),
+        ("tensorrt_plan", '{ name: "input" data_type: TYPE_FP32 dims: [ 4 ] is_non_linear_format_io: true }',
+         "Non-linear IO format input requires 3 dims for m"),
+    ],
+)  # fmt: skip
+def test_what_only_some_platforms_take_is_refused_in_tritons_words(platform: str, tensor: str, message: str) -> None:
+    text = BASE.replace('input [{ name: "input" data_type: TYPE_FP32 dims: [ 4 ] }]', f"input [{tensor}]")
+    assert _refusal(text.replace("onnxruntime_onnx", platform)) == message
+
+
+def test_tensorrt_profiles_are_integers_of_0_or_more() -> None:
+    text = BASE.replace("onnxruntime_onnx", "tensorrt_plan")
+    group = 'instance_group [{ kind: KIND_CPU profile: [ "%s" ] }]'
+    assert _refusal(text + group % "-1") == (
+        "instance group m_0 of model m and platform tensorrt_plan specifies invalid profile -1. The field "
+        "should contain the string representation of a non-negative integer."
+    )
+    assert _refusal(text + group % "first") == "unable to parse 'first': stoi"
+    config = text_format.Parse(text + group % "1", mc.ModelConfig())
+    normalize(config, "m")
+    assert list(config.instance_group[0].profile) == ["1"]
 
 
 @pytest.mark.parametrize(

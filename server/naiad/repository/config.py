@@ -81,6 +81,7 @@ _NAMED_BY = [
 #: The CUDA compute capability Triton's messages name (its ``--min-supported-compute-capability``).
 MIN_COMPUTE_CAPABILITY = 6.0
 
+
 def parse_text(text: str, source: str = CONFIG_FILE) -> mc.ModelConfig:
     """Parse protobuf text format; errors name the file, the position and the fault as Triton's (C++)
     parser words them, so that what a Triton user greps for in the log is there."""
@@ -256,10 +257,11 @@ def _fill_model_filename(config: mc.ModelConfig) -> None:
             config.default_model_filename = filename
 
 
-def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
-    """Fill Triton's defaults in place and check the fields every backend relies on (in Triton's
+def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0, *, check_io: bool = True) -> None:
+    """Fill Triton's defaults in place and check what Triton checks when it polls a model (in its
     order: the config's own rules, naming it as it names itself, before its name is matched to its
-    folder's)."""
+    folder's).  ``check_io``: the inputs and outputs too, as Triton checks them at poll only when
+    auto-complete is off (otherwise when a version loads: :func:`version_problem`)."""
     config.name = config.name or name
     if config.max_batch_size < 0:
         raise InvalidArgumentError(f"'max_batch_size' must be non-negative value for {config.name}")
@@ -268,7 +270,8 @@ def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
     elif config.version_policy.HasField("latest") and config.version_policy.latest.num_versions < 1:
         raise InvalidArgumentError(f"version_policy latest num_versions must be >= 1 for '{name}'")
     validate_model_config(config)
-    validate_io(config)
+    if check_io:
+        _check_io(config)
     if config.name != name:
         raise InvalidArgumentError(
             f"model name in config.pbtxt '{config.name}' does not match the directory name '{name}'"
@@ -279,10 +282,30 @@ def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0) -> None:
         config.optimization.input_pinned_memory.enable = True
         config.optimization.output_pinned_memory.enable = True
     _normalize_io(config)
-    _validate_batch_io(config)
     refuse_uncacheable(config)
     if config.platform != "ensemble":
-        _normalize_instance_groups(config, gpu_count)
+        _fill_instance_groups(config, gpu_count)
+
+
+def version_problem(config: mc.ModelConfig, gpu_count: int, *, check_io: bool) -> str:
+    """Why every version of a polled model fails before an instance is made, with Triton's status
+    prefix, or "": what Triton checks as it creates the model (its instance groups, then, with
+    auto-complete on, its inputs and outputs).  A version failure, not the poll's: the load API's
+    answer, the index and the log carry the reason."""
+    try:
+        if config.platform != "ensemble":
+            _check_instance_groups(config, gpu_count)
+        if check_io:
+            _check_io(config)
+    except InvalidArgumentError as exc:
+        return f"Invalid argument: {exc.message}"
+    return ""
+
+
+def _check_io(config: mc.ModelConfig) -> None:
+    """Triton's ``ValidateModelIOConfig``: each tensor, then the batch inputs and outputs."""
+    validate_io(config)
+    _validate_batch_io(config)
 
 
 def _fill_scheduling_defaults(config: mc.ModelConfig) -> None:
@@ -344,7 +367,9 @@ def _validate_batch_io(config: mc.ModelConfig) -> None:
         raise InvalidArgumentError(f"{problems[0]} for {config.name}")
 
 
-def _normalize_instance_groups(config: mc.ModelConfig, gpu_count: int) -> None:
+def _fill_instance_groups(config: mc.ModelConfig, gpu_count: int) -> None:
+    """Triton's instance group defaults: one group named after the model, names, kinds, counts, and
+    every GPU for a GPU group that lists none."""
     if not config.instance_group:
         group = config.instance_group.add()
         group.name = config.name
@@ -360,13 +385,21 @@ def _normalize_instance_groups(config: mc.ModelConfig, gpu_count: int) -> None:
         if group.count < 1:  # Triton gives two CPU instances to the backends that opted in
             several = group.kind == mc.ModelInstanceGroup.KIND_CPU and config.backend in TWO_CPU_INSTANCES
             group.count = 2 if several else 1
-        if group.kind == mc.ModelInstanceGroup.KIND_CPU and group.gpus:
-            raise InvalidArgumentError(
-                f"instance group {group.name} of model {config.name} has kind KIND_CPU but specifies one "
-                "or more GPUs"
-            )
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU and not group.gpus:
+            group.gpus.extend(range(gpu_count))
+
+
+def _check_instance_groups(config: mc.ModelConfig, gpu_count: int) -> None:
+    """Triton's ``ValidateInstanceGroup``, in its words."""
+    for group in config.instance_group:
+        for kind in (mc.ModelInstanceGroup.KIND_CPU, mc.ModelInstanceGroup.KIND_MODEL):
+            if group.kind == kind and group.gpus:
+                raise InvalidArgumentError(
+                    f"instance group {group.name} of model {config.name} has kind "
+                    f"{mc.ModelInstanceGroup.Kind.Name(kind)} but specifies one or more GPUs"
+                )
         if group.kind == mc.ModelInstanceGroup.KIND_GPU:
-            if not group.gpus and gpu_count == 0:
+            if not group.gpus:
                 raise InvalidArgumentError(
                     f"instance group {group.name} of model {config.name} has kind KIND_GPU but no "
                     "GPUs are available"
@@ -379,8 +412,30 @@ def _normalize_instance_groups(config: mc.ModelConfig, gpu_count: int) -> None:
                         f"compute compatibility of {MIN_COMPUTE_CAPABILITY:.6f} are: "
                         + ", ".join(str(i) for i in range(gpu_count))
                     )
-            if not group.gpus:
-                group.gpus.extend(range(gpu_count))
+        _check_profiles(group, config)
+
+
+def _check_profiles(group: mc.ModelInstanceGroup, config: mc.ModelConfig) -> None:
+    """A group's ``profile`` list (TensorRT optimization profiles) in Triton core's words: TensorRT
+    models only (its sentence lacks a space before "specifies"), each an integer of 0 or more, read
+    as C++'s ``stoi`` reads it (leading digits)."""
+    if not group.profile:
+        return
+    where = f"instance group {group.name} of model {config.name} and platform {config.platform}"
+    if config.platform != "tensorrt_plan":
+        only = "specifies profile field which is only supported for TensorRT models"
+        raise InvalidArgumentError(f"{where}{only}")
+    for profile in group.profile:
+        if not profile:
+            raise InvalidArgumentError("profile name must not be empty")
+        digits = re.match(r"\s*[+-]?\d+", profile)
+        if digits is None:
+            raise InvalidArgumentError(f"unable to parse '{profile}': stoi")
+        if int(digits.group()) < 0:
+            raise InvalidArgumentError(
+                f"{where} specifies invalid profile {profile}. The field should contain the string "
+                "representation of a non-negative integer."
+            )
 
 
 def selected_versions(config: mc.ModelConfig, available: list[int]) -> list[int]:

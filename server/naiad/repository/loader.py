@@ -162,7 +162,8 @@ class ModelLoader:
                 log.debug("%s", text, extra={"heading": "Server side auto-completed config: "})
             self._resolve_runtime(config)
             failure = self._complete(config, location.path, versions)
-            cfg.normalize(config, name, self.gpu_count)
+            cfg.normalize(config, name, self.gpu_count, check_io=not self.auto_complete)
+            failure = failure or cfg.version_problem(config, self.gpu_count, check_io=self.auto_complete)
         except InferenceServerError as exc:
             raise PollError(exc.message) from exc
         except Exception as exc:  # a bug reading one model must not stop the server
@@ -180,7 +181,7 @@ class ModelLoader:
             name=name,
             path=location.path,
             config=config,
-            signature=cfg.signature_of(config),
+            signature=cfg.signature_of(config) if not failure else ModelSignature(name, 0, (), ()),
             config_json=cfg.to_json(config),
             versions=selected,
             fingerprints=fingerprints,

@@ -74,13 +74,33 @@ def _ensemble(config: mc.ModelConfig) -> None:
 
 
 def validate_io(config: mc.ModelConfig) -> None:
-    """Each input's and output's name, type, dims and reshape (Triton's ``ValidateIOShape``)."""
+    """Each input's and output's name, type, dims and reshape (Triton's ``ValidateIOShape``), then
+    what only some platforms take (``ValidateModelInput``/``Output``): image formats of 3 dims, and
+    shape tensors and non-linear formats for TensorRT alone."""
     batching = config.max_batch_size > 0
     for prefix, tensors in (("model input", config.input), ("model output", config.output)):
         for tensor in tensors:
             problem = _io_problem(tensor, batching)
-            if problem:
-                raise InvalidArgumentError(f"{prefix} {problem} for {config.name}")
+            sentence = f"{prefix} {problem}" if problem else _platform_problem(tensor, config.platform)
+            if sentence:
+                raise InvalidArgumentError(f"{sentence} for {config.name}")
+
+
+def _platform_problem(tensor: mc.ModelInput | mc.ModelOutput, platform: str) -> str:
+    """Triton's sentence for a tensor its model's platform cannot take, or ""."""
+    image = (mc.ModelInput.FORMAT_NHWC, mc.ModelInput.FORMAT_NCHW)
+    if isinstance(tensor, mc.ModelInput) and tensor.format in image and len(tensor.dims) != 3:
+        return "model input NHWC/NCHW require 3 dims"
+    tensorrt = platform == "tensorrt_plan"
+    if tensor.is_shape_tensor and not tensorrt:
+        return "shape tensors are only supported for TensorRT platform"
+    if tensor.is_non_linear_format_io:
+        if not tensorrt:
+            return "Non-linear IO format is only supported for the TensorRT platform"
+        if len(tensor.dims) != 3:
+            kind = "input" if isinstance(tensor, mc.ModelInput) else "output"
+            return f"Non-linear IO format {kind} requires 3 dims"
+    return ""
 
 
 def _dynamic_batching(section: mc.ModelDynamicBatching, max_batch_size: int, name: str) -> None:
