@@ -116,6 +116,17 @@ CONFIG_SKIPS = (
 )
 
 
+def _layout(folder: Path, group: str) -> tuple[set[str], set[str], list[Path]]:
+    """What test.sh does with ``group`` (``autofill_noplatform`` or ``autofill_noplatform_success``),
+    read from test.sh itself: the model folders it gives a version folder, the Python models it gives
+    their own ``model.py``; and the group's cases run here."""
+    script_text = (folder / "test.sh").read_text()
+    versioned = set(re.findall(rf"({group}/[\w./-]+)/1\b", script_text))
+    own_python = set(re.findall(rf"^\s+({group}/python/[\w/]+) [\\;]", script_text, re.MULTILINE))
+    kinds = [k for k in sorted((folder / group).iterdir()) if k.name not in AUTOFILL_ELSEWHERE]
+    return versioned, own_python, [p for kind in kinds for p in sorted(kind.iterdir()) if p.is_dir()]
+
+
 def autofill_noplatform(checkouts: Checkouts) -> list[Suite]:
     """``autofill_noplatform``: models whose configs auto-complete fails or contradicts (ONNX and
     TorchScript models whose tensors differ from their configs, Python models whose
@@ -124,13 +135,7 @@ def autofill_noplatform(checkouts: Checkouts) -> list[Suite]:
     must not start and must say why in one of the case's expected sentences.  The version folders and
     model files are the ones test.sh puts there (its lists read from test.sh itself)."""
     folder = checkouts.qa / "L0_model_config"
-    script_text = (folder / "test.sh").read_text()
-    versioned = set(re.findall(r"(autofill_noplatform/[\w./-]+)/1\b", script_text))
-    pattern = r"^\s+(autofill_noplatform/python/\w+) [\\;]"
-    own_python = set(re.findall(pattern, script_text, re.MULTILINE))
-    everything = sorted((folder / "autofill_noplatform").iterdir())
-    kinds = [k for k in everything if k.name not in AUTOFILL_ELSEWHERE]
-    cases = [p for kind in kinds for p in sorted(kind.iterdir()) if p.is_dir()]
+    versioned, own_python, cases = _layout(folder, "autofill_noplatform")
 
     def prepare(model: Path, source: Path, work: Path) -> None:
         """What test.sh puts in one model's folder (``source``: where it is in the qa checkout)."""
@@ -217,13 +222,7 @@ def autofill_noplatform_success(checkouts: Checkouts) -> list[Suite]:
     field for field (defaults, instance group names, dynamic batching, optimization, filenames).
     The expected files are read as on a machine without GPUs (``_on_cpu_expected``)."""
     folder = checkouts.qa / "L0_model_config"
-    script_text = (folder / "test.sh").read_text()
-    versioned = set(re.findall(r"(autofill_noplatform_success/[\w./-]+)/1\b", script_text))
-    pattern = r"^\s+(autofill_noplatform_success/python/[\w/]+) [\\;]"
-    own_python = set(re.findall(pattern, script_text, re.MULTILINE))
-    everything = sorted((folder / "autofill_noplatform_success").iterdir())
-    kinds = [k for k in everything if k.name not in AUTOFILL_ELSEWHERE]
-    cases = [p for kind in kinds for p in sorted(kind.iterdir()) if p.is_dir()]
+    versioned, own_python, cases = _layout(folder, "autofill_noplatform_success")
     cases = [p for p in cases if f"{p.parent.name}/{p.name}" not in NEWER_THAN_251]
 
     def prepare(model: Path, source: Path, work: Path) -> None:
