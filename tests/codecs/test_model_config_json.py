@@ -29,7 +29,9 @@ def _text(config: mc.ModelConfig) -> str:
 
 def test_fields_keep_their_declared_order_whether_set_or_default() -> None:
     text = _text(text_format.Parse(CONFIG, mc.ModelConfig()))
-    assert text.startswith('{"name":"m","platform":"","backend":"python","runtime":"","max_batch_size":1,"input":[]')
+    assert text.startswith(
+        '{"name":"m","platform":"","backend":"python","runtime":"","max_batch_size":1,"input":[]'
+    )
     # REJECT is the enum's default: Python's printer would put it last, Triton's keeps it first
     policy = (
         '"4294967296":{"timeout_action":"REJECT","default_timeout_microseconds":18446744073709551615,'
@@ -41,7 +43,20 @@ def test_fields_keep_their_declared_order_whether_set_or_default() -> None:
 
 
 def test_64_bit_integers_are_numbers_everywhere() -> None:
-    config = text_format.Parse('name: "m" input [{ name: "x" dims: [ -1, 9007199254740993 ] }]', mc.ModelConfig())
+    config = text_format.Parse(
+        'name: "m" input [{ name: "x" dims: [ -1, 9007199254740993 ] }]', mc.ModelConfig()
+    )
     rendered = config_to_dict(config)
     assert rendered["input"][0]["dims"] == [-1, 9007199254740993]
     assert rendered["max_batch_size"] == 0
+
+
+def test_fields_newer_than_triton_2_51_show_only_when_set() -> None:
+    """(2.51's proto has no ``max_inflight_requests``: its ``/config`` of an ensemble shows none.)"""
+    text = (
+        'name: "e" platform: "ensemble" ensemble_scheduling { step [{ model_name: "m" model_version: -1 }] }'
+    )
+    config = text_format.Parse(text, mc.ModelConfig())
+    assert "max_inflight_requests" not in config_to_dict(config)["ensemble_scheduling"]
+    config.ensemble_scheduling.max_inflight_requests = 4
+    assert config_to_dict(config)["ensemble_scheduling"]["max_inflight_requests"] == 4

@@ -19,6 +19,10 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+#: Fields newer than Triton 2.51's ``model_config.proto`` (tritonclient's is newer), printed only when
+#: set: 2.51 does not know them, so its text has none at their defaults.
+_NEWER_THAN_251 = {"inference.ModelEnsembling": frozenset({"max_inflight_requests"})}
+
 _INT64_TYPES = {
     FieldDescriptor.TYPE_INT64,
     FieldDescriptor.TYPE_UINT64,
@@ -39,6 +43,9 @@ def config_to_dict(config: Message) -> dict[str, Any]:
 
 
 def _ints(value: dict[str, Any], descriptor: Descriptor) -> dict[str, Any]:
+    for name in _NEWER_THAN_251.get(descriptor.full_name, ()):
+        if value.get(name) in (0, "0"):
+            del value[name]
     if len(value) > 1:
         order = {field.name: index for index, field in enumerate(descriptor.fields)}
         value = dict(sorted(value.items(), key=lambda kv: order.get(kv[0], len(order))))
