@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -435,8 +436,45 @@ def config_json(checkouts: Checkouts) -> list[Suite]:
     return suites
 
 
+def backend_config(checkouts: Checkouts) -> list[Suite]:
+    """``qa/L0_backend_config``'s test.sh, whole: the global and per-backend ``--backend-config``
+    settings as the server resolves and logs them (``default-max-batch-size`` overridden or added,
+    the ``backend configuration:`` JSON and its count of settings), malformed options stopping the
+    server, and ONNX Runtime's auto-complete with ``default-max-batch-size`` 5 (``/config``, and the
+    dynamic batcher's start line) and 0.  It starts its servers itself, on ports 8000-8002: its
+    ``$SERVER`` is Naiad's ``tritonserver`` and ``/data/inferenceserver/$REPO_VERSION`` holds
+    NVIDIA's ``gen_qa_models.py --onnx`` models; nothing else of it changes."""
+    folder = checkouts.qa / "L0_backend_config"
+    text = (folder / "test.sh").read_text()
+    for path in ("SERVER=/opt/tritonserver/bin/tritonserver", "/data/inferenceserver/${REPO_VERSION}"):
+        if path not in text:  # (a newer test.sh: say so rather than run something else)
+            raise ValueError(f"{folder}/test.sh no longer has {path!r}")
+    text = text.replace("SERVER=/opt/tritonserver/bin/tritonserver", "SERVER=$NAIAD_SERVER")
+    text = text.replace("/data/inferenceserver/${REPO_VERSION}", "$NAIAD_DATADIR")
+
+    def build(repo: Path) -> None:
+        suite = repo.parent
+        generated = _generated(checkouts, suite.parent, "gen_qa_models.py", "--onnx")
+        (suite / "data").mkdir()
+        (suite / "data" / "qa_model_repository").symlink_to(generated)
+        server = suite / "tritonserver"
+        server.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m naiad serve "$@"\n')
+        server.chmod(0o755)
+
+    script = Script(
+        f"{QA}L0_backend_config/test.sh",
+        ("bash", "-c", text.replace("{", "{{").replace("}", "}}"), "test.sh", "naiad"),
+        folder,
+        expect=r"\*\*\* Test Passed",
+        fixed_ports=True,
+    )
+    paths = {"NAIAD_SERVER": "{suite}/tritonserver", "NAIAD_DATADIR": "{suite}/data"}
+    return [Suite("qa-backend_config", build, (script,), script_env=paths, serves=False)]
+
+
 def config_suites(checkouts: Checkouts) -> list[Suite]:
     return [
+        *backend_config(checkouts),
         *config_json(checkouts),
         *noautofill_platform(checkouts),
         *autofill_noplatform(checkouts),

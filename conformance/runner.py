@@ -124,6 +124,9 @@ class Suite:
     #: Where the test reads the server's standard error, kept apart from its output (a test.sh's
     #: ``SERVER_ERROR_LOG``): a link to it is made there.
     error_log_link: Path | None = None
+    #: False: the scripts start their servers themselves (a whole test.sh whose ``$SERVER`` is Naiad's
+    #: ``tritonserver``), so none is started for them.
+    serves: bool = True
 
 
 @dataclass(frozen=True)
@@ -456,6 +459,11 @@ def run_suite(suite: Suite, work: Path, out: TextIO, log: TextIO) -> list[Verdic
         suite.build(repository)
     except Exception as error:  # a suite that cannot be built fails its scripts, not the run
         emit(Verdict(s.name, "FAIL", f"model repository not built: {error!r}") for s in suite.scripts)
+        return verdicts
+    if not suite.serves:
+        known = {key: value.format(suite=folder) for key, value in suite.script_env.items()}
+        for script in suite.scripts:
+            emit(run_script(script, free_ports(), log, known))
         return verdicts
     env = {key: value.format(suite=folder) for key, value in suite.server_env.items()}
     args = tuple(arg.format(suite=folder) for arg in suite.server_args)

@@ -23,6 +23,7 @@ import time
 from naiad import log_settings, triton_flags
 from naiad.backends.gpus import gpu_count
 from naiad.backends.runtime import Runtime
+from naiad.backends.settings import BackendSettings
 from naiad.core.allocator import pin_thresholds
 from naiad.core.cpu_policy import apply_cpu_policy
 from naiad.core.shm import SharedMemoryRegistry
@@ -71,6 +72,11 @@ async def serve(settings: ServerSettings) -> int:
         or settings.model_memory_budget is not None
         or settings.model_gpu_memory_budget is not None,
         backend_directory=settings.backend_directory,
+        settings=BackendSettings(
+            settings.backend_config,
+            auto_complete=not settings.disable_auto_complete_config,
+            backend_directory=settings.backend_directory,
+        ),
     )
     repository = ModelRepository(
         settings.model_repositories,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from naiad import log_settings, triton_flags
+from naiad.backends.settings import parse_option
 from naiad.core.cpu_policy import CPU_POLICIES
 from naiad.frontends.access.keyring import Keyring
 from naiad.frontends.access.restriction import parse_restrictions
@@ -144,17 +145,10 @@ def _message_size(text: str) -> int:
 
 def _backend_config(text: str) -> str:
     """``<backend>,<setting>=<value>`` or a global ``<setting>=<value>``, checked as Triton checks it."""
-    comma = text.find(",")
-    equals = text.find("=", comma + 1)
-    if comma == 0:
-        raise argparse.ArgumentTypeError(
-            "No backend specified. --backend-config option format is <backend name>,<setting>=<value> or "
-            f"<setting>=<value>. Got {text}"
-        )
-    if equals < 0 or equals == comma + 1 or equals == len(text) - 1:
-        raise argparse.ArgumentTypeError(
-            f"--backend-config option format is '<backend name>,<setting>=<value>'. Got {text}"
-        )
+    try:
+        parse_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 

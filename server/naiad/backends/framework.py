@@ -316,16 +316,19 @@ class DescribedTensor(Protocol):
 
 def complete_batching(
     config: mc.ModelConfig, tensors: Iterable[DescribedTensor], model_name: str, max_batch_size: int
-) -> None:
+) -> bool:
     """Triton's batching auto-complete: a model whose every tensor has a variable dim 0 batches.
 
     Such a model gets ``max_batch_size`` (the framework's default) when the config leaves it 0, and
     ``dynamic_batching {}`` when it batches and the config sets no scheduler; a model that cannot batch
-    while the config sets ``max_batch_size`` fails with ``autofill failed``.
+    while the config sets ``max_batch_size`` fails with ``autofill failed``.  Whether
+    ``max_batch_size`` was filled (backends say so in their words).
     """
+    filled = False
     if all(tensor.can_batch() for tensor in tensors):
         if config.max_batch_size == 0:
             config.max_batch_size = max_batch_size
+            filled = True
         has_scheduler = config.HasField("dynamic_batching") or config.HasField("sequence_batching")
         if config.max_batch_size > 1 and not has_scheduler:
             config.dynamic_batching.SetInParent()
@@ -334,6 +337,7 @@ def complete_batching(
             f"autofill failed for model '{model_name}': model does not support batching while "
             "non-zero max_batch_size is specified"
         )
+    return filled
 
 
 def complete_io(

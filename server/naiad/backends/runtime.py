@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from naiad.backends import registry
 from naiad.backends.base import Backend
+from naiad.backends.settings import BackendSettings
 from naiad.core.errors import UnavailableError
 from naiad.ipc.arena import SharedArenas
 
@@ -30,9 +31,16 @@ PYTHON_RUNTIME = "model.py"
 class Runtime:
     """The backends a server uses (each made once, when a model first needs it) and its BLS server."""
 
-    def __init__(self, shared_onnx_threads: bool = False, backend_directory: Path | None = None) -> None:
+    def __init__(
+        self,
+        shared_onnx_threads: bool = False,
+        backend_directory: Path | None = None,
+        settings: BackendSettings | None = None,
+    ) -> None:
         #: Where Python-based backends live (``--backend-directory``; see :meth:`python_based`).
         self.backend_directory = backend_directory
+        #: What ``--backend-config`` gives each backend (read by a backend when it is made).
+        self.settings = settings or BackendSettings(backend_directory=backend_directory)
         #: Whether ONNX Runtime sessions share the process-wide thread pools rather than own theirs:
         #: a server that loads and evicts models while it serves does (see
         #: :mod:`naiad.backends.onnxruntime.session`).  Process-wide once the backend exists.

@@ -240,6 +240,7 @@ class ModelLoader:
             problem = self._library_problem(config, model_dir, versions)
             if problem:
                 return problem
+        self.runtime.settings.announce("python" if config.runtime == PYTHON_RUNTIME else config.backend)
         try:
             backend = self._backend(config)
             if self.auto_complete:

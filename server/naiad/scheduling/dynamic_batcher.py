@@ -96,6 +96,8 @@ class DynamicBatchScheduler(LoopScheduler):
         self._next_delivery = 0
         self._finished_out_of_order: dict[int, Execution] = {}
         self._delay = start_delay.queued
+        if policy.dynamic_batching:  # (Triton's batcher thread runs at nice 0 and says so)
+            log.debug("Starting dynamic-batcher thread for %s at nice 0...", self._model_name)
         if self._delay:
             log.debug(
                 "Delaying batcher thread for %s until %d queued requests...", self._model_name, self._delay
@@ -325,6 +327,8 @@ class DynamicBatchScheduler(LoopScheduler):
         return self._queue.take(len(self._queue))
 
     def _stop_instances(self, timeout: float) -> None:
+        if self.policy.dynamic_batching:  # (the queue is drained: Triton's batcher thread ends here)
+            log.debug("Stopping dynamic-batcher thread for %s...", self._model_name)
         for _ in self._workers:
             self._jobs.put(None)
         for worker in self._workers:

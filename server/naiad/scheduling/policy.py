@@ -72,8 +72,9 @@ class PriorityLevels:
 class SchedulingPolicy:
     """Everything the scheduler needs to know about a model version.
 
-    ``batching`` is false for models without ``dynamic_batching`` (Triton's default scheduler: one
-    request per execution) and for models whose ``max_batch_size`` is 0.  ``levels`` are the priority
+    ``dynamic_batching`` says the config has that section; ``batching`` is false for models without it
+    (Triton's default scheduler: one request per execution) and for models whose ``max_batch_size``
+    is 0.  ``levels`` are the priority
     levels and their queue policies, highest priority first; ``default_level`` is an index into them.
     ``shape_inputs`` names the inputs whose shapes must agree for two requests to share a batch
     (variable-size, not ragged); ``value_inputs`` the shape tensors, whose contents must agree too;
@@ -81,6 +82,7 @@ class SchedulingPolicy:
     """
 
     model_name: str
+    dynamic_batching: bool = False
     batching: bool = False
     max_batch_size: int = 0
     preferred_batch_sizes: frozenset[int] = frozenset()
@@ -165,6 +167,7 @@ def policy_of(config: mc.ModelConfig) -> SchedulingPolicy:
     shape_inputs, value_inputs = equal_inputs(config)
     return SchedulingPolicy(
         model_name=name,
+        dynamic_batching=True,
         batching=max_batch_size > 0,
         max_batch_size=max_batch_size,
         preferred_batch_sizes=preferred,

@@ -15,6 +15,7 @@ dim 0 is taken to batch.  The rules (onnxruntime_backend ``AutoCompleteConfig``)
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from naiad.backends.framework import complete_batching, complete_io
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 #: Triton's ``--backend-config=onnxruntime,default-max-batch-size`` default.
 DEFAULT_MAX_BATCH_SIZE = 4
 PLATFORM = "onnxruntime_onnx"
+
+log = logging.getLogger(__name__)
 
 
 def needs_model(config: mc.ModelConfig) -> bool:
@@ -51,7 +54,14 @@ def complete(
     if not needs_model(config):
         return
     tensors = [*inputs.values(), *outputs.values()]
-    complete_batching(config, tensors, model_name, max(default_max_batch_size, 0))
+    if complete_batching(config, tensors, model_name, max(default_max_batch_size, 0)):
+        log.warning(  # (Triton's words, its misspelling too: logs are grepped)
+            "autofilled max_batch_size to %d for model '%s' since batching is supporrted but no "
+            "max_batch_size is specified in model configuration. Must specify max_batch_size to utilize "
+            "autofill with a larger max batch size",
+            config.max_batch_size,
+            model_name,
+        )
     if not config.input and not config.batch_input:
         complete_io(config.input, inputs.values(), config.max_batch_size, model_name)
     if not config.output:

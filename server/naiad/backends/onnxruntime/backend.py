@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,33 +11,43 @@ from naiad.backends.onnxruntime import autocomplete, session
 from naiad.backends.onnxruntime.bindings import bind_inputs, bind_outputs
 from naiad.backends.onnxruntime.instance import OnnxRuntimeInstance
 from naiad.backends.onnxruntime.tensors import model_tensors
+from naiad.backends.settings import BackendSettings
+from naiad.core.atoi import stoi
+from naiad.core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
     from naiad.backends.runtime import Runtime
 
+log = logging.getLogger(__name__)
+
 
 class OnnxRuntimeBackend:
     """Serves ``.onnx`` models with ONNX Runtime, one ``InferenceSession`` per instance.
 
-    ``default_max_batch_size`` is Triton's ``--backend-config=onnxruntime,default-max-batch-size``:
-    the ``max_batch_size`` auto-complete gives a model that can batch but whose config says none.
-    With the runtime's ``shared_onnx_threads``, every session runs on ONNX Runtime's process-wide
-    thread pools (see :mod:`naiad.backends.onnxruntime.session`).
+    Reads Triton's ``--backend-config`` settings for ``onnxruntime`` (see
+    :mod:`naiad.backends.settings`): ``default-max-batch-size``, the ``max_batch_size`` auto-complete
+    gives a model that can batch but whose config says none; ``enable-global-threadpool`` (with
+    ``intra_op_thread_count`` and ``inter_op_thread_count``), every session on ONNX Runtime's
+    process-wide thread pools, as the runtime's ``shared_onnx_threads`` also asks (see
+    :mod:`naiad.backends.onnxruntime.session`).  A setting that does not parse fails the backend,
+    and so each model that needs it, with Triton's words.
     """
 
     name = "onnxruntime"
 
-    def __init__(
-        self,
-        runtime: Runtime | None = None,
-        default_max_batch_size: int = autocomplete.DEFAULT_MAX_BATCH_SIZE,
-    ) -> None:
-        self.default_max_batch_size = default_max_batch_size
-        self.shared_threads = runtime is not None and runtime.shared_onnx_threads
+    def __init__(self, runtime: Runtime | None = None) -> None:
+        given = runtime.settings if runtime is not None else BackendSettings()
+        log.info("backend configuration:\n%s", given.describe(self.name))
+        settings = given.of(self.name)
+        self.default_max_batch_size = _integer(settings["default-max-batch-size"])
+        global_pools = _boolean(settings.get("enable-global-threadpool", "false"))
+        self.shared_threads = global_pools or (runtime is not None and runtime.shared_onnx_threads)
         if self.shared_threads:
-            session.share_thread_pools()
+            sizes = ("intra_op_thread_count", "inter_op_thread_count")  # (0 or less: ORT's own)
+            intra, inter = (_integer(settings.get(key, "0")) if global_pools else 0 for key in sizes)
+            session.share_thread_pools(max(intra, 0), max(inter, 0))
 
     def auto_complete(self, config: mc.ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """Fill names, datatypes, dims, ``max_batch_size`` and batching from the highest version."""
@@ -72,3 +83,21 @@ class OnnxRuntimeBackend:
         )
         outputs = bind_outputs(config, model_tensors(loaded.get_outputs()))
         return OnnxRuntimeInstance(context, loaded, session.run_options(config), inputs, outputs)
+
+
+def _integer(text: str) -> int:
+    """A setting read as Triton's backends read numbers (``std::stoi``)."""
+    try:
+        return stoi(text)
+    except ValueError:
+        raise InvalidArgumentError(f"failed to convert '{text}' to integral number") from None
+
+
+def _boolean(text: str) -> bool:
+    """A setting read as Triton's backends read booleans (``true``/``on``/``1``, ``false``/``off``/``0``)."""
+    lowered = text.lower()
+    if lowered in ("true", "on", "1"):
+        return True
+    if lowered in ("false", "off", "0"):
+        return False
+    raise InvalidArgumentError(f"failed to convert '{text}' to boolean")

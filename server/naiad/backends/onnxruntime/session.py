@@ -97,14 +97,15 @@ def open_session(
     return session
 
 
-def share_thread_pools() -> None:
-    """Make the process-wide pools (ORT's default sizes) before any session of this process opens;
-    from then on every session must use them (:func:`session_options` with ``shared``).  Once per
-    process: ORT refuses to make them again, and load threads may ask side by side."""
+def share_thread_pools(intra_op_threads: int = 0, inter_op_threads: int = 0) -> None:
+    """Make the process-wide pools (0: ORT's default size, a thread per core) before any session of
+    this process opens; from then on every session must use them (:func:`session_options` with
+    ``shared``).  Once per process: ORT refuses to make them again, and load threads may ask side
+    by side (the first one's sizes stay)."""
     global _pools_made
     with _pools_lock:
         if not _pools_made:
-            _pybind_state.set_global_thread_pool_sizes(0, 0)
+            _pybind_state.set_global_thread_pool_sizes(intra_op_threads, inter_op_threads)
             _pools_made = True
 
 

@@ -12,6 +12,7 @@ turns server requests into ``pb_utils`` requests and the model's responses back 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,6 +35,8 @@ from naiad.core.signature import TensorSpec
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_FILE = "model.py"
 
@@ -96,6 +99,9 @@ class PythonBackend:
     name = "python"
 
     def __init__(self, runtime: Runtime) -> None:
+        # (Triton's Python backend logs what it was given; Naiad's reads none of its settings, which
+        # size Triton's shared-memory pools and stub timeouts)
+        log.info("backend configuration:\n%s", runtime.settings.describe(self.name))
         self._runtime = runtime
         self._launcher = Launcher()
         #: ``pb_utils.MetricFamily`` of every Python model, exported on ``/metrics``.
