@@ -42,7 +42,7 @@ class OnnxRuntimeBackend:
         log.info("backend configuration:\n%s", given.describe(self.name))
         settings = given.of(self.name)
         self.default_max_batch_size = _integer(settings["default-max-batch-size"])
-        global_pools = _boolean(settings.get("enable-global-threadpool", "false"))
+        global_pools = session.parse_bool(settings.get("enable-global-threadpool", "false"))
         self.shared_threads = global_pools or (runtime is not None and runtime.shared_onnx_threads)
         if self.shared_threads:
             sizes = ("intra_op_thread_count", "inter_op_thread_count")  # (0 or less: ORT's own)
@@ -91,13 +91,3 @@ def _integer(text: str) -> int:
         return stoi(text)
     except ValueError:
         raise InvalidArgumentError(f"failed to convert '{text}' to integral number") from None
-
-
-def _boolean(text: str) -> bool:
-    """A setting read as Triton's backends read booleans (``true``/``on``/``1``, ``false``/``off``/``0``)."""
-    lowered = text.lower()
-    if lowered in ("true", "on", "1"):
-        return True
-    if lowered in ("false", "off", "0"):
-        return False
-    raise InvalidArgumentError(f"failed to convert '{text}' to boolean")

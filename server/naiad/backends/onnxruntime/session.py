@@ -152,9 +152,9 @@ def session_options(config: mc.ModelConfig, shared: bool = False) -> ort.Session
                 config.name,
             )
     if "enable_mem_arena" in params:
-        options.enable_cpu_mem_arena = _bool(params["enable_mem_arena"])
+        options.enable_cpu_mem_arena = parse_bool(params["enable_mem_arena"])
     if "enable_mem_pattern" in params:
-        options.enable_mem_pattern = _bool(params["enable_mem_pattern"])
+        options.enable_mem_pattern = parse_bool(params["enable_mem_pattern"])
     for key in _SESSION_ENTRIES:
         if key in params:
             options.add_session_config_entry(key, params[key])
@@ -270,7 +270,8 @@ def _int(params: dict[str, str], key: str, default: int) -> int:
         ) from None
 
 
-def _bool(value: str) -> bool:
+def parse_bool(value: str) -> bool:
+    """A boolean as Triton's backends read one (``true``/``on``/``1``, ``false``/``off``/``0``)."""
     lowered = value.lower()
     if lowered in ("true", "on", "1"):
         return True
