@@ -6,9 +6,11 @@ model input becomes that input (a value or a flat list of values, of the datatyp
 shaped to the model's input shape: fixed dimensions take their share of the elements, the innermost
 variable one the rest, any other variable one 1; a batching model's batch dimension is such a one), a
 key given twice is an input given twice; ``id`` is the request's id; ``parameters`` is an object read
-the same way; any other key is a request parameter (a string, integer, boolean or number).  A response
-is ``{"id": ..., "model_name": ..., "model_version": ..., <parameter>: value, <output>: value, ...}``: an
-output of one element as a scalar, a longer one as a flat list, BYTES as text.
+the same way; any other key is a request parameter (a string, integer, boolean or number); ``NaN``,
+``Infinity`` and ``-Infinity`` are numbers, as for Triton's parser.  A response is ``{"id": ...,
+"model_name": ..., "model_version": ..., <parameter>: value, <output>: value, ...}`` with its members
+sorted by name, as Triton writes it: an output of one element as a scalar, a longer one as a flat list,
+BYTES as text, non-finite floats as ``NaN``/``Infinity``/``-Infinity``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from naiad.codecs.json_v2 import NOT_BOOLEAN, NOT_NUMBER, NOT_SIGNED, NOT_STRING, NOT_UNSIGNED
+from naiad.codecs.json_v2 import (
+    NOT_BOOLEAN,
+    NOT_NUMBER,
+    NOT_SIGNED,
+    NOT_STRING,
+    NOT_UNSIGNED,
+    non_finite_json,
+)
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError, request_prefix
 from naiad.core.request import InferRequest, InferResponse, Tensor
@@ -54,16 +63,12 @@ def _members(body: bytes) -> list[tuple[str, Any]]:
     if not body.strip():
         return []
     try:
-        document = json.loads(body, object_pairs_hook=_pairs, parse_constant=_not_json)
+        document = json.loads(body, object_pairs_hook=_pairs)  # (NaN and Infinity too, as Triton's parser)
     except (ValueError, RecursionError) as exc:  # (malformed, or nested past the recursion limit)
         raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
     if not isinstance(document, _Pairs):
         raise InvalidArgumentError("failed to parse the request JSON buffer: expected a JSON object")
     return list(document)
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
 
 
 class _Pairs(list[tuple[str, Any]]):
@@ -212,17 +217,20 @@ def _array(spec: TensorSpec, values: list[Any]) -> np.ndarray[Any, Any]:
 
 
 def encode_generate(response: InferResponse) -> bytes:
-    """The generate response object for one response."""
+    """The generate response object for one response, its members sorted by name as Triton writes
+    them; a name taken twice keeps the first of ``id``/``model_name``/``model_version``, then
+    parameters, then outputs (Triton's order of precedence)."""
     document: dict[str, Any] = {}
     if response.id:
         document["id"] = response.id
     document["model_name"] = response.model_name
     document["model_version"] = response.model_version
     for key, value in (response.parameters or {}).items():
-        document[key] = value
+        document.setdefault(key, value)
     for tensor in response.outputs:
-        document[tensor.name] = _value(tensor)
-    return orjson.dumps(document)
+        if tensor.name not in document:
+            document[tensor.name] = _value(tensor)
+    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
 
 def _value(tensor: Tensor) -> Any:
@@ -233,11 +241,11 @@ def _value(tensor: Tensor) -> Any:
         )
     data = tensor.data
     if tensor.datatype == "BYTES":
-        flat = [
+        texts = [
             item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
             for item in data.reshape(-1)
         ]
-        return flat[0] if len(flat) == 1 else flat
-    if data.size == 1:
-        return data.reshape(-1)[0].item()
-    return data.reshape(-1).tolist()
+        return texts[0] if len(texts) == 1 else texts
+    flat = data.reshape(-1)
+    # (as Python numbers, which orjson writes as Triton does: a float32 with its double's digits)
+    return non_finite_json(flat, flat[0].item() if flat.size == 1 else flat.tolist())

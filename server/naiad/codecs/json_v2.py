@@ -10,7 +10,9 @@ error message, not memory.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -111,10 +113,41 @@ def _load_json(header: bytes | memoryview) -> dict[str, Any]:
     try:
         document = orjson.loads(header)
     except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+        document = _with_non_finite(bytes(header))
+        if document is None:
+            raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
     if not isinstance(document, dict):
         raise InvalidArgumentError("failed to parse the request JSON buffer: expected a JSON object")
     return document
+
+
+def _with_non_finite(text: bytes) -> Any:
+    """A body that is JSON but for ``NaN``, ``Infinity`` and ``-Infinity`` (which Triton's parser
+    takes as numbers, and Python clients write: ``json.dumps`` of a NaN, tritonclient's JSON inputs),
+    parsed with them as floats; ``None`` for any other body orjson refused."""
+    if b"NaN" not in text and b"Infinity" not in text:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # (not JSON after all, or nested past the recursion limit)
+        return None
+
+
+def non_finite_json(flat: np.ndarray[Any, Any], written: Any = None) -> Any:
+    """A flat float array as Triton writes it, ``NaN``, ``Infinity`` and ``-Infinity`` included (a
+    client's ``json.loads`` reads them back; orjson alone writes ``null`` for each): ``written`` (what
+    is serialized: ``flat`` itself unless given, e.g. as a list) when every value is finite, the common
+    case, found with one vectorized test; else orjson's text of it with those values put back."""
+    written = flat if written is None else written
+    if flat.dtype.kind != "f" or bool(np.isfinite(flat).all()):
+        return written
+    text = orjson.dumps(written, option=orjson.OPT_SERIALIZE_NUMPY)  # a non-finite value is "null" there
+    values = flat[~np.isfinite(flat)].tolist()
+    tokens = iter([b"NaN" if math.isnan(v) else b"Infinity" if v > 0 else b"-Infinity" for v in values])
+    return orjson.Fragment(_NULL.sub(lambda _: next(tokens), text))
+
+
+_NULL = re.compile(rb"null")
 
 
 def _parameters(raw: Any, where: str) -> dict[str, Any]:
@@ -532,4 +565,4 @@ def _to_json_data(tensor: Tensor) -> Any:
             ) from None
     if not flat.flags.c_contiguous:
         flat = np.ascontiguousarray(flat)
-    return flat
+    return non_finite_json(flat)

@@ -11,6 +11,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.frontends.http.conftest import DTYPES
+from tests.support.http import RawClient
 from tests.support.server import ServerProcess
 
 
@@ -70,3 +71,28 @@ def test_half_precision_in_json_is_rejected(client: httpclient.InferenceServerCl
         client.infer(f"identity_{dtype.lower()}", [inp], outputs=[out])
     assert f"sending {dtype} data via JSON is not supported" in str(info.value)
     assert info.value.status() == "400"
+
+
+@pytest.mark.parametrize("dtype", ["FP32", "FP64"])
+def test_non_finite_values_cross_json_as_triton_writes_them(
+    client: httpclient.InferenceServerClient, raw: RawClient, dtype: str
+) -> None:
+    # tritonclient writes a JSON input with Python's json.dumps: NaN, Infinity and -Infinity, which
+    # Triton's parser takes; Triton writes them back the same way (a JSON null would lose them)
+    data = np.array([np.nan, np.inf, -np.inf, 0.5], dtype=np.float32 if dtype == "FP32" else np.float64)
+    for binary_input in (False, True):
+        inp = httpclient.InferInput("INPUT0", [4], dtype)
+        inp.set_data_from_numpy(data, binary_data=binary_input)
+        out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)
+        result = client.infer(f"identity_{dtype.lower()}", [inp], outputs=[out])
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+    body = (
+        '{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"DTYPE","data":[NaN,Infinity,-Infinity,0.5]}],'
+        '"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":false}}]}'
+    ).replace("DTYPE", dtype)
+    answer = raw.request("POST", f"/v2/models/identity_{dtype.lower()}/infer", body)
+    assert answer.status == 200
+    assert b'"data":[NaN,Infinity,-Infinity,0.5]' in answer.body
+    # still not JSON: refused as before, in orjson's words
+    refused = raw.request("POST", f"/v2/models/identity_{dtype.lower()}/infer", body.replace("NaN", "nan"))
+    assert refused.status == 400 and b"failed to parse the request JSON buffer" in refused.body

@@ -82,3 +82,13 @@ def test_a_streams_error_response_is_an_event_with_its_status_when_it_comes_firs
     assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
     events = [json.loads(chunk.removeprefix(b"data: ")) for chunk in response.body.split(b"\n\n") if chunk]
     assert [event.get("OUT", event.get("error")) for event in events] == [7] * count + ["the stream broke"]
+
+
+def test_the_answer_is_written_as_triton_writes_it(raw: RawClient) -> None:
+    # members sorted by name (Triton keeps them in a std::map): outputs before id and model_name here
+    body = '{"INPUT0": [NaN, Infinity, -Infinity, 0.5], "id": "r2"}'
+    answer = raw.request("POST", "/v2/models/identity_fp32/generate", body)
+    assert answer.status == 200, answer.body
+    assert answer.body == b'{"OUTPUT0":[NaN,Infinity,-Infinity,0.5],"id":"r2","model_name":"identity_fp32","model_version":"1"}'
+    one = raw.request("POST", "/v2/models/identity_fp64/generate", '{"INPUT0": [-Infinity]}')
+    assert one.body == b'{"OUTPUT0":-Infinity,"model_name":"identity_fp64","model_version":"1"}'
