@@ -23,6 +23,7 @@ from naiad.codecs import bytes_tensor, shared_memory
 from naiad.codecs.classification import class_count
 from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
+from naiad.core.atoi import stoi
 from naiad.core.errors import InvalidArgumentError, RankError, check_string_correlation_id, request_prefix
 from naiad.core.request import (
     RESERVED_PARAMETERS,
@@ -45,16 +46,18 @@ def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryvi
     """Split a body into its JSON header and binary section, checking the declared header length."""
     if header_length is None:
         return body, memoryview(b"")
+    given = header_length[:64]
     try:
-        length = int(header_length.strip())
+        length = stoi(header_length)  # (as Triton reads it: "12abc" is 12)
     except ValueError:
+        raise InvalidArgumentError(f"Unable to parse Inference-Header-Content-Length, got: {given}") from None
+    if not -(2**31) <= length < 2**31:
         raise InvalidArgumentError(
-            f"Unable to parse Inference-Header-Content-Length: '{header_length[:64]}'"
-        ) from None
-    if length < 0 or length > len(body):
-        raise InvalidArgumentError(
-            f"inference header size should be in range (0, {len(body) + 1}), got: {length}"
+            "Unable to parse Inference-Header-Content-Length, value is out of range "
+            f"[ {-(2**31)}, {2**31 - 1} ], got: {given}"
         )
+    if length < 0 or length > len(body):
+        raise InvalidArgumentError(f"inference header size should be in range (0, {len(body)}), got: {given}")
     view = memoryview(body)
     return view[:length], view[length:]
 
@@ -362,9 +365,40 @@ def _decode_input(
         except InvalidArgumentError as error:
             return error, end
         return Tensor(name, datatype, array, tensor_params), end
+    if datatype == "BYTES":  # (its element count is checked as the core checks it: see _from_json_strings)
+        try:
+            strings = _from_json_strings(item["data"], shape, count, name, request)
+        except _CountMismatch as error:
+            return error, offset
+        return Tensor(name, datatype, strings, tensor_params), offset
     return Tensor(
         name, datatype, _from_json(item["data"], datatype, shape, count, name), tensor_params
     ), offset
+
+
+class _CountMismatch(InvalidArgumentError):
+    """A JSON BYTES input with more or fewer strings than its shape says."""
+
+
+def _from_json_strings(
+    data: Any, shape: tuple[int, ...], count: int, name: str, request: InferRequest
+) -> np.ndarray[Any, Any]:
+    """A JSON BYTES input's array.  Triton's HTTP frontend serializes whatever strings ``data`` holds
+    and its core then counts them against the shape, after every input is read, so a count that
+    differs is worded as the core words it (as for a binary BYTES input), not as a shape mismatch."""
+    flat: list[Any] = []
+    _flatten_strings(data if isinstance(data, list) else [data], flat, count, 1)
+    if len(flat) != count:
+        subject = f"inference input '{name}' for model '{request.model_name}'"
+        prefix = request_prefix(request.id)
+        if len(flat) > count:  # (the walk stops at the first string too many, as the core's does)
+            raise _CountMismatch(
+                f"{prefix}unexpected number of string elements {count + 1} for {subject}, expecting {count}"
+            )
+        raise _CountMismatch(f"{prefix}expected {count} string elements for {subject}, got {len(flat)}")
+    array = np.empty(count, dtype=np.object_)
+    array[:] = flat
+    return array.reshape(shape)
 
 
 def _from_binary(
@@ -407,14 +441,6 @@ def _from_json(
         )
     if not isinstance(data, list):
         data = [data]
-    if datatype == "BYTES":
-        flat: list[Any] = []
-        _flatten_strings(data, flat, count, 1)
-        if len(flat) != count:
-            raise _shape_mismatch()
-        array = np.empty(count, dtype=np.object_)
-        array[:] = flat
-        return array.reshape(shape)
     try:
         raw = np.asarray(data)
     except (ValueError, OverflowError):  # ragged, or nested past numpy's 64 dimensions
@@ -503,7 +529,7 @@ def _flatten_strings(data: list[Any], out: list[Any], limit: int, depth: int) ->
         else:
             raise InvalidArgumentError(f"Unable to parse JSON bytes array: {NOT_STRING}")
         if len(out) > limit:
-            raise _shape_mismatch()
+            return
 
 
 def encode_response(

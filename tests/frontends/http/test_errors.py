@@ -182,11 +182,25 @@ def test_trailing_binary_bytes(raw: RawClient) -> None:
     assert raw.request("POST", URL, body, headers).status == 400
 
 
-def test_header_length_out_of_range(raw: RawClient) -> None:
-    for value in ("9999", "-1", "abc"):
-        response = raw.request("POST", URL, b"{}", {"Inference-Header-Content-Length": value})
-        assert response.status == 400, value
-        assert response.error
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [  # Triton's words, the body's length (2) named as it names it
+        ("9999", "inference header size should be in range (0, 2), got: 9999"),
+        ("-1", "inference header size should be in range (0, 2), got: -1"),
+        ("abc", "Unable to parse Inference-Header-Content-Length, got: abc"),
+        ("4294967296", "Unable to parse Inference-Header-Content-Length, value is out of range "
+         "[ -2147483648, 2147483647 ], got: 4294967296"),
+    ],
+)
+def test_header_length_out_of_range(raw: RawClient, value: str, message: str) -> None:
+    response = raw.request("POST", URL, b"{}", {"Inference-Header-Content-Length": value})
+    assert (response.status, response.error) == (400, message)
+
+
+def test_header_length_is_read_as_triton_reads_it(raw: RawClient) -> None:
+    # C++'s stoi: leading blanks, then the digits before anything else ("2 bytes" is 2)
+    response = raw.request("POST", URL, b"{}", {"Inference-Header-Content-Length": "2 bytes"})
+    assert (response.status, response.error) == (400, "Unable to parse 'inputs': expected an array")
 
 
 def test_bytes_length_prefix_past_the_end(raw: RawClient) -> None:
@@ -269,6 +283,27 @@ def test_which_refused_string_input_is_named(raw: RawClient, first: bytes, secon
     body, headers = _two_strings(first, second)
     response = raw.request("POST", "/v2/models/simple_string/infer", body, headers)
     assert (response.status, response.error) == (400, message)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [  # (Triton 2.51's answers, side by side: its core counts the strings, as for binary ones)
+        (["a"], "expected 16 string elements for inference input 'INPUT1' for model 'simple_string', got 1"),
+        ([], "expected 16 string elements for inference input 'INPUT1' for model 'simple_string', got 0"),
+        (
+            [["a"] * 9, ["b"] * 9],
+            "unexpected number of string elements 17 for inference input 'INPUT1' for model 'simple_string', "
+            "expecting 16",
+        ),
+    ],
+)
+def test_json_strings_counted_as_tritons_core_counts_them(raw: RawClient, data: list[object], message: str) -> None:
+    inputs = [
+        {"name": "INPUT0", "datatype": "BYTES", "shape": [1, 16], "data": ["x"] * 16},
+        {"name": "INPUT1", "datatype": "BYTES", "shape": [1, 16], "data": data},
+    ]
+    response = raw.request("POST", "/v2/models/simple_string/infer", json.dumps({"id": "s", "inputs": inputs}))
+    assert (response.status, response.error) == (400, "[request id: s] " + message)
 
 
 def test_bytes_count_larger_than_payload_allows(raw: RawClient) -> None:
