@@ -82,6 +82,14 @@ def test_grpc_log_settings(server: ServerProcess) -> None:
         with pytest.raises(grpcclient.InferenceServerException) as error:
             grpc.update_log_settings({"log_file": "/tmp/x"})
         assert error.value.status() == "StatusCode.UNIMPLEMENTED"
+        # a value of another kind (here none: tritonclient sends None so), in Triton's gRPC words
+        for setting, kind in (("log_info", "boolean"), ("log_verbose_level", "int32"), ("log_format", "string")):
+            with pytest.raises(grpcclient.InferenceServerException) as error:
+                grpc.update_log_settings({setting: None})
+            assert (error.value.status(), error.value.message()) == (
+                "StatusCode.INVALID_ARGUMENT",
+                f"expect {kind} for '{setting}'",
+            )
         restored = grpc.update_log_settings({"log_verbose_level": 0, "log_warning": True}, as_json=True)
         assert restored["settings"]["log_warning"] == {"bool_param": True}
     finally:

@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.codecs import bytes_tensor, shared_memory
+from naiad.codecs.classification import PARAMETER as CLASSIFICATION
 from naiad.codecs.classification import class_count
 from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
@@ -491,6 +492,14 @@ def _strings(
 def _requested_output(item: _Output, regions: SharedMemoryRegistry) -> RequestedOutput:
     if not item.parameters:
         return RequestedOutput(item.name)
+    if CLASSIFICATION in item.parameters:  # (Triton's gRPC words, not its HTTP ones; 0 asks for none)
+        wanted = item.parameters[CLASSIFICATION]
+        if wanted.WhichOneof("parameter_choice") != "int64_param":
+            raise InvalidArgumentError(
+                "invalid value type for 'classification' parameter, expected int64_param"
+            )
+        if wanted.int64_param <= 0:
+            raise InvalidArgumentError("invalid value for 'classification' parameter, expected >= 0")
     parameters = _tensor_parameters(item.parameters)
     class_count(item.name, parameters)
     where = shared_memory.placement(item.name, parameters)

@@ -310,3 +310,19 @@ def test_unregistered_shared_memory_tensors_are_refused(stub: pbg.GRPCInferenceS
 def test_numpy_types_match_tritonclient_names() -> None:
     for datatype in DATATYPES:
         assert np_to_triton_dtype(_sample(datatype).dtype) == datatype
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [  # (Triton's gRPC words, checked against Triton 2.51; its HTTP frontend words them otherwise)
+        (pb.InferParameter(string_param="2"), "invalid value type for 'classification' parameter, expected int64_param"),
+        (pb.InferParameter(int64_param=-2), "invalid value for 'classification' parameter, expected >= 0"),
+        (pb.InferParameter(int64_param=0), "invalid value for 'classification' parameter, expected >= 0"),
+    ],
+)
+def test_a_classification_count_is_checked_in_tritons_grpc_words(
+    stub: pbg.GRPCInferenceServiceStub, value: Any, message: str
+) -> None:
+    request = _add_sub_request()
+    request.outputs.add(name="OUTPUT0").parameters["classification"].CopyFrom(value)
+    assert _rpc_error(stub.ModelInfer, request) == (grpc.StatusCode.INVALID_ARGUMENT, message)
