@@ -96,7 +96,7 @@ def test_bad_models_are_unavailable_with_reasons_and_others_serve(tmp_path: Path
         assert entries["bad_python"]["state"] == "UNAVAILABLE"
         assert "SyntaxError" in entries["bad_python"]["reason"]
         assert "at least one version must be available" in entries["no_versions"]["reason"]
-        assert "does not match the directory name" in entries["name_mismatch"]["reason"]
+        assert "directory name must equal model name" in entries["name_mismatch"]["reason"]
         # strict readiness: not ready while a model that should be loaded is not
         assert raw.request("GET", "/v2/health/ready").status == 400
         assert raw.request("GET", "/v2/health/live").status == 200
@@ -284,3 +284,40 @@ def raw_post(server: ServerProcess, path: str, document: Any) -> None:
         client.post_json(path, document)
     finally:
         client.close()
+
+
+def test_a_model_py_that_fails_to_import_is_reported_as_triton_reports_it(tmp_path: Path) -> None:
+    """The load API's answer, as Triton 2.51 gives it (compared side by side): the status its stub
+    reports (Internal), the exception, and for a model's own frames where it was raised; a syntax
+    error without frames; a model whose config never polled is unknown, not versionless."""
+    write_model(tmp_path, "syntax", IO, "def oops(:\n")
+    write_model(tmp_path, "raising", IO, 'raise RuntimeError("module level")\n')
+    write_model(tmp_path, "misnamed", IO.replace('backend: "python"', 'name: "other"\n    backend: "python"'),
+                IDENTITY_PY)
+    with ServerProcess([tmp_path], ["--model-control-mode=explicit"]) as server, _raw(server) as raw:
+        refused = raw.request("POST", "/v2/repository/models/syntax/load")
+        assert (refused.status, refused.error) == (
+            400,
+            "load failed for model 'syntax': version 1 is at UNAVAILABLE state: Internal: SyntaxError: "
+            "invalid syntax (model.py, line 1);\n",
+        )
+        refused = raw.request("POST", "/v2/repository/models/raising/load")
+        assert refused.status == 400
+        assert refused.error.startswith(
+            "load failed for model 'raising': version 1 is at UNAVAILABLE state: Internal: RuntimeError: "
+            f"module level\n\nAt:\n  {tmp_path}/raising/1/model.py(1): <module>\n"
+        )
+        refused = raw.request("POST", "/v2/repository/models/misnamed/load")
+        # (500, as Triton: the repository's file is at fault, not the request)
+        assert (refused.status, refused.error) == (500, "failed to load 'misnamed', failed to poll from model repository")
+        assert raw.request("GET", "/v2/models/misnamed/config").error == (
+            "Request for unknown model: 'misnamed' is not found"
+        )
+        assert raw.request("GET", "/v2/models/syntax/config").error == (
+            "Request for unknown model: 'syntax' has no available versions"
+        )
+        log = server.log()
+    assert (
+        "Poll failed for model directory 'misnamed': unexpected directory name 'misnamed' for model "
+        "'other', directory name must equal model name"
+    ) in log

@@ -274,7 +274,8 @@ def normalize(config: mc.ModelConfig, name: str, gpu_count: int = 0, *, check_io
         _check_io(config)
     if config.name != name:
         raise InvalidArgumentError(
-            f"model name in config.pbtxt '{config.name}' does not match the directory name '{name}'"
+            f"unexpected directory name '{name}' for model '{config.name}', directory name must equal "
+            "model name"
         )
     _fill_model_filename(config)
     _fill_scheduling_defaults(config)

@@ -163,6 +163,8 @@ def _unversioned(model: Model) -> ModelVersion:
         return mv
     latest = model.latest_ready()
     if latest is None:
+        if not model.versions:  # (its config never polled: Triton keeps no record of such a model)
+            raise unknown_model(model.name)
         raise NotFoundError(f"Request for unknown model: '{model.name}' has no available versions")
     return latest
 

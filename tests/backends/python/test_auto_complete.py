@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from naiad.core.errors import InferenceServerError, InvalidArgumentError
+from naiad.core.errors import ErrorCode, InferenceServerError
 from naiad.core.request import InferResponse
 from naiad.repository.config import parse_text
 
@@ -138,11 +138,14 @@ def test_auto_complete_that_contradicts_the_config_fails_with_tritons_value_erro
     tmp_path: Path, config_text: str, message: str
 ) -> None:
     model_dir = write_model(tmp_path, "conflicting", COMPLETING_MODEL, config_text)
-    with pytest.raises(InvalidArgumentError) as caught:
+    with pytest.raises(InferenceServerError) as caught:
         load_config(model_dir)
+    # as Triton's stub reports it: Internal, the exception, then the model's frames
+    assert caught.value.code is ErrorCode.INTERNAL
+    assert caught.value.message.startswith("ValueError: ")
     assert "model 'conflicting'" in caught.value.message
-    assert "ValueError" in caught.value.message
     assert message in caught.value.message
+    assert "/conflicting/1/model.py(" in caught.value.message.split("\n\nAt:\n", 1)[1]
 
 
 def test_a_model_without_auto_complete_config_leaves_the_config_alone(tmp_path: Path) -> None:
@@ -163,7 +166,7 @@ def test_a_model_without_auto_complete_config_leaves_the_config_alone(tmp_path: 
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("return None", "must return a valid pb.ModelConfig object. It returned NoneType."),
+        ("return None", "auto_complete_config function in model 'broken' must return a valid pb.ModelConfig object."),
         (
             'config.add_input({"name": "X", "data_type": "NOT_A_TYPE", "dims": [1]})\nreturn config',
             "produced an invalid configuration",

@@ -291,12 +291,14 @@ def test_a_model_whose_initialize_raises_fails_with_triton_s_reason(tmp_path: Pa
     assert not any(name.startswith("_naiad_model_broken") for name in sys.modules)
 
 
-def test_a_model_py_that_cannot_import_fails_auto_complete_naming_it(tmp_path: Path) -> None:
+def test_a_model_py_that_cannot_import_fails_auto_complete_as_tritons_stub_reports_it(tmp_path: Path) -> None:
     model_dir = write_model(tmp_path, "broken", "# has an auto_complete_config\ndef oops(:\n", FP32_IO)
     with pytest.raises(InferenceServerError) as caught:
         instance_context(model_dir)
-    assert "model 'broken'" in caught.value.message
-    assert "SyntaxError" in caught.value.message
+    assert (caught.value.code, caught.value.message) == (
+        ErrorCode.INTERNAL,
+        "SyntaxError: invalid syntax (model.py, line 2)",
+    )
 
 
 def test_a_model_py_without_auto_complete_config_that_cannot_import_fails_its_load(tmp_path: Path) -> None:

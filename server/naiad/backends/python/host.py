@@ -298,27 +298,25 @@ def auto_complete_config(model_file: Path, model_name: str, config_json: str) ->
     module_name = unique_module_name(model_name)
     try:
         with model_folder_importable(model_file.parent, keep=module_name):
+            # (Triton 2.51's reasons, checked side by side: its stub's status, the exception and the
+            # model's frames, whether the import or the model's function raised)
             try:
                 module = import_model_file(model_file, module_name)
+            except SyntaxError as exc:  # (its frames are the compiler's: Triton shows none)
+                raise InternalError(describe(exc)) from exc
             except Exception as exc:
-                raise InvalidArgumentError(
-                    f"failed to auto-complete the configuration of model '{model_name}': importing "
-                    f"{model_file} raised {describe(exc)}"
-                ) from exc
+                raise InternalError(f"{describe(exc)}{where(exc)}") from exc
             complete = getattr(_model_class(module, model_name, model_file), "auto_complete_config", None)
             if complete is None:
                 return None
             try:
                 completed = complete(pb_utils.ModelConfig(config_json))
             except Exception as exc:
-                raise InvalidArgumentError(
-                    f"failed to auto-complete the configuration of model '{model_name}': "
-                    f"auto_complete_config raised {describe(exc)}"
-                ) from exc
+                raise InternalError(f"{describe(exc)}{where(exc)}") from exc
             if not isinstance(completed, pb_utils.ModelConfig):
-                raise InvalidArgumentError(  # (the Python backend's sentence, then what came back)
+                raise InternalError(
                     f"auto_complete_config function in model '{model_name}' must return a valid "
-                    f"pb.ModelConfig object. It returned {type(completed).__name__}."
+                    "pb.ModelConfig object."
                 )
             return json.dumps(completed.as_dict())
     finally:

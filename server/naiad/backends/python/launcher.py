@@ -69,7 +69,8 @@ class Launcher:
         message = str(reply[2])
         if reply[0] == "stopped":
             message = f"failed to auto-complete the configuration of model '{model_name}': {message}"
-        raise InvalidArgumentError(message)
+            raise InvalidArgumentError(message)
+        raise InferenceServerError(message, ErrorCode(reply[1]))  # (the code the model process gave)
 
 
 def _exchange(process: ModelProcess, message: tuple[object, ...], when: str) -> tuple[object, ...]:

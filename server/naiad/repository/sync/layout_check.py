@@ -118,7 +118,8 @@ def _summarize(
         return summary
     if config.name and config.name != name:
         summary.errors.append(
-            f"model name in {CONFIG_FILE} '{config.name}' does not match the directory name '{name}'"
+            f"unexpected directory name '{name}' for model '{config.name}' (its {CONFIG_FILE}), directory "
+            "name must equal model name"
         )
     summary.backend = config.backend or config.platform
     return summary
