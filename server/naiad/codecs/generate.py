@@ -227,10 +227,19 @@ def encode_generate(response: InferResponse) -> bytes:
     document["model_version"] = response.model_version
     for key, value in (response.parameters or {}).items():
         document.setdefault(key, value)
+    floats: list[Tensor] = []
     for tensor in response.outputs:
         if tensor.name not in document:
             document[tensor.name] = _value(tensor)
-    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+            if tensor.data.dtype.kind == "f":
+                floats.append(tensor)
+    text = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+    if floats and b"null" in text:  # (a non-finite float, written as null: see json_v2.encode_response)
+        for tensor in floats:
+            flat = tensor.data.reshape(-1)
+            document[tensor.name] = non_finite_json(flat, document[tensor.name])
+        text = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+    return text
 
 
 def _value(tensor: Tensor) -> Any:
@@ -248,4 +257,4 @@ def _value(tensor: Tensor) -> Any:
         return texts[0] if len(texts) == 1 else texts
     flat = data.reshape(-1)
     # (as Python numbers, which orjson writes as Triton does: a float32 with its double's digits)
-    return non_finite_json(flat, flat[0].item() if flat.size == 1 else flat.tolist())
+    return flat[0].item() if flat.size == 1 else flat.tolist()

@@ -541,6 +541,7 @@ def encode_response(
         wanted = {o.name: o.parameters for o in request.outputs}
     chunks: list[bytes | np.ndarray[Any, Any]] = []
     outputs: list[dict[str, Any]] = []
+    floats: list[dict[str, Any]] = []  # the outputs whose JSON data may hold non-finite values
     in_shm = shared_memory.shm_outputs(request)
     for tensor in response.outputs:
         shape = list(tensor.data.shape)
@@ -558,7 +559,9 @@ def encode_response(
             params["binary_data_size"] = wire_size(raw)
             chunks.append(raw)
         else:
-            entry["data"] = _to_json_data(tensor)
+            entry["data"] = data = _to_json_data(tensor)
+            if isinstance(data, np.ndarray) and data.dtype.kind == "f":
+                floats.append(entry)
         if params:
             entry["parameters"] = params
         outputs.append(entry)
@@ -570,7 +573,14 @@ def encode_response(
     if response.parameters:
         document["parameters"] = response.parameters
     document["outputs"] = outputs
-    return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY), chunks
+    text = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    # orjson writes a non-finite float as null: a document without "null" has none (one scan of
+    # the bytes, where testing each output's values would cost every JSON answer a few us)
+    if floats and b"null" in text:
+        for entry in floats:
+            entry["data"] = non_finite_json(entry["data"])
+        text = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    return text, chunks
 
 
 def _to_json_data(tensor: Tensor) -> Any:
@@ -591,4 +601,4 @@ def _to_json_data(tensor: Tensor) -> Any:
             ) from None
     if not flat.flags.c_contiguous:
         flat = np.ascontiguousarray(flat)
-    return non_finite_json(flat)
+    return flat
