@@ -75,7 +75,8 @@ def reshape_batch(array: Array, source: Sequence[int], target: Sequence[int], ba
     ``dims`` to ``reshape`` feeds the model; going back restores the shape clients expect.
     """
     actual = array.shape[1:] if batched else array.shape
-    variable = [size for size, dim in zip(actual, source, strict=True) if dim == -1]
+    # (by position, as Triton's core reads them; a model's output need not have the rank it should)
+    variable = [actual[index] for index, dim in enumerate(source) if dim == -1 and index < len(actual)]
     shape = list(target)
     wildcards = [i for i, dim in enumerate(shape) if dim == -1]
     if len(wildcards) == len(variable):
@@ -86,6 +87,12 @@ def reshape_batch(array: Array, source: Sequence[int], target: Sequence[int], ba
             f"cannot reshape {list(array.shape)} from {list(source)} to {list(target)}: "
             "the two shapes have different numbers of variable dimensions"
         )
-    if batched:
+    if batched and array.ndim:
         shape.insert(0, array.shape[0])
-    return array.reshape(shape)
+    try:
+        return array.reshape(shape)
+    except ValueError:
+        raise ValueError(
+            f"cannot reshape {list(array.shape)} from {list(source)} to {list(target)}: the element "
+            "counts differ"
+        ) from None

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests.support.models import write_model
 from tests.support.server import ServerProcess
@@ -103,3 +104,51 @@ def test_a_decoupled_models_responses_come_in_the_dims(server: ServerProcess) ->
     for output, seen in answers:
         np.testing.assert_array_equal(output, data.reshape(2, 8))
         assert seen.tolist() == [16]
+
+
+#: Answers OUTPUT0 in the shape its INPUT0's first value names (a model not keeping to its reshape).
+SHAPED_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            shape = [int(d) for d in x.reshape(-1)[:2]]
+            out = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]))
+        return responses
+"""
+
+
+@pytest.mark.parametrize("where", ["", IN_ENGINE])
+def test_an_output_made_in_another_shape_than_its_reshape_is_answered_as_triton_answers(
+    tmp_path: Path, where: str
+) -> None:
+    # (Triton 2.51, side by side: the output gets the config's dims whatever shape of as many
+    # elements the model made; one of another size is refused in its HTTP frontend's words)
+    config = """
+    backend: "python"
+    max_batch_size: 2
+    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
+    """ + where
+    write_model(tmp_path, "loose", config, SHAPED_PY)
+    with ServerProcess([tmp_path]) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            tensor = httpclient.InferInput("INPUT0", [1, 2], "FP32")
+            tensor.set_data_from_numpy(np.array([[1, 4]], dtype=np.float32))  # made as [1, 4], not [1, 2, 2]
+            np.testing.assert_array_equal(client.infer("loose", [tensor]).as_numpy("OUTPUT0"), [[0, 1, 2, 3]])
+            tensor.set_data_from_numpy(np.array([[1, 3]], dtype=np.float32))  # three elements, not four
+            with pytest.raises(InferenceServerException) as refused:
+                client.infer("loose", [tensor])
+            assert (refused.value.status(), refused.value.message()) == (
+                "500",
+                "output tensor shape does not match size of output for 'OUTPUT0'",
+            )
+        finally:
+            client.close()

@@ -52,5 +52,11 @@ class Reshapes:
             return tensor
         dims, reshape = shapes
         source, target = (dims, reshape) if forward else (reshape, dims)
-        data = reshape_batch(tensor.data, source, target, self._batched)
+        try:
+            data = reshape_batch(tensor.data, source, target, self._batched)
+        except ValueError:  # (only an output can: inputs were checked against their dims)
+            # Triton's core gives such an output the config's shape all the same; its HTTP frontend
+            # then refuses the answer in these words (its gRPC one sends an answer no client reads)
+            message = f"output tensor shape does not match size of output for '{tensor.name}'"
+            raise ValueError(message) from None
         return Tensor(tensor.name, tensor.datatype, data, tensor.parameters)

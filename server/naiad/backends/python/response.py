@@ -103,7 +103,10 @@ def to_result(
                 f"{type(value).__name__}; expected bool, int, float or str"
             )
     if reshapes is not None:
-        outputs = reshapes.outputs(outputs)
+        try:
+            outputs = reshapes.outputs(outputs)
+        except ValueError as exc:  # (an output the model made in another shape than its reshape's)
+            return InternalError(str(exc))
     return InferResponse(model_name, model_version, request.id, outputs, parameters)
 
 
