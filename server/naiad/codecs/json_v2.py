@@ -365,6 +365,11 @@ def _decode_input(
         except InvalidArgumentError as error:
             return error, end
         return Tensor(name, datatype, array, tensor_params), end
+    if count == 0 or not shape:
+        # Triton's JSON reader counts no element for these shapes (an empty one included) and reads
+        # no data: the model's shape check then refuses them, whatever ``data`` holds
+        empty = np.zeros(shape, dtype=datatypes.NUMPY_DTYPE.get(datatype, np.object_))
+        return Tensor(name, datatype, empty, tensor_params), offset
     if datatype == "BYTES":  # (its element count is checked as the core checks it: see _from_json_strings)
         try:
             strings = _from_json_strings(item["data"], shape, count, name, request)

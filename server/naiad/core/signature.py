@@ -87,8 +87,17 @@ class ModelSignature:
     def validate(self, request: InferRequest | PlainRequest) -> int:
         """Check ``request`` against the signature; return its batch size (1 when not batching).
 
-        Raises :class:`InvalidArgumentError` with Triton's message for the first problem found.
+        Raises :class:`InvalidArgumentError` with Triton's message for the problem Triton reports
+        first.  Most requests are valid: they pass one loop over their inputs; a request refused
+        there is checked again in Triton's order (:meth:`_first_problem`) for the error to report.
         """
+        try:
+            return self._validate(request)
+        except InvalidArgumentError:
+            self._first_problem(request)
+            raise
+
+    def _validate(self, request: InferRequest | PlainRequest) -> int:
         seen: dict[str, None] = {}  # (in the request's order)
         batch: int | None = None
         for tensor in request.inputs:
@@ -110,19 +119,7 @@ class ModelSignature:
         required = self._required
         missing = [n for n in required if n not in seen] if len(seen) < len(self._inputs) else ()
         if missing:
-            # (Triton's lists: no space after a comma; those given in its map's order, the reverse
-            # of the request's, as its core lists them)
-            got = ",".join(f"'{name}'" for name in reversed(seen))
-            want = ",".join(f"'{n}'" for n in missing)
-            if len(required) == len(self._inputs):
-                expected = f"{len(required)} inputs"
-            else:  # (Triton's words when some inputs are optional)
-                expected = f"number of inputs between {len(required)} and {len(self._inputs)}"
-            raise InvalidArgumentError(
-                f"{_prefix(request)}expected {expected} but got {len(request.inputs)} "
-                f"inputs for model '{self.name}'. Got input(s) [{got}], but missing required "
-                f"input(s) [{want}]. Please provide all required input(s)."
-            )
+            raise self._count_error(request, list(seen), missing)
         if batch is not None and batch > self.max_batch_size:
             raise InvalidArgumentError(
                 f"{_prefix(request)}inference request batch-size must be <= {self.max_batch_size} "
@@ -141,6 +138,87 @@ class ModelSignature:
                         f"unexpected inference output '{output.name}' for model '{self.name}'"
                     )
         return batch if batch is not None else 1
+
+    def _first_problem(self, request: InferRequest | PlainRequest) -> None:
+        """Raise the error Triton reports first for a request with problems (compared side by side
+        with Triton 2.51): repeated names as its frontends add inputs, then outputs; then its core's
+        ``Normalize``: unknown outputs, the input count, each input's name and batch size, the batch
+        size against the model's, each input's datatype and shape, the inputs in its map's order, the
+        reverse of the request's.  A required input left out while optional ones make the count is
+        refused too (after the names), where Triton runs the model without it."""
+        names: dict[str, None] = {}
+        for tensor in request.inputs:
+            if tensor.name in names:
+                raise InvalidArgumentError(
+                    f"{_prefix(request)}input '{tensor.name}' already exists in request"
+                )
+            names[tensor.name] = None
+        outputs = request.outputs or ()
+        asked: set[str] = set()
+        for output in outputs:
+            if output.name in asked:
+                raise InvalidArgumentError(
+                    f"{_prefix(request)}output '{output.name}' already exists in request"
+                )
+            asked.add(output.name)
+        for output in outputs:
+            if output.name not in self._outputs:
+                raise InvalidArgumentError(
+                    f"unexpected inference output '{output.name}' for model '{self.name}'"
+                )
+        missing = [name for name in self._required if name not in names]
+        if len(names) < len(self._required) or len(names) > len(self._inputs):
+            raise self._count_error(request, list(names), missing)
+        inputs = request.inputs[::-1]
+        batch = 0
+        for tensor in inputs:
+            spec = self._inputs.get(tensor.name)
+            if spec is None:
+                raise InvalidArgumentError(
+                    f"unexpected inference input '{tensor.name}' for model '{self.name}'"
+                )
+            if self.max_batch_size == 0 or spec.is_shape_tensor:
+                continue
+            if not tensor.shape:
+                raise InvalidArgumentError(
+                    f"{_prefix(request)}input '{tensor.name}' has no shape but model requires batch "
+                    f"dimension for '{self.name}'"
+                )
+            if batch == 0:  # (as Triton's: a first input of batch 0 sets none)
+                batch = tensor.shape[0]
+            elif tensor.shape[0] != batch:
+                raise InvalidArgumentError(
+                    f"{_prefix(request)}input '{tensor.name}' batch size does not match other inputs "
+                    f"for '{self.name}'"
+                )
+        if missing:  # (optional inputs given instead: Triton would run the model without it)
+            raise self._count_error(request, list(names), missing)
+        if batch > self.max_batch_size:
+            raise InvalidArgumentError(
+                f"{_prefix(request)}inference request batch-size must be <= {self.max_batch_size} "
+                f"for '{self.name}'"
+            )
+        for tensor in inputs:
+            self._check_input(request.id, tensor.name, tensor.datatype, tensor.shape)
+
+    def _count_error(
+        self, request: InferRequest | PlainRequest, given: list[str], missing: list[str] | tuple[()]
+    ) -> InvalidArgumentError:
+        """Triton's input-count refusal: no space after a comma; the inputs given in its map's
+        order, the reverse of the request's; and, as Triton prints an empty list of missing ones
+        (too many inputs given), a lone ``]``."""
+        required = self._required
+        got = ",".join(f"'{name}'" for name in reversed(given))
+        want = "[" + ",".join(f"'{n}'" for n in missing) + "]" if missing else "]"
+        if len(required) == len(self._inputs):
+            expected = f"{len(required)} inputs"
+        else:  # (Triton's words when some inputs are optional)
+            expected = f"number of inputs between {len(required)} and {len(self._inputs)}"
+        return InvalidArgumentError(
+            f"{_prefix(request)}expected {expected} but got {len(request.inputs)} inputs for model "
+            f"'{self.name}'. Got input(s) [{got}], but missing required input(s) {want}. Please provide "
+            "all required input(s)."
+        )
 
     def refusal(self, error: RankError) -> InvalidArgumentError:
         """Triton's answer to an input a codec could not hold (too many dimensions): its name, datatype

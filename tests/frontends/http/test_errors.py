@@ -98,6 +98,21 @@ CASES = [
         _with(0, datatype="FP16"),
         "receiving FP16 data via JSON is not supported. Please use the binary data format for input INPUT0",
     ),
+    (  # (Triton reads no data for a shape of no elements: the model's shape check answers)
+        "empty shape with data",
+        _with(0, shape=[]),
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [4], got []. ",
+    ),
+    (
+        "zero elements with data",
+        _with(0, shape=[4, 0]),
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [4], got [4,0]. ",
+    ),
+    (  # (the first fault Triton finds: the batch sizes before the shapes, here an unknown output first)
+        "unknown output before a datatype",
+        dict(_with(0, datatype="INT32"), outputs=[{"name": "NOPE"}]),
+        "unexpected inference output 'NOPE' for model 'add_sub'",
+    ),
     ("bad datatype", _with(0, datatype="FOO"), "invalid datatype for input INPUT0"),
     ("string in numbers", _with(0, data=[1, 2, "x", 4]), "Unable to parse 'data': attempt to access JSON non-number as double"),
     ("negative dim", _with(0, shape=[-4]), None),
