@@ -350,7 +350,11 @@ def _decode_input(
         except InvalidArgumentError as error:
             return error, offset
         return Tensor(name, datatype, array, shared_memory.without_placement(params)), offset
-    tensor_params = {k: v for k, v in params.items() if k != "binary_data_size"}
+    # (Triton reads none of an input's other parameters; those of a type no parameter can hold are
+    # dropped, as a frontend worker's message to the engine could not carry them)
+    tensor_params = {
+        k: v for k, v in params.items() if k != "binary_data_size" and isinstance(v, (bool, int, float, str))
+    }
     if binary_size is not None:
         if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
             raise InvalidArgumentError(f"Unable to parse 'binary_data_size' of input '{name}'")

@@ -184,6 +184,20 @@ def test_custom_parameters_reach_the_model(client: httpclient.InferenceServerCli
     assert request_id == b"echo-1"
 
 
+@pytest.mark.parametrize("value", [[1], {"a": [1]}, None], ids=["array", "object", "null"])
+def test_an_inputs_parameter_of_any_json_value_is_ignored_as_triton_ignores_it(
+    raw: RawClient, server: ServerProcess, value: object
+) -> None:
+    # (with frontend workers such a value once reached the engine's channel, which could not read
+    # it: the worker lost its engine, and every request it had in flight failed)
+    body = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1], "data": [1], "parameters": {"x": value}}]}
+    for _ in range(2):
+        response = raw.post_json("/v2/models/params_echo/infer", body)
+        assert response.status == 200, response.body
+    assert raw.request("GET", "/v2/health/ready").status == 200
+    assert "Fatal error" not in server.log()
+
+
 def test_reserved_parameters_rejected(raw: RawClient) -> None:
     body = {
         "parameters": {"triton_enable_empty_final_response": True},
