@@ -1,6 +1,6 @@
 """One server for every fuzz test, the run's :class:`Tally`, and what must hold once the run is over.
 
-Two profiles: the small one runs inside ``make test`` (about 1,500 generated requests), the full one
+Both server modes, one server each. Two profiles: the small one runs inside ``make test`` (about 1,500 generated requests), the full one
 (``NAIAD_FUZZ=full``, ``make fuzz``) sends more than 10,000.  After the last test the server must still
 answer good HTTP and gRPC requests, and its resident memory may not have grown past
 :data:`RSS_GROWTH_LIMIT`; the tally goes to ``NAIAD_FUZZ_REPORT`` when set (``make fuzz`` prints it).
@@ -20,11 +20,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.fuzz.tally import Tally, rss_bytes
+from tests.support import modes
 from tests.support.http import RawClient
 from tests.support.models import IDENTITY_PY, write_identity, write_model
 from tests.support.server import EXAMPLES, ServerProcess
 
 FULL = os.environ.get("NAIAD_FUZZ") == "full"
+
+# Both server modes (tests.support.modes): a frontend worker reads what the single process reads.
+frontend_workers = modes.frontend_workers
 
 #: Resident memory the server may gain over a whole run (every answer is small; the rest is caches
 #: warming up and allocator slack, not a leak per request).
@@ -111,9 +115,12 @@ def tally() -> Tally:
 
 
 @pytest.fixture(scope="package")
-def server(tmp_path_factory: pytest.TempPathFactory, tally: Tally) -> Iterator[ServerProcess]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, tally: Tally, frontend_workers: int
+) -> Iterator[ServerProcess]:
     repo = _repository(tmp_path_factory.mktemp("fuzz-repo"))
-    with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=*", "--allow-client-shm=true"]) as process:
+    args = ["--model-control-mode=explicit", "--load-model=*", "--allow-client-shm=true"]
+    with ServerProcess([repo], args, frontend_workers=frontend_workers) as process:
         assert process.process is not None
         for _ in range(20):  # warm every path up before the first memory reading
             good_requests(process)
@@ -129,6 +136,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, tally: Tally) -> Iterator[S
         if report:
             tally.save(Path(report))
         assert alive, f"the server exited during fuzzing:\n{process.log()[-4000:]}"
+        # a frontend worker that died was started again: the server lived, but the worker's
+        # requests in flight failed, so that is a crash too
+        assert "starting it again" not in process.log(), process.log()[-4000:]
         growth = tally.rss_end - tally.rss_start
         assert growth < RSS_GROWTH_LIMIT, f"RSS grew by {growth} bytes over {tally.requests} requests"
         assert tally.faults == 0 and tally.crashes == 0, tally.examples

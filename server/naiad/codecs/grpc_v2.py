@@ -314,6 +314,7 @@ def plain_request(parsed: ParsedInferRequest) -> PlainRequest | None:
             len(shape) > RankError.MAX_RANK
             or (shape and min(shape) < 0)
             or size * math.prod(shape) != len(data)
+            or datatypes.empty_but_too_large(shape, datatype)
         ):
             return None
         inputs.append(WireTensor(item.name, datatype, shape, data))
@@ -405,6 +406,11 @@ def _shape(item: _Input, request: InferRequest) -> tuple[tuple[int, ...], int]:
         raise InvalidArgumentError(
             f"{_prefix(request)}All input dimensions should be specified for input '{item.name}' for "
             f"model '{request.model_name}', got [{','.join(str(d) for d in shape)}]"
+        )
+    if datatypes.empty_but_too_large(shape, item.datatype):
+        raise InvalidArgumentError(
+            f"invalid shape for input '{item.name}': shape [{','.join(str(d) for d in shape)}] has no "
+            f"elements, but its other dimensions exceed the maximum size of {datatypes.MAX_ARRAY_BYTES} bytes"
         )
     return shape, math.prod(shape)
 

@@ -72,3 +72,22 @@ def integer_range(dtype: np.dtype[Any]) -> np.iinfo[Any]:
 def config_to_protocol(config_type: str) -> str:
     """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``."""
     return PROTOCOL_TYPE[config_type]
+
+
+#: The largest byte size numpy allows an array's shape to describe (``NPY_MAX_INTP``).
+MAX_ARRAY_BYTES = 2**63 - 1
+
+
+def empty_but_too_large(shape: tuple[int, ...], datatype: str) -> bool:
+    """Whether ``shape`` has no elements (a 0 in it) yet dimensions numpy cannot give an array:
+    numpy multiplies the others, and the element size, before it sees the 0 (``[0, 2**31,
+    2**31]``).  Such a request must be refused as the client's fault rather than fail making it."""
+    if 0 not in shape:
+        return False
+    product = NUMPY_DTYPE[datatype].itemsize if datatype in NUMPY_DTYPE else 8
+    for dim in shape:
+        if dim:
+            product *= dim
+            if product > MAX_ARRAY_BYTES:
+                return True
+    return False

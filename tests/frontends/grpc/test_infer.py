@@ -326,3 +326,17 @@ def test_a_classification_count_is_checked_in_tritons_grpc_words(
     request = _add_sub_request()
     request.outputs.add(name="OUTPUT0").parameters["classification"].CopyFrom(value)
     assert _rpc_error(stub.ModelInfer, request) == (grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def test_a_shape_of_no_elements_too_large_to_hold_is_invalid(stub: pbg.GRPCInferenceServiceStub) -> None:
+    # (numpy multiplies the other dimensions before it sees the 0: refused as the client's fault; this
+    # was a 500, found by the fuzz tests once they ran through frontend workers too)
+    request = _add_sub_request()
+    del request.inputs[0].shape[:]
+    request.inputs[0].shape.extend([0, 2**31, 2**31])
+    request.raw_input_contents[0] = b""
+    assert _rpc_error(stub.ModelInfer, request) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid shape for input 'INPUT0': shape [0,2147483648,2147483648] has no elements, but its other "
+        "dimensions exceed the maximum size of 9223372036854775807 bytes",
+    )

@@ -108,6 +108,12 @@ CASES = [
         _with(0, shape=[4, 0]),
         "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [4], got [4,0]. ",
     ),
+    (  # (no element, but numpy cannot make an array of that shape: the client's fault, 400)
+        "empty but too large",
+        _with(0, shape=[0, 2**31, 2**31], data=[]),
+        "invalid shape for input 'INPUT0': shape [0,2147483648,2147483648] has no elements, but its other "
+        "dimensions exceed the maximum size of 9223372036854775807 bytes",
+    ),
     (  # (the first fault Triton finds: the batch sizes before the shapes, here an unknown output first)
         "unknown output before a datatype",
         dict(_with(0, datatype="INT32"), outputs=[{"name": "NOPE"}]),
