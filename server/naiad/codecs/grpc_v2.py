@@ -16,7 +16,6 @@ This module knows protobuf messages only, never the grpc transport.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from tritonclient.grpc import service_pb2 as pb
 from naiad.codecs import bytes_tensor, shared_memory
 from naiad.codecs.classification import PARAMETER as CLASSIFICATION
 from naiad.codecs.classification import class_count
+from naiad.codecs.version import model_version
 from naiad.codecs.wire import wire_data, wire_size
 from naiad.core import datatypes
 from naiad.core.errors import InvalidArgumentError, RankError, check_string_correlation_id, request_prefix
@@ -49,7 +49,6 @@ _UINT64 = 2**64 - 1
 _PARSE_ERROR = "Unable to parse request"
 #: ``triton_`` request parameters Triton accepts (and which it parses itself).
 _TRITON_PARAMETERS = ("triton_enable_empty_final_response",)
-_VERSION = re.compile(r"\s*([+-]?\d+)")
 #: The registry of a caller that names none: no region can be found in it.
 _NO_REGIONS = SharedMemoryRegistry(enabled=False)
 
@@ -202,24 +201,6 @@ def parse_infer_request(data: bytes) -> ParsedInferRequest:
         kept.append(view[kept_from:size])
     header = kept[0] if len(kept) == 1 else b"".join(kept)
     return ParsedInferRequest(parse(pb.ModelInferRequest, header), raw)
-
-
-def model_version(text: str) -> str:
-    """The version a request names, read as Triton reads it ("" = latest; ``"01"`` is 1)."""
-    if not text:
-        return ""
-    match = _VERSION.match(text)
-    number = int(match.group(1)) if match else None
-    if number is None or not -(2**63) <= number < 2**63:
-        raise InvalidArgumentError(
-            f"failed to get model version from specified version string '{text}' (details: stol), "
-            "version should be an integral value > 0"
-        )
-    if number < 0:
-        raise InvalidArgumentError(
-            f"invalid model version specified '{text}' , version should be an integral value > 0"
-        )
-    return str(number)
 
 
 def to_infer_request(

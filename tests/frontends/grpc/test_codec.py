@@ -63,12 +63,6 @@ def test_truncated_or_malformed_messages_are_invalid(data: bytes) -> None:
         grpc_v2.parse_infer_request(data)
 
 
-@pytest.mark.parametrize(
-    ("text", "version"), [("", ""), ("1", "1"), ("01", "1"), (" 2", "2"), ("+3", "3"), ("4x", "4")]
-)
-def test_versions_read_like_triton(text: str, version: str) -> None:
-    assert grpc_v2.model_version(text) == version
-
 
 @pytest.mark.parametrize("text", ["x", "-1", "99999999999999999999"])
 def test_bad_versions_are_invalid(text: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -76,6 +77,21 @@ def test_unknown_model_and_version_messages(client: httpclient.InferenceServerCl
     assert response.status == 404
     assert response.error == "Request for unknown model: 'add_sub' version 7 is not found"
     assert raw.request("GET", "/v2/models/add_sub/versions/abc").status == 404
+
+
+def test_a_version_is_read_as_triton_reads_it(raw: RawClient) -> None:
+    # (Triton 2.51, side by side: "01" is version 1, and the metadata names "1"; "00" is version 0)
+    response = raw.request("GET", "/v2/models/add_sub/versions/01")
+    assert (response.status, json.loads(response.body)["versions"]) == (200, ["1"])
+    assert raw.request("GET", "/v2/models/add_sub/versions/00").error == (
+        "Request for unknown model: 'add_sub' version 0 is not found"
+    )
+    response = raw.request("GET", "/v2/models/add_sub/versions/99999999999999999999")
+    assert (response.status, response.error) == (
+        400,
+        "failed to get model version from specified version string '99999999999999999999' (details: stol), "
+        "version should be an integral value > 0",
+    )
 
 
 def test_model_config_is_normalized_json(client: httpclient.InferenceServerClient) -> None:

@@ -21,6 +21,7 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.codecs import grpc_v2
+from naiad.codecs.version import model_version
 from naiad.core.errors import (
     InferenceServerError,
     InvalidArgumentError,
@@ -112,7 +113,7 @@ class InferenceServicer:
         return pb.ServerReadyResponse(ready=self.dataplane.ready())
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
-        version = grpc_v2.model_version(request.version)
+        version = model_version(request.version)
         if self.relay is not None and (peer := self._peer(request.name, version, context)) is not None:
             return await self._relay_unary(peer, request, context, "ModelReady", pb.ModelReadyResponse)
         return pb.ModelReadyResponse(ready=await self.dataplane.model_readiness(request.name, version))
@@ -125,7 +126,7 @@ class InferenceServicer:
     async def ModelMetadata(
         self, request: pb.ModelMetadataRequest, context: Context
     ) -> pb.ModelMetadataResponse:
-        version = grpc_v2.model_version(request.version)
+        version = model_version(request.version)
         if self.relay is not None and (peer := self._peer(request.name, version, context)) is not None:
             return await self._relay_unary(peer, request, context, "ModelMetadata", pb.ModelMetadataResponse)
         meta = self.dataplane.model_metadata(request.name, version)
@@ -139,7 +140,7 @@ class InferenceServicer:
         )
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
-        version = grpc_v2.model_version(request.version)
+        version = model_version(request.version)
         if self.relay is not None and (peer := self._peer(request.name, version, context)) is not None:
             return await self._relay_unary(peer, request, context, "ModelConfig", pb.ModelConfigResponse)
         return pb.ModelConfigResponse(config=self.dataplane.model_config_message(request.name, version))
@@ -147,7 +148,7 @@ class InferenceServicer:
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Context
     ) -> pb.ModelStatisticsResponse:
-        version = grpc_v2.model_version(request.version)
+        version = model_version(request.version)
         return extensions.statistics_response(await self.dataplane.model_statistics(request.name, version))
 
     # ---- inference --------------------------------------------------------------------------------
@@ -160,7 +161,7 @@ class InferenceServicer:
             if self.relay is not None:
                 parsed = grpc_v2.parse_infer_request(data)
                 message = parsed.message
-                version = grpc_v2.model_version(message.model_version)
+                version = model_version(message.model_version)
                 peer = self._peer(message.model_name, version, context)
                 if peer is not None:
                     self.dataplane.forwarded(message.model_name)
@@ -296,7 +297,7 @@ class InferenceServicer:
             parsed = grpc_v2.parse_infer_request(data)
             message = parsed.message
             request_id = message.id
-            version = grpc_v2.model_version(message.model_version)
+            version = model_version(message.model_version)
             if self.relay is not None:
                 peer = self.dataplane.peer(message.model_name, version, forwarded(headers))
                 if peer is not None:
@@ -372,7 +373,7 @@ class InferenceServicer:
     ) -> InferResponse:
         """Triton's order: version string, model, transaction policy, then the request itself."""
         message = parsed.message
-        version = grpc_v2.model_version(message.model_version)
+        version = model_version(message.model_version)
         if self.dataplane.loads_on_demand:
             await self.dataplane.admit(message.model_name)
         if self.dataplane.is_decoupled(message.model_name, version):
@@ -410,7 +411,7 @@ class InferenceServicer:
         version found), else none, as Triton's request is made only for a model it has."""
         try:
             message = grpc_v2.parse_infer_request(data).message
-            self.dataplane.signature(message.model_name, grpc_v2.model_version(message.model_version))
+            self.dataplane.signature(message.model_name, model_version(message.model_version))
         except Exception:
             return ""
         return message.id
@@ -426,7 +427,7 @@ class InferenceServicer:
         try:
             request = grpc_v2.to_infer_request(parsed, headers, self.dataplane.shared_memory)
         except RankError as exc:  # more dimensions than an array holds: the model's own shape error
-            name, version = parsed.message.model_name, grpc_v2.model_version(parsed.message.model_version)
+            name, version = parsed.message.model_name, model_version(parsed.message.model_version)
             raise self.dataplane.signature(name, version).refusal(exc) from None
         if self.forwarding is not None:
             self.forwarding.apply(request, headers.items())

@@ -17,6 +17,7 @@ from urllib.parse import unquote_to_bytes
 import orjson
 
 from naiad.codecs import json_v2
+from naiad.codecs.version import model_version
 from naiad.core.errors import InferenceServerError, InvalidArgumentError, RankError, UnsupportedError
 from naiad.core.verbose import infer_failed
 from naiad.dataplane import DataPlane
@@ -150,9 +151,9 @@ class HttpFrontend:
             version = ""
             rest = s[3:]
             if len(rest) >= 2 and rest[0] == "versions":
-                version = rest[1]
-                if not version.isdigit():
+                if not rest[1].isdigit():
                     return _not_found()
+                version = model_version(rest[1])  # (as Triton reads it: "01" is version 1)
                 rest = rest[2:]
             action = rest[0] if rest else ""
             if len(rest) > 1:
