@@ -114,6 +114,15 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_model(repo, "batched_plus", batched, SHIFT_PY.format(by=1))
     over = step("batched_plus", {"IN": "X"}, {"OUT": "Y"})
     write_model(repo, "unbatched", ensemble("unbatched", over, tensors("X"), tensors("Y")))
+    chain = ", ".join(
+        step(model, {"IN": source}, {"OUT": target})
+        for model, source, target in (
+            ("plus", "X", "S1"), ("minus", "X", "D1"), ("plus", "S1", "S2"), ("minus", "D1", "D2"),
+            ("plus", "S2", "EXTRA_LONG_NAME"),
+        )
+    )
+    many = tensors("S1", "D1", "S2", "D2", "EXTRA_LONG_NAME")
+    write_model(repo, "many_outputs", ensemble("many_outputs", chain, tensors("X"), many))
     return repo
 
 
@@ -234,3 +243,18 @@ def _batched(name: str) -> httpclient.InferInput:
     tensor = httpclient.InferInput(name, [1, 4], "FP32")
     tensor.set_data_from_numpy(X.reshape(1, 4))
     return tensor
+
+
+def test_the_outputs_come_in_the_order_tritons_scheduler_keeps_them(server: ServerProcess) -> None:
+    # (Triton 2.51 answers these five in this order, checked side by side: its scheduler keeps an
+    # ensemble's outputs in a std::unordered_map, see naiad.core.map_order)
+    order = ["D2", "S2", "D1", "EXTRA_LONG_NAME", "S1"]
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        answer = client.infer("many_outputs", _inputs()).get_response()
+        assert [output["name"] for output in answer["outputs"]] == order
+    with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
+        tensor = grpcclient.InferInput("X", [4], "FP32")
+        tensor.set_data_from_numpy(X)
+        result = grpc.infer("many_outputs", [tensor])
+        assert [output.name for output in result.get_response().outputs] == order
+        np.testing.assert_array_equal(result.as_numpy("EXTRA_LONG_NAME"), X + 3)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from naiad.core.errors import InvalidArgumentError
+from naiad.core.map_order import unordered_map_order
 
 _LEN = struct.Struct("<I")
 #: How many elements, all as long, make writing them as one record array pay: for fewer, the record
@@ -88,16 +90,20 @@ def deserialize(
     return out
 
 
-def refused_first(earlier: InvalidArgumentError | None, later: InvalidArgumentError) -> InvalidArgumentError:
-    """Which of two inputs' refusals a request is answered with, as Triton orders them: its core
-    checks every input's contents before a backend reads any, and it checks them in its map's order,
-    the reverse of the request's (so of two refused inputs, it names the later one); a backend's
-    fault (:class:`IncompleteString`) comes after every core fault, the first input's first."""
-    if earlier is None:
-        return later
-    if isinstance(later, IncompleteString):
-        return earlier
-    return later
+def refused_first(
+    refusals: Sequence[tuple[str, InvalidArgumentError]], names: Sequence[str]
+) -> InvalidArgumentError:
+    """Which of the inputs' refusals (``(input name, error)``, in the request's order) a request is
+    answered with, as Triton orders them: its core checks every input's contents before a backend
+    reads any, in the order its map of the request's inputs (``names``) iterates them
+    (:mod:`naiad.core.map_order`); a backend's fault (:class:`IncompleteString`) comes after every core
+    fault, the first input's first."""
+    core = {name: error for name, error in refusals if not isinstance(error, IncompleteString)}
+    if core:
+        for name in unordered_map_order(list(dict.fromkeys(names))):
+            if name in core:
+                return core[name]
+    return refusals[0][1]
 
 
 def _refuse(view: memoryview, count: int, name: str, model: str, prefix: str) -> None:

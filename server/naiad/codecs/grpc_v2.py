@@ -223,7 +223,7 @@ def to_infer_request(
             _request_parameter(request, key, value)
     raw = parsed.raw
     used = 0
-    invalid: InvalidArgumentError | None = None  # (see ``bytes_tensor.refused_first``)
+    refusals: list[tuple[str, InvalidArgumentError]] = []  # (see ``bytes_tensor.refused_first``)
     for item in message.inputs[:]:  # (a list: protobuf's container costs twice as much to iterate)
         parameters = _tensor_parameters(item.parameters) if item.parameters else {}
         where = shared_memory.placement(item.name, parameters) if parameters else None
@@ -232,7 +232,7 @@ def to_infer_request(
             try:
                 data = shared_memory.read_input(regions, where, item.name, datatype, shape, request)
             except InvalidArgumentError as error:
-                invalid = bytes_tensor.refused_first(invalid, error)
+                refusals.append((item.name, error))
                 continue
             parameters = shared_memory.without_placement(parameters)
             request.inputs.append(Tensor(item.name, datatype, data, parameters))
@@ -246,14 +246,14 @@ def to_infer_request(
             try:
                 data = _from_contents(item, request)
             except InvalidArgumentError as error:
-                invalid = bytes_tensor.refused_first(invalid, error)
+                refusals.append((item.name, error))
                 continue
         elif used < len(raw):
             used += 1
             try:
                 data = _from_raw(item, raw[used - 1], request)
             except InvalidArgumentError as error:
-                invalid = bytes_tensor.refused_first(invalid, error)
+                refusals.append((item.name, error))
                 continue
         else:
             raise InvalidArgumentError(
@@ -261,8 +261,8 @@ def to_infer_request(
                 "in request."
             )
         request.inputs.append(Tensor(item.name, item.datatype, data, parameters))
-    if invalid is not None:
-        raise invalid
+    if refusals:
+        raise bytes_tensor.refused_first(refusals, [item.name for item in message.inputs])
     if used < len(raw):
         raise InvalidArgumentError(
             f"unexpected additional raw_input_contents for model '{request.model_name}': {len(raw)} "

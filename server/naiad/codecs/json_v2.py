@@ -203,15 +203,15 @@ def decode_request(
     if not isinstance(inputs, list):
         raise InvalidArgumentError("Unable to parse 'inputs': expected an array")
     offset = 0
-    invalid: InvalidArgumentError | None = None
+    refusals: list[tuple[str, InvalidArgumentError]] = []  # (see ``bytes_tensor.refused_first``)
     for item in inputs:
         tensor, offset = _decode_input(item, binary, offset, request, regions)
         if isinstance(tensor, InvalidArgumentError):
-            invalid = bytes_tensor.refused_first(invalid, tensor)
+            refusals.append((item["name"], tensor))
         else:
             request.inputs.append(tensor)
-    if invalid is not None:
-        raise invalid
+    if refusals:
+        raise bytes_tensor.refused_first(refusals, [item["name"] for item in inputs])
     if offset != len(binary):
         raise InvalidArgumentError(
             f"unexpected additional input data for model '{model_name}': {len(binary) - offset} "

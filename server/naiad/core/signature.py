@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from naiad.core.errors import InvalidArgumentError, RankError, request_prefix
+from naiad.core.map_order import unordered_map_order
 from naiad.core.request import InferRequest, PlainRequest
 
 _BATCH_NOTE = (
@@ -143,8 +144,8 @@ class ModelSignature:
         """Raise the error Triton reports first for a request with problems (compared side by side
         with Triton 2.51): repeated names as its frontends add inputs, then outputs; then its core's
         ``Normalize``: unknown outputs, the input count, each input's name and batch size, the batch
-        size against the model's, each input's datatype and shape, the inputs in its map's order, the
-        reverse of the request's.  A required input left out while optional ones make the count is
+        size against the model's, each input's datatype and shape, the inputs in its map's order
+        (:mod:`naiad.core.map_order`).  A required input left out while optional ones make the count is
         refused too (after the names), where Triton runs the model without it."""
         names: dict[str, None] = {}
         for tensor in request.inputs:
@@ -169,7 +170,8 @@ class ModelSignature:
         missing = [name for name in self._required if name not in names]
         if len(names) < len(self._required) or len(names) > len(self._inputs):
             raise self._count_error(request, list(names), missing)
-        inputs = request.inputs[::-1]
+        by_name = {tensor.name: tensor for tensor in request.inputs}
+        inputs = [by_name[name] for name in unordered_map_order(list(by_name))]
         batch = 0
         for tensor in inputs:
             spec = self._inputs.get(tensor.name)
@@ -205,10 +207,10 @@ class ModelSignature:
         self, request: InferRequest | PlainRequest, given: list[str], missing: list[str] | tuple[()]
     ) -> InvalidArgumentError:
         """Triton's input-count refusal: no space after a comma; the inputs given in its map's
-        order, the reverse of the request's; and, as Triton prints an empty list of missing ones
-        (too many inputs given), a lone ``]``."""
+        order; and, as Triton prints an empty list of missing ones (too many inputs given), a lone
+        ``]``."""
         required = self._required
-        got = ",".join(f"'{name}'" for name in reversed(given))
+        got = ",".join(f"'{name}'" for name in unordered_map_order(given))
         want = "[" + ",".join(f"'{n}'" for n in missing) + "]" if missing else "]"
         if len(required) == len(self._inputs):
             expected = f"{len(required)} inputs"

@@ -30,6 +30,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from naiad.core.errors import InvalidArgumentError
+from naiad.core.map_order import unordered_map_order
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.verbose import prepared
 from naiad.repository import config as cfg
@@ -460,7 +461,8 @@ def build_version(
     scheduler = EnsembleScheduler(
         config.name,
         stages,
-        tuple(tensor.name for tensor in config.output),
+        # (its answers carry them in the order Triton's scheduler keeps them: a std::unordered_map)
+        tuple(unordered_map_order([tensor.name for tensor in config.output])),
         step_runner(resolve, cache),
         config.ensemble_scheduling.max_inflight_requests,
         batching=config.max_batch_size > 0,
