@@ -265,7 +265,9 @@ def test_the_engine_dying_takes_every_worker_with_it(server: ServerProcess) -> N
     os.kill(server.process.pid, signal.SIGKILL)
     assert server.process.wait(10) == -signal.SIGKILL
     wait_for(lambda: not any(alive(pid) for pid in pids), timeout=10)
-    assert not [name for name in os.listdir("/dev/shm") if any(str(pid) in name for pid in pids)]
+    # (Naiad's regions are named naiad-<pid>-...: a bare substring test matched other programs' files,
+    # such as a digit run inside the UUID of a Triton region left by a killed reference server)
+    assert not [name for name in os.listdir("/dev/shm") if any(name.startswith(f"naiad-{pid}-") for pid in pids)]
 
 
 def test_sigterm_drains_every_worker(server: ServerProcess) -> None:
