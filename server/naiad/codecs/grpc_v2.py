@@ -388,11 +388,7 @@ def _shape(item: _Input, request: InferRequest) -> tuple[tuple[int, ...], int]:
             f"{_prefix(request)}All input dimensions should be specified for input '{item.name}' for "
             f"model '{request.model_name}', got [{','.join(str(d) for d in shape)}]"
         )
-    if datatypes.empty_but_too_large(shape, item.datatype):
-        raise InvalidArgumentError(
-            f"invalid shape for input '{item.name}': shape [{','.join(str(d) for d in shape)}] has no "
-            f"elements, but its other dimensions exceed the maximum size of {datatypes.MAX_ARRAY_BYTES} bytes"
-        )
+    datatypes.check_holdable(item.name, shape, item.datatype)
     return shape, math.prod(shape)
 
 

@@ -302,13 +302,6 @@ def _element_count(shape: Any, name: str) -> tuple[tuple[int, ...], int]:
     return tuple(dims), count
 
 
-def _empty_too_large(name: str, shape: Sequence[int]) -> str:
-    return (
-        f"invalid shape for input '{name}': shape {_shape_text(shape)} has no elements, but its other "
-        f"dimensions exceed the maximum size of {_MAX_DIM} bytes"
-    )
-
-
 def _shape_text(dims: Sequence[int]) -> str:
     """A shape as Triton prints it in these messages: ``[2,3]``."""
     return "[" + ",".join(str(dim) for dim in dims) + "]"
@@ -338,8 +331,8 @@ def _decode_input(
         raise InvalidArgumentError(f"invalid datatype for input {name}")
     shape, count = _element_count(item.get("shape"), name)
     _check_byte_size(name, datatype, count)
-    if count == 0 and datatypes.empty_but_too_large(shape, datatype):
-        raise InvalidArgumentError(_empty_too_large(name, shape))
+    if count == 0:
+        datatypes.check_holdable(name, shape, datatype)
     if len(shape) > RankError.MAX_RANK:
         raise RankError(request.id, name, datatype, shape)
     params = _parameters(item.get("parameters"), f"input '{name}'")

@@ -13,6 +13,8 @@ from typing import Any, cast
 import ml_dtypes
 import numpy as np
 
+from naiad.core.errors import InvalidArgumentError
+
 #: Protocol datatype -> numpy dtype.
 NUMPY_DTYPE: dict[str, np.dtype[np.generic]] = {
     "BOOL": np.dtype(np.bool_),
@@ -91,3 +93,13 @@ def empty_but_too_large(shape: tuple[int, ...], datatype: str) -> bool:
             if product > MAX_ARRAY_BYTES:
                 return True
     return False
+
+
+def check_holdable(name: str, shape: tuple[int, ...], datatype: str) -> None:
+    """Refuse, as the client's fault, an input whose shape :func:`empty_but_too_large` describes."""
+    if empty_but_too_large(shape, datatype):
+        text = "[" + ",".join(str(dim) for dim in shape) + "]"
+        raise InvalidArgumentError(
+            f"invalid shape for input '{name}': shape {text} has no elements, but its other dimensions "
+            f"exceed the maximum size of {MAX_ARRAY_BYTES} bytes"
+        )
