@@ -34,6 +34,7 @@ import functools
 import logging
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -184,6 +185,9 @@ class ModelRepository:
         self._pinning: set[str] = set()
         #: On-demand loads in progress: every request for the model waits for the same one.
         self._demands: dict[str, asyncio.Task[None]] = {}
+        #: Requests waiting for an on-demand load, by model: the model is not evicted until they have
+        #: resumed (a load's end wakes its waiters a few loop turns after it wakes an eviction loop).
+        self._waiters: Counter[str] = Counter()
         #: A later eviction pass, armed when a load left the server over its budget with nothing
         #: evictable yet (see ``_fit``), and the pass running.
         self._refit: asyncio.TimerHandle | None = None
@@ -443,6 +447,7 @@ class ModelRepository:
             self._demands[name] = task
             task.add_done_callback(lambda done: self._demanded(name, done))
         started, loaded = residency.clock(), False
+        self._waiters[name] += 1
         try:
             # ``asyncio.wait``, not ``wait_for``: a frontend worker's request runs outside any task
             # (``naiad.engine.link``), where Python 3.12's ``wait_for`` raises "Timeout should be used
@@ -453,6 +458,9 @@ class ModelRepository:
             task.result()
             loaded = True
         finally:
+            self._waiters[name] -= 1
+            if not self._waiters[name]:
+                del self._waiters[name]
             residency.waited(name, residency.clock() - started, loaded)
 
     def _demanded(self, name: str, task: asyncio.Task[None]) -> None:
@@ -537,8 +545,12 @@ class ModelRepository:
         self._refit = loop.call_later(max(wait, _ROOM_POLL_S), start)
 
     def _busy(self, name: str) -> set[str]:
-        """Models eviction must leave alone: ``name`` and whatever is being loaded or unloaded."""
-        return {name} | {other for other, lock in self._locks.items() if lock.locked()} | set(self._demands)
+        """Models eviction must leave alone: ``name``, whatever is being loaded or unloaded, and a model
+        loaded on demand whose waiting requests have not resumed yet (from then on to their dispatch
+        nothing yields, and once dispatched they count in flight): evicting it there failed a request
+        that its own load had just served, "has no available versions"."""
+        locked = {other for other, lock in self._locks.items() if lock.locked()}
+        return {name} | locked | set(self._demands) | set(self._waiters)
 
     async def _evict(self, name: str) -> None:
         """Unload ``name`` to free memory, unless it was pinned or took a request since the victims
