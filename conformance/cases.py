@@ -22,7 +22,7 @@ from conformance.models import (
 from conformance.qa import QA_SKIPS, qa_suites
 from conformance.qa_batching import BATCHING_SKIPS, batching_suites
 from conformance.qa_config import CONFIG_SKIPS, config_suites
-from conformance.qa_generated import GENERATED_SKIPS, client_nobatch, server_status
+from conformance.qa_generated import GENERATED_SKIPS, client_nobatch, infer_suites, server_status
 from conformance.qa_onnx import initializer_as_input
 from conformance.runner import Checkouts, Script, Skip, Suite, unclassified
 
@@ -325,6 +325,7 @@ def all_suites(checkouts: Checkouts) -> list[Suite]:
         *config_suites(checkouts),
         server_status(checkouts),
         client_nobatch(checkouts),
+        *infer_suites(checkouts),
         initializer_as_input(checkouts),
     ]
 

@@ -127,6 +127,8 @@ class Suite:
     #: False: the scripts start their servers themselves (a whole test.sh whose ``$SERVER`` is Naiad's
     #: ``tritonserver``), so none is started for them.
     serves: bool = True
+    #: How long the server may take to load its repository (a test.sh's ``SERVER_TIMEOUT``).
+    start_timeout: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -486,7 +488,7 @@ def run_suite(suite: Suite, work: Path, out: TextIO, log: TextIO) -> list[Verdic
             emit(run_script(script, server.ports, log))
         return verdicts
     try:
-        server.start()
+        server.start(suite.start_timeout)
     except RuntimeError as error:
         emit(Verdict(s.name, "FAIL", str(error)) for s in suite.scripts)
         return verdicts

@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Container, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from naiad.core.shm import RegionStatus, SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
 from naiad.core.verbose import prepared, response_outputs, state_change
 from naiad.repository.manager import IndexEntry, ModelRepository
-from naiad.repository.model import Model, ModelVersion
+from naiad.repository.model import Model, ModelVersion, label_file
 from naiad.repository.peers import Peer, Peers
 from naiad.repository.registry import ModelRegistry
 from naiad.repository.residency import Residency
@@ -444,7 +445,7 @@ class DataPlane:
         try:
             response = await self._answer(request, model, version, signature, False)
             response.outputs = classify_outputs(
-                request, signature, version.model_dir, response.outputs, self._label_files
+                request, signature, partial(label_file, model, version), response.outputs, self._label_files
             )
             shared_memory.write_outputs(held.targets, response.outputs)
         finally:

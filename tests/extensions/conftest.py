@@ -160,6 +160,20 @@ def ext_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         CLASSIFIER_PY,
     )
     (root / "classifier" / "labels.txt").write_text("zero\none\ntwo\nthree\n")
+    # its outputs through an ensemble that names no label file: the step's labels serve
+    chain = """ensemble_scheduling { step [{ model_name: "classifier" model_version: -1
+          input_map { key: "INPUT0" value: "INPUT0" }
+          output_map [{ key: "OUTPUT0" value: "SCORES" }, { key: "OUTPUT1" value: "COUNTS" }] }] }"""
+    write_model(
+        root,
+        "classifier_chain",
+        f"""platform: "ensemble"
+        max_batch_size: 8
+        input [{{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }}]
+        output [{{ name: "SCORES" data_type: TYPE_FP32 dims: [ 4 ] }},
+                {{ name: "COUNTS" data_type: TYPE_INT32 dims: [ 4 ] }}]
+        {chain}""",
+    )
     write_model(
         root,
         "strings",

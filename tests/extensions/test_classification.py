@@ -12,14 +12,14 @@ SCORES = np.array([[0.5, 3.3, -1.25, 2.0], [1e10, 1e-7, 7, 7]], dtype=np.float32
 
 
 def _classify(
-    protocol: str, server: ServerProcess, output: str, count: int, binary: bool = True
+    protocol: str, server: ServerProcess, output: str, count: int, binary: bool = True, model: str = "classifier"
 ) -> np.ndarray:
     with client_for(protocol, server) as client:
         tensor = client.input("INPUT0", list(SCORES.shape), "FP32")
         tensor.set_data_from_numpy(SCORES)
         extra = {"binary_data": binary} if protocol == "http" else {}
         requested = client.output(output, class_count=count, **extra)
-        result = client.client.infer("classifier", [tensor], outputs=[requested])
+        result = client.client.infer(model, [tensor], outputs=[requested])
         assert result.get_output(output)  # named in the response
         return result.as_numpy(output)
 
@@ -34,6 +34,15 @@ def test_top_classes_with_labels(protocol: str, ext_server: ServerProcess) -> No
     classes = _classify(protocol, ext_server, "OUTPUT0", 3)
     assert classes.shape == (2, 3)
     assert [[c.decode() for c in row] for row in classes] == EXPECTED
+
+
+def test_an_ensemble_output_without_labels_takes_its_step_models(protocol: str, ext_server: ServerProcess) -> None:
+    """As Triton's core completes an ensemble's labels at load: an output whose config names no label
+    file is labelled as the step model's output that makes it (NVIDIA's L0_infer checks it)."""
+    classes = _classify(protocol, ext_server, "SCORES", 3, model="classifier_chain")
+    assert [[c.decode() for c in row] for row in classes] == EXPECTED
+    counts = _classify(protocol, ext_server, "COUNTS", 2, model="classifier_chain")
+    assert counts.tolist() == [[b"33:1", b"20:3"], [b"70:2", b"70:3"]]  # (the step's output has none)
 
 
 def test_top_classes_as_json(ext_server: ServerProcess) -> None:

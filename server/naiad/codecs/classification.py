@@ -11,7 +11,7 @@ order.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,24 +69,23 @@ def top_classes(tensor: Tensor, count: int, batched: bool, labels: Sequence[str]
 def classify_outputs(
     request: InferRequest,
     signature: ModelSignature,
-    model_dir: Path | None,
+    label_file: Callable[[str], Path | None],
     outputs: list[Tensor],
     label_files: LabelFiles,
 ) -> list[Tensor]:
-    """``outputs`` with each one the request asks classification of replaced by its top classes."""
+    """``outputs`` with each one the request asks classification of replaced by its top classes;
+    ``label_file``: where an output's labels are (``naiad.repository.model.label_file``), if anywhere."""
     counts = {o.name: class_count(o.name, o.parameters) for o in request.outputs or ()}
     if not any(counts.values()):
         return outputs
     classified: list[Tensor] = []
     for tensor in outputs:
         count = counts.get(tensor.name)
-        spec = signature.output_spec(tensor.name)
-        if count is None or spec is None:
+        if count is None or signature.output_spec(tensor.name) is None:
             classified.append(tensor)
             continue
-        labels: Sequence[str] = ()
-        if spec.label_filename and model_dir is not None:
-            labels = label_files.labels(model_dir / spec.label_filename)
+        path = label_file(tensor.name)
+        labels: Sequence[str] = label_files.labels(path) if path is not None else ()
         classified.append(top_classes(tensor, count, signature.max_batch_size > 0, labels))
     return classified
 

@@ -24,7 +24,8 @@ UNAVAILABLE until the ensemble itself is loaded again: its stages and its own po
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -35,7 +36,7 @@ from naiad.core.request import InferRequest, InferResponse
 from naiad.core.verbose import prepared
 from naiad.repository import config as cfg
 from naiad.repository.loader import LoadPlan
-from naiad.repository.model import Model, ModelState, ModelVersion
+from naiad.repository.model import Model, ModelState, ModelVersion, label_file
 from naiad.repository.validation import check_graph
 from naiad.scheduling.cache import ResponseCache, refuse_uncacheable
 from naiad.scheduling.ensemble import EnsembleScheduler, Fit, Reshape, Stage, Step, StepRunner, steps_of
@@ -474,7 +475,7 @@ def build_version(
     if SchedulerStats.first_responses:  # (its config says whether it streams: ``complete_config``)
         decoupled = config.model_transaction_policy.decoupled
         scheduler.stats.count_first_responses(first_response_bounds(config), decoupled)
-    return EnsembleVersion(
+    version = EnsembleVersion(
         config,
         steps,
         frozenset(stage.producer.index for stage in stages if stage.producer is not None),
@@ -487,3 +488,28 @@ def build_version(
         model_dir=plan.path,
         scratch=plan.scratch,
     )
+    version.labels = _borrowed_labels(config, steps, models)
+    return version
+
+
+def _borrowed_labels(
+    config: mc.ModelConfig, steps: Sequence[Step], models: Mapping[str, Model]
+) -> dict[str, Path]:
+    """The label files of the ensemble's outputs that name none: each that of the step model's output
+    that makes it (its own file, or one it borrowed in turn: an ensemble step), as Triton's core
+    completes an ensemble's labels when it loads it (a classification of such an output then reads
+    ``value:index:label``, not ``value:index``)."""
+    unlabelled = {output.name for output in config.output if not output.label_filename}
+    borrowed: dict[str, Path] = {}
+    for step in steps:
+        model = models.get(step.model_name)
+        if model is None:
+            continue
+        chosen = step.model_version
+        version = model.versions.get(int(chosen)) if chosen else model.latest_ready()
+        if version is None:
+            continue
+        for model_output, tensor in step.outputs:
+            if tensor in unlabelled and (path := label_file(model, version, model_output)) is not None:
+                borrowed[tensor] = path
+    return borrowed

@@ -73,6 +73,9 @@ class ModelVersion:
     passive: tuple[InstanceWorker, ...] = ()
     #: Set by ``fail``: UNAVAILABLE because its model kept crashing after it loaded.
     crashed: bool = False
+    #: Label files of outputs whose config names none, borrowed at load: an ensemble's, from the step
+    #: model that makes the output (as Triton's core completes an ensemble's labels).
+    labels: dict[str, Path] = field(default_factory=dict)
     #: Whether a readiness request asks its instances (see :mod:`naiad.repository.readiness`), and,
     #: in the engine, what it asks (a frontend worker asks the engine).
     checked: bool = False
@@ -151,6 +154,16 @@ class ModelVersion:
         return self.state is ModelState.READY or (
             self.state is ModelState.UNAVAILABLE and (self.reason == UNLOADED or self.crashed)
         )
+
+
+def label_file(model: Model, version: ModelVersion, output: str) -> Path | None:
+    """Where the labels of ``model``'s ``output`` are read for classification: its config's
+    ``label_filename`` in the folder ``version`` was loaded from, else one ``version`` borrowed."""
+    signature = model.signature
+    spec = signature.output_spec(output) if signature is not None else None
+    if spec is not None and spec.label_filename and version.model_dir is not None:
+        return version.model_dir / spec.label_filename
+    return version.labels.get(output)
 
 
 @dataclass(slots=True, eq=False)
