@@ -91,7 +91,7 @@ def footprints(http_url: str) -> dict[str, int]:
     """model -> memory_bytes of its READY version, from the server's own index."""
     return {
         e["name"]: int(e.get("memory_bytes") or 0)
-        for e in post(f"{http_url}/v2/repository/index", {})
+        for e in post(f"{http_url}/v2/repository/index", {"memory_bytes": True})
         if e.get("state") == "READY"
     }
 

@@ -46,7 +46,7 @@ def _states(url: str, model: str) -> dict[int, tuple[str, int]]:
     """version -> (state, measured memory bytes), from the pod's own repository index."""
     return {
         int(e["version"]): (e["state"], int(e.get("memory_bytes") or 0))
-        for e in post(f"{url}/v2/repository/index", {})
+        for e in post(f"{url}/v2/repository/index", {"memory_bytes": True})
         if e["name"] == model and e.get("version")
     }
 

@@ -195,13 +195,8 @@ class GrpcRepositoryClient:
 
 
 def rows(index: list[dict[str, str]], name: str) -> list[dict[str, str]]:
-    """The index entries of one model, without its name and Naiad's ``memory_bytes`` extension (which
-    only HTTP carries; tests/repository/test_on_demand.py checks it)."""
-    return [
-        {k: v for k, v in entry.items() if k not in ("name", "memory_bytes")}
-        for entry in index
-        if entry["name"] == name
-    ]
+    """The index entries of one model, without its name."""
+    return [{k: v for k, v in entry.items() if k != "name"} for entry in index if entry["name"] == name]
 
 
 def eventually(probe: Callable[[], T], timeout: float = 8.0) -> T:

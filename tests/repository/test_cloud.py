@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.repository.clients import eventually
 from tests.repository.conftest import ServerFactory, connect
 from tests.repository.models import marked_py, write_marked
 from tests.support.object_store import GcsEmulator, SeaweedS3, upload_tree
@@ -48,6 +49,29 @@ def test_s3_repository_with_an_endpoint_and_reload_of_new_content(
         client.close()
     (entry,) = cache.iterdir()
     assert (entry / "current").is_symlink() and (entry / ".objects" / "sha256").is_dir()
+
+
+def test_s3_repository_in_poll_mode_applies_a_change_at_the_scan_that_sees_it(
+    tmp_path: Path, s3: SeaweedS3, serve: ServerFactory, protocol: str
+) -> None:
+    """A synced snapshot is complete (every object of it arrived and was checked), so a change in a
+    cloud repository is applied at the first scan that sees it, as Triton applies it, not one scan
+    later as a local folder still being written is (NVIDIA's L0_storage_S3_local checks a new version
+    20 s after uploading it, with Triton's 15 s interval)."""
+    source = tmp_path / "source"
+    write_marked(source, "alpha", "s3")
+    bucket = _bucket()
+    s3.client().create_bucket(Bucket=bucket)
+    upload_tree(s3, bucket, "", source)
+    args = ("--model-control-mode=poll", "--repository-poll-secs=1", "--log-verbose=1")
+    with serve(s3.uri(bucket), *args, f"--repository-cache-dir={tmp_path / 'cache'}", env=s3.env()) as server:
+        client = connect(protocol, server)
+        assert client.mark("alpha") == "s3:1"
+        s3.client().put_object(Bucket=bucket, Key="alpha/2/model.py", Body=marked_py("v2").encode())
+        assert eventually(lambda: client.mark("alpha") == "v2:2")
+        assert "changed in the repository: loading" in server.log()
+        assert "waiting until settled" not in server.log()
+        client.close()
 
 
 def test_s3_repository_with_bad_credentials_fails_the_start(tmp_path: Path, s3: SeaweedS3) -> None:

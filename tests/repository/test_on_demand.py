@@ -8,6 +8,7 @@ in their model processes, so the budget decides which of them fit.
 
 from __future__ import annotations
 
+import json
 import queue
 import re
 import time
@@ -86,11 +87,10 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 
 def index(server: ServerProcess) -> dict[str, dict[str, Any]]:
-    client = httpclient.InferenceServerClient(server.http_url)
-    try:
-        return {entry["name"]: entry for entry in client.get_model_repository_index()}
-    finally:
-        client.close()
+    """The repository index by model, with Naiad's ``memory_bytes`` asked for."""
+    request = urllib.request.Request(f"http://{server.http_url}/v2/repository/index", b'{"memory_bytes": true}')
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return {entry["name"]: entry for entry in json.loads(answer.read())}
 
 
 # ---- loading on demand ---------------------------------------------------------------------------

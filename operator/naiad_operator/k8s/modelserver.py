@@ -85,8 +85,9 @@ class ModelServer:
         self, base: str
     ) -> tuple[dict[str, dict[int, VersionObservation]], dict[str, int]]:
         """:meth:`index`, and model -> the ``memory_bytes`` its READY versions report (a Naiad field of
-        the index; models of servers that do not report it are left out)."""
-        entries = await self._post(f"{base}/v2/repository/index", {}, self.timeout) or []
+        the index, when asked for; models of servers that do not report it are left out)."""
+        # (``memory_bytes``: asked for, Naiad adds it; Triton ignores the key)
+        entries = await self._post(f"{base}/v2/repository/index", {"memory_bytes": True}, self.timeout) or []
         models: dict[str, dict[int, VersionObservation]] = {}
         memory: dict[str, int] = {}
         for entry in entries:

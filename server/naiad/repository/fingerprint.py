@@ -24,10 +24,22 @@ _NOT_MODEL = frozenset({"__pycache__"})
 
 def _files(root: Path) -> list[tuple[str, int, int]]:
     """``(relative path, size, mtime_ns)`` of every file under ``root``, sorted."""
+    return _walk(root)[0]
+
+
+def _walk(root: Path) -> tuple[list[tuple[str, int, int]], int]:
+    """:func:`_files`, and the newest status change (``ctime``, ns) of a file or folder under
+    ``root``: unlike the modification time, no copy that preserves times (``cp -a``, ``tar``) can
+    set it back."""
     found: list[tuple[str, int, int]] = []
+    newest = 0
     for folder, dirs, files in os.walk(root, followlinks=True):
         dirs[:] = sorted(d for d in dirs if d not in _NOT_MODEL)
         base = Path(folder)
+        try:
+            newest = max(newest, base.stat().st_ctime_ns)
+        except FileNotFoundError:
+            pass
         for name in files:
             path = base / name
             try:
@@ -35,9 +47,10 @@ def _files(root: Path) -> list[tuple[str, int, int]]:
             except FileNotFoundError:  # removed while we walked: the next poll sees the new state
                 continue
             found.append((path.relative_to(root).as_posix(), stat.st_size, stat.st_mtime_ns))
+            newest = max(newest, stat.st_ctime_ns)
         if not dirs and not files:
             found.append((base.relative_to(root).as_posix() + "/", 0, 0))
-    return sorted(found)
+    return sorted(found), newest
 
 
 def _digest(items: Iterable[object]) -> str:
@@ -53,6 +66,12 @@ def folder_fingerprint(paths: Iterable[Path]) -> str:
     Only what is inside counts, not where: the same model in a new snapshot of a synced repository
     (``current`` switched, files hard-linked) is unchanged."""
     return _digest(_files(path) for path in paths)
+
+
+def folder_state(paths: Iterable[Path]) -> tuple[str, int]:
+    """:func:`folder_fingerprint` and when anything in the folders last changed (``ctime``, ns)."""
+    walks = [_walk(path) for path in paths]
+    return _digest(files for files, _ in walks), max((newest for _, newest in walks), default=0)
 
 
 def version_fingerprints(

@@ -348,6 +348,12 @@ class ModelRepository:
                 for root in self.roots:
                     await asyncio.to_thread(root.refresh, in_use)
 
+    def synced_folders(self) -> tuple[Path, ...]:
+        """The current snapshots of the cloud repositories: complete copies, never half-written."""
+        return tuple(
+            path for root in self.roots if isinstance(root, CloudRoot) and (path := root.path()) is not None
+        )
+
     def _scan(self) -> dict[str, ModelLocation]:
         return self._listing.scan(self._roots())
 

@@ -1,11 +1,16 @@
 """POLL mode: rescan the repositories every ``--repository-poll-secs`` and apply what changed.
 
 A model folder is compared by its fingerprint (paths, sizes, modification times).  A change is acted
-on only once it is the same in two consecutive scans, so a model still being copied, or a version
-folder still being written, is not loaded half-written; Triton warns that its own POLL mode has no
-such guard.  Added models and changed ones are (re)loaded make-before-break, removed ones unloaded and
-forgotten; a failed reload keeps the old model serving and is not retried until the folder changes
-again.
+on at the scan that sees it, as Triton does, when it has settled: nothing in the folder changed for
+:data:`SETTLED_S` (by ``ctime``, which a copy that keeps modification times cannot set back), or the
+folder is in a synced snapshot of a cloud repository (complete by construction).  A change still under
+way is acted on only once it is the same in two consecutive scans, so a model still being copied, or a
+version folder still being written, is not loaded half-written; Triton warns that its own POLL mode has
+no such guard.  (Waiting a second scan for every change made a change take up to two intervals where
+Triton takes one: NVIDIA's ``L0_storage_S3_local`` checks a new version 20 s after its upload, at a
+15 s interval.)  Added models and changed ones are (re)loaded make-before-break, removed ones unloaded
+and forgotten at once; a failed reload keeps the old model serving and is not retried until the
+folder changes again.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+import time
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from naiad.repository.fingerprint import folder_fingerprint
+from naiad.repository.fingerprint import folder_state
 from naiad.repository.layout import ModelLocation, describe
 from naiad.repository.sync.engine import SyncError
 
@@ -24,6 +31,9 @@ if TYPE_CHECKING:
     from naiad.repository.manager import ModelRepository
 
 log = logging.getLogger("naiad.repository")
+
+#: How long nothing in a model folder must have changed for a change to count as finished.
+SETTLED_S = 2.0
 
 
 class Poller:
@@ -38,7 +48,8 @@ class Poller:
 
     async def prime(self, locations: dict[str, ModelLocation]) -> None:
         """Take the state the initial load starts from as already applied."""
-        self._applied = await asyncio.to_thread(_fingerprints, locations)
+        states = await asyncio.to_thread(_states, locations, ())
+        self._applied = {name: fingerprint for name, (fingerprint, _) in states.items()}
         self._seen = dict(self._applied)
 
     def start(self) -> None:
@@ -61,13 +72,17 @@ class Poller:
                 log.exception("repository poll failed")
 
     async def poll(self) -> None:
-        """One scan: act on every change seen identically in the previous scan."""
+        """One scan: act on every change that has settled or was seen identically in the previous scan."""
         locations = await self.repository.refresh()
-        current = await asyncio.to_thread(_fingerprints, locations)
+        states = await asyncio.to_thread(_states, locations, self.repository.synced_folders())
+        current = {name: fingerprint for name, (fingerprint, _) in states.items()}
         actions: list[Coroutine[Any, Any, object]] = []
         for name in sorted(set(current) | set(self._applied)):
             state = current.get(name)
-            if state == self._applied.get(name) or state != self._seen.get(name):
+            if state == self._applied.get(name):
+                continue
+            if state is not None and state != self._seen.get(name) and not states[name][1]:
+                log.debug("model '%s' is changing in the repository: waiting until settled", describe(name))
                 continue
             if state is None:
                 log.info("model '%s' was removed from the repository: unloading", describe(name))
@@ -81,5 +96,13 @@ class Poller:
         await asyncio.gather(*actions)
 
 
-def _fingerprints(locations: dict[str, ModelLocation]) -> dict[str, str]:
-    return {name: folder_fingerprint([loc.path, *loc.duplicates]) for name, loc in locations.items()}
+def _states(locations: dict[str, ModelLocation], synced: Sequence[Path]) -> dict[str, tuple[str, bool]]:
+    """Each model's fingerprint, and whether its folders have settled (see the module's note)."""
+    now = time.time_ns()
+    states: dict[str, tuple[str, bool]] = {}
+    for name, location in locations.items():
+        paths = [location.path, *location.duplicates]
+        fingerprint, changed = folder_state(paths)
+        in_snapshot = all(any(path.is_relative_to(folder) for folder in synced) for path in paths)
+        states[name] = (fingerprint, in_snapshot or now - changed >= SETTLED_S * 1e9)
+    return states

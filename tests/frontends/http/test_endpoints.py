@@ -136,12 +136,17 @@ def test_repository_index_lists_models(raw: RawClient) -> None:
     response = raw.request("POST", "/v2/repository/index", "")
     assert response.status == 200
     entries = {e["name"]: e for e in response.json()}
-    memory = entries["add_sub"].pop("memory_bytes")  # Naiad extension: resident bytes measured at load
-    assert entries["add_sub"] == {"name": "add_sub", "version": "1", "state": "READY"}
-    assert isinstance(memory, int) and memory > 0  # a Python model: its model process's resident memory
+    assert entries["add_sub"] == {"name": "add_sub", "version": "1", "state": "READY"}  # Triton's, exactly
     ready_only = raw.post_json("/v2/repository/index", {"ready": True}).json()
     assert all(e["state"] == "READY" for e in ready_only)
     assert raw.post_json("/v2/repository/index", {"ready": "yes"}).status == 400
+    # Naiad's extension, when asked for: the resident bytes each version's load added
+    measured = {e["name"]: e for e in raw.post_json("/v2/repository/index", {"memory_bytes": True}).json()}
+    memory = measured["add_sub"].pop("memory_bytes")
+    assert measured["add_sub"] == entries["add_sub"]
+    assert isinstance(memory, int) and memory > 0  # a Python model: its model process's resident memory
+    refused = raw.post_json("/v2/repository/index", {"memory_bytes": 1})
+    assert (refused.status, refused.error) == (400, "Unable to parse 'memory_bytes': expected a boolean")
 
 
 def test_load_and_unload_rejected_in_none_mode(client: httpclient.InferenceServerClient) -> None:

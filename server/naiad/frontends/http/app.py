@@ -348,7 +348,7 @@ class HttpFrontend:
     async def _repository(self, call: _Call, rest: list[str]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         if rest == ["index"]:
             body = await read_body(call.receive, None, self.max_input_size)
-            ready_only = False
+            ready_only = memory = False
             if body.strip():
                 try:
                     document = orjson.loads(body)
@@ -358,6 +358,11 @@ class HttpFrontend:
                 if not isinstance(ready, bool):
                     raise InvalidArgumentError("Unable to parse 'ready': expected a boolean")
                 ready_only = ready
+                # Naiad's extension, asked for: the entries stay Triton's own otherwise (scripts
+                # compare them whole, e.g. NVIDIA's L0_storage_S3_local)
+                memory = document.get("memory_bytes", False)
+                if not isinstance(memory, bool):
+                    raise InvalidArgumentError("Unable to parse 'memory_bytes': expected a boolean")
             entries = []
             for entry in await self.dataplane.repository_index(ready_only):
                 item: dict[str, Any] = {"name": entry.name}
@@ -367,8 +372,8 @@ class HttpFrontend:
                     item["state"] = entry.state
                 if entry.reason:
                     item["reason"] = entry.reason
-                if entry.version:
-                    item["memory_bytes"] = entry.memory_bytes  # Naiad extension (clients ignore it)
+                if memory and entry.version:
+                    item["memory_bytes"] = entry.memory_bytes
                 entries.append(item)
             return 200, orjson.dumps(entries), [_JSON]
         if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
