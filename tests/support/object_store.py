@@ -7,6 +7,7 @@ checks credentials, so "bad credentials" is a real signature failure and not a m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -123,12 +124,15 @@ class SeaweedS3:
         return self
 
     def _wait_writable(self, timeout: float = 60) -> None:
-        """The gateway answers before a volume is assigned; wait until a write goes through."""
+        """The gateway answers before a volume is assigned; wait until a write goes through.  (A try
+        whose bucket was made but whose write failed leaves the bucket: the next tries reuse it, where
+        making it again failed every try until the deadline, "BucketAlreadyOwnedByYou".)"""
         client = self.client()
         deadline = time.monotonic() + timeout
         while True:
             try:
-                client.create_bucket(Bucket="naiad-probe")
+                with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+                    client.create_bucket(Bucket="naiad-probe")
                 client.put_object(Bucket="naiad-probe", Key="probe", Body=b"x")
                 client.delete_object(Bucket="naiad-probe", Key="probe")
                 client.delete_bucket(Bucket="naiad-probe")
