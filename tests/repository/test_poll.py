@@ -1,5 +1,5 @@
-"""POLL mode: models and versions added, changed and removed on disk are applied within a couple of
-poll intervals, and only once the change is stable across two polls."""
+"""POLL mode: models and versions added, changed and removed on disk are applied at the poll that sees
+them once they have settled, and a change still being written only once it is the same in two polls."""
 
 from __future__ import annotations
 
@@ -143,4 +143,29 @@ def test_bytecode_beside_a_model_is_no_change(tmp_path: Path, protocol: str) -> 
         py_compile.compile(str(source), cfile=importlib.util.cache_from_source(str(source)), doraise=True)
         time.sleep(3.5 * POLL_SECS)  # three polls after the bytecode appeared
         assert client.infer("compiled") == ("c:1", 2)  # the same instance: not reloaded
+        client.close()
+
+
+def test_a_settled_change_is_applied_at_the_scan_that_sees_it(tmp_path: Path, protocol: str) -> None:
+    """Triton applies a change at the scan that sees it; so does Naiad once nothing in the model's folder
+    has changed for a while (a change still being written waits a scan more, above).  The repository
+    is a link switched to a folder written seconds before (as a deployment tool switches releases), so
+    the new model is settled when the first scan sees it: loaded then, with no scan spent waiting."""
+    releases = tmp_path / "releases"
+    write_marked(releases / "one", "kept", "k")
+    repo = tmp_path / "repo"
+    repo.symlink_to(releases / "one")
+    args = ["--model-control-mode=poll", "--repository-poll-secs=3", "--log-verbose=1"]
+    with ServerProcess([repo], args) as server:
+        client = connect(protocol, server)
+        assert client.mark("kept") == "k:1"
+        shutil.copytree(releases / "one", releases / "two")
+        write_marked(releases / "two", "arrived", "new")
+        time.sleep(2.5)  # longer than the settling time: nothing in it changes from here on
+        switch = tmp_path / "repo.next"
+        switch.symlink_to(releases / "two")
+        switch.rename(repo)  # one rename: the scans see one release or the other
+        assert eventually(lambda: client.mark("arrived") == "new:1", timeout=15)
+        assert "model 'arrived' changed in the repository: loading" in server.log()
+        assert "'arrived' is changing in the repository" not in server.log()  # no scan waited
         client.close()
