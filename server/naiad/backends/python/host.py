@@ -114,9 +114,10 @@ class ModelHost:
                     module = import_model_file(model_file, self._module_name)
                 except Exception as exc:
                     log.exception("importing %s failed", model_file)
-                    raise InternalError(
-                        f"failed to load model '{model_name}': importing {model_file} raised {describe(exc)}"
-                    ) from exc
+                    # Triton 2.51's reason, as for auto_complete_config's import (checked side by side
+                    # when a POLL reload met a broken model.py): the exception and the model's frames
+                    frames = "" if isinstance(exc, SyntaxError) else where(exc)
+                    raise InternalError(f"Internal: {describe(exc)}{frames}") from exc
                 cls = _model_class(module, model_name, model_file)
                 execute = getattr(cls, "execute", None)
                 if not callable(execute):
