@@ -119,8 +119,12 @@ class SeaweedS3:
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
-        _wait_http(self.endpoint, self.process, self.log_path, 60)
-        self._wait_writable()
+        try:
+            _wait_http(self.endpoint, self.process, self.log_path, 60)
+            self._wait_writable()
+        except BaseException:  # (``with`` never calls ``__exit__`` then: the server would outlive the tests)
+            self.stop()
+            raise
         return self
 
     def _wait_writable(self, timeout: float = 60) -> None:
@@ -192,7 +196,11 @@ class GcsEmulator:
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
-        _wait_http(f"{self.endpoint}/storage/v1/b", self.process, self.log_path, 30)
+        try:
+            _wait_http(f"{self.endpoint}/storage/v1/b", self.process, self.log_path, 30)
+        except BaseException:  # (as SeaweedS3.start: no ``__exit__`` would stop it)
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
