@@ -69,6 +69,12 @@ def where(exc: BaseException) -> str:
     return "\n\nAt:\n" + "".join(f"  {path}({line}): {name}\n" for path, line, name in reversed(frames))
 
 
+def import_failure(exc: BaseException) -> str:
+    """Why a model.py did not import, as Triton 2.51's stub reports it: the exception and the model's
+    frames, none for a syntax error (its frames are the compiler's)."""
+    return describe(exc) if isinstance(exc, SyntaxError) else f"{describe(exc)}{where(exc)}"
+
+
 def _model_class(module: ModuleType, model_name: str, model_file: Path) -> type:
     cls = getattr(module, MODEL_CLASS, None)
     if not isinstance(cls, type):
@@ -114,10 +120,8 @@ class ModelHost:
                     module = import_model_file(model_file, self._module_name)
                 except Exception as exc:
                     log.exception("importing %s failed", model_file)
-                    # Triton 2.51's reason, as for auto_complete_config's import (checked side by side
-                    # when a POLL reload met a broken model.py): the exception and the model's frames
-                    frames = "" if isinstance(exc, SyntaxError) else where(exc)
-                    raise InternalError(f"Internal: {describe(exc)}{frames}") from exc
+                    # (checked side by side when a POLL reload met a broken model.py)
+                    raise InternalError(f"Internal: {import_failure(exc)}") from exc
                 cls = _model_class(module, model_name, model_file)
                 execute = getattr(cls, "execute", None)
                 if not callable(execute):
@@ -303,10 +307,8 @@ def auto_complete_config(model_file: Path, model_name: str, config_json: str) ->
             # model's frames, whether the import or the model's function raised)
             try:
                 module = import_model_file(model_file, module_name)
-            except SyntaxError as exc:  # (its frames are the compiler's: Triton shows none)
-                raise InternalError(describe(exc)) from exc
             except Exception as exc:
-                raise InternalError(f"{describe(exc)}{where(exc)}") from exc
+                raise InternalError(import_failure(exc)) from exc
             complete = getattr(_model_class(module, model_name, model_file), "auto_complete_config", None)
             if complete is None:
                 return None
