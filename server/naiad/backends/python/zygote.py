@@ -373,8 +373,9 @@ def serve(control_fd: int) -> int:
     unreported: set[int] = set()
     engine = os.getppid()
     _settle()
+    watched: list[socket.socket | int] = [control, wake_r]
     while True:
-        readable, _, _ = select.select([control, wake_r], [], [])
+        readable, _, _ = select.select(watched, [], [])
         if wake_r in readable:
             os.read(wake_r, 512)
             _reap(statuses, unreported)
