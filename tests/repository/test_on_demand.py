@@ -104,6 +104,7 @@ def demand_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_ballast(repo, "od_stream", mib=1, offset=500)
     write_ballast(repo, "od_slow", mib=1, offset=300, delay=8.0)
     write_ballast(repo, "plain", mib=1, offset=400)
+    write_ballast(repo, "od_nul", mib=1, offset=600)
     return repo
 
 
@@ -176,6 +177,18 @@ def test_models_outside_the_patterns_are_unknown_as_before(demand_server: Server
     )
     with pytest.raises(InferenceServerException, match="Request for unknown model: 'plain' is not found"):
         infer_grpc(demand_server, "plain")
+
+
+def test_a_name_holding_a_nul_is_unknown_and_loads_nothing(demand_server: ServerProcess) -> None:
+    """``od_nul\\x00`` matches ``od_*``, but a NUL is the mark in the server's keys between a name and its
+    repository: taken as a key it named ``od_nul``, which a request then loaded under a key nothing
+    unloads.  It is no model's name: unknown, as any name in no repository, and nothing loads."""
+    assert http_error(demand_server, "od_nul\x00") == (
+        "404",
+        "Request for unknown model: 'od_nul\x00' is not found",
+    )
+    assert "state" not in index(demand_server)["od_nul"]
+    assert metric(metrics(demand_server), "naiad_model_loads_total", model="od_nul", reason="on_demand") == 0
 
 
 def test_a_load_longer_than_the_timeout_is_unavailable_then_serves(demand_server: ServerProcess) -> None:

@@ -49,11 +49,20 @@ def check_load_name(name: str) -> None:
         raise InvalidArgumentError(
             f"invalid model name '{name}', model name must not contain path traversal characters"
         )
+    if names_a_key(name):
+        raise InvalidArgumentError(f"invalid model name '{name}'")
 
 
 #: What separates a model's name from its repository in the key of a namespaced model: a NUL, which
 #: no model name contains (:func:`check_model_name`), so no request can name a key by accident.
 _MARK = "\x00"
+
+
+def names_a_key(name: str) -> bool:
+    """Whether a name a client gives holds the mark of a key: no model is called that, and taken as a
+    key it would name another model (``alpha\\x00`` is ``alpha`` in no namespace), so a load of it
+    loaded ``alpha`` again under a key nothing unloads, and leaked its instances each time."""
+    return _MARK in name
 
 
 def model_key(name: str, namespace: str = "") -> str:

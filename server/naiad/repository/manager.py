@@ -61,6 +61,7 @@ from naiad.repository.layout import (
     describe,
     locate,
     model_key,
+    names_a_key,
     namespaces_of,
     split_key,
 )
@@ -325,6 +326,8 @@ class ModelRepository:
         """The repository API's unload (EXPLICIT mode only); unloading an unknown model succeeds."""
         if self.mode is not ModelControlMode.EXPLICIT:
             raise UnavailableError(CONTROL_DISABLED)
+        if names_a_key(name):  # no model is called that: nothing to unload, as for any unknown name
+            return
         keys = [model.key for model in self.registry.named(name)] or [name]
         for key in keys:
             await self.unload(key, unload_dependents)
@@ -447,7 +450,7 @@ class ModelRepository:
         residency = self.residency
         task = self._demands.get(name)
         if task is None:
-            if self._locate(name) is None:
+            if names_a_key(name) or self._locate(name) is None:
                 raise unknown_model(name)
             task = asyncio.get_running_loop().create_task(self._load_on_demand(name))
             self._demands[name] = task
