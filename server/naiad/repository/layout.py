@@ -28,7 +28,7 @@ def check_model_name(name: str) -> str:
 
     A backslash is an ordinary character in a POSIX path (Triton 2.51 loads ``model\\test``), so it is
     left to the backends: the Python backend refuses it in a stub name, as Triton's does."""
-    if not name or name in (".", "..") or "/" in name or "\x00" in name or len(name) > 255:
+    if not name or name in (".", "..") or "/" in name or names_a_key(name) or len(name) > 255:
         raise InvalidArgumentError(f"invalid model name '{name}'")
     return name
 
@@ -59,9 +59,9 @@ _MARK = "\x00"
 
 
 def names_a_key(name: str) -> bool:
-    """Whether a name a client gives holds the mark of a key: no model is called that, and taken as a
-    key it would name another model (``alpha\\x00`` is ``alpha`` in no namespace), so a load of it
-    loaded ``alpha`` again under a key nothing unloads, and leaked its instances each time."""
+    """Whether a name holds the mark of a key: no model is called that (:func:`check_model_name`), and
+    a client's name taken as a key would name another model (``alpha\\x00`` is ``alpha`` in no
+    namespace), loaded again under a key nothing unloads."""
     return _MARK in name
 
 
