@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -123,6 +124,22 @@ def test_each_ensemble_uses_its_own_repositorys_model_and_a_shared_name_is_ambig
             grpc.infer("composing", [gtensor])
         assert grpc_refused.value.status() == "StatusCode.INVALID_ARGUMENT"
         assert grpc_refused.value.message() == AMBIGUOUS
+
+        # a model's key (its name, a NUL, its repository) is no name: it finds nothing, and the
+        # ambiguous name stays ambiguous (a URL's %00, a gRPC string)
+        keyed = f"composing\x00{first}"
+        unknown = f"Request for unknown model: '{keyed}' is not found"
+        body = {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "INT32", "data": [3]}]}
+        assert _http(server, f"/v2/models/{quote(keyed, safe='')}/infer", body) == (
+            404,
+            json.dumps({"error": unknown}, separators=(",", ":")),
+        )
+        assert _http(server, f"/v2/models/{quote(keyed, safe='')}/ready")[0] == 400
+        with pytest.raises(InferenceServerException) as grpc_unknown:
+            grpc.infer(keyed, [gtensor])
+        assert grpc_unknown.value.status() == "StatusCode.NOT_FOUND"
+        assert grpc_unknown.value.message() == unknown
+        assert not grpc.is_model_ready(keyed)
 
         # both listed, each with its own statistics and metrics (a namespace label, as Triton's)
         index = sorted((e["name"], e["state"]) for e in client.get_model_repository_index())

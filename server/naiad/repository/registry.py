@@ -63,7 +63,7 @@ class ModelRegistry:
         """The model a request naming ``name`` means (``None``: none is published): the one of that
         name; under namespacing the one in ``namespace`` if there is one, else the only one of that
         name, else INVALID_ARG in Triton's words (a name several repositories hold)."""
-        model = self._models.get(name)  # (without namespacing, the only lookup)
+        model = self._keyed(name)  # (without namespacing, the only lookup)
         if model is not None or not self._named:
             return model
         if namespace and (model := self._models.get(model_key(name, namespace))) is not None:
@@ -80,8 +80,16 @@ class ModelRegistry:
 
     def named(self, name: str) -> list[Model]:
         """Every published model called ``name`` (several only under namespacing)."""
-        found = [self._models[name]] if name in self._models else []
-        return found + list(self._named.get(name, {}).values())
+        model = self._keyed(name)
+        return ([model] if model is not None else []) + list(self._named.get(name, {}).values())
+
+    def _keyed(self, name: str) -> Model | None:
+        """The model published with ``name`` as its key, if that is its name: a namespaced model's
+        key (its name, a NUL, its repository) is no name a client may give, or a request naming
+        ``composing\\x00/models/a`` would pass over the ambiguity ``composing`` has (the NUL
+        arrives through a URL's ``%00`` or a gRPC string)."""
+        model = self._models.get(name)
+        return None if model is None or model.namespace else model
 
     def unique(self, name: str, namespace: str = "") -> Model | None:
         """:meth:`find`, where an ambiguous name finds nothing (what Triton answers for an unknown
@@ -102,7 +110,9 @@ class ModelRegistry:
         version weights, the READY version with the largest weight (what answers for the model outside
         a request: readiness, metadata; requests themselves go through :meth:`route`).
         """
-        model = self._models.get(name) or self.find(name, namespace)
+        model = self._models.get(name)
+        if model is None or model.namespace:  # (a namespaced model's key is no name, see ``_keyed``)
+            model = self.find(name, namespace)
         if model is None:
             raise unknown_model(name)
         if not version:
@@ -127,7 +137,9 @@ class ModelRegistry:
         per request, where it runs (the engine); ``namespace``: an ensemble step's (see :meth:`find`)."""
         if request.model_version:
             return self.resolve(request.model_name, request.model_version, namespace)
-        model = self._models.get(request.model_name) or self.find(request.model_name, namespace)
+        model = self._models.get(request.model_name)
+        if model is None or model.namespace:  # (a namespaced model's key is no name, see ``_keyed``)
+            model = self.find(request.model_name, namespace)
         if model is None:
             raise unknown_model(request.model_name)
         weights = model.version_weights
