@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from benchmarks.common.scratch import scratch
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "reference"
 
@@ -99,6 +101,8 @@ class Served:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
         self.log.close()
+        if exc[0] is None:  # (kept after a failure, to read)
+            Path(self.log.name).unlink(missing_ok=True)
 
 
 def naiad(repository: Path, *args: str) -> Served:
@@ -131,7 +135,7 @@ def triton(repository: Path, *args: str) -> Served:
 
 def mlserver(models: Path | None = None) -> Served:
     """MLServer on a copy of ``reference/mlserver`` (or ``models``) with free ports in its settings."""
-    folder = Path(tempfile.mkdtemp(prefix="bench-mlserver-"))
+    folder = scratch("bench-mlserver-")
     shutil.copytree(models or SHARED / "mlserver", folder, dirs_exist_ok=True)
     http, grpc, metrics = free_port(), free_port(), free_port()
     settings = json.loads((folder / "settings.json").read_text())
@@ -142,6 +146,6 @@ def mlserver(models: Path | None = None) -> Served:
 
 def reference_add_sub_repository() -> Path:
     """A Triton repository holding only the reference ``add_sub`` (what all three servers run)."""
-    folder = Path(tempfile.mkdtemp(prefix="bench-repo-"))
+    folder = scratch("bench-repo-")
     shutil.copytree(SHARED / "models" / "add_sub", folder / "add_sub")
     return folder

@@ -27,7 +27,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +36,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from benchmarks.common.references import SHARED, Served, naiad, triton
+from benchmarks.common.scratch import scratch
 from benchmarks.common.wrk import ADD_SUB_SCRIPT, wrk
 
 MODELS = 17
@@ -52,7 +52,7 @@ BATCHED_BODY = (
 def repository(count: int, in_engine: bool, instances: int = 1, batching: bool = False) -> Path:
     """``count`` copies of the reference ``add_sub`` (the first keeps its name), ``instances`` instances
     of each, batched dynamically with ``batching``."""
-    folder = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
+    folder = scratch("bench-isolation-")
     for index in range(count):
         name = "add_sub" if index == 0 else f"add_sub_{index}"
         target = folder / name
@@ -305,7 +305,7 @@ def main() -> None:
     }
     script, shape = ADD_SUB_SCRIPT, [4]
     if args.batching:
-        script, shape = Path(tempfile.mkdtemp(prefix="bench-isolation-")) / "batched.lua", [1, 4]
+        script, shape = scratch("bench-isolation-") / "batched.lua", [1, 4]
         headers = 'wrk.headers["Content-Type"] = "application/json"'
         script.write_text(f"wrk.method = \"POST\"\n{headers}\nwrk.body = '{BATCHED_BODY}'\n")
     client_cpu = args.client_cpu if args.pin else None

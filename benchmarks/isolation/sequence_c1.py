@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,13 +24,14 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from benchmarks.common.references import Served, naiad
+from benchmarks.common.scratch import scratch
 from benchmarks.isolation.run import IN_THE_ENGINE, cpu_seconds
 from benchmarks.scaling.run import uptime
 from tests.pipelines.models import STATEFUL, STATEFUL_PY
 
 
 def repository(in_engine: bool) -> Path:
-    root = Path(tempfile.mkdtemp(prefix="bench-sequence-"))
+    root = scratch("bench-sequence-")
     (root / "stateful" / "1").mkdir(parents=True)
     (root / "stateful" / "config.pbtxt").write_text(STATEFUL + (IN_THE_ENGINE if in_engine else ""))
     (root / "stateful" / "1" / "model.py").write_text(STATEFUL_PY)

@@ -35,6 +35,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common.scratch import scratch  # noqa: E402
 from tests.support.kmock_k8s import ApiServer  # noqa: E402
 from tests.support.server import free_port  # noqa: E402
 
@@ -169,7 +170,7 @@ def main() -> int:
     server = ApiServer(sorted((ROOT / "crds").glob("*.yaml"))).start()
     pods = ModelServers()
     _seed(server.url, args.services, pods.port)
-    kubeconfig = server.kubeconfig(Path(tempfile.mkdtemp()) / "config")
+    kubeconfig = server.kubeconfig(scratch("bench-operator-") / "config")
     env = dict(
         os.environ,
         KUBECONFIG=str(kubeconfig),

@@ -28,7 +28,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import ROOT, SHARED, naiad, triton
+from benchmarks.common.scratch import scratch
 from benchmarks.common.wrk import ADD_SUB_SCRIPT
 from benchmarks.grpc_infer.run import grpc_body, h2load_command
 from benchmarks.scaling.run import add_sub_workload, children, cpu_seconds, repository, uptime
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cores = sorted(os.sched_getaffinity(0))
     counts = [n for n in (int(c) for c in args.cores.split(",")) if n + 1 <= len(cores)]
-    work = Path(tempfile.mkdtemp(prefix="bench-cores-"))
+    work = scratch("bench-cores-")
     body = grpc_body(add_sub_workload(1), work / "add_sub.bin")
     repo = repository(not args.model_processes)
     print(f"uptime: {uptime()}", flush=True)

@@ -19,12 +19,12 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks.common.scratch import scratch
 from benchmarks.common.wrk import ADD_SUB_SCRIPT, wrk
 from benchmarks.grpc_infer.run import grpc_body, h2load_command
 from benchmarks.scaling.run import (
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     os.sched_setaffinity(0, {0})  # the load generators (wrk, h2load) run where this process runs
     print(f"uptime: {uptime()}")
     repo = repository(in_engine=True)
-    work = Path(tempfile.mkdtemp(prefix="bench-cpu-policy-"))
+    work = scratch("bench-cpu-policy-")
     rows: dict[tuple[str, str, int], list[tuple[float, float, float, float | str]]] = {}
     with serve(
         "naiad", repo, "1" if args.in_process else None, workers=0 if args.in_process else 1

@@ -46,7 +46,6 @@ import socket
 import statistics
 import struct
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -68,6 +67,7 @@ from naiad.ipc.messages import RESPONSE_ARENA, Answer, Infer, Release, ToEngine,
 from naiad.repository.manager import ModelRepository
 from naiad.repository.registry import ModelRegistry
 
+from benchmarks.common.scratch import scratch
 from benchmarks.scaling.engine_path import ARENA_SIZE, _calls, _requests, run_between_uptimes
 from benchmarks.scaling.run import IDENTITY_CONFIG, IDENTITY_PY, IN_ENGINE, repository
 
@@ -99,7 +99,7 @@ def onnx_repository() -> Path:
 
     from scripts.build_examples import make_model, save
 
-    root = Path(tempfile.mkdtemp(prefix="bench-scaling-onnx-"))
+    root = scratch("bench-scaling-onnx-")
 
     def tensor(name: str, shape: list[int]) -> object:
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)

@@ -28,7 +28,6 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -37,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from naiad.frontends.grpc.server import LISTENERS
 
 from benchmarks.common.references import ROOT, free_port
+from benchmarks.common.scratch import scratch
 from benchmarks.grpc_infer.run import grpc_body
 from benchmarks.scaling.run import add_sub_workload, h2load_calls, uptime
 
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     print(f"uptime: {uptime()}", flush=True)
-    body = grpc_body(add_sub_workload(1), Path(tempfile.mkdtemp(prefix="grpc-floor-")) / "add_sub.bin")
+    body = grpc_body(add_sub_workload(1), scratch("grpc-floor-") / "add_sub.bin")
     rates: dict[str, list[float]] = {label: [] for label, _, _ in SERVERS}
     for _ in range(args.rounds):
         for label, source, server_args in SERVERS:

@@ -24,7 +24,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import ROOT, Served, free_port, naiad
+from benchmarks.common.scratch import scratch
 from benchmarks.scaling.run import h2load_calls, repository, taskset, uptime
 
 PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -157,7 +157,7 @@ def main() -> int:
     several = (os.cpu_count() or 1) >= 2
     core, load_core = ("1", "0") if several else (None, None)
     print(f"grpcio installed: {installed}  uptime: {uptime()}", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="bench-grpcio-"))
+    work = scratch("bench-grpcio-")
     script = work / "bare.py"
     script.write_text(BARE)
     body = add_sub_body(work / "add_sub.bin")

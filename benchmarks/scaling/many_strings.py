@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import Served, naiad, triton
+from benchmarks.common.scratch import scratch
 from benchmarks.grpc_infer.run import IDENTITY_PY
 
 CONFIG = """
@@ -44,7 +44,7 @@ LIMIT = 512 * 1024 * 1024
 
 
 def _repository() -> Path:
-    root = Path(tempfile.mkdtemp(prefix="bench-strings-"))
+    root = scratch("bench-strings-")
     (root / "string_identity" / "1").mkdir(parents=True)
     (root / "string_identity" / "config.pbtxt").write_text(textwrap.dedent(CONFIG))
     (root / "string_identity" / "1" / "model.py").write_text(textwrap.dedent(IDENTITY_PY))

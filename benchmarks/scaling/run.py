@@ -34,7 +34,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Callable
@@ -45,6 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import SHARED, Served, naiad, triton
+from benchmarks.common.scratch import scratch
 from benchmarks.common.wrk import ADD_SUB_SCRIPT, wrk
 from benchmarks.grpc_infer.run import (
     IDENTITY_CONFIG,
@@ -67,7 +67,7 @@ IN_ENGINE = '\nparameters { key: "NAIAD_INSTANCE_PROCESSES" value: { string_valu
 
 
 def repository(in_engine: bool) -> Path:
-    root = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
+    root = scratch("bench-scaling-")
     shutil.copytree(SHARED / "models" / "add_sub", root / "add_sub")
     if in_engine:
         with (root / "add_sub" / "config.pbtxt").open("a") as config:
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     skip = set(args.skip.split(",")) if args.skip else set()
     repo = repository(in_engine=not args.model_processes)
-    work = Path(tempfile.mkdtemp(prefix="bench-scaling-work-"))
+    work = scratch("bench-scaling-work-")
     where = "model processes" if args.model_processes else "the engine (NAIAD_INSTANCE_PROCESSES=false)"
     print(f"cores: {os.cpu_count()}  Naiad's Python models in {where}  uptime: {uptime()}", flush=True)
     report: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731

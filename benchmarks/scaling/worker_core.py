@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
+from benchmarks.common.scratch import scratch
 from benchmarks.scaling.run import Run, add_sub_workload, children, cpu_seconds, median, repository, serve
 
 #: gRPC calls per measurement (h2load takes a count, not a duration): ~3-4 s at one worker core's rate.
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"uptime: {uptime}")
     repo = repository(in_engine=True)
-    work = Path(tempfile.mkdtemp(prefix="bench-worker-core-"))
+    work = scratch("bench-worker-core-")
     rows: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for _ in range(args.rounds):  # the two servers alternate, round by round
         for label, name, prefix, flags in VARIANTS:

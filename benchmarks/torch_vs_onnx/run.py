@@ -22,7 +22,6 @@ import itertools
 import json
 import statistics
 import sys
-import tempfile
 import textwrap
 import time
 import warnings
@@ -39,6 +38,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.references import naiad
+from benchmarks.common.scratch import scratch
 from benchmarks.common.wrk import wrk
 
 SIZES = (512, 2048, 2048, 512)
@@ -155,7 +155,7 @@ def main() -> None:
 
     module = network()
     rows = np.random.default_rng(0).standard_normal((args.batch, SIZES[0]), dtype=np.float32)
-    folder = Path(tempfile.mkdtemp(prefix="bench-torch-onnx-"))
+    folder = scratch("bench-torch-onnx-")
     build_repository(module, folder / "repo", args.threads)
     script = wrk_script(rows, folder)
     options = ort.SessionOptions()

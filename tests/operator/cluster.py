@@ -25,6 +25,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -269,6 +270,7 @@ class FakeCluster:
                 os.killpg(process.pid, signal.SIGKILL)
         if self.front is not None:
             self.front.stop()
+        shutil.rmtree(self._root, ignore_errors=True)  # the pods' and Jobs' copies, the claims
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -52,6 +52,9 @@ class SeaweedS3:
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir / "weed.log"
+        #: Each service's gRPC port: SeaweedFS also listens on a Unix socket in /tmp named after it,
+        #: which a killed server leaves behind (see :meth:`stop`).
+        self._grpc_ports = {kind: free_port() for kind in ("master", "volume", "filer", "s3")}
 
     @property
     def endpoint(self) -> str:
@@ -90,25 +93,26 @@ class SeaweedS3:
         ports = {name: free_port() for name in ("master", "volume", "filer")}
         command = [
             weed,
+            f"-logdir={self.data_dir}",  # (its glog files, in the system's temporary folder otherwise)
             "server",
             f"-dir={self.data_dir}",
             "-ip=127.0.0.1",
             "-ip.bind=127.0.0.1",
             "-master.telemetry=false",
             f"-master.port={ports['master']}",
-            f"-master.port.grpc={free_port()}",
+            f"-master.port.grpc={self._grpc_ports['master']}",
             f"-volume.port={ports['volume']}",
-            f"-volume.port.grpc={free_port()}",
+            f"-volume.port.grpc={self._grpc_ports['volume']}",
             # each bucket takes a handful of volumes; small volumes leave room for many buckets
             "-volume.max=0",
             "-master.volumeSizeLimitMB=128",
             "-filer",
             f"-filer.port={ports['filer']}",
-            f"-filer.port.grpc={free_port()}",
+            f"-filer.port.grpc={self._grpc_ports['filer']}",
             f"-filer.localSocket={self.data_dir}/filer.sock",
             "-s3",
             f"-s3.port={self.port}",
-            f"-s3.port.grpc={free_port()}",
+            f"-s3.port.grpc={self._grpc_ports['s3']}",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             f"-s3.localSocket={self.data_dir}/s3.sock",
@@ -151,6 +155,8 @@ class SeaweedS3:
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        for kind, port in self._grpc_ports.items():
+            Path(f"/tmp/seaweedfs-{kind}-grpc-{port}.sock").unlink(missing_ok=True)  # (/tmp whatever TMPDIR says)
         if self._owned:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
