@@ -15,10 +15,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import weakref
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "model_repository"
@@ -123,6 +125,9 @@ class ServerProcess:
         self.wait_ready = wait_ready
         self.env = env
         self._log = tempfile.NamedTemporaryFile(prefix="naiad-server-", suffix=".log", delete=False)
+        # removed once the test lets go of the server, or at exit: a test that starts and stops one by
+        # hand (to read its log after it stopped) never calls ``__exit__``
+        weakref.finalize(self, _remove_log, self._log)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -180,8 +185,7 @@ class ServerProcess:
         raise AssertionError("unreachable")
 
     def _discard_log(self) -> None:
-        self._log.close()
-        Path(self._log.name).unlink(missing_ok=True)
+        _remove_log(self._log)
 
     def _wait(self, path: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -230,5 +234,9 @@ class ServerProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-        self._log.close()
-        Path(self._log.name).unlink(missing_ok=True)
+        _remove_log(self._log)
+
+
+def _remove_log(log: IO[bytes]) -> None:
+    log.close()
+    Path(log.name).unlink(missing_ok=True)
