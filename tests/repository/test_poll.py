@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from naiad.repository.sync.engine import sync
 
-from tests.repository.clients import RepositoryClient, eventually, rows
+from tests.repository.clients import RepositoryClient, error_of, eventually, rows
 from tests.repository.conftest import ServerFactory, connect
 from tests.repository.models import marked_config, set_mark, write_marked
+from tests.support.modes import WORKERS
 from tests.support.server import ServerProcess
 
 POLL_SECS = 1
@@ -83,6 +84,40 @@ def test_models_and_versions_are_followed(client: RepositoryClient, repo: Path) 
     shutil.rmtree(model_dir)
     eventually(lambda: "added" not in {e["name"] for e in client.index()})
     assert client.mark("base") == "base:1"
+
+
+@pytest.mark.parametrize("frontend_workers", [0, WORKERS], ids=["in-process", "workers"])
+def test_a_removed_model_is_kept_with_no_version_available(tmp_path: Path, frontend_workers: int) -> None:
+    """As Triton 2.51 answers, side by side: a model whose folder left the repository is no longer in
+    the index, and a request for it is told it has no available versions (a version: not at ready
+    state, 503), not that it is not found; put back, it serves again."""
+    repo = tmp_path / "repo"
+    write_marked(repo, "gone", "g")
+    write_marked(repo, "stays", "s")
+    args = ["--model-control-mode=poll", f"--repository-poll-secs={POLL_SECS}"]
+    with ServerProcess([repo], args, frontend_workers=frontend_workers) as server:
+        clients = [connect("http", server), connect("grpc", server)]
+        assert clients[0].mark("gone") == "g:1"
+        shutil.move(repo / "gone", tmp_path / "parked")
+        eventually(lambda: [e["name"] for e in clients[0].index()] == ["stays"])
+        for client in clients:
+            assert error_of(client.mark, "gone") == (
+                "404",
+                "Request for unknown model: 'gone' has no available versions",
+            )
+            assert error_of(client.mark, "gone", "1") == (
+                "503",
+                "Request for unknown model: 'gone' version 1 is not at ready state",
+            )
+            assert not client.is_ready("gone")
+            assert client.mark("stays") == "s:1"
+        assert [e["name"] for e in clients[1].index()] == ["stays"]
+        assert clients[0].server_ready()  # (a removed model holds no readiness down)
+        shutil.move(tmp_path / "parked", repo / "gone")
+        eventually(lambda: clients[1].mark("gone") == "g:1")
+        assert sorted(e["name"] for e in clients[0].index()) == ["gone", "stays"]
+        for client in clients:
+            client.close()
 
 
 def test_a_failed_change_keeps_the_old_model_serving(

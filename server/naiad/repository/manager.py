@@ -204,11 +204,14 @@ class ModelRepository:
         Models never loaded are listed by name only; a model that failed before its versions were
         known has one entry without a version.
         """
-        keys = set(self._scan()) | set(self._models) | set(self._loading)
+        scanned = set(self._scan())
+        keys = scanned | set(self._models) | set(self._loading)
         entries: list[IndexEntry] = []
         for key in sorted(keys):
             name, namespace = split_key(key)
             model = self._models.get(key)
+            if model is not None and model.removed and key not in scanned and key not in self._loading:
+                continue
             rows: dict[int, tuple[str, str, int]] = {}
             if model is not None:
                 rows = {
@@ -791,11 +794,19 @@ class ModelRepository:
                     await self.unload(dependent, True)
 
     async def forget(self, name: str) -> None:
-        """Unload ``name`` and drop it from the index (POLL: its folder was removed)."""
+        """Unload ``name`` and drop it from the index (POLL: its folder was removed).  Its record
+        stays, as Triton keeps it: a request for it is told the model "has no available versions"
+        (404; a request naming a version, that the version "is not at ready state", 503), not that
+        it is not found.  Under namespacing it goes: a model of its name in another repository then
+        answers for the name."""
         await self.unload(name)
         self.residency.unloaded(name)
         async with self._lock(name):
-            self.registry.retire(name)
+            model = self._models.get(name)
+            if model is not None and model.versions and not model.namespace and not model.serving():
+                model.removed = True
+            else:
+                self.registry.retire(name)
 
     async def _unload_versions(self, versions: list[ModelVersion]) -> None:
         await asyncio.gather(*(mv.unload() for mv in versions))

@@ -179,7 +179,9 @@ class Model:
     steps): ``unload_dependents`` unloads them too, unless another loaded model still needs them;
     ``source_fingerprint`` is the state of the model folder it was loaded from (POLL compares it);
     ``namespace`` is its repository under ``--model-namespacing`` (its :attr:`key` then differs from
-    its name, which other repositories' models may share).
+    its name, which other repositories' models may share).  ``removed``: its folder left the
+    repository (POLL) and it was unloaded; kept, as Triton keeps it, so requests for it answer that it
+    has no available versions, but no longer listed in the index.
     """
 
     name: str
@@ -195,6 +197,7 @@ class Model:
     version_weights: dict[int, int] | None = None
     mirror: Mirror | None = None
     namespace: str = ""
+    removed: bool = False
 
     @property
     def key(self) -> str:
