@@ -28,7 +28,7 @@ from naiad.core.shm import RegionStatus, SharedMemoryRegistry
 from naiad.core.signature import ModelSignature
 from naiad.core.verbose import prepared, response_outputs, state_change
 from naiad.repository.manager import IndexEntry, ModelRepository
-from naiad.repository.model import Model, ModelVersion, label_file
+from naiad.repository.model import Model, ModelState, ModelVersion, label_file
 from naiad.repository.peers import Peer, Peers
 from naiad.repository.registry import ModelRegistry
 from naiad.repository.residency import Residency
@@ -91,6 +91,52 @@ class ModelMetadata:
     platform: str
     inputs: list[TensorMetadata]
     outputs: list[TensorMetadata]
+
+
+class AtOnce:
+    """A request :meth:`DataPlane.answer_at_once` started: what :meth:`DataPlane._answer` does once the
+    scheduler has its result (the version and the in-flight count released, the response named and
+    its outputs selected as Triton answers), then the caller's ``reply``."""
+
+    __slots__ = ("_dataplane", "_model", "_reply", "_request", "_signature", "_version", "abandoned")
+
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        model: Model,
+        version: ModelVersion,
+        signature: ModelSignature,
+        request: InferRequest,
+        reply: Callable[[InferResponse | InferenceServerError], None],
+    ) -> None:
+        self._dataplane = dataplane
+        self._model = model
+        self._version = version
+        self._signature = signature
+        self._request = request
+        self._reply = reply
+        self.abandoned = False
+
+    def settle(self, result: InferResponse | InferenceServerError) -> None:
+        self._version.release()
+        self._dataplane._done()
+        if isinstance(result, InferResponse):
+            result.model_name = self._model.name
+            result.model_version = str(self._version.version)
+            result.id = self._request.id
+            result.outputs = _select_outputs(self._request, self._signature, result.outputs)
+        self._reply(result)
+
+    def abandon(self) -> None:
+        """The caller went away (its client disconnected), as a cancelled :meth:`DataPlane.infer`
+        goes: the request is marked cancelled (its model may see it), it counts as answered for
+        draining and unloading, and its result, when it comes, counts as cancelled and goes nowhere."""
+        if self.abandoned:
+            return
+        self.abandoned = True
+        self._request.cancel()
+        self._version.release()
+        self._dataplane._done()
 
 
 class DataPlane:
@@ -435,6 +481,51 @@ class DataPlane:
             for line in response_outputs(response):
                 _log.debug(line)
         return response
+
+    def answer_at_once(
+        self,
+        request: InferRequest,
+        validated: ModelSignature,
+        reply: Callable[[InferResponse | InferenceServerError], None],
+    ) -> AtOnce | None:
+        """Start ``request`` now and give ``reply`` what :meth:`infer` would answer (on the loop, never
+        from within this call), without a coroutine; or ``None``, with nothing done, where only
+        :meth:`infer` serves it.  For a frontend worker's plain requests (``validated``: the signature
+        the worker checked it against), which are most of an engine's work: the same rules as
+        :meth:`_run` and :meth:`_answer` for a request none of their options apply to (a model that
+        is not decoupled, mirrored, cached or loaded on demand, outputs without parameters, inputs not
+        from client shared memory, no verbose logging), whose scheduler starts it at once
+        (:meth:`Scheduler.start_at_once`: no queue, no sequence, no ensemble).  Cancel it through
+        :meth:`AtOnce.abandon`."""
+        if self.exiting or self._residency is not None or request.regions is not None:
+            return None
+        if request.outputs is not None:
+            for output in request.outputs:
+                if output.parameters:
+                    return None
+        try:  # (a request refused here is refused by ``infer``, in its words)
+            model, version = self.registry.route(request)
+        except InferenceServerError:
+            return None
+        if (
+            version.state is not ModelState.READY
+            or version.scheduler is None
+            or model.signature is not validated
+            or model.mirror is not None
+            or model.decoupled
+            or (self.response_cache is not None and model.caches_responses)
+            or _log.isEnabledFor(logging.DEBUG)
+        ):
+            return None
+        scheduler = version.admit()
+        waiter = AtOnce(self, model, version, validated, request, reply)
+        self._inflight += 1
+        self._idle.clear()
+        if not scheduler.start_at_once(request, waiter):
+            self._done()
+            version.release()
+            return None
+        return waiter
 
     async def _answer_into_memory(
         self, request: InferRequest, model: Model, version: ModelVersion, signature: ModelSignature

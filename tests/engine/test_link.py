@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import pytest
 from naiad.backends.runtime import Runtime
 from naiad.core.request import InferRequest, RequestedOutput, Tensor
 from naiad.dataplane import DataPlane
@@ -379,3 +380,85 @@ def test_a_cancel_reaches_a_waiting_request_at_once_and_the_others_are_answered(
         assert answer.id == request_id and answer.error is None and answer.response is not None
         assert [output.name for output in answer.response.outputs] == ["DOUBLED", "SAME", "ANY"]
     assert inflight == 0
+
+
+def _counts(statistics: dict[str, Any]) -> dict[str, Any]:
+    """The counts of one version's statistics (Triton's document), without its durations."""
+    (stats,) = statistics["model_stats"]
+    inference = stats["inference_stats"]
+    return {
+        "inference_count": stats["inference_count"],
+        "execution_count": stats["execution_count"],
+        **{key: inference[key]["count"] for key in ("success", "fail", "queue", "compute_infer")},
+        "batch_stats": [
+            (batch["batch_size"], batch["compute_infer"]["count"]) for batch in stats["batch_stats"]
+        ],
+    }
+
+
+@pytest.mark.parametrize("validated", [0, 1], ids=["through-the-coroutine", "at-once"])
+def test_requests_to_a_model_process_are_answered_and_counted_alike_on_either_path(
+    tmp_path: Path, validated: int
+) -> None:
+    """A request the worker checked under the current catalog, to a model whose scheduler starts
+    requests at once (here: a model process, no batching), is started without a coroutine
+    (``DataPlane.answer_at_once``); one it did not check goes through ``DataPlane.infer``.  Either
+    way: the same answers (outputs, names, the model's error), the same statistics, a client gone
+    while its request runs answered CANCELLED at once and counted as a failure once the execution
+    ends, and every worker's block back."""
+    write_model(tmp_path, "scale", SCALE_CONFIG, SCALE_PY)
+
+    async def scenario() -> tuple[list[Answer], dict[str, Any], int, int]:
+        async with _Engine(tmp_path, lend=True) as engine:
+            for request_id in (1, 2):
+                await engine.answer(request_id, _scale(request_id), validated)
+            asked = _scale(3)
+            asked.outputs = [RequestedOutput("SAME")]
+            await engine.answer(3, asked, validated)
+            failing = _scale(4, sleep="not a number")  # the model raises: its error
+            await engine.answer(4, failing, validated)
+            slow = tensors.request_message(_scale(5, sleep=0.5), engine.worker_arena, [])
+            slow.validated = validated
+            engine.send(Infer(5, slow))
+            await asyncio.sleep(0.2)
+            engine.send(Cancel(5))
+            await engine.answered(5)
+            inflight = engine.link.inflight
+            for _ in range(1000):  # until the cancelled request's execution ended and was counted
+                counts = _counts(await engine.link.dataplane.model_statistics("scale"))
+                if counts["fail"] == 2:
+                    break
+                await asyncio.sleep(0.01)
+            answers = engine.transport.answers
+            for ref in [r for a in answers if a.response is not None for r in a.response.outputs]:
+                if ref.arena == RESPONSE_ARENA:  # the worker's Release
+                    engine.responses.free(ref.offset)
+            return answers, counts, inflight, engine.responses.in_use
+
+    answers, counts, inflight, in_use = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert [answer.id for answer in answers] == [1, 2, 3, 4, 5]
+    for answer in answers[:3]:
+        assert answer.error is None and answer.response is not None and answer.done
+        assert (answer.response.model_name, answer.response.model_version) == ("scale", "1")
+    assert [[ref.name for ref in a.response.outputs] for a in answers[:3] if a.response is not None] == [
+        ["DOUBLED", "SAME", "ANY"],
+        ["DOUBLED", "SAME", "ANY"],
+        ["SAME"],
+    ]
+    failed, cancelled = answers[3].error, answers[4].error
+    assert (
+        failed is not None
+        and failed.code == "INTERNAL"
+        and "could not convert string to float" in failed.message
+    )
+    assert cancelled is not None and cancelled.code == "CANCELLED" and answers[4].done
+    assert counts == {
+        "inference_count": 3,
+        "execution_count": 5,
+        "success": 3,
+        "fail": 2,
+        "queue": 3,
+        "compute_infer": 3,
+        "batch_stats": [(1, 5)],
+    }
+    assert inflight == 0 and in_use == 0

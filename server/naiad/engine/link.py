@@ -27,7 +27,7 @@ import msgspec
 from naiad.core.errors import ErrorCode, ErrorResponse, InferenceServerError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.core.signature import ModelSignature
-from naiad.dataplane import DataPlane, EmptyFinal
+from naiad.dataplane import AtOnce, DataPlane, EmptyFinal
 from naiad.ipc import tensors
 from naiad.ipc.arena import Arena
 from naiad.ipc.channel import Channel
@@ -74,14 +74,31 @@ class PublishedSignatures:
     def __init__(self) -> None:
         self.catalog_id = 0
         self._signatures: dict[str, ModelSignature | None] = {}
+        #: The models whose requests the data plane may start at once (``DataPlane.answer_at_once``),
+        #: as of that catalog: a hint that spares the others the attempt (the data plane decides).
+        self._at_once: frozenset[str] = frozenset()
 
     def update(self, catalog_id: int, models: Mapping[str, Model]) -> None:
         self.catalog_id = catalog_id
         self._signatures = {name: model.signature for name, model in models.items()}
+        self._at_once = frozenset(name for name, model in models.items() if _starts_at_once(model))
 
     def get(self, catalog_id: int, model: str) -> ModelSignature | None:
         """The signature a request checked under ``catalog_id`` was checked against (None: unknown)."""
         return self._signatures.get(model) if catalog_id == self.catalog_id else None
+
+    def at_once(self, catalog_id: int, model: str) -> ModelSignature | None:
+        """:meth:`get`, for a model whose requests may start at once (None otherwise)."""
+        if catalog_id != self.catalog_id or model not in self._at_once:
+            return None
+        return self._signatures.get(model)
+
+
+def _starts_at_once(model: Model) -> bool:
+    versions = model.versions.values()
+    return not model.decoupled and any(
+        v.scheduler is not None and v.scheduler.starts_at_once for v in versions
+    )
 
 
 class WorkerLink:
@@ -109,7 +126,7 @@ class WorkerLink:
         self.lost_inflight = 0
         self._calls = calls
         self._on_serving = on_serving
-        self._waiting: dict[int, _Steps] = {}
+        self._waiting: dict[int, _Steps | _AtOnceRequest] = {}
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._loop = asyncio.get_running_loop()
         self._published = published
@@ -140,7 +157,7 @@ class WorkerLink:
         kind = type(message)
         if kind is Infer:
             assert isinstance(message, Infer)
-            self._start(message.id, self._infer(message))
+            self._infer_soon(message)
         elif kind is Release:
             assert isinstance(message, Release)
             free = self.responses.free
@@ -173,7 +190,7 @@ class WorkerLink:
         """The worker is gone: cancel what it was waiting for, and every broadcast waiting on it."""
         self.serving = False
         self.lost_inflight = len(self._waiting)
-        for waiting in self._waiting.values():
+        for waiting in list(self._waiting.values()):  # (a request started at once leaves it at once)
             waiting.cancel()
         for future in self._acks.values():
             if not future.done():
@@ -207,12 +224,43 @@ class WorkerLink:
         trace = self.dataplane.tracer.sample(message.model_name, message.headers)
         return trace or NOT_SAMPLED
 
-    async def _infer(self, message: Infer) -> None:
-        request_id = message.id
-        trace = self._sample(message.request) if message.request.traced else 0
+    def _infer_soon(self, message: Infer) -> None:
+        """Serve an ``Infer``: at once where the data plane can start it so (a plain request the
+        worker checked, to a model whose scheduler starts requests at once, see
+        ``DataPlane.answer_at_once``: no coroutine, task or future per request), else as a coroutine
+        (``_infer``)."""
+        plain = message.request
+        signature = None if plain.traced else self._published.at_once(plain.validated, plain.model_name)
+        if signature is None:
+            self._start(message.id, self._infer(message))
+            return
         placer = tensors.OutputPlacer(self.responses, self._placing, self._response_key, self.requests)
         try:
-            request = tensors.request_from(message.request, self.requests)
+            request = tensors.request_from(plain, self.requests)
+        except Exception:  # (``_infer`` answers it, in the data plane's words)
+            placer.close()
+            self._start(message.id, self._infer(message))
+            return
+        request.output_memory = placer
+        pending = _AtOnceRequest(self, message.id, placer)
+        waiter = self.dataplane.answer_at_once(request, signature, pending.reply)
+        if waiter is None:
+            self._start(message.id, self._infer(message, request, placer))
+            return
+        pending.waiter = waiter
+        self._waiting[message.id] = pending
+
+    async def _infer(
+        self, message: Infer, built: InferRequest | None = None, placer: tensors.OutputPlacer | None = None
+    ) -> None:
+        """Serve an ``Infer`` through the data plane's coroutine (``built``: its request, already made
+        with ``placer``, by ``_infer_soon``)."""
+        request_id = message.id
+        trace = self._sample(message.request) if message.request.traced else 0
+        if placer is None:
+            placer = tensors.OutputPlacer(self.responses, self._placing, self._response_key, self.requests)
+        try:
+            request = built if built is not None else tensors.request_from(message.request, self.requests)
             request.output_memory = placer
             if trace == NOT_SAMPLED:
                 request.timestamps = None
@@ -266,6 +314,45 @@ class WorkerLink:
             if not isinstance(error, InferenceServerError):
                 log.exception("unhandled error in %s for frontend worker %d", message.method, self.index)
             self.send(Reply(message.id, error=error_message(error)))
+
+
+class _AtOnceRequest:
+    """A request the data plane started at once (``WorkerLink._infer_soon``): its answer, sent as
+    ``_infer`` sends it, and its cancellation (a ``Cancel``, or the worker's end), which answers at
+    once, as a cancelled ``_infer`` does, while its execution finishes without it."""
+
+    __slots__ = ("_id", "_link", "_placer", "waiter")
+
+    def __init__(self, link: WorkerLink, request_id: int, placer: tensors.OutputPlacer) -> None:
+        self._link = link
+        self._id = request_id
+        self._placer = placer
+        self.waiter: AtOnce | None = None
+
+    def reply(self, result: InferResponse | InferenceServerError) -> None:
+        link = self._link
+        link._waiting.pop(self._id, None)
+        try:
+            if isinstance(result, InferResponse):
+                outputs = tensors.response_message(result, link.requests, link.responses, self._placer)
+                link.send(Answer(self._id, True, outputs, None, False, True, None, 0))
+            else:
+                link.send(Answer(self._id, True, error=error_message(result), done=True))
+        except Exception as error:  # (as ``_infer``: every request gets its final answer)
+            link.send(Answer(self._id, True, error=error_message(error), done=True))
+            log.exception("unhandled error serving a request from frontend worker %d", link.index)
+        finally:
+            self._placer.close()
+
+    def cancel(self) -> None:
+        waiter = self.waiter
+        if waiter is None or waiter.abandoned:
+            return
+        waiter.abandon()
+        link = self._link
+        link._waiting.pop(self._id, None)
+        link.send(Answer(self._id, True, error=error_message(asyncio.CancelledError()), done=True))
+        self._placer.close()
 
 
 class _Steps:

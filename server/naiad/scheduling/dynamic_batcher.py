@@ -23,15 +23,17 @@ import time
 from collections.abc import Sequence
 from typing import cast
 
-from naiad.core.errors import UnavailableError
+from naiad.backends.base import ExecuteResult
+from naiad.core.errors import InternalError, UnavailableError
 from naiad.core.request import InferRequest, InferResponse
 from naiad.scheduling.batcher import next_batch
 from naiad.scheduling.loop_scheduler import LoopDriven, LoopScheduler, loop_driven
 from naiad.scheduling.policy import PriorityLevels, SchedulingPolicy
 from naiad.scheduling.queue import TAKEN, QueuedRequest, RequestQueue
+from naiad.scheduling.scheduler import Waiter
 from naiad.scheduling.start_delay import NO_DELAY, StartDelay
 from naiad.scheduling.stats import FailureReason, SchedulerStats
-from naiad.scheduling.worker import Execution, GrowingExecution, InstanceWorker, Jobs
+from naiad.scheduling.worker import Execution, GrowingExecution, InstanceWorker, Jobs, count_result
 
 log = logging.getLogger("naiad.scheduling")
 
@@ -82,6 +84,9 @@ class DynamicBatchScheduler(LoopScheduler):
         # still formed only when an instance is free.  Not under the rate limiter, whose gate an
         # instance's thread waits for.
         self._on_loop = all(loop_driven(worker) for worker in self._workers)
+        # Where a request always starts at once on a loop-driven instance, ``start_at_once`` may
+        # start it without a queue entry, a future or a coroutine (see there).
+        self._at_once = self._direct and self._on_loop and not self._inline and not policy.preserve_ordering
         # Batches handed to instances that wait for the rate limiter grow until it lets them run
         # (``GrowingExecution``); those still open, oldest first.
         self._grows = policy.batching and any(worker.gate is not None for worker in self._workers)
@@ -238,6 +243,10 @@ class DynamicBatchScheduler(LoopScheduler):
         (Triton 2.51 goes on giving every other request to an instance whose stub died, which
         fails it with "Stub process '...' is not healthy.": 10 of 20, checked side by side.)
         """
+        self._start_on(self._choose(), execution)
+
+    def _choose(self) -> InstanceWorker:
+        """The loop-driven instance that takes the next execution (see ``_start_on_loop``)."""
         workers = self._workers
         worker = workers[0]
         if len(workers) > 1:
@@ -249,7 +258,85 @@ class DynamicBatchScheduler(LoopScheduler):
                 outstanding = instance.outstanding
                 if fewest < 0 or outstanding < fewest:
                     worker, fewest = candidate, outstanding
-        self._start_on(worker, execution)
+        return worker
+
+    @property
+    def starts_at_once(self) -> bool:
+        return self._at_once
+
+    def start_at_once(self, request: InferRequest, waiter: Waiter) -> bool:
+        """Start ``request`` on an instance now, as :meth:`submit` would, and give ``waiter`` its
+        result; False, with nothing done, where ``submit`` would not start it at once (a queue, a
+        start delay, an instance the loop does not drive, closing, verbose logging).
+
+        What ``submit`` does for such a request, without its queue entry, future and coroutine, and
+        without an :class:`Execution`: the same choice of instance, the same counters (so pending
+        counts, draining and closing see it), the same statistics (``count_result``).  That machinery
+        is a fifth of the engine's CPU per request to a model process (``benchmarks/scaling``,
+        forty-fourth session), where a frontend worker's requests are most of the engine's work.
+        """
+        if not self._at_once or self._closing or self._delay or log.isEnabledFor(logging.DEBUG):
+            return False
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        enqueue_ns = _MONOTONIC_NS()
+        worker = self._choose()
+        self._idle -= 1
+        self._running += 1
+        self._handed += 1
+        self._sequence += 1
+        worker.started += 1
+        start_ns = _MONOTONIC_NS()
+        started = False
+
+        def done(results: list[ExecuteResult]) -> None:
+            end_ns = _MONOTONIC_NS()
+            result = results[0] if len(results) == 1 else _miscounted(results)
+            # (as ``_start_on`` times an execution sent ahead: from when the one before it ended)
+            dispatch_ns, begin_ns = enqueue_ns, start_ns
+            if worker.last_end_ns > start_ns:
+                dispatch_ns = max(enqueue_ns, worker.last_end_ns)
+                begin_ns = worker.last_end_ns
+            worker.last_end_ns = end_ns
+            if started:
+                self._finish_at_once(waiter, result, enqueue_ns, dispatch_ns, begin_ns, end_ns)
+            else:  # failed at once (its process is restarting): answered on the next iteration
+                loop.call_soon(
+                    self._finish_at_once, waiter, result, enqueue_ns, dispatch_ns, begin_ns, end_ns
+                )
+
+        cast(LoopDriven, worker.instance).start_on_loop([request], done)
+        started = True
+        return True
+
+    def _finish_at_once(
+        self,
+        waiter: Waiter,
+        result: ExecuteResult,
+        enqueue_ns: int,
+        dispatch_ns: int,
+        start_ns: int,
+        end_ns: int,
+    ) -> None:
+        """``_finished`` and ``_deliver`` for a request :meth:`start_at_once` started."""
+        self._idle += 1
+        self._running -= 1
+        now = _MONOTONIC_NS()
+        infer_ns = end_ns - start_ns
+        self._infer_average_ns += (infer_ns - self._infer_average_ns) >> 3
+        stats = self.stats
+        stats.execution(1, start_ns - dispatch_ns, infer_ns, now - end_ns)
+        stats.last_inference_ms = time.time_ns() // 1_000_000
+        if waiter.abandoned:
+            stats.fail(FailureReason.CANCELED, now - enqueue_ns)
+        else:
+            count_result(stats, result, 1, enqueue_ns, dispatch_ns, start_ns, end_ns, now)
+            waiter.settle(result)
+        if len(self._queue):
+            self._dispatch_due(now)
+        if self._drained is not None:
+            self._check_drained()
 
     def _run_inline(self, entry: QueuedRequest, now: int) -> None:
         """Execute on the event loop thread and settle ``entry`` at once.
@@ -333,3 +420,7 @@ class DynamicBatchScheduler(LoopScheduler):
             self._jobs.put(None)
         for worker in self._workers:
             worker.join(timeout)
+
+
+def _miscounted(results: list[ExecuteResult]) -> ExecuteResult:
+    return InternalError(f"backend returned {len(results)} responses for 1 requests")

@@ -61,6 +61,7 @@ from naiad.core.request import (
     Tensor,
 )
 from naiad.scheduling.answers import answers
+from naiad.scheduling.scheduler import Waiter
 from naiad.scheduling.stats import FailureReason, SchedulerStats
 from naiad.scheduling.step_limit import StepLimit
 
@@ -233,6 +234,12 @@ class EnsembleScheduler:
         self._shared = frozenset(name for name, count in readers.items() if count > 1)
         #: The steps a request asking for some outputs only runs, by those outputs (see ``_stage_for``).
         self._pruned: dict[frozenset[str], Stage] = {}
+
+    starts_at_once = False
+
+    def start_at_once(self, request: InferRequest, waiter: Waiter) -> bool:
+        """Never: an ensemble's request runs its steps (``submit``)."""
+        return False
 
     async def submit(self, request: InferRequest) -> InferResponse:
         """Run every step as soon as its inputs exist; the ensemble's tensors, or the first error.

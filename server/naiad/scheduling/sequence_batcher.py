@@ -65,6 +65,7 @@ from naiad.scheduling.batcher import next_batch
 from naiad.scheduling.loop_scheduler import LoopScheduler, loop_driven
 from naiad.scheduling.policy import SchedulingPolicy
 from naiad.scheduling.queue import QUEUED, TAKEN, QueuedRequest
+from naiad.scheduling.scheduler import Waiter
 from naiad.scheduling.sequence_settings import Array, SequenceSettings
 from naiad.scheduling.start_delay import NO_DELAY, StartDelay
 from naiad.scheduling.stats import FailureReason, SchedulerStats
@@ -191,6 +192,12 @@ class SequenceBatchScheduler(LoopScheduler):
             instance.worker.start(instance.jobs, self._finished_threadsafe)
 
     # ---- requests -------------------------------------------------------------------------------
+
+    starts_at_once = False
+
+    def start_at_once(self, request: InferRequest, waiter: Waiter) -> bool:
+        """Never: a sequence's requests wait for their slot (``submit``)."""
+        return False
 
     async def submit(self, request: InferRequest) -> InferResponse:
         """Queue ``request`` behind the earlier requests of its sequence and return its response."""

@@ -106,35 +106,62 @@ class Execution:
             )
         if future.done():
             stats.fail(FailureReason.CANCELED, elapsed)
-        elif isinstance(result, InferResponse | ErrorResponse):  # answered (an ErrorResponse: with an error)
-            if isinstance(result, InferResponse):
-                future.set_result(result)
-            else:
-                future.set_exception(result)
-                stats.error_response_count += 1
-            self.count(entry, now, stats)
+            return
+        count_result(
+            stats, result, entry.size, entry.enqueue_ns, self.dispatch_ns, self.start_ns, self.end_ns, now
+        )
+        if isinstance(result, InferResponse):
+            future.set_result(result)
         else:
-            if isinstance(result, Rescheduled):  # by a model whose scheduler cannot take it back
-                log.error("Failed to release request: %s", result.message)  # (as Triton logs it)
             future.set_exception(result)
-            stats.fail(FailureReason.BACKEND, elapsed)
 
     def count(self, entry: QueuedRequest, now: int, stats: SchedulerStats) -> None:
         """Count ``entry``'s run in this execution as a success (delivered at ``now``): an answered
         request, or one its model released for rescheduling (Triton counts each of its runs)."""
-        elapsed = now - entry.enqueue_ns
-        queue_ns = self.dispatch_ns - entry.enqueue_ns
-        input_ns = self.start_ns - self.dispatch_ns
-        infer_ns = self.end_ns - self.start_ns
-        output_ns = now - self.end_ns
-        stats.success_count += 1
-        stats.inference_count += entry.size
-        stats.success_ns += elapsed
-        stats.queue_ns += queue_ns
-        stats.compute_input_ns += input_ns
-        stats.compute_infer_ns += infer_ns
-        stats.compute_output_ns += output_ns
-        stats.observe(elapsed, queue_ns, input_ns, infer_ns, output_ns)
+        count_run(stats, entry.size, entry.enqueue_ns, self.dispatch_ns, self.start_ns, self.end_ns, now)
+
+
+def count_result(
+    stats: SchedulerStats,
+    result: ExecuteResult,
+    size: int,
+    enqueue_ns: int,
+    dispatch_ns: int,
+    start_ns: int,
+    end_ns: int,
+    now: int,
+) -> None:
+    """Count one request's result, delivered at ``now``, with its execution's timings: answered (an
+    :class:`ErrorResponse` is an answer too, the model's own) or failed.  One place for every way a
+    result reaches its caller (a future, or a callback: ``DynamicBatchScheduler.start_at_once``)."""
+    if isinstance(result, InferResponse | ErrorResponse):
+        if not isinstance(result, InferResponse):
+            stats.error_response_count += 1
+        count_run(stats, size, enqueue_ns, dispatch_ns, start_ns, end_ns, now)
+        return
+    if isinstance(result, Rescheduled):  # by a model whose scheduler cannot take it back
+        log.error("Failed to release request: %s", result.message)  # (as Triton logs it)
+    stats.fail(FailureReason.BACKEND, now - enqueue_ns)
+
+
+def count_run(
+    stats: SchedulerStats, size: int, enqueue_ns: int, dispatch_ns: int, start_ns: int, end_ns: int, now: int
+) -> None:
+    """Count one request's run as a success: its time queued (enqueued to dispatched), its
+    execution's compute times (dispatched, started, ended) and the output time to ``now``."""
+    elapsed = now - enqueue_ns
+    queue_ns = dispatch_ns - enqueue_ns
+    input_ns = start_ns - dispatch_ns
+    infer_ns = end_ns - start_ns
+    output_ns = now - end_ns
+    stats.success_count += 1
+    stats.inference_count += size
+    stats.success_ns += elapsed
+    stats.queue_ns += queue_ns
+    stats.compute_input_ns += input_ns
+    stats.compute_infer_ns += infer_ns
+    stats.compute_output_ns += output_ns
+    stats.observe(elapsed, queue_ns, input_ns, infer_ns, output_ns)
 
 
 class GrowingExecution(Execution):
