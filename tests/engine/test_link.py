@@ -462,3 +462,42 @@ def test_requests_to_a_model_process_are_answered_and_counted_alike_on_either_pa
         "batch_stats": [(1, 5)],
     }
     assert inflight == 0 and in_use == 0
+
+
+@pytest.mark.parametrize("validated", [0, 1], ids=["through-the-coroutine", "at-once"])
+def test_requests_running_when_their_worker_is_lost_are_cancelled_and_counted(
+    tmp_path: Path, validated: int
+) -> None:
+    """The worker ends while two of its requests run in a model process (one executing, one sent
+    behind it): both are cancelled at once on either path, nothing stays in flight in the link or
+    the data plane, and each counts as a cancelled failure once its execution ends; the model then
+    serves the next worker's request."""
+    write_model(tmp_path, "scale", SCALE_CONFIG, SCALE_PY)
+
+    async def scenario() -> tuple[list[Answer], int, int, dict[str, Any], Answer]:
+        async with _Engine(tmp_path, lend=True) as engine:
+            for request_id in (1, 2):
+                slow = tensors.request_message(_scale(request_id, sleep=0.3), engine.worker_arena, [])
+                slow.validated = validated
+                engine.send(Infer(request_id, slow))
+            await asyncio.sleep(0.1)
+            engine.link.on_lost()
+            await asyncio.sleep(0.05)  # (answers are written at the end of a loop iteration)
+            lost = list(engine.transport.answers)
+            inflight = engine.link.inflight
+            dataplane = engine.link.dataplane
+            for _ in range(1000):  # until both executions ended and were counted
+                counts = _counts(await dataplane.model_statistics("scale"))
+                if counts["fail"] == 2:
+                    break
+                await asyncio.sleep(0.01)
+            after = await engine.answer(3, _scale(3), validated)
+            return lost, inflight, dataplane.in_flight(), counts, after
+
+    lost, inflight, in_flight, counts, after = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert sorted(answer.id for answer in lost) == [1, 2]
+    for answer in lost:
+        assert answer.error is not None and answer.error.code == "CANCELLED" and answer.done
+    assert inflight == 0 and in_flight == 0
+    assert (counts["success"], counts["fail"], counts["execution_count"]) == (0, 2, 2)
+    assert after.error is None and after.response is not None
