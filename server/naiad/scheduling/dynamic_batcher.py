@@ -272,7 +272,7 @@ class DynamicBatchScheduler(LoopScheduler):
         What ``submit`` does for such a request, without its queue entry, future and coroutine, and
         without an :class:`Execution`: the same choice of instance, the same counters (so pending
         counts, draining and closing see it), the same statistics (``count_result``).  That machinery
-        is a fifth of the engine's CPU per request to a model process (``benchmarks/scaling``,
+        was 13-21% of the engine's CPU per request to a model process (``benchmarks/scaling``,
         forty-fourth session), where a frontend worker's requests are most of the engine's work.
         """
         if not self._at_once or self._closing or self._delay or log.isEnabledFor(logging.DEBUG):
@@ -323,10 +323,8 @@ class DynamicBatchScheduler(LoopScheduler):
         self._idle += 1
         self._running -= 1
         now = _MONOTONIC_NS()
-        infer_ns = end_ns - start_ns
-        self._infer_average_ns += (infer_ns - self._infer_average_ns) >> 3
         stats = self.stats
-        stats.execution(1, start_ns - dispatch_ns, infer_ns, now - end_ns)
+        stats.execution(1, start_ns - dispatch_ns, end_ns - start_ns, now - end_ns)
         stats.last_inference_ms = time.time_ns() // 1_000_000
         if waiter.abandoned:
             stats.fail(FailureReason.CANCELED, now - enqueue_ns)
@@ -423,4 +421,5 @@ class DynamicBatchScheduler(LoopScheduler):
 
 
 def _miscounted(results: list[ExecuteResult]) -> ExecuteResult:
+    """A backend that answered one request with another count of results fails it (as ``_start_on``)."""
     return InternalError(f"backend returned {len(results)} responses for 1 requests")
