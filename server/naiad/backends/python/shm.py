@@ -319,7 +319,8 @@ def view(
         assert region is not None
         return np.ndarray(shape, dtype, region.buffer if writable else region.readonly, offset)
     if isinstance(inline, bytes):
-        return np.frombuffer(bytearray(inline) if writable else inline, dtype).reshape(shape)
+        # (one call, not ``frombuffer`` and ``reshape``: a third less, per tensor of every execution)
+        return np.ndarray(shape, dtype, bytearray(inline) if writable else inline)
     if isinstance(inline, int):
         assert arenas is not None
         arena = arenas[inline]
@@ -395,7 +396,7 @@ def copy(region: Region | None, placement: Placement) -> Array:
     if inline is not None:
         assert not isinstance(inline, int)  # (an array in a shared arena is never copied out)
         if isinstance(inline, bytes):
-            return np.frombuffer(bytearray(inline), dtype).reshape(shape)
+            return np.ndarray(shape, dtype, bytearray(inline))
         return inline
     assert region is not None
     return np.ndarray(shape, dtype, region.buffer, offset).copy()
