@@ -293,12 +293,7 @@ class DynamicBatchScheduler(LoopScheduler):
         def done(results: list[ExecuteResult]) -> None:
             end_ns = _MONOTONIC_NS()
             result = results[0] if len(results) == 1 else _miscounted(results)
-            # (as ``_start_on`` times an execution sent ahead: from when the one before it ended)
-            dispatch_ns, begin_ns = enqueue_ns, start_ns
-            if worker.last_end_ns > start_ns:
-                dispatch_ns = max(enqueue_ns, worker.last_end_ns)
-                begin_ns = worker.last_end_ns
-            worker.last_end_ns = end_ns
+            dispatch_ns, begin_ns = worker.ended(enqueue_ns, start_ns, end_ns)
             if started:
                 self._finish_at_once(waiter, result, enqueue_ns, dispatch_ns, begin_ns, end_ns)
             else:  # failed at once (its process is restarting): answered on the next iteration

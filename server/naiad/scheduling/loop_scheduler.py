@@ -142,14 +142,10 @@ class LoopScheduler(ABC):
                 message = f"backend returned {len(results)} responses for {len(entries)} requests"
                 results = [InternalError(message) for _ in entries]
             execution.results = results
-            execution.end_ns = _MONOTONIC_NS()
-            # The instance runs the executions it was sent one after another: one sent ahead starts
-            # when the one before it ended, and waited for the instance until then (queue time, as
-            # for a request queued here), so compute times stay those of the execution alone.
-            if worker.last_end_ns > execution.start_ns:
-                execution.dispatch_ns = max(execution.dispatch_ns, worker.last_end_ns)
-                execution.start_ns = worker.last_end_ns
-            worker.last_end_ns = execution.end_ns
+            execution.end_ns = end_ns = _MONOTONIC_NS()
+            execution.dispatch_ns, execution.start_ns = worker.ended(
+                execution.dispatch_ns, execution.start_ns, end_ns
+            )
             if started:
                 self._finished(execution)
             else:  # failed at once (its process is restarting): not from within this call, where the

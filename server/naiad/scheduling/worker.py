@@ -240,6 +240,18 @@ class InstanceWorker:
         self.last_end_ns = 0
         self._thread: threading.Thread | None = None
 
+    def ended(self, dispatch_ns: int, start_ns: int, end_ns: int) -> tuple[int, int]:
+        """An execution the event loop sent this instance at ``start_ns`` (dispatched at
+        ``dispatch_ns``) ended at ``end_ns``: when it was dispatched and started, as counted.  The
+        instance runs the executions it was sent one after another: one sent ahead starts when the
+        one before it ended, and waited for the instance until then (queue time, as for a request
+        queued in the scheduler), so compute times stay those of the execution alone."""
+        last = self.last_end_ns
+        self.last_end_ns = end_ns
+        if last > start_ns:
+            return max(dispatch_ns, last), last
+        return dispatch_ns, start_ns
+
     def start(self, jobs: Jobs, finished: Callable[[Execution], None]) -> None:
         """Run executions from ``jobs`` until a ``None``; ``finished`` is called (on this thread)
         after each, and must be safe to call from any thread."""
