@@ -243,7 +243,10 @@ class WorkerLink:
             return
         request.output_memory = placer
         pending = _AtOnceRequest(self, message.id, placer)
-        waiter = self.dataplane.answer_at_once(request, signature, pending.reply)
+        try:
+            waiter = self.dataplane.answer_at_once(request, signature, pending.reply)
+        except Exception:  # (``_infer`` answers it, whatever it is)
+            waiter = None
         if waiter is None:
             self._start(message.id, self._infer(message, request, placer))
             return

@@ -301,7 +301,11 @@ class DynamicBatchScheduler(LoopScheduler):
                     self._finish_at_once, waiter, result, enqueue_ns, dispatch_ns, begin_ns, end_ns
                 )
 
-        cast(LoopDriven, worker.instance).start_on_loop([request], done)
+        try:
+            cast(LoopDriven, worker.instance).start_on_loop([request], done)
+        except Exception as error:  # (it could not be sent: it fails, as the caller's coroutine words it)
+            log.exception("starting a request of model '%s' failed", self.policy.model_name)
+            done([InternalError(f"internal error: {type(error).__name__}: {error}")])
         started = True
         return True
 
