@@ -460,6 +460,35 @@ def test_what_a_process_writes_in_a_shared_arena_stays_its_own_until_undone() ->
         made.unlink()
 
 
+def test_a_range_checked_while_held_keeps_its_finding_until_released() -> None:
+    """Between a model's return and the undo of its inputs nothing writes them: the output's check
+    and the input's undo share one reading of the page map, and the write is still undone."""
+    made = shm.Region.create(1 << 20)
+    try:
+        mapped = shm.Region.attach(made.path, made.size, private=True)
+        base = mapped.span()[0]
+        written = shm.Written()
+        offset, nbytes = 2 * mmap.PAGESIZE, 3 * mmap.PAGESIZE
+        made.buffer[offset : offset + 8] = b"worker-1"
+        data = shm.view(None, ("X", "UINT8", (nbytes,), "|u1", offset, 7), {7: mapped}, writable=True)
+        data[mmap.PAGESIZE + 5] = 9  # the model writes the middle page of its input
+        written.hold()
+        assert written.any(base + offset, nbytes)  # the output (its input returned) is not sent by reference
+        assert not written.any(base + offset, 8)  # another range: read on its own
+        written.undo(mapped, base, offset, nbytes)  # the input's undo: the same range, found written
+        written.release()
+        assert data[mmap.PAGESIZE + 5] == 0 and bytes(data[:8]) == b"worker-1"
+        assert not written.any(base + offset, nbytes)  # released: read again, nothing of its own now
+        written.hold()
+        assert not written.any(base + offset, nbytes)
+        data[0] = 1  # (never while held in the server; shows the finding is kept until released)
+        assert not written.any(base + offset, nbytes)
+        written.release()
+        assert written.any(base + offset, nbytes)
+    finally:
+        made.unlink()
+
+
 def test_without_a_readable_pagemap_every_page_counts_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where ``/proc/self/pagemap`` cannot be read (a sandbox), what the model may have written is
     dropped all the same: every page of an input counts as written."""

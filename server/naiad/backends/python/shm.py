@@ -337,6 +337,11 @@ def extent(placement: Placement) -> int:
     return int(np.dtype(dtype).itemsize * math.prod(shape))
 
 
+#: A page map entry's last byte (bits 56-63, little-endian) by kind: 1 for a page this process wrote.
+_PAGE_KINDS = bytes(1 if byte & 0xA0 == 0x80 else 0 for byte in range(256))
+_OWN_PAGE = 1
+
+
 class Written:
     """The pages of shared arenas this process has written, through their copy-on-write mappings.
 
@@ -352,17 +357,39 @@ class Written:
     def __init__(self) -> None:
         self._pagemap: int | None = None
         self._readable = True
+        #: What each page range's check found, kept while nothing writes (see :meth:`hold`).
+        self._held: dict[tuple[int, int], bool] | None = None
+
+    def hold(self) -> None:
+        """Nothing writes the arenas until :meth:`release`: an execution whose model returned, its
+        outputs checked and then its inputs undone.  A range checked twice meanwhile (an identity's
+        output is its input) is read from the page map once: each read walks every page of a large
+        tensor, and the two were a third of such an execution's cost in its model process."""
+        self._held = {}
+
+    def release(self) -> None:
+        self._held = None
 
     def any(self, address: int, nbytes: int) -> bool:
         """Whether this process wrote a page of ``[address, address + nbytes)`` (True if unknown)."""
         if nbytes <= 0:
             return False
         first, last = address // mmap.PAGESIZE, (address + nbytes - 1) // mmap.PAGESIZE
-        entries = self._entries(first, last - first + 1)
+        held = self._held
+        if held is not None:
+            found = held.get((first, last))
+            if found is None:
+                found = held[(first, last)] = self._any(first, last - first + 1)
+            return found
+        return self._any(first, last - first + 1)
+
+    def _any(self, first: int, count: int) -> bool:
+        entries = self._entries(first, count)
         if entries is None:
             return True
-        private = (entries >> np.uint64(63)) & ~(entries >> np.uint64(61)) & np.uint64(1)
-        return bool(private.any())
+        # each entry's last byte: bit 63 (present) set and bit 61 (file page or shared) clear is a
+        # page of this process's own, one it wrote; bytes' C methods, not numpy's per-call cost
+        return _OWN_PAGE in entries[7::8].translate(_PAGE_KINDS)
 
     def undo(self, arena: Region, base: int, offset: int, nbytes: int) -> None:
         """Drop the pages of ``[offset, offset + nbytes)`` in ``arena`` (mapped at ``base``) this
@@ -373,7 +400,7 @@ class Written:
         high = min(arena.size, -(-(offset + nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
         arena.buffer.madvise(mmap.MADV_DONTNEED, low, high - low)
 
-    def _entries(self, first: int, count: int) -> np.ndarray[Any, np.dtype[np.uint64]] | None:
+    def _entries(self, first: int, count: int) -> bytes | None:
         if self._pagemap is None and self._readable:
             try:  # (opened here, in the model process: "self" is fixed when the file is opened)
                 self._pagemap = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
@@ -385,7 +412,7 @@ class Written:
             data = os.pread(self._pagemap, count * 8, first * 8)
         except OSError:
             return None
-        return np.frombuffer(data, np.uint64) if len(data) == count * 8 else None
+        return data if len(data) == count * 8 else None
 
 
 def copy(region: Region | None, placement: Placement) -> Array:

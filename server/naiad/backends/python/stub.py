@@ -584,13 +584,16 @@ class _Worker:
             if self._decoupled:
                 for index, request in enumerate(batch):
                     request.responses = functools.partial(channel.respond, key, index)
+            written = self._written
             try:
                 results = self._instance.execute(batch)
+                written.hold()  # (the model returned: nothing writes its inputs until they are undone)
                 destinations = [request[8] for request in requests] if arenas else ()
-                reply = self._outputs[out].pack(results, self._spans, self._written, destinations, arenas)
+                reply = self._outputs[out].pack(results, self._spans, written, destinations, arenas)
             finally:
                 if in_place and arenas:
                     self._undo(requests)
+                written.release()
         except Exception as exc:  # a failure here must cost this batch, not the instance
             error = ("error", ErrorCode.INTERNAL.value, f"{type(exc).__name__}: {exc}")
             reply = ("results", None, None, [error] * len(requests))
