@@ -246,6 +246,7 @@ class Flood:
             _calls,
             lambda _: None,
             published,
+            request_key=key,
             response_key=response_key,
         )
         self.sock.send(b"g")

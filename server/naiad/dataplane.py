@@ -458,8 +458,9 @@ class DataPlane:
     ) -> InferResponse:
         """The model's answer with the outputs asked for, counted in flight (a drain waits for it),
         named as Triton names it."""
+        if not self._inflight:
+            self._idle.clear()
         self._inflight += 1
-        self._idle.clear()
         cache = self.response_cache
         try:
             if cache is None or not model.caches_responses or version.scheduler is None:
@@ -519,8 +520,9 @@ class DataPlane:
             return None
         scheduler = version.admit()
         waiter = AtOnce(self, model, version, validated, request, reply)
+        if not self._inflight:
+            self._idle.clear()
         self._inflight += 1
-        self._idle.clear()
         if not scheduler.start_at_once(request, waiter):
             self._done()
             version.release()
@@ -599,8 +601,9 @@ class DataPlane:
         signature = model.signature
         assert signature is not None
         signature.validate(request)
+        if not self._inflight:
+            self._idle.clear()
         self._inflight += 1
-        self._idle.clear()
         try:
             async with aclosing(answers(request, version.submit)) as items:
                 async for answer, final in items:

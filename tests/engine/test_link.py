@@ -107,6 +107,7 @@ class _Engine:
             _calls,
             lambda _: None,
             published,
+            request_key=self.keys[0] if self.keys else 0,
             response_key=self.keys[1] if self.keys else 0,
         )
         self.transport = _Answers()

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from naiad.core.request import InferResponse, Tensor
+from naiad.core.request import InferRequest, InferResponse, Tensor
 from naiad.ipc import arena, tensors
-from naiad.ipc.arena import Arena
+from naiad.ipc.arena import Arena, LentTensor, lent_at
 from naiad.ipc.messages import INLINE, REQUEST_ARENA, RESPONSE_ARENA
 
 SIZE = 1 << 20
@@ -173,3 +173,52 @@ def test_what_the_engine_keeps_past_a_request_is_copied_out_of_the_arenas(
     assert placer.kept(elsewhere) is elsewhere
     assert not requests.holds(np.empty(0, dtype=np.int32))
     placer.close()
+
+
+def test_a_lent_input_returned_is_named_where_it_lies_and_a_replaced_one_is_looked_for(
+    arenas: tuple[Arena, Arena],
+) -> None:
+    """A frontend worker's large input, made knowing where it lies in the lent request arena
+    (:class:`~naiad.ipc.arena.LentTensor`), comes back by that place; one whose data was replaced, or
+    that lies in another worker's arena, is not taken at its word: looked for by its address, or
+    copied, as any output."""
+    requests, responses = arenas
+    worker = Arena(arena.create("other", SIZE), SIZE, writable=True)
+    try:
+        offset = requests.allocate(16384)
+        assert offset is not None
+        requests.array(offset, 16384, np.float32)[:] = np.arange(4096, dtype=np.float32)
+        message = tensors.request_message(
+            InferRequest("m", inputs=[Tensor("X", "FP32", np.arange(4096, dtype=np.float32))]), requests, []
+        )
+        [ref] = message.inputs
+        request = tensors.request_from(message, requests, key=7)
+        [lent] = request.inputs
+        assert isinstance(lent, LentTensor) and lent_at(lent) == (7, ref.offset)
+        assert lent_at(Tensor("X", "FP32", lent.data)) is None  # a plain tensor: looked for
+
+        placer = tensors.OutputPlacer(responses, threading.Lock(), key=8)
+        named = tensors.response_message(response(lent), requests, responses, placer, request_key=7)
+        assert [(r.arena, r.offset) for r in named.outputs] == [(REQUEST_ARENA, ref.offset)]
+
+        copied = np.arange(4096, dtype=np.float32) * 3
+        lent.data = copied  # replaced: its place no longer says where its data is
+        assert lent_at(lent) is None
+        moved = tensors.response_message(response(lent), requests, responses, placer, request_key=7)
+        [out] = moved.outputs
+        assert out.arena == RESPONSE_ARENA  # copied, not named at the input's place
+        np.testing.assert_array_equal(responses.array(out.offset, out.nbytes, np.float32), copied)
+        responses.free(out.offset)
+
+        elsewhere = worker.allocate(16384)
+        assert elsewhere is not None
+        data = worker.array(elsewhere, 16384, np.float32)
+        data[:] = 5.0
+        foreign = LentTensor("Y", "FP32", data, {}, (data, 9, elsewhere))  # another worker's arena
+        sent = tensors.response_message(response(foreign), requests, responses, placer, request_key=7)
+        [out] = sent.outputs
+        assert out.arena == RESPONSE_ARENA
+        np.testing.assert_array_equal(responses.array(out.offset, out.nbytes, np.float32), data)
+        placer.close()
+    finally:
+        worker.close()

@@ -114,6 +114,7 @@ class WorkerLink:
         on_serving: Callable[[WorkerLink], None],
         published: PublishedSignatures,
         *,
+        request_key: int = 0,
         response_key: int = 0,
     ) -> None:
         self.index = index
@@ -134,6 +135,8 @@ class WorkerLink:
         #: the key the response arena is lent to model processes by (0: not lent).
         self._placing = threading.Lock()
         self._response_key = response_key
+        #: The key the request arena is lent to model processes by (0: not lent).
+        self.request_key = request_key
 
     @property
     def inflight(self) -> int:
@@ -216,7 +219,7 @@ class WorkerLink:
     # ---- requests -------------------------------------------------------------------------------
 
     def _answer(self, request_id: int, response: InferResponse, request: InferRequest, final: bool) -> Answer:
-        message = tensors.response_message(response, self.requests, self.responses)
+        message = tensors.response_message(response, self.requests, self.responses, None, self.request_key)
         return Answer(request_id, final, message, timestamps=request.timestamps, done=False)
 
     def _sample(self, message: RequestMsg) -> int:
@@ -236,7 +239,7 @@ class WorkerLink:
             return
         placer = tensors.OutputPlacer(self.responses, self._placing, self._response_key, self.requests)
         try:
-            request = tensors.request_from(plain, self.requests)
+            request = tensors.request_from(plain, self.requests, self.request_key)
         except Exception:  # (``_infer`` answers it, in the data plane's words)
             placer.close()
             self._start(message.id, self._infer(message))
@@ -263,7 +266,11 @@ class WorkerLink:
         if placer is None:
             placer = tensors.OutputPlacer(self.responses, self._placing, self._response_key, self.requests)
         try:
-            request = built if built is not None else tensors.request_from(message.request, self.requests)
+            request = (
+                built
+                if built is not None
+                else tensors.request_from(message.request, self.requests, self.request_key)
+            )
             request.output_memory = placer
             if trace == NOT_SAMPLED:
                 request.timestamps = None
@@ -272,7 +279,9 @@ class WorkerLink:
             response = await self.dataplane.infer(request, signature)
             if request.timestamps is not None:
                 completed(request.timestamps)
-            outputs = tensors.response_message(response, self.requests, self.responses, placer)
+            outputs = tensors.response_message(
+                response, self.requests, self.responses, placer, self.request_key
+            )
             self.send(Answer(request_id, True, outputs, None, False, True, request.timestamps, trace))
         except BaseException as error:  # every request gets its final answer, whatever happened
             self.send(Answer(request_id, True, error=error_message(error), done=True, trace=trace))
@@ -287,7 +296,7 @@ class WorkerLink:
     async def _stream(self, message: Stream) -> None:
         trace = self._sample(message.request) if message.request.traced else 0
         try:
-            request = tensors.request_from(message.request, self.requests)
+            request = tensors.request_from(message.request, self.requests, self.request_key)
             if trace == NOT_SAMPLED:
                 request.timestamps = None
             async with aclosing(self.dataplane.stream(request)) as items:
@@ -337,7 +346,9 @@ class _AtOnceRequest:
         link._waiting.pop(self._id, None)
         try:
             if isinstance(result, InferResponse):
-                outputs = tensors.response_message(result, link.requests, link.responses, self._placer)
+                outputs = tensors.response_message(
+                    result, link.requests, link.responses, self._placer, link.request_key
+                )
                 link.send(Answer(self._id, True, outputs, None, False, True, None, 0))
             else:
                 link.send(Answer(self._id, True, error=error_message(result), done=True))

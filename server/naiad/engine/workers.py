@@ -277,6 +277,7 @@ class FrontendWorkers:
             self.call,
             self._on_serving,
             self.published,
+            request_key=lent[0],
             response_key=lent[1],
         )
         await connect(parent, ToEngine, link.on_message, link.on_lost, link.bind)

@@ -20,9 +20,12 @@ import mmap
 import os
 import threading
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from naiad.core.request import Tensor
 
 #: Blocks start on cache-line boundaries (numpy and the backends like aligned data).
 ALIGN = 64
@@ -222,13 +225,44 @@ class SharedArenas:
         arena, path, _, shared = self._arenas[key]
         return path, arena.size, shared
 
-    def array(self, key: int, offset: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any] | None:
-        """A read-only view of a tensor at ``offset`` in arena ``key``; ``None`` once it is not lent."""
+    def tensor(
+        self, name: str, datatype: str, key: int, offset: int, shape: tuple[int, ...], dtype: Any
+    ) -> LentTensor | None:
+        """A tensor at ``offset`` in arena ``key``, a read-only view; ``None`` once it is not lent."""
         entry = self._arenas.get(key)
-        return None if entry is None else np.ndarray(shape, dtype, entry[0].view, offset)
+        if entry is None:
+            return None
+        data = np.ndarray(shape, dtype, entry[0].view, offset)
+        return LentTensor(name, datatype, data, {}, (data, key, offset))
 
     def __contains__(self, key: int) -> bool:
         return key in self._arenas
+
+
+@dataclass(slots=True)
+class LentTensor(Tensor):
+    """A tensor made where it lies in an arena lent to model processes, which knows where:
+    ``lent`` is ``(its array, the arena's key, the offset)`` (see :func:`lent_at`).
+
+    Made by the engine for a frontend worker's large inputs (they lie in its request arena) and for
+    a model process's outputs that lie in a lent arena (an input returned, or an output written
+    where its response goes), so that sending one on (to a model process, or back to the worker)
+    names its place without looking its address up: numpy's ``ctypes.data`` or
+    ``__array_interface__`` costs about as much as the rest of such a tensor's way, and the two
+    look-ups of an identity's tensor were 18% of the engine's CPU per request to a model process
+    (``benchmarks/scaling``, forty-fifth session)."""
+
+    lent: tuple[np.ndarray[Any, Any], int, int] | None = None
+
+
+def lent_at(tensor: Tensor) -> tuple[int, int] | None:
+    """Where ``tensor``'s data lies in a lent arena, ``(key, offset)``, if it was made there and still
+    holds that array (``Tensor.data`` can be assigned); ``None``: look for it by its address."""
+    if type(tensor) is LentTensor:
+        lent = tensor.lent
+        if lent is not None and lent[0] is tensor.data:
+            return lent[1], lent[2]
+    return None
 
 
 def _dumpable() -> bool:

@@ -37,7 +37,7 @@ from naiad.core.request import (
     Tensor,
     WireTensor,
 )
-from naiad.ipc.arena import Arena
+from naiad.ipc.arena import Arena, LentTensor, lent_at
 from naiad.ipc.messages import (
     INLINE,
     REQUEST_ARENA,
@@ -283,6 +283,17 @@ class OutputPlacer:
                     return offset
         return None
 
+    def take_at(self, offset: int) -> int | None:
+        """:meth:`take` for data known to start at ``offset`` in the arena (a model process's output
+        written into a block reserved for it, see :class:`~naiad.ipc.arena.LentTensor`)."""
+        if not self._placed:
+            return None
+        with self._lock:
+            if self._placed.get(offset):  # (0 while being written)
+                del self._placed[offset]
+                return offset
+        return None
+
     def close(self) -> None:
         """The request is answered: free what was placed and not named, and place nothing more."""
         if self._placed is None:  # nothing placed yet: a placement starting now sees ``_closed``
@@ -296,13 +307,18 @@ class OutputPlacer:
                 self._arena.free(offset)
 
 
-def request_from(message: RequestMsg, arena: Arena) -> InferRequest:
+def request_from(message: RequestMsg, arena: Arena, key: int = 0) -> InferRequest:
     """The request a message describes; its inputs are views into the request arena (or into
-    the message, for small ones)."""
+    the message, for small ones), those in the arena made knowing where when it is lent to model
+    processes by ``key`` (:class:`~naiad.ipc.arena.LentTensor`)."""
     outputs = message.outputs
-    inputs = []
+    inputs: list[Tensor] = []
     for ref in message.inputs:
-        inputs.append(Tensor(ref.name, ref.datatype, _array(ref, arena), ref.parameters))
+        data = _array(ref, arena)
+        if key and ref.inline is None and ref.datatype != "BYTES":
+            inputs.append(LentTensor(ref.name, ref.datatype, data, ref.parameters, (data, key, ref.offset)))
+        else:
+            inputs.append(Tensor(ref.name, ref.datatype, data, ref.parameters))
     return InferRequest(
         message.model_name,
         message.model_version,
@@ -322,11 +338,17 @@ def request_from(message: RequestMsg, arena: Arena) -> InferRequest:
 
 
 def response_message(
-    response: InferResponse, requests: Arena, responses: Arena, placer: OutputPlacer | None = None
+    response: InferResponse,
+    requests: Arena,
+    responses: Arena,
+    placer: OutputPlacer | None = None,
+    request_key: int = 0,
 ) -> ResponseMsg:
     """``response`` as a message: outputs that are views into the request arena by reference, those
     ``placer`` placed in the response arena by their block, the others written into the response
-    arena here (the worker releases the response arena's blocks)."""
+    arena here (the worker releases the response arena's blocks).  ``request_key``: the key the
+    request arena is lent to model processes by, whose outputs lying there come back knowing where
+    (:class:`~naiad.ipc.arena.LentTensor`)."""
     blocks: list[int] = []
     outputs: list[TensorRef] = []
     for tensor in response.outputs:
@@ -336,9 +358,16 @@ def response_message(
             and tensor.datatype != "BYTES"
             and data.dtype == datatypes.WIRE_DTYPE.get(tensor.datatype)
         ):
-            which, offset = REQUEST_ARENA, requests.contains(data)
-            if offset is None and placer is not None:
-                which, offset = RESPONSE_ARENA, placer.take(data)
+            lent = lent_at(tensor)
+            offset: int | None
+            if lent is not None and request_key and lent[0] == request_key:
+                which, offset = REQUEST_ARENA, lent[1]
+            elif lent is not None and placer is not None and placer.key and lent[0] == placer.key:
+                which, offset = RESPONSE_ARENA, placer.take_at(lent[1])
+            else:
+                which, offset = REQUEST_ARENA, requests.contains(data)
+                if offset is None and placer is not None:
+                    which, offset = RESPONSE_ARENA, placer.take(data)
             if offset is not None:
                 outputs.append(
                     TensorRef(

@@ -84,6 +84,8 @@ class DynamicBatchScheduler(LoopScheduler):
         # still formed only when an instance is free.  Not under the rate limiter, whose gate an
         # instance's thread waits for.
         self._on_loop = all(loop_driven(worker) for worker in self._workers)
+        #: Those instances as the loop drives them, beside their workers (``_choose``, per request).
+        self._driven = [(w, cast(LoopDriven, w.instance)) for w in self._workers] if self._on_loop else []
         # Where a request always starts at once on a loop-driven instance, ``start_at_once`` may
         # start it without a queue entry, a future or a coroutine (see there).
         self._at_once = self._direct and self._on_loop and not self._inline and not policy.preserve_ordering
@@ -243,22 +245,22 @@ class DynamicBatchScheduler(LoopScheduler):
         (Triton 2.51 goes on giving every other request to an instance whose stub died, which
         fails it with "Stub process '...' is not healthy.": 10 of 20, checked side by side.)
         """
-        self._start_on(self._choose(), execution)
+        self._start_on(self._choose()[0], execution)
 
-    def _choose(self) -> InstanceWorker:
-        """The loop-driven instance that takes the next execution (see ``_start_on_loop``)."""
-        workers = self._workers
-        worker = workers[0]
-        if len(workers) > 1:
+    def _choose(self) -> tuple[InstanceWorker, LoopDriven]:
+        """The loop-driven instance that takes the next execution (see ``_start_on_loop``), with its
+        worker."""
+        driven = self._driven
+        worker, instance = driven[0]
+        if len(driven) > 1:
             fewest = -1
-            for candidate in workers:
-                instance = cast(LoopDriven, candidate.instance)
-                if not instance.healthy:
+            for candidate, candidate_instance in driven:
+                if not candidate_instance.healthy:
                     continue
-                outstanding = instance.outstanding
+                outstanding = candidate_instance.outstanding
                 if fewest < 0 or outstanding < fewest:
-                    worker, fewest = candidate, outstanding
-        return worker
+                    worker, instance, fewest = candidate, candidate_instance, outstanding
+        return worker, instance
 
     @property
     def starts_at_once(self) -> bool:
@@ -281,7 +283,7 @@ class DynamicBatchScheduler(LoopScheduler):
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         enqueue_ns = _MONOTONIC_NS()
-        worker = self._choose()
+        worker, instance = self._choose()
         self._idle -= 1
         self._running += 1
         self._handed += 1
@@ -302,7 +304,7 @@ class DynamicBatchScheduler(LoopScheduler):
                 )
 
         try:
-            cast(LoopDriven, worker.instance).start_on_loop([request], done)
+            instance.start_on_loop([request], done)
         except Exception as error:  # (it could not be sent: it fails, as the caller's coroutine words it)
             log.exception("starting a request of model '%s' failed", self.policy.model_name)
             done([InternalError(f"internal error: {type(error).__name__}: {error}")])

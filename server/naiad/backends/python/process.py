@@ -1047,7 +1047,7 @@ class ProcessModelInstance:
         if self._output_bytes and request.output_memory is not None:
             self._learn_aliases(placements, request.output_memory.key)
         try:
-            outputs = [Tensor(place[0], place[1], self._output(region, place, copy)) for place in placements]
+            outputs = [self._output(region, place, copy) for place in placements]
         except InternalError as error:
             return error
         return InferResponse(self._model_name, self._model_version, request.id, outputs, parameters)
@@ -1069,14 +1069,14 @@ class ProcessModelInstance:
         if changed:
             self._reservable = tuple(item for item in self._output_bytes if item[0] not in aliased)
 
-    def _output(self, region: shm.Region | None, placement: shm.Placement, copy: bool) -> shm.Array:
-        _, _, shape, dtype, offset, where = placement
-        if isinstance(where, int):  # an input of its (or a view of one): where it lies in the arena
-            lent = self._runtime.arenas.array(where, offset, shape, dtype)
+    def _output(self, region: shm.Region | None, placement: shm.Placement, copy: bool) -> Tensor:
+        name, datatype, shape, dtype, offset, where = placement
+        if isinstance(where, int):  # an input of its (or a view of one), or written where its response goes
+            lent = self._runtime.arenas.tensor(name, datatype, where, offset, shape, dtype)
             if lent is None:
                 raise InternalError("the frontend worker that sent the request has ended")
             return lent
-        return shm.copy(region, placement) if copy else shm.view(region, placement)
+        return Tensor(name, datatype, shm.copy(region, placement) if copy else shm.view(region, placement))
 
     # ---- the watcher: death, memory, timeout, restarts -------------------------------------------
 

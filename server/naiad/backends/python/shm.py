@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from naiad.core.request import Tensor
+from naiad.ipc.arena import lent_at
 
 Array = np.ndarray[Any, Any]
 
@@ -219,6 +220,12 @@ def locate(spans: Spans, tensors: Sequence[Tensor]) -> list[Shared] | None:
     for index, tensor in enumerate(tensors):
         array = tensor.data
         if array.nbytes <= _SMALL or array.dtype.kind == "O" or not array.flags.c_contiguous:
+            continue
+        lent = lent_at(tensor)  # (made where it lies: no look-up)
+        if lent is not None and lent[0] in spans:
+            if found is None:
+                found = [None] * len(tensors)
+            found[index] = lent
             continue
         start = address(array)
         end = start + array.nbytes
