@@ -222,3 +222,29 @@ def test_a_lent_input_returned_is_named_where_it_lies_and_a_replaced_one_is_look
         placer.close()
     finally:
         worker.close()
+
+
+def test_a_placed_output_is_named_whether_the_backend_answers_with_it_or_a_view_of_it(
+    arenas: tuple[Arena, Arena],
+) -> None:
+    """The array :meth:`OutputPlacer.place` made is known as itself; a backend that answers with a
+    view of it (reshaped) is still named by its block, looked for by its address."""
+    requests, responses = arenas
+    placer = tensors.OutputPlacer(responses, threading.Lock())
+    first = placer.place("FP32", np.full((4, 1024), 1.0, dtype=np.float32))
+    second = placer.place("FP32", np.full((4, 1024), 2.0, dtype=np.float32))
+    assert first is not None and second is not None and responses.in_use == 2
+    message = tensors.response_message(
+        response(Tensor("A", "FP32", first), Tensor("B", "FP32", second.reshape(2, 2048))),
+        requests,
+        responses,
+        placer,
+    )
+    placer.close()
+    assert [r.arena for r in message.outputs] == [RESPONSE_ARENA, RESPONSE_ARENA]
+    assert responses.in_use == 2  # both named as they are: nothing copied, nothing freed
+    a, b = message.outputs
+    assert b.shape == [2, 2048]
+    np.testing.assert_array_equal(responses.array(a.offset, a.nbytes, np.float32), 1.0)
+    np.testing.assert_array_equal(responses.array(b.offset, b.nbytes, np.float32), 2.0)
+    assert {a.offset, b.offset} == {responses.contains(first), responses.contains(second)}

@@ -193,7 +193,7 @@ class OutputPlacer:
     writes into blocks :meth:`reserve` took for it, in the arena's ring for long-lived blocks, which
     :meth:`release` hands to the response (or frees) once its execution ended."""
 
-    __slots__ = ("_arena", "_closed", "_lock", "_placed", "_requests", "key")
+    __slots__ = ("_arena", "_closed", "_lock", "_made", "_placed", "_requests", "key")
 
     def __init__(
         self, arena: Arena, lock: threading.Lock, key: int = 0, requests: Arena | None = None
@@ -207,6 +207,9 @@ class OutputPlacer:
         #: Offset -> address of the block's data, or 0 while it is being written; ``None`` until the
         #: first placement.
         self._placed: dict[int, int] | None = None
+        #: The arrays :meth:`place` made, with their blocks' offsets: a response naming one is known
+        #: by the array itself (:meth:`take`), without numpy's look-up of its address.
+        self._made: list[tuple[np.ndarray[Any, Any], int]] | None = None
         self._closed = False
 
     def reserve(self, nbytes: int) -> int | None:
@@ -267,14 +270,30 @@ class OutputPlacer:
                 del self._placed[offset]
                 arena.free(offset)
                 return None
-            self._placed[offset] = int(target.ctypes.data)
+            self._placed[offset] = arena.base + offset
+            if self._made is None:
+                self._made = []
+            self._made.append((target, offset))
         return target
+
+    def take_made(self, data: np.ndarray[Any, Any]) -> int | None:
+        """:meth:`take` for an array :meth:`place` returned (``None`` for any other)."""
+        made = self._made
+        if made:
+            for index, (target, offset) in enumerate(made):
+                if target is data:
+                    del made[index]
+                    return self.take_at(offset)
+        return None
 
     def take(self, data: np.ndarray[Any, Any]) -> int | None:
         """The offset of the block ``data`` was placed in (the response names it from now on: the
         worker frees it), or ``None`` if it is not one of this placer's."""
-        if not self._placed or not data.flags.c_contiguous:
+        if not self._placed:
             return None
+        taken = self.take_made(data)
+        if taken is not None or not data.flags.c_contiguous:
+            return taken
         address = int(data.ctypes.data)
         with self._lock:
             for offset, start in self._placed.items():
@@ -301,6 +320,7 @@ class OutputPlacer:
             return
         with self._lock:
             self._closed = True
+            self._made = None
             done = [offset for offset, address in self._placed.items() if address]
             for offset in done:
                 del self._placed[offset]
@@ -337,6 +357,31 @@ def request_from(message: RequestMsg, arena: Arena, key: int = 0) -> InferReques
     )
 
 
+def _named(
+    tensor: Tensor, requests: Arena, placer: OutputPlacer | None, request_key: int
+) -> tuple[int, int | None]:
+    """Where an output already lies that its response can name instead of copying it: the request
+    arena (an input, or a view of one) or a block ``placer`` placed or reserved (the arena and the
+    offset; ``None``: nowhere).  Known without numpy's address look-up where the tensor or the array
+    says so (a :class:`~naiad.ipc.arena.LentTensor`, or an array :meth:`OutputPlacer.place` made),
+    looked for by its address otherwise."""
+    lent = lent_at(tensor)
+    if lent is not None:
+        if request_key and lent[0] == request_key:
+            return REQUEST_ARENA, lent[1]
+        if placer is not None and placer.key and lent[0] == placer.key:
+            return RESPONSE_ARENA, placer.take_at(lent[1])
+    data = tensor.data
+    if placer is not None:
+        taken = placer.take_made(data)
+        if taken is not None:
+            return RESPONSE_ARENA, taken
+    offset = requests.contains(data)
+    if offset is None and placer is not None:
+        return RESPONSE_ARENA, placer.take(data)
+    return REQUEST_ARENA, offset
+
+
 def response_message(
     response: InferResponse,
     requests: Arena,
@@ -358,16 +403,7 @@ def response_message(
             and tensor.datatype != "BYTES"
             and data.dtype == datatypes.WIRE_DTYPE.get(tensor.datatype)
         ):
-            lent = lent_at(tensor)
-            offset: int | None
-            if lent is not None and request_key and lent[0] == request_key:
-                which, offset = REQUEST_ARENA, lent[1]
-            elif lent is not None and placer is not None and placer.key and lent[0] == placer.key:
-                which, offset = RESPONSE_ARENA, placer.take_at(lent[1])
-            else:
-                which, offset = REQUEST_ARENA, requests.contains(data)
-                if offset is None and placer is not None:
-                    which, offset = RESPONSE_ARENA, placer.take(data)
+            which, offset = _named(tensor, requests, placer, request_key)
             if offset is not None:
                 outputs.append(
                     TensorRef(
