@@ -288,12 +288,10 @@ class OutputPlacer:
 
     def take(self, data: np.ndarray[Any, Any]) -> int | None:
         """The offset of the block ``data`` was placed in (the response names it from now on: the
-        worker frees it), or ``None`` if it is not one of this placer's."""
-        if not self._placed:
+        worker frees it), or ``None`` if it is not one of this placer's; found by its address (a view
+        of an array :meth:`place` made: that array itself is found by :meth:`take_made`)."""
+        if not self._placed or not data.flags.c_contiguous:
             return None
-        taken = self.take_made(data)
-        if taken is not None or not data.flags.c_contiguous:
-            return taken
         address = int(data.ctypes.data)
         with self._lock:
             for offset, start in self._placed.items():
