@@ -458,9 +458,7 @@ class DataPlane:
     ) -> InferResponse:
         """The model's answer with the outputs asked for, counted in flight (a drain waits for it),
         named as Triton names it."""
-        if not self._inflight:
-            self._idle.clear()
-        self._inflight += 1
+        self._begin()
         cache = self.response_cache
         try:
             if cache is None or not model.caches_responses or version.scheduler is None:
@@ -520,9 +518,7 @@ class DataPlane:
             return None
         scheduler = version.admit()
         waiter = AtOnce(self, model, version, validated, request, reply)
-        if not self._inflight:
-            self._idle.clear()
-        self._inflight += 1
+        self._begin()
         if not scheduler.start_at_once(request, waiter):
             self._done()
             version.release()
@@ -548,6 +544,13 @@ class DataPlane:
     def in_flight(self) -> int:
         """Requests being answered now (streams included; BLS calls and mirror copies are not)."""
         return self._inflight
+
+    def _begin(self) -> None:
+        """One more request in flight (a drain waits for :meth:`_done`); the idle event is cleared
+        only by the first, as the loop starts tens of thousands a second."""
+        if not self._inflight:
+            self._idle.clear()
+        self._inflight += 1
 
     def _done(self) -> None:
         self._inflight -= 1
@@ -601,9 +604,7 @@ class DataPlane:
         signature = model.signature
         assert signature is not None
         signature.validate(request)
-        if not self._inflight:
-            self._idle.clear()
-        self._inflight += 1
+        self._begin()
         try:
             async with aclosing(answers(request, version.submit)) as items:
                 async for answer, final in items:
