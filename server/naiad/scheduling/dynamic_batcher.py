@@ -160,6 +160,10 @@ class DynamicBatchScheduler(LoopScheduler):
             else:  # already with an instance: counted when its execution finishes
                 request.cancel()
             raise
+        finally:
+            # a failed request's error holds this frame (its traceback), the frame the entry and the
+            # entry's future the error: without the entry, reference counting frees them all
+            del entry
 
     def _hold(self, entry: QueuedRequest, now: int) -> None:
         """Queue ``entry`` while the start delay lasts; once enough wait, run them as batching says."""
