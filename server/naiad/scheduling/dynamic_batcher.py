@@ -259,11 +259,9 @@ class DynamicBatchScheduler(LoopScheduler):
         if len(driven) > 1:
             fewest = -1
             for candidate, candidate_instance in driven:
-                if not candidate_instance.healthy:
-                    continue
-                outstanding = candidate_instance.outstanding
-                if fewest < 0 or outstanding < fewest:
-                    worker, instance, fewest = candidate, candidate_instance, outstanding
+                load = candidate_instance.load  # (-1: its process is restarting)
+                if load >= 0 and (fewest < 0 or load < fewest):
+                    worker, instance, fewest = candidate, candidate_instance, load
         return worker, instance
 
     @property

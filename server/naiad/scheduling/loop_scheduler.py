@@ -37,13 +37,10 @@ class LoopDriven(Protocol):
     """An instance the loop drives (``loop_driven``: a model process's, ``ProcessModelInstance``)."""
 
     @property
-    def outstanding(self) -> int: ...
+    def load(self) -> int: ...
 
     @property
     def waiting(self) -> int: ...
-
-    @property
-    def healthy(self) -> bool: ...
 
     def start_on_loop(
         self, requests: Sequence[InferRequest], done: Callable[[list[ExecuteResult]], None]

@@ -307,10 +307,13 @@ class ProcessModelInstance:
         return self._loop_driven
 
     @property
-    def outstanding(self) -> int:
-        """Executions the loop gave this instance and has not had back (sent, or waiting to be):
-        the scheduler gives the next one to the instance with the fewest."""
-        return self._in_flight() + len(self._backlog)
+    def load(self) -> int:
+        """Executions the loop gave this instance and has not had back (sent, or waiting to be), or
+        -1 while no model process serves it (it restarts, or failed to): the scheduler gives the next
+        one to a serving instance with the fewest.  (One look per instance and request.)"""
+        if self._unhealthy:
+            return -1
+        return (self._ahead if self._decoupled else len(self._sent)) + len(self._backlog)
 
     @property
     def waiting(self) -> int:
@@ -324,11 +327,6 @@ class ProcessModelInstance:
         else:
             ahead = [sent[3] for sent in self._sent]
         return backlog + sum(len(requests) for requests in ahead[1:])
-
-    @property
-    def healthy(self) -> bool:
-        """Whether a model process serves it now (not while it restarts, or after it failed to)."""
-        return not self._unhealthy
 
     @property
     def checks_readiness(self) -> bool:
@@ -590,9 +588,13 @@ class ProcessModelInstance:
             tensors = [t for request in requests for t in request.inputs]
         fresh: shm.Region | None = None
         told = None
-        placements = shm.in_message(tensors)
+        spans = self._runtime.arenas.spans
+        lent: list[shm.Shared] = []
+        placements = shm.in_message(tensors, spans, lent)
+        if lent and placements is not None:
+            told = self._tell_arenas(child, lent)
         if placements is None:
-            shared = shm.locate(self._runtime.arenas.spans, tensors)
+            shared = shm.locate(spans, tensors)
             told = self._tell_arenas(child, shared) if shared is not None else None
             needed = shm.layout_size(tensors, shared)
             region = child.inputs.get(slot)
@@ -683,6 +685,12 @@ class ProcessModelInstance:
         map as (key, path, size), keys to forget)``, or ``None`` when it knows them all.  An arena it
         was told of is forgotten once its worker is gone, when it is told of the next one."""
         arenas = self._runtime.arenas
+        known = child.arenas
+        for where in shared:  # (without the lock first: it knows them all, most of the time)
+            if where is not None and where[0] not in known:
+                break
+        else:
+            return None
         with self._lock:
             new = {where[0] for where in shared if where is not None and where[0] not in child.arenas}
             if not new:
@@ -735,10 +743,12 @@ class ProcessModelInstance:
         on the loop."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        if self._in_flight() >= PIPELINE or self._backlog:
+        if self._backlog or (self._ahead if self._decoupled else len(self._sent)) >= PIPELINE:
             self._backlog.append((requests, done))
-            return
-        self._send_next(requests, done)
+        elif self._decoupled:
+            self._send_ahead(requests, done)
+        else:
+            self._send_on_loop(requests, done)
 
     def _in_flight(self) -> int:
         return self._ahead if self._decoupled else len(self._sent)

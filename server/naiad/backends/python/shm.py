@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from naiad.core.request import Tensor
-from naiad.ipc.arena import lent_at
+from naiad.ipc.arena import LentTensor, lent_at
 
 Array = np.ndarray[Any, Any]
 
@@ -283,14 +283,28 @@ def place(
     return placements
 
 
-def in_message(tensors: Iterable[Tensor]) -> list[Placement] | None:
+def in_message(
+    tensors: Iterable[Tensor], spans: Spans | None = None, lent: list[Shared] | None = None
+) -> list[Placement] | None:
     """The placements of ``tensors`` when every one travels in the message (most executions: a few
-    small tensors), made in one pass, with no region and no look for them in shared arenas; ``None``
-    when one does not (then :func:`locate`, :func:`layout_size` and :func:`place`)."""
+    small tensors) or, given the shared arenas' ``spans``, was made where it lies in one of them (a
+    frontend worker's large inputs, :class:`~naiad.ipc.arena.LentTensor`: placed by reference, each
+    ``(key, offset)`` added to ``lent``), made in one pass, with no region, no copy and no look-up of
+    an address; ``None`` when one is neither (then :func:`locate`, :func:`layout_size` and
+    :func:`place`)."""
     placements: list[Placement] = []
     for tensor in tensors:
         array = tensor.data
         dtype = array.dtype
+        if spans is not None and type(tensor) is LentTensor:
+            where = tensor.lent
+            if where is not None and where[0] is array and where[1] in spans:
+                placements.append(
+                    (tensor.name, tensor.datatype, array.shape, _portable(dtype), where[2], where[1])
+                )
+                if lent is not None:
+                    lent.append((where[1], where[2]))
+                continue
         size = array.nbytes
         if size > INLINE:
             return None
