@@ -332,6 +332,11 @@ def request_from(message: RequestMsg, arena: Arena, key: int = 0) -> InferReques
     outputs = message.outputs
     inputs: list[Tensor] = []
     for ref in message.inputs:
+        datatype = ref.datatype
+        if ref.inline is not None and datatype != "BYTES":  # most inputs: a few bytes in the message
+            data = np.ndarray(ref.shape, datatypes.WIRE_DTYPE[datatype], ref.inline)
+            inputs.append(Tensor(ref.name, datatype, data, ref.parameters))
+            continue
         data = _array(ref, arena)
         if key and ref.inline is None and ref.datatype != "BYTES":
             inputs.append(LentTensor(ref.name, ref.datatype, data, ref.parameters, (data, key, ref.offset)))
@@ -396,21 +401,27 @@ def response_message(
     outputs: list[TensorRef] = []
     for tensor in response.outputs:
         data = tensor.data
-        if (
-            data.nbytes > INLINE_MAX
-            and tensor.datatype != "BYTES"
-            and data.dtype == datatypes.WIRE_DTYPE.get(tensor.datatype)
-        ):
+        datatype = tensor.datatype
+        if datatype != "BYTES" and data.dtype == datatypes.WIRE_DTYPE.get(datatype):
+            nbytes = data.nbytes
+            if nbytes <= INLINE_MAX:  # most outputs: a few bytes in the message, as ``_put`` sends them
+                inline = data.tobytes()
+                outputs.append(
+                    TensorRef(
+                        tensor.name, datatype, list(data.shape), INLINE, 0, nbytes, inline, tensor.parameters
+                    )
+                )
+                continue
             which, offset = _named(tensor, requests, placer, request_key)
             if offset is not None:
                 outputs.append(
                     TensorRef(
                         tensor.name,
-                        tensor.datatype,
+                        datatype,
                         list(data.shape),
                         which,
                         offset,
-                        data.nbytes,
+                        nbytes,
                         None,
                         tensor.parameters,
                     )
