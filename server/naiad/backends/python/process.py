@@ -754,15 +754,6 @@ class ProcessModelInstance:
         else:
             self._send_on_loop(requests, done)
 
-    def _in_flight(self) -> int:
-        return self._ahead if self._decoupled else len(self._sent)
-
-    def _send_next(self, requests: Sequence[InferRequest], done: _Done) -> None:
-        if self._decoupled:
-            self._send_ahead(requests, done)
-        else:
-            self._send_on_loop(requests, done)
-
     def _send_ahead(self, requests: Sequence[InferRequest], done: _Done) -> None:
         """Send a decoupled model's execution without waiting for those before it.
 
@@ -960,11 +951,16 @@ class ProcessModelInstance:
         loop.add_reader(sentinel, ended)
 
     def _refill(self) -> None:
-        while self._backlog and self._in_flight() < PIPELINE:
-            requests, done = self._backlog.popleft()
-            before = len(self._backlog)
-            self._send_next(requests, done)
-            if len(self._backlog) > before:  # put back: the previous process's executions go first
+        """Send what waits in the backlog while fewer than PIPELINE executions are out (about half
+        of a saturated engine's sends to a model process come from here, when results arrive)."""
+        backlog = self._backlog
+        decoupled = self._decoupled
+        send = self._send_ahead if decoupled else self._send_on_loop
+        while backlog and (self._ahead if decoupled else len(self._sent)) < PIPELINE:
+            requests, done = backlog.popleft()
+            before = len(backlog)
+            send(requests, done)
+            if len(backlog) > before:  # put back: the previous process's executions go first
                 return
 
     def _stop_reading(self) -> None:
