@@ -140,6 +140,18 @@ class _Engine:
         self.send(Infer(request_id, message))
         return await self.answered(request_id)
 
+    async def cancel_running(
+        self, request_id: int, request: InferRequest, validated: int, after: float
+    ) -> Answer:
+        """Send ``request`` (vouched for under ``validated``), cancel it ``after`` seconds (its model
+        is still running it by then) and wait for its answer."""
+        message = tensors.request_message(request, self.worker_arena, [])
+        message.validated = validated
+        self.send(Infer(request_id, message))
+        await asyncio.sleep(after)
+        self.send(Cancel(request_id))
+        return await self.answered(request_id)
+
     async def answered(self, count: int) -> Answer:
         """The ``count``-th answer, once the engine wrote it."""
         while len(self.transport.answers) < count:
@@ -419,12 +431,7 @@ def test_requests_to_a_model_process_are_answered_and_counted_alike_on_either_pa
             await engine.answer(3, asked, validated)
             failing = _scale(4, sleep="not a number")  # the model raises: its error
             await engine.answer(4, failing, validated)
-            slow = tensors.request_message(_scale(5, sleep=0.5), engine.worker_arena, [])
-            slow.validated = validated
-            engine.send(Infer(5, slow))
-            await asyncio.sleep(0.2)
-            engine.send(Cancel(5))
-            await engine.answered(5)
+            await engine.cancel_running(5, _scale(5, sleep=0.5), validated, after=0.2)
             inflight = engine.link.inflight
             for _ in range(1000):  # until the cancelled request's execution ended and was counted
                 counts = _counts(await engine.link.dataplane.model_statistics("scale"))
@@ -488,12 +495,7 @@ def test_what_a_request_makes_is_freed_with_it_not_left_to_the_collector(
                 for request_id in (2, 3):
                     await engine.answer(request_id, _scale(request_id), validated)
                 await engine.answer(4, _scale(4, sleep="not a number"), validated)  # the model raises
-                slow = tensors.request_message(_scale(5, sleep=0.3), engine.worker_arena, [])
-                slow.validated = validated
-                engine.send(Infer(5, slow))
-                await asyncio.sleep(0.1)
-                engine.send(Cancel(5))
-                await engine.answered(5)
+                await engine.cancel_running(5, _scale(5, sleep=0.3), validated, after=0.1)
                 while engine.runtime.in_flight() or engine.link.inflight:
                     await asyncio.sleep(0.01)
                 await asyncio.sleep(0.5)  # (the cancelled execution ends)
