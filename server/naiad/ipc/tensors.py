@@ -337,11 +337,11 @@ def request_from(message: RequestMsg, arena: Arena, key: int = 0) -> InferReques
             data = np.ndarray(ref.shape, datatypes.WIRE_DTYPE[datatype], ref.inline)
             inputs.append(Tensor(ref.name, datatype, data, ref.parameters))
             continue
-        data = _array(ref, arena)
-        if key and ref.inline is None and ref.datatype != "BYTES":
-            inputs.append(LentTensor(ref.name, ref.datatype, data, ref.parameters, (data, key, ref.offset)))
+        data = _array(ref, arena)  # (in the arena, or BYTES)
+        if key and datatype != "BYTES":
+            inputs.append(LentTensor(ref.name, datatype, data, ref.parameters, (data, key, ref.offset)))
         else:
-            inputs.append(Tensor(ref.name, ref.datatype, data, ref.parameters))
+            inputs.append(Tensor(ref.name, datatype, data, ref.parameters))
     return InferRequest(
         message.model_name,
         message.model_version,
